@@ -1,0 +1,36 @@
+# Two commands: `make run` and `make test`. Each bootstraps .venv on its own from a bare Python 3.11.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.drlhet-installed
+
+.PHONY: run test bench lint install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# Reinstall when the package metadata or the native sources change.
+$(STAMP): $(BIN)/python pyproject.toml CMakeLists.txt $(shell find kernels -type f 2>/dev/null)
+	$(BIN)/pip install --quiet "scikit-build-core>=0.10" "cmake>=3.24" ninja "jax>=0.10"
+	$(BIN)/pip install --quiet --no-build-isolation -e ".[test,bench]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python -m drlhet bench --quick
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python experiments/bench_replay.py
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check drlhet tests experiments
+	$(BIN)/ruff check drlhet tests experiments
+	$(BIN)/mypy drlhet
+
+clean:
+	rm -rf build $(VENV)

@@ -1,0 +1,295 @@
+"""Prioritized replay buffer (Schaul et al., ICLR 2016) over a K-ary sum tree.
+
+Storage is a ring buffer holding any pytree of transitions; the tree holds ``p_i ** alpha`` per
+slot. This is the PRB of Zhang, Meng, Prasanna (TPDS 2023), with the semantics of DESIGN.md
+section 2:
+
+* new transitions get the running maximum priority (or a caller-given one);
+* ``sample`` is stratified by default and returns importance-sampling weights
+  ``w_i = (size * P(i)) ** -beta`` normalised by the largest weight in the batch;
+* every slot carries an insertion stamp; ``update_priorities`` drops entries whose stamp no
+  longer matches (the slot was overwritten after it was sampled), which makes delayed updates
+  safe;
+* bad input (negative, NaN or infinite priorities, indices of unfilled slots, sampling an empty
+  buffer) raises ``ValueError`` when called eagerly. Under ``jit`` the operation is refused whole,
+  the buffer is left unchanged and a bit is set in ``state.error`` (see `raise_on_error`);
+  sampling an empty buffer under ``jit`` returns zero IS weights.
+
+The tree primitives come from the backend registry (`drlhet.backends`), chosen statically.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from drlhet import backends
+from drlhet.replay import sum_tree
+from drlhet.replay.sum_tree import SumTreeState
+
+__all__ = [
+    "PrioritizedReplayState",
+    "PrioritizedSample",
+    "ReplayFns",
+    "make_prioritized_replay",
+    "raise_on_error",
+    "ERR_PRIORITY",
+    "ERR_INDEX",
+]
+
+ERR_PRIORITY = 1  # a negative, NaN or infinite priority was refused
+ERR_INDEX = 2  # an index outside the filled slots was refused
+
+
+class PrioritizedReplayState(NamedTuple):
+    """Buffer state (a pytree of arrays; donate it to jitted steps).
+
+    Attributes:
+      storage: pytree of ``[N, ...]`` arrays, the ring buffer.
+      tree: sum tree over ``p ** alpha``, one leaf per slot.
+      stamps: ``[N]`` int32 insertion stamp of each slot; -1 when empty.
+      position: ``[]`` int32 next slot to write.
+      size: ``[]`` int32 filled slots.
+      count: ``[]`` int32 transitions ever inserted (wraps); the next stamp.
+      max_priority: ``[]`` running maximum of raw priorities (before ``alpha``).
+      error: ``[]`` int32 bit mask of refused operations (``ERR_*``); 0 when all went well.
+    """
+
+    storage: Any
+    tree: SumTreeState
+    stamps: jax.Array
+    position: jax.Array
+    size: jax.Array
+    count: jax.Array
+    max_priority: jax.Array
+    error: jax.Array
+
+
+class PrioritizedSample(NamedTuple):
+    """A sampled batch.
+
+    Attributes:
+      indices: ``[B]`` int32 slots.
+      stamps: ``[B]`` int32 insertion stamps of those slots (pass back to `update_priorities`).
+      data: pytree of ``[B, ...]`` transitions.
+      probabilities: ``[B]`` sampling probabilities ``P(i)``.
+      weights: ``[B]`` importance-sampling weights, max 1 (0 when the buffer was empty).
+    """
+
+    indices: jax.Array
+    stamps: jax.Array
+    data: Any
+    probabilities: jax.Array
+    weights: jax.Array
+
+
+class ReplayFns(NamedTuple):
+    """Pure functions of a prioritized replay buffer.
+
+    Attributes:
+      init: ``(example_transition) -> state``; the example is one unbatched transition.
+      add: ``(state, transitions [A, ...], priorities [A] | None) -> state``.
+      sample: ``(state, key, beta=0.4) -> PrioritizedSample``.
+      update_priorities: ``(state, indices [B], priorities [B], stamps [B] | None) -> state``;
+        priorities are raw (e.g. ``|TD| + eps``); duplicate indices: the last occurrence wins.
+    """
+
+    init: Any
+    add: Any
+    sample: Any
+    update_priorities: Any
+
+
+def _concrete(*xs) -> bool:
+    return not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(xs))
+
+
+def _check_priorities(p) -> None:
+    if _concrete(p):
+        v = np.asarray(p)
+        bad = ~np.isfinite(v) | (v < 0)
+        if bad.any():
+            raise ValueError(
+                f"priorities must be finite and >= 0, got {v[bad][0]!r} at position "
+                f"{int(np.flatnonzero(bad)[0])}; the buffer is unchanged"
+            )
+
+
+def raise_on_error(state: PrioritizedReplayState) -> None:
+    """Raises ``ValueError`` if a jitted operation on ``state`` was refused (host sync)."""
+    err = int(state.error)
+    if err:
+        what = [
+            m
+            for bit, m in (
+                (ERR_PRIORITY, "a negative, NaN or infinite priority"),
+                (ERR_INDEX, "an index outside the filled slots"),
+            )
+            if err & bit
+        ]
+        raise ValueError(f"refused replay operation(s): {', '.join(what)} (error={err})")
+
+
+def make_prioritized_replay(
+    capacity: int,
+    batch_size: int,
+    *,
+    alpha: float = 0.6,
+    branching: int = 16,
+    stratified: bool = True,
+    backend: str = "jax",
+    dtype=jnp.float32,
+) -> ReplayFns:
+    """Builds a prioritized replay buffer.
+
+    Args:
+      capacity: N, slots in the ring buffer (any integer >= 1).
+      batch_size: B, transitions per `sample` (static).
+      alpha: priority exponent; 0 gives uniform replay over non-zero priorities.
+      branching: K of the sum tree (16 fills a 64-byte cache line with float32).
+      stratified: stratified (default) or i.i.d. sampling.
+      backend: registry name of the tree primitives (``"jax"``; see `drlhet.backends`).
+      dtype: float dtype of the tree.
+
+    Returns:
+      A `ReplayFns` of pure, jittable functions.
+
+    Raises:
+      ValueError: a bad size, K or alpha.
+      BackendUnavailable: ``backend`` cannot run here.
+    """
+    if not isinstance(capacity, int | np.integer) or capacity < 1:
+        raise ValueError(f"capacity must be an integer >= 1, got {capacity!r}")
+    if not isinstance(batch_size, int | np.integer) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if not isinstance(branching, int | np.integer) or branching < 2:
+        raise ValueError(f"branching factor K must be an integer >= 2, got {branching!r}")
+    if not (np.isfinite(alpha) and alpha >= 0):
+        raise ValueError(f"alpha must be finite and >= 0, got {alpha!r}")
+    find_fn = backends.lookup("find", backend)
+    write_fn = backends.lookup("update", backend)
+    capacity, batch_size, branching = int(capacity), int(batch_size), int(branching)
+
+    def init(example_transition: Any) -> PrioritizedReplayState:
+        storage = jax.tree.map(
+            lambda x: jnp.zeros((capacity,) + jnp.shape(x), jnp.asarray(x).dtype),
+            example_transition,
+        )
+        return PrioritizedReplayState(
+            storage=storage,
+            tree=sum_tree.init(capacity, branching, dtype),
+            stamps=jnp.full((capacity,), -1, jnp.int32),
+            position=jnp.zeros((), jnp.int32),
+            size=jnp.zeros((), jnp.int32),
+            count=jnp.zeros((), jnp.int32),
+            max_priority=jnp.ones((), dtype),
+            error=jnp.zeros((), jnp.int32),
+        )
+
+    def _power(p: jax.Array) -> jax.Array:
+        return p if alpha == 1.0 else jnp.power(p, alpha)
+
+    def add(
+        state: PrioritizedReplayState, transitions: Any, priorities: jax.Array | None = None
+    ) -> PrioritizedReplayState:
+        leaves = jax.tree.leaves(transitions)
+        if not leaves:
+            raise ValueError("transitions is an empty pytree")
+        n_add = int(jnp.shape(leaves[0])[0])
+        if any(jnp.shape(x)[0] != n_add for x in leaves):
+            raise ValueError("every leaf of transitions must have the same leading size A")
+        if n_add > capacity:
+            raise ValueError(f"cannot add {n_add} transitions to a buffer of capacity {capacity}")
+        if priorities is None:
+            raw = jnp.broadcast_to(state.max_priority, (n_add,))
+            ok = jnp.bool_(True)
+        else:
+            raw = jnp.asarray(priorities, dtype)
+            if raw.shape != (n_add,):
+                raise ValueError(f"priorities must have shape ({n_add},), got {raw.shape}")
+            _check_priorities(raw)
+            ok = jnp.all(jnp.isfinite(raw) & (raw >= 0))
+        slots = (state.position + jnp.arange(n_add, dtype=jnp.int32)) % capacity
+        dest = jnp.where(ok, slots, capacity)  # out of range -> dropped
+        storage = jax.tree.map(
+            lambda buf, x: buf.at[dest].set(jnp.asarray(x, buf.dtype), mode="drop"),
+            state.storage,
+            transitions,
+        )
+        stamps = state.stamps.at[dest].set(
+            state.count + jnp.arange(n_add, dtype=jnp.int32), mode="drop"
+        )
+        tree = write_fn(state.tree, slots, _power(raw), jnp.broadcast_to(ok, (n_add,)))
+        n = jnp.where(ok, n_add, 0).astype(jnp.int32)
+        return PrioritizedReplayState(
+            storage=storage,
+            tree=tree,
+            stamps=stamps,
+            position=(state.position + n) % capacity,
+            size=jnp.minimum(state.size + n, capacity),
+            count=state.count + n,
+            max_priority=jnp.where(
+                ok, jnp.maximum(state.max_priority, jnp.max(raw)), state.max_priority
+            ),
+            error=state.error | jnp.where(ok, 0, ERR_PRIORITY),
+        )
+
+    def sample(
+        state: PrioritizedReplayState, key: jax.Array, beta: float = 0.4
+    ) -> PrioritizedSample:
+        if _concrete(state.size) and int(state.size) == 0:
+            raise ValueError("cannot sample from an empty replay buffer (size 0)")
+        tot = sum_tree.total(state.tree)
+        uniform = jax.random.uniform(key, (batch_size,), dtype)
+        if stratified:
+            targets = (jnp.arange(batch_size, dtype=dtype) + uniform) * (tot / batch_size)
+        else:
+            targets = uniform * tot
+        indices, values = find_fn(state.tree, targets)
+        nonempty = tot > 0
+        probs = jnp.where(nonempty, values / jnp.where(nonempty, tot, 1), 0)
+        size = state.size.astype(dtype)
+        raw_w = jnp.where(probs > 0, jnp.power(size * jnp.where(probs > 0, probs, 1), -beta), 0)
+        weights = raw_w / jnp.maximum(jnp.max(raw_w), jnp.finfo(dtype).tiny)
+        data = jax.tree.map(lambda buf: buf[indices], state.storage)
+        return PrioritizedSample(indices, state.stamps[indices], data, probs, weights)
+
+    def update_priorities(
+        state: PrioritizedReplayState,
+        indices: jax.Array,
+        priorities: jax.Array,
+        stamps: jax.Array | None = None,
+    ) -> PrioritizedReplayState:
+        indices = jnp.asarray(indices, jnp.int32)
+        raw = jnp.asarray(priorities, dtype)
+        if indices.ndim != 1 or raw.shape != indices.shape:
+            raise ValueError(f"indices {indices.shape} and priorities {raw.shape} must both be [B]")
+        if _concrete(indices, state.size):
+            idx, size = np.asarray(indices), int(state.size)
+            out = (idx < 0) | (idx >= size)
+            if out.any():
+                raise ValueError(
+                    f"index {idx[out][0]} outside the filled slots [0, {size}); the buffer is "
+                    "unchanged"
+                )
+        _check_priorities(raw)
+        in_range = jnp.all((indices >= 0) & (indices < state.size))
+        finite = jnp.all(jnp.isfinite(raw) & (raw >= 0))
+        ok = in_range & finite
+        keep = jnp.broadcast_to(ok, indices.shape)
+        if stamps is not None:
+            safe = jnp.clip(indices, 0, capacity - 1)
+            keep = keep & (state.stamps[safe] == jnp.asarray(stamps, jnp.int32))
+        tree = write_fn(state.tree, indices, _power(raw), keep)
+        new_max = jnp.max(jnp.where(keep, raw, 0))
+        err = jnp.where(in_range, 0, ERR_INDEX) | jnp.where(finite, 0, ERR_PRIORITY)
+        return state._replace(
+            tree=tree,
+            max_priority=jnp.maximum(state.max_priority, new_max),
+            error=state.error | err,
+        )
+
+    return ReplayFns(init, add, sample, update_priorities)

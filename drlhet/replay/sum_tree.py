@@ -1,0 +1,297 @@
+"""K-ary sum tree: the pure-JAX reference every replay backend is tested against.
+
+The tree is one flat array in level order (Zhang, Meng, Prasanna, TPDS 2023, Sec. 4.1). Level 0
+holds the root in slot 0 (slots 1..K-1 are padding, so that every level starts on a multiple of
+K); level ``l`` holds the nodes of depth ``l``; the last level holds the leaves, one per slot of
+the buffer, padded with zeros up to a multiple of K. The K children of node ``j`` of level ``l``
+are the contiguous slots ``offsets[l + 1] + j * K + [0, K)``: with K = 16 and float32 they are
+64 bytes, one cache line.
+
+Semantics fixed here (every backend must reproduce them bit for bit):
+
+* An inner node is the **sequential** float sum of its K children, ``((c0 + c1) + c2) + ...``,
+  recomputed from the children after every update (never adjusted by a delta), so rounding error
+  does not accumulate with the number of updates.
+* ``update`` with duplicate indices: the **last** occurrence in the batch wins.
+* ``find`` descends with the same sequential prefix sums: at each level it steps into child
+  ``k`` with ``prefix[k-1] <= u < prefix[k]`` and subtracts ``prefix[k-1]``. When rounding pushes
+  ``u`` past the last non-zero child it takes that child, so a zero priority is never found.
+* Priorities must be finite and non-negative. Eager calls raise ``ValueError``; inside ``jit``
+  (where values are not known) an invalid batch is refused whole and the tree is unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "SumTreeState",
+    "TreeLayout",
+    "layout",
+    "init",
+    "total",
+    "get",
+    "update",
+    "find",
+    "descend",
+    "write",
+    "sample",
+    "leaves",
+]
+
+
+class TreeLayout(NamedTuple):
+    """Static geometry of a K-ary sum tree over ``capacity`` leaves.
+
+    Attributes:
+      depth: number of levels below the root (>= 1).
+      offsets: start slot of each level, root level first; ``len == depth + 1``.
+      widths: slots of each level (multiples of K); ``widths[0] == K`` holds the root.
+      size: total slots of the flat node array.
+    """
+
+    depth: int
+    offsets: tuple[int, ...]
+    widths: tuple[int, ...]
+    size: int
+
+
+@functools.cache
+def layout(capacity: int, branching: int) -> TreeLayout:
+    """Computes the level layout for ``capacity`` leaves and branching factor ``branching``."""
+    if branching < 2:
+        raise ValueError(f"branching factor K must be >= 2, got {branching}")
+    if capacity < 1:
+        raise ValueError(f"capacity must be >= 1, got {capacity}")
+    counts = [capacity]  # nodes used per level, leaves first
+    while counts[-1] > 1 or len(counts) == 1:
+        counts.append(-(-counts[-1] // branching))
+    # counts[-1] == 1 is the root; a level of c nodes occupies ceil(c / K) * K slots.
+    widths_bottom_up = [-(-c // branching) * branching for c in counts]
+    widths = tuple(reversed(widths_bottom_up))
+    offsets = tuple(int(x) for x in np.concatenate([[0], np.cumsum(widths)[:-1]]))
+    return TreeLayout(len(widths) - 1, offsets, widths, int(sum(widths)))
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass, data_fields=["nodes"], meta_fields=["capacity", "branching"]
+)
+@dataclasses.dataclass(frozen=True)
+class SumTreeState:
+    """A K-ary sum tree.
+
+    Attributes:
+      nodes: ``[layout(capacity, branching).size]`` flat node array in level order.
+      capacity: number of leaves (static).
+      branching: K, children per node (static).
+    """
+
+    nodes: jax.Array
+    capacity: int
+    branching: int
+
+    @property
+    def layout(self) -> TreeLayout:
+        return layout(self.capacity, self.branching)
+
+
+def _concrete(*xs) -> bool:
+    return not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(xs))
+
+
+def init(capacity: int, branching: int = 16, dtype=jnp.float32) -> SumTreeState:
+    """Returns an all-zero tree with ``capacity`` leaves and branching factor ``branching``."""
+    if not isinstance(capacity, int | np.integer) or capacity < 1:
+        raise ValueError(f"capacity must be an integer >= 1, got {capacity!r}")
+    if not isinstance(branching, int | np.integer) or branching < 2:
+        raise ValueError(f"branching factor K must be an integer >= 2, got {branching!r}")
+    dtype = jnp.dtype(dtype)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(f"dtype must be a floating type, got {dtype}")
+    lay = layout(int(capacity), int(branching))
+    return SumTreeState(jnp.zeros((lay.size,), dtype), int(capacity), int(branching))
+
+
+def total(state: SumTreeState) -> jax.Array:
+    """The root: the sum of all leaves. Shape ``[]``."""
+    return state.nodes[0]
+
+
+def leaves(state: SumTreeState) -> jax.Array:
+    """All leaf values. Shape ``[capacity]``."""
+    off = state.layout.offsets[-1]
+    return state.nodes[off : off + state.capacity]
+
+
+def _check_indices(state: SumTreeState, indices) -> None:
+    if _concrete(indices):
+        idx = np.asarray(indices)
+        if idx.size and (idx.min() < 0 or idx.max() >= state.capacity):
+            bad = idx[(idx < 0) | (idx >= state.capacity)][0]
+            raise ValueError(f"index {bad} out of range [0, {state.capacity})")
+
+
+def get(state: SumTreeState, indices: jax.Array) -> jax.Array:
+    """Leaf values at ``indices`` ``[B]`` -> ``[B]``."""
+    _check_indices(state, indices)
+    return state.nodes[state.layout.offsets[-1] + jnp.asarray(indices)]
+
+
+def _rows(nodes: jax.Array, starts: jax.Array, k: int) -> jax.Array:
+    """Gathers ``[B, k]`` contiguous rows ``nodes[starts[b] : starts[b] + k]``."""
+    return jax.vmap(lambda s: jax.lax.dynamic_slice(nodes, (s,), (k,)))(starts)
+
+
+def _seq_sum(children: jax.Array) -> jax.Array:
+    """Left-to-right sum over the last axis ``[B, K] -> [B]`` (the order every backend uses)."""
+    acc = children[:, 0]
+    for k in range(1, children.shape[1]):
+        acc = acc + children[:, k]
+    return acc
+
+
+def write(
+    state: SumTreeState, indices: jax.Array, values: jax.Array, keep: jax.Array | None = None
+) -> SumTreeState:
+    """Unchecked batched leaf write with ancestor recomputation (the `update` primitive).
+
+    Args:
+      state: the tree.
+      indices: ``[B]`` int leaf indices; entries with ``keep == False`` may hold any value.
+      values: ``[B]`` new leaf values (already validated).
+      keep: optional ``[B]`` bool; dropped entries write nothing.
+
+    Returns:
+      The new tree. Duplicate kept indices: the last occurrence wins.
+    """
+    lay = state.layout
+    k = state.branching
+    nodes = state.nodes
+    indices = jnp.asarray(indices, jnp.int32)
+    values = jnp.asarray(values, nodes.dtype)
+    n = indices.shape[0]
+    if n == 0:
+        return state
+    order = jnp.argsort(indices, stable=True)
+    s_idx = indices[order]
+    last = jnp.concatenate([s_idx[1:] != s_idx[:-1], jnp.ones((1,), bool)])
+    if keep is not None:
+        last = last & jnp.asarray(keep)[order]
+    leaf_slot = jnp.where(last, lay.offsets[-1] + s_idx, lay.size)  # out of range -> dropped
+    nodes = nodes.at[leaf_slot].set(values[order], mode="drop")
+    # Recomputing a node from its children is idempotent, so dropped entries may walk any path.
+    node = jnp.clip(s_idx, 0, state.capacity - 1)
+    for level in range(lay.depth - 1, -1, -1):
+        node = node // k
+        sums = _seq_sum(_rows(nodes, lay.offsets[level + 1] + node * k, k))
+        nodes = nodes.at[lay.offsets[level] + node].set(sums, mode="promise_in_bounds")
+    return dataclasses.replace(state, nodes=nodes)
+
+
+def _check_priorities(values) -> None:
+    if _concrete(values):
+        v = np.asarray(values)
+        bad = ~np.isfinite(v) | (v < 0)
+        if bad.any():
+            raise ValueError(
+                f"priorities must be finite and >= 0, got {v[bad][0]!r} at position "
+                f"{int(np.flatnonzero(bad)[0])}"
+            )
+
+
+def update(state: SumTreeState, indices: jax.Array, values: jax.Array) -> SumTreeState:
+    """Sets leaves ``indices`` ``[B]`` to ``values`` ``[B]`` and recomputes their ancestors.
+
+    Duplicate indices resolve to the last occurrence. Eagerly, an index outside
+    ``[0, capacity)`` or a negative, NaN or infinite value raises ``ValueError``; under ``jit``
+    such a batch is refused whole (the tree is returned unchanged).
+    """
+    indices = jnp.asarray(indices)
+    values = jnp.asarray(values)
+    if indices.shape != values.shape or indices.ndim != 1:
+        raise ValueError(f"indices {indices.shape} and values {values.shape} must both be [B]")
+    _check_indices(state, indices)
+    _check_priorities(values)
+    ok = jnp.all((indices >= 0) & (indices < state.capacity) & jnp.isfinite(values) & (values >= 0))
+    return write(state, indices, values, jnp.broadcast_to(ok, indices.shape))
+
+
+def descend(state: SumTreeState, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Unchecked prefix-sum descent (the `find` primitive).
+
+    Args:
+      state: the tree.
+      targets: ``[B]`` values in ``[0, total)``.
+
+    Returns:
+      ``(indices [B] int32, values [B])``: the leaf whose prefix interval holds each target and
+      that leaf's value, read during the descent (so callers need not read the tree again).
+    """
+    lay = state.layout
+    k = state.branching
+    nodes = state.nodes
+    u = jnp.maximum(jnp.asarray(targets, nodes.dtype), 0)
+    node = jnp.zeros(u.shape, jnp.int32)
+    arange = jnp.arange(k, dtype=jnp.int32)
+    children = jnp.zeros(u.shape + (k,), nodes.dtype)
+    child = node
+    for level in range(1, lay.depth + 1):
+        children = _rows(nodes, lay.offsets[level] + node * k, k)  # [B, K]
+        acc = children[:, 0]
+        prefix = [acc]
+        for j in range(1, k):
+            acc = acc + children[:, j]
+            prefix.append(acc)
+        cums = jnp.stack(prefix, axis=1)  # [B, K]
+        count = jnp.sum(cums <= u[:, None], axis=1, dtype=jnp.int32)
+        last_nz = jnp.max(jnp.where(children > 0, arange, 0), axis=1)
+        child = jnp.minimum(count, last_nz)
+        left = jnp.take_along_axis(cums, jnp.maximum(child - 1, 0)[:, None], axis=1)[:, 0]
+        u = jnp.maximum(u - jnp.where(child > 0, left, 0), 0)
+        node = node * k + child
+    value = jnp.take_along_axis(children, child[:, None], axis=1)[:, 0]
+    return node, value
+
+
+def find(state: SumTreeState, targets: jax.Array) -> jax.Array:
+    """Leaf indices ``[B]`` whose prefix-sum intervals hold ``targets`` ``[B]`` in [0, total)."""
+    if _concrete(targets):
+        t = np.asarray(targets)
+        if not np.all(np.isfinite(t)):
+            raise ValueError("find targets must be finite")
+    return descend(state, targets)[0]
+
+
+def sample(
+    state: SumTreeState, key: jax.Array, batch_size: int, stratified: bool = True
+) -> tuple[jax.Array, jax.Array]:
+    """Draws ``batch_size`` leaves with probability proportional to their value.
+
+    Args:
+      state: the tree; its total must be > 0.
+      key: a PRNG key.
+      batch_size: B (static).
+      stratified: if True, target ``j`` is uniform in ``[j, j + 1) * total / B`` (Schaul et al.,
+        2016); otherwise targets are i.i.d. uniform in ``[0, total)``.
+
+    Returns:
+      ``(indices [B] int32, probabilities [B])`` with ``probabilities = leaf / total``.
+    """
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    tot = total(state)
+    if _concrete(state.nodes) and not float(tot) > 0:
+        raise ValueError("cannot sample from an empty sum tree (total priority is 0)")
+    uniform = jax.random.uniform(key, (batch_size,), state.nodes.dtype)
+    if stratified:
+        targets = (jnp.arange(batch_size, dtype=tot.dtype) + uniform) * (tot / batch_size)
+    else:
+        targets = uniform * tot
+    indices, values = descend(state, targets)
+    return indices, values / tot

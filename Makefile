@@ -19,7 +19,7 @@ $(STAMP): $(BIN)/python pyproject.toml CMakeLists.txt $(shell find kernels -type
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python -m drlhet bench --quick
+	$(BIN)/python experiments/bench_replay.py --quick
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -6,7 +6,7 @@ that is absent). Loaders run on first lookup, so importing drlhet never touches 
 
 Replay primitives and their signatures (``nodes`` is a ``SumTreeState``):
 
-* ``"find"``: ``(tree, targets[B]) -> (indices[B] int32, leaf_values[B])``
+* ``"find"``: ``(tree, targets[B]) -> (indices[B] int32, leaf_values[B], total[])``
 * ``"update"``: ``(tree, indices[B], values[B], keep[B] | None) -> tree``
 """
 

@@ -53,7 +53,7 @@ class PrioritizedReplayState(NamedTuple):
       stamps: ``[N]`` int32 insertion stamp of each slot; -1 when empty.
       position: ``[]`` int32 next slot to write.
       size: ``[]`` int32 filled slots.
-      count: ``[]`` int32 transitions ever inserted (wraps); the next stamp.
+      inserted: ``[]`` int32 transitions ever inserted (wraps); the next stamp.
       max_priority: ``[]`` running maximum of raw priorities (before ``alpha``).
       error: ``[]`` int32 bit mask of refused operations (``ERR_*``); 0 when all went well.
     """
@@ -63,7 +63,7 @@ class PrioritizedReplayState(NamedTuple):
     stamps: jax.Array
     position: jax.Array
     size: jax.Array
-    count: jax.Array
+    inserted: jax.Array
     max_priority: jax.Array
     error: jax.Array
 
@@ -184,7 +184,7 @@ def make_prioritized_replay(
             stamps=jnp.full((capacity,), -1, jnp.int32),
             position=jnp.zeros((), jnp.int32),
             size=jnp.zeros((), jnp.int32),
-            count=jnp.zeros((), jnp.int32),
+            inserted=jnp.zeros((), jnp.int32),
             max_priority=jnp.ones((), dtype),
             error=jnp.zeros((), jnp.int32),
         )
@@ -220,7 +220,7 @@ def make_prioritized_replay(
             transitions,
         )
         stamps = state.stamps.at[dest].set(
-            state.count + jnp.arange(n_add, dtype=jnp.int32), mode="drop"
+            state.inserted + jnp.arange(n_add, dtype=jnp.int32), mode="drop"
         )
         tree = write_fn(state.tree, slots, _power(raw), jnp.broadcast_to(ok, (n_add,)))
         n = jnp.where(ok, n_add, 0).astype(jnp.int32)
@@ -230,7 +230,7 @@ def make_prioritized_replay(
             stamps=stamps,
             position=(state.position + n) % capacity,
             size=jnp.minimum(state.size + n, capacity),
-            count=state.count + n,
+            inserted=state.inserted + n,
             max_priority=jnp.where(
                 ok, jnp.maximum(state.max_priority, jnp.max(raw)), state.max_priority
             ),
@@ -248,7 +248,8 @@ def make_prioritized_replay(
             targets = (jnp.arange(batch_size, dtype=dtype) + uniform) * (tot / batch_size)
         else:
             targets = uniform * tot
-        indices, values = find_fn(state.tree, targets)
+        # Probabilities use the root read during the descent (see sum_tree.descend).
+        indices, values, tot = find_fn(state.tree, targets)
         nonempty = tot > 0
         probs = jnp.where(nonempty, values / jnp.where(nonempty, tot, 1), 0)
         size = state.size.astype(dtype)

@@ -222,41 +222,61 @@ def update(state: SumTreeState, indices: jax.Array, values: jax.Array) -> SumTre
     return write(state, indices, values, jnp.broadcast_to(ok, indices.shape))
 
 
-def descend(state: SumTreeState, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
+def descend(state: SumTreeState, targets: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Unchecked prefix-sum descent (the `find` primitive).
 
     Args:
       state: the tree.
-      targets: ``[B]`` values in ``[0, total)``.
+      targets: ``[B]`` values in ``[0, total)``, B >= 1.
 
     Returns:
-      ``(indices [B] int32, values [B])``: the leaf whose prefix interval holds each target and
-      that leaf's value, read during the descent (so callers need not read the tree again).
+      ``(indices [B] int32, values [B], total [])``: the leaf whose prefix interval holds each
+      target, that leaf's value and the root, all read during the descent. Probabilities must be
+      computed from these, never by reading the tree again: a read of the tree that a later
+      in-place update does not depend on makes XLA copy the whole tree (twice per step in a
+      ``lax.scan``), which at 2^20 leaves costs more than the sample and update themselves.
     """
     lay = state.layout
     k = state.branching
     nodes = state.nodes
-    u = jnp.maximum(jnp.asarray(targets, nodes.dtype), 0)
-    node = jnp.zeros(u.shape, jnp.int32)
-    arange = jnp.arange(k, dtype=jnp.int32)
-    children = jnp.zeros(u.shape + (k,), nodes.dtype)
-    child = node
-    for level in range(1, lay.depth + 1):
-        children = _rows(nodes, lay.offsets[level] + node * k, k)  # [B, K]
-        acc = children[:, 0]
-        prefix = [acc]
-        for j in range(1, k):
-            acc = acc + children[:, j]
-            prefix.append(acc)
-        cums = jnp.stack(prefix, axis=1)  # [B, K]
-        count = jnp.sum(cums <= u[:, None], axis=1, dtype=jnp.int32)
-        last_nz = jnp.max(jnp.where(children > 0, arange, 0), axis=1)
-        child = jnp.minimum(count, last_nz)
-        left = jnp.take_along_axis(cums, jnp.maximum(child - 1, 0)[:, None], axis=1)[:, 0]
-        u = jnp.maximum(u - jnp.where(child > 0, left, 0), 0)
-        node = node * k + child
-    value = jnp.take_along_axis(children, child[:, None], axis=1)[:, 0]
-    return node, value
+    u0 = jnp.maximum(jnp.asarray(targets, nodes.dtype), 0)
+    offsets = jnp.asarray(lay.offsets, jnp.int32)
+    zero = jnp.zeros(u0.shape, nodes.dtype)
+
+    def level_step(level, carry):
+        node, u, _, root = carry
+        children = _rows(nodes, offsets[level] + node * k, k)  # [B, K]
+        # One pass over the K children with running prefix sums, kept in registers:
+        #   count: how many prefixes are <= u (the child taken unless rounding overflows)
+        #   left: the largest prefix <= u, i.e. prefix[count - 1] (0 if none)
+        #   last_nz / left_nz / value_nz: the last non-zero child, the prefix before it and its
+        #   value (the fallback when rounding pushes u past every non-zero child)
+        acc = left = left_nz = value = value_nz = zero
+        count = last_nz = jnp.zeros(u.shape, jnp.int32)
+        for j in range(k):
+            c = children[:, j]
+            nz = c > 0
+            left_nz = jnp.where(nz, acc, left_nz)
+            value_nz = jnp.where(nz, c, value_nz)
+            last_nz = jnp.where(nz, j, last_nz)
+            acc = c if j == 0 else acc + c
+            below = acc <= u
+            value = jnp.where(count == j, c, value)  # c of child `count` (before increment)
+            count = count + below.astype(jnp.int32)
+            left = jnp.where(below, acc, left)
+        overflow = count > last_nz
+        child = jnp.where(overflow, last_nz, count)
+        left = jnp.where(overflow, left_nz, left)
+        value = jnp.where(overflow, value_nz, value)
+        root = jnp.where(level == 1, acc, root)  # level 1 sums to the root, bit for bit
+        return node * k + child, jnp.maximum(u - left, 0), value, root
+
+    # A loop, not unrolled Python: XLA cannot fuse tree reads across its boundary, so every read
+    # of the tree happens before anything that consumes the indices (see Returns).
+    node, _, value, root = jax.lax.fori_loop(
+        1, lay.depth + 1, level_step, (jnp.zeros(u0.shape, jnp.int32), u0, zero, zero)
+    )
+    return node, value, root[0]
 
 
 def find(state: SumTreeState, targets: jax.Array) -> jax.Array:
@@ -286,12 +306,12 @@ def sample(
     if batch_size <= 0:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     tot = total(state)
-    if _concrete(state.nodes) and not float(tot) > 0:
+    if _concrete(tot) and not float(tot) > 0:
         raise ValueError("cannot sample from an empty sum tree (total priority is 0)")
     uniform = jax.random.uniform(key, (batch_size,), state.nodes.dtype)
     if stratified:
         targets = (jnp.arange(batch_size, dtype=tot.dtype) + uniform) * (tot / batch_size)
     else:
         targets = uniform * tot
-    indices, values = descend(state, targets)
-    return indices, values / tot
+    indices, values, root = descend(state, targets)
+    return indices, values / root

@@ -1,0 +1,435 @@
+"""Replay-buffer throughput: drlhet's prioritized buffer against its peers, in one run.
+
+Operations (items/s = transitions inserted, sampled or re-prioritized per second):
+  insert  add B transitions at the running max priority
+  sample  draw B transitions (indices, data, IS weights)
+  update  set B priorities
+  step    sample B, then update the B sampled priorities (what a learner does per SGD step)
+
+Modes:
+  fused    S steps inside one jitted ``lax.scan``, buffer donated (how a training loop runs)
+  percall  a jitted op called S times from Python (dispatch included)
+
+Peers (the ``bench`` extra), same sizes, same run, alternating with ours per repeat:
+flashbax's prioritised flat buffer (fused and per call) and cpprb's PrioritizedReplayBuffer
+(per call; it is a C++ library driven from Python).
+
+Usage:
+  python experiments/bench_replay.py --quick           # 2^20, K=16, B=256 (what `make run` does)
+  python experiments/bench_replay.py                   # capacity x batch at K=16, K sweep
+  python experiments/bench_replay.py --full            # the full product grid
+  python experiments/bench_replay.py --threading-study # default vs pinned vs single-thread XLA
+
+Threading (``--threading``): ``default`` (XLA's own thread pool over all cores), ``pin1`` (the
+process pinned to core 0, like ``taskset -c 0``), ``xla1`` (XLA intra-op threading off).
+Results: JSON rows in ``--out`` and a printed table. Every number is measured on this machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+import tyro
+
+XLA_SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
+@dataclasses.dataclass
+class Args:
+    quick: bool = False
+    """Only capacity 2^20, K 16, batch 256 (about a minute)."""
+    full: bool = False
+    """The full product of capacities x batches x K (long)."""
+    capacities: tuple[int, ...] = (2**14, 2**17, 2**20)
+    batches: tuple[int, ...] = (32, 256, 1024, 4096)
+    branchings: tuple[int, ...] = (2, 4, 8, 16, 32, 64)
+    repeats: int = 5
+    """Timed repeats per measurement (after a warm-up that includes compilation)."""
+    ops: tuple[str, ...] = ("insert", "sample", "update", "step")
+    modes: tuple[str, ...] = ("fused", "percall")
+    peers: bool = True
+    """Also measure flashbax and cpprb (skipped with a note if not installed)."""
+    threading: Literal["default", "pin1", "xla1"] = "default"
+    threading_study: bool = False
+    """Run the fused step at 2^20/K16/B256 under each threading setting, in subprocesses."""
+    out: Path = Path("results/bench_replay.json")
+
+
+def apply_threading(mode: str) -> None:
+    """Must run before jax is imported."""
+    if mode == "pin1":
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    elif mode == "xla1":
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "") + " " + XLA_SINGLE_THREAD
+        ).strip()
+
+
+def machine() -> str:
+    return f"{platform.machine()} {os.cpu_count()} cores ({platform.node()})"
+
+
+def steps_for(batch: int) -> int:
+    return int(min(2048, max(16, 65536 // batch)))
+
+
+def main(args: Args) -> list[dict]:
+    if args.threading_study:
+        return threading_study(args)
+    apply_threading(args.threading)
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from drlhet.replay.prioritized import make_prioritized_replay
+
+    def transitions(n: int, seed: int = 0) -> dict:
+        rng = np.random.default_rng(seed)
+        return {
+            "obs": rng.random((n, 4), np.float32),
+            "act": rng.integers(0, 2, n).astype(np.int32),
+            "rew": rng.random(n).astype(np.float32),
+            "next_obs": rng.random((n, 4), np.float32),
+            "done": np.zeros(n, np.float32),
+        }
+
+    # ---------------------------------------------------------------- drlhet
+    def drlhet_ops(capacity: int, batch: int, k: int, steps: int) -> dict:
+        fns = make_prioritized_replay(capacity, batch, branching=k)
+        example = jax.tree.map(lambda x: x[0], transitions(1))
+        state = fns.init(example)
+        state = jax.jit(fns.add, donate_argnums=0)(
+            state,
+            transitions(capacity),
+            jnp.asarray(np.random.default_rng(1).random(capacity, np.float32) + 1e-3),
+        )
+        new = jax.tree.map(jnp.asarray, transitions(batch, 2))
+
+        def insert(s, key):
+            return fns.add(s, new), jnp.float32(0)
+
+        def sample(s, key):
+            b = fns.sample(s, key)
+            return s, b.weights.sum() + b.data["obs"].sum()
+
+        def update(s, key):
+            k1, k2 = jax.random.split(key)
+            idx = jax.random.randint(k1, (batch,), 0, capacity)
+            return fns.update_priorities(s, idx, jax.random.uniform(k2, (batch,)) + 1e-3), 0.0
+
+        def step(s, key):
+            k1, k2 = jax.random.split(key)
+            b = fns.sample(s, k1)
+            pr = jax.random.uniform(k2, (batch,)) + 1e-3
+            return fns.update_priorities(s, b.indices, pr, b.stamps), b.weights.sum()
+
+        bodies = {"insert": insert, "sample": sample, "update": update, "step": step}
+        holder = {"state": state}
+        runners = {}
+        for op, body in bodies.items():
+            fused = jax.jit(
+                lambda s, key, body=body: jax.lax.scan(
+                    lambda c, kk: body(c, kk), s, jax.random.split(key, steps)
+                ),
+                donate_argnums=0,
+            )
+            single = jax.jit(body, donate_argnums=0)
+
+            def run_fused(fused=fused, seed=[0]):  # noqa: B006 - a counter
+                seed[0] += 1
+                s, ys = fused(holder["state"], jax.random.key(seed[0]))
+                holder["state"] = s
+                jax.block_until_ready((s, ys))
+
+            def run_percall(single=single):
+                keys = jax.random.split(jax.random.key(7), steps)
+                s = holder["state"]
+                for i in range(steps):
+                    s, _ = single(s, keys[i])
+                holder["state"] = s
+                jax.block_until_ready(s)
+
+            runners[(op, "fused")] = run_fused
+            runners[(op, "percall")] = run_percall
+        return runners
+
+    # ---------------------------------------------------------------- flashbax
+    def flashbax_ops(capacity: int, batch: int, steps: int) -> dict:
+        import flashbax as fbx
+
+        buf = fbx.make_prioritised_flat_buffer(
+            max_length=capacity,
+            min_length=batch,
+            sample_batch_size=batch,
+            add_batch_size=batch,
+            priority_exponent=0.6,
+        )
+        example = jax.tree.map(lambda x: jnp.asarray(x[0]), transitions(1))
+        state = buf.init(example)
+        add = jax.jit(buf.add, donate_argnums=0)
+        data = transitions(capacity)
+        for i in range(capacity // batch):
+            state = add(state, jax.tree.map(lambda x, i=i: x[i * batch : (i + 1) * batch], data))
+        rng = np.random.default_rng(1)
+        state = jax.jit(buf.set_priorities, donate_argnums=0)(
+            state, jnp.arange(capacity), jnp.asarray(rng.random(capacity, np.float32) + 1e-3)
+        )
+        new = jax.tree.map(jnp.asarray, transitions(batch, 2))
+
+        def insert(s, key):
+            return buf.add(s, new), jnp.float32(0)
+
+        def sample(s, key):
+            b = buf.sample(s, key)
+            return s, b.probabilities.sum() + b.experience.first["obs"].sum()
+
+        def update(s, key):
+            k1, k2 = jax.random.split(key)
+            idx = jax.random.randint(k1, (batch,), 0, capacity)
+            return buf.set_priorities(s, idx, jax.random.uniform(k2, (batch,)) + 1e-3), 0.0
+
+        def step(s, key):
+            k1, k2 = jax.random.split(key)
+            b = buf.sample(s, k1)
+            pr = jax.random.uniform(k2, (batch,)) + 1e-3
+            return buf.set_priorities(s, b.indices, pr), b.probabilities.sum()
+
+        bodies = {"insert": insert, "sample": sample, "update": update, "step": step}
+        holder = {"state": state}
+        runners = {}
+        for op, body in bodies.items():
+            fused = jax.jit(
+                lambda s, key, body=body: jax.lax.scan(
+                    lambda c, kk: body(c, kk), s, jax.random.split(key, steps)
+                ),
+                donate_argnums=0,
+            )
+            single = jax.jit(body, donate_argnums=0)
+
+            def run_fused(fused=fused, seed=[0]):  # noqa: B006
+                seed[0] += 1
+                s, ys = fused(holder["state"], jax.random.key(seed[0]))
+                holder["state"] = s
+                jax.block_until_ready((s, ys))
+
+            def run_percall(single=single):
+                keys = jax.random.split(jax.random.key(7), steps)
+                s = holder["state"]
+                for i in range(steps):
+                    s, _ = single(s, keys[i])
+                holder["state"] = s
+                jax.block_until_ready(s)
+
+            runners[(op, "fused")] = run_fused
+            runners[(op, "percall")] = run_percall
+        return runners
+
+    # ---------------------------------------------------------------- cpprb
+    def cpprb_ops(capacity: int, batch: int, steps: int) -> dict:
+        import cpprb
+
+        env_dict = {"obs": {"shape": 4}, "act": {}, "rew": {}, "next_obs": {"shape": 4}, "done": {}}
+        rb = cpprb.PrioritizedReplayBuffer(capacity, env_dict, alpha=0.6)
+        data = transitions(capacity)
+        rb.add(**data, priorities=np.random.default_rng(1).random(capacity) + 1e-3)
+        new = transitions(batch, 2)
+        rng = np.random.default_rng(3)
+        prio = [rng.random(batch) + 1e-3 for _ in range(16)]
+        idxs = [rng.integers(0, capacity, batch) for _ in range(16)]
+
+        def insert():
+            for _ in range(steps):
+                rb.add(**new)
+
+        def sample():
+            for _ in range(steps):
+                rb.sample(batch, beta=0.4)
+
+        def update():
+            for i in range(steps):
+                rb.update_priorities(idxs[i % 16], prio[i % 16])
+
+        def step():
+            for i in range(steps):
+                b = rb.sample(batch, beta=0.4)
+                rb.update_priorities(b["indexes"], prio[i % 16])
+
+        return {
+            ("insert", "percall"): insert,
+            ("sample", "percall"): sample,
+            ("update", "percall"): update,
+            ("step", "percall"): step,
+        }
+
+    # ---------------------------------------------------------------- grid
+    if args.quick:
+        grid = [(2**20, 256, 16)]
+    elif args.full:
+        grid = [(c, b, k) for c in args.capacities for b in args.batches for k in args.branchings]
+    else:
+        grid = [(c, b, 16) for c in args.capacities for b in args.batches]
+        grid += [(2**20, 256, k) for k in args.branchings if k != 16]
+
+    peer_names: list[str] = []
+    if args.peers:
+        for name in ("flashbax", "cpprb"):
+            try:
+                __import__(name)
+                peer_names.append(name)
+            except ImportError:
+                print(f"note: {name} not installed (pip install -e '.[bench]'); skipped")
+
+    rows: list[dict] = []
+    print(f"machine: {machine()}; threading: {args.threading}; jax {jax.__version__}")
+    for capacity, batch, k in grid:
+        steps = steps_for(batch)
+        impls: dict[str, dict] = {}
+        t0 = time.perf_counter()
+        impls["drlhet-jax"] = drlhet_ops(capacity, batch, k, steps)
+        if k == 16:  # peers have no K; measure them once per (capacity, batch)
+            if "flashbax" in peer_names:
+                impls["flashbax"] = flashbax_ops(capacity, batch, steps)
+            if "cpprb" in peer_names:
+                impls["cpprb"] = cpprb_ops(capacity, batch, steps)
+        keys = [
+            (impl, op, mode)
+            for impl, runners in impls.items()
+            for op in args.ops
+            for mode in args.modes
+            if (op, mode) in runners
+        ]
+        compile_s = {}
+        for key in keys:  # warm-up: compile + first touch
+            t = time.perf_counter()
+            impls[key[0]][key[1:]]()
+            compile_s[key] = time.perf_counter() - t
+        times: dict = {key: [] for key in keys}
+        for _ in range(args.repeats):  # alternate implementations within each repeat
+            for key in keys:
+                t = time.perf_counter()
+                impls[key[0]][key[1:]]()
+                times[key].append(time.perf_counter() - t)
+        for key in keys:
+            impl, op, mode = key
+            rates = sorted(batch * steps / t for t in times[key])
+            rows.append(
+                {
+                    "impl": impl,
+                    "op": op,
+                    "mode": mode,
+                    "capacity": capacity,
+                    "batch": batch,
+                    "branching": k if impl.startswith("drlhet") else None,
+                    "steps_per_repeat": steps,
+                    "items_per_s": statistics.median(rates),
+                    "items_per_s_min": rates[0],
+                    "items_per_s_max": rates[-1],
+                    "warmup_s": compile_s[key],
+                    "threading": args.threading,
+                    "machine": machine(),
+                    "measured": True,
+                }
+            )
+        print_table(
+            [
+                r
+                for r in rows
+                if r["capacity"] == capacity and r["batch"] == batch and r["branching"] in (k, None)
+            ],
+            f"capacity 2^{capacity.bit_length() - 1}, "
+            f"batch {batch}, K {k}  ({time.perf_counter() - t0:.0f} s)",
+        )
+        print_ratios(rows, capacity, batch, k)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(rows, indent=1))
+    print(f"wrote {len(rows)} rows to {args.out}")
+    return rows
+
+
+def print_table(rows: list[dict], title: str) -> None:
+    print(f"\n== {title}: items/s, median [min-max] of repeats (measured) ==")
+    print(f"{'impl':<12} {'mode':<8} {'op':<7} {'median':>10} {'min':>10} {'max':>10}")
+    for r in rows:
+        print(
+            f"{r['impl']:<12} {r['mode']:<8} {r['op']:<7} {r['items_per_s']:>10.3g} "
+            f"{r['items_per_s_min']:>10.3g} {r['items_per_s_max']:>10.3g}"
+        )
+
+
+def print_ratios(rows: list[dict], capacity: int, batch: int, k: int) -> None:
+    def rate(impl: str, op: str, mode: str) -> float | None:
+        for r in rows:
+            if (r["impl"], r["op"], r["mode"], r["capacity"], r["batch"]) == (
+                impl,
+                op,
+                mode,
+                capacity,
+                batch,
+            ) and r["branching"] in (k, None):
+                return r["items_per_s"]
+        return None
+
+    ours = rate("drlhet-jax", "step", "fused")
+    s, u = rate("drlhet-jax", "sample", "fused"), rate("drlhet-jax", "update", "fused")
+    if ours and s and u:
+        # time per item of step vs (sample + update): 1.0 means no hidden copy of the tree
+        print(f"step time / (sample time + update time) = {(1 / ours) / (1 / s + 1 / u):.2f}")
+    for peer, mode in (("cpprb", "percall"), ("flashbax", "fused")):
+        theirs = rate(peer, "step", mode)
+        if ours and theirs:
+            print(f"step: drlhet-jax fused / {peer} {mode} = {ours / theirs:.2f}x")
+
+
+def threading_study(args: Args) -> list[dict]:
+    rows = []
+    for mode in ("default", "pin1", "xla1"):
+        out = args.out.with_name(f"bench_replay_threading_{mode}.json")
+        cmd = [
+            sys.executable,
+            __file__,
+            "--quick",
+            "--no-peers",
+            "--threading",
+            mode,
+            "--ops",
+            "sample",
+            "update",
+            "step",
+            "--modes",
+            "fused",
+            "percall",
+            "--repeats",
+            str(args.repeats),
+            "--out",
+            str(out),
+        ]
+        print("$", " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
+        rows += json.loads(out.read_text())
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    target = args.out.with_name("bench_replay_threading.json")
+    target.write_text(json.dumps(rows, indent=1))
+    print("\n== threading study, capacity 2^20, K 16, batch 256: items/s (median, measured) ==")
+    print(f"{'threading':<10} {'mode':<8} {'sample':>10} {'update':>10} {'step':>10}")
+    for mode in ("default", "pin1", "xla1"):
+        for m in ("fused", "percall"):
+            r = {
+                x["op"]: x["items_per_s"] for x in rows if x["threading"] == mode and x["mode"] == m
+            }
+            print(f"{mode:<10} {m:<8} {r['sample']:>10.3g} {r['update']:>10.3g} {r['step']:>10.3g}")
+    print(f"wrote {target}")
+    return rows
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

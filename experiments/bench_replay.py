@@ -56,6 +56,12 @@ class Args:
     """Timed repeats per measurement (after a warm-up that includes compilation)."""
     ops: tuple[str, ...] = ("insert", "sample", "update", "step")
     modes: tuple[str, ...] = ("fused", "percall")
+    backends: tuple[str, ...] = ("jax", "native")
+    """drlhet backends to measure (an unavailable one is skipped with its reason)."""
+    thread_scaling: bool = True
+    """Also measure the native backend with 1 thread (beside all cores)."""
+    limits: bool = True
+    """Probe this machine's memory limits (1 GiB array, one core) and report against them."""
     peers: bool = True
     """Also measure flashbax and cpprb (skipped with a note if not installed)."""
     threading: Literal["default", "pin1", "xla1"] = "default"
@@ -91,7 +97,9 @@ def main(args: Args) -> list[dict]:
     import jax.numpy as jnp
     import numpy as np
 
+    from drlhet.backends import BackendUnavailable
     from drlhet.replay.prioritized import make_prioritized_replay
+    from drlhet.replay.sum_tree import layout
 
     def transitions(n: int, seed: int = 0) -> dict:
         rng = np.random.default_rng(seed)
@@ -103,9 +111,31 @@ def main(args: Args) -> list[dict]:
             "done": np.zeros(n, np.float32),
         }
 
+    # Priorities for `update` come from a fixed table (cycled), as cpprb's do, so that no
+    # implementation pays for random number generation inside the timed op; `step` derives its
+    # new priorities from the sampled data, as a TD error would.
+    tables: dict[int, tuple] = {}
+
+    def update_batch(key):
+        capacity, batch = current["capacity"], current["batch"]
+        if (capacity, batch) not in tables:
+            rng = np.random.default_rng(5)
+            tables[(capacity, batch)] = (
+                rng.integers(0, capacity, (16, batch)).astype(np.int32),
+                rng.random((16, batch), np.float32) + np.float32(1e-3),
+            )
+        idx_t, pr_t = tables[(capacity, batch)]
+        row = jax.random.bits(key, (), jnp.uint32) % 16  # cheap: one word, not B
+        return jnp.asarray(idx_t)[row], jnp.asarray(pr_t)[row]
+
+    def td_like(data):
+        return jnp.abs(data["rew"] - 0.5) + 1e-3
+
+    current: dict[str, int] = {}
+
     # ---------------------------------------------------------------- drlhet
-    def drlhet_ops(capacity: int, batch: int, k: int, steps: int) -> dict:
-        fns = make_prioritized_replay(capacity, batch, branching=k)
+    def drlhet_ops(capacity: int, batch: int, k: int, steps: int, backend: str) -> dict:
+        fns = make_prioritized_replay(capacity, batch, branching=k, backend=backend)
         example = jax.tree.map(lambda x: x[0], transitions(1))
         state = fns.init(example)
         state = jax.jit(fns.add, donate_argnums=0)(
@@ -123,15 +153,12 @@ def main(args: Args) -> list[dict]:
             return s, b.weights.sum() + b.data["obs"].sum()
 
         def update(s, key):
-            k1, k2 = jax.random.split(key)
-            idx = jax.random.randint(k1, (batch,), 0, capacity)
-            return fns.update_priorities(s, idx, jax.random.uniform(k2, (batch,)) + 1e-3), 0.0
+            idx, pr = update_batch(key)
+            return fns.update_priorities(s, idx, pr), 0.0
 
         def step(s, key):
-            k1, k2 = jax.random.split(key)
-            b = fns.sample(s, k1)
-            pr = jax.random.uniform(k2, (batch,)) + 1e-3
-            return fns.update_priorities(s, b.indices, pr, b.stamps), b.weights.sum()
+            b = fns.sample(s, key)
+            return fns.update_priorities(s, b.indices, td_like(b.data), b.stamps), b.weights.sum()
 
         bodies = {"insert": insert, "sample": sample, "update": update, "step": step}
         holder = {"state": state}
@@ -194,15 +221,14 @@ def main(args: Args) -> list[dict]:
             return s, b.probabilities.sum() + b.experience.first["obs"].sum()
 
         def update(s, key):
-            k1, k2 = jax.random.split(key)
-            idx = jax.random.randint(k1, (batch,), 0, capacity)
-            return buf.set_priorities(s, idx, jax.random.uniform(k2, (batch,)) + 1e-3), 0.0
+            idx, pr = update_batch(key)
+            return buf.set_priorities(s, idx, pr), 0.0
 
         def step(s, key):
-            k1, k2 = jax.random.split(key)
-            b = buf.sample(s, k1)
-            pr = jax.random.uniform(k2, (batch,)) + 1e-3
-            return buf.set_priorities(s, b.indices, pr), b.probabilities.sum()
+            b = buf.sample(s, key)
+            return buf.set_priorities(
+                s, b.indices, td_like(b.experience.first)
+            ), b.probabilities.sum()
 
         bodies = {"insert": insert, "sample": sample, "update": update, "step": step}
         holder = {"state": state}
@@ -289,13 +315,60 @@ def main(args: Args) -> list[dict]:
             except ImportError:
                 print(f"note: {name} not installed (pip install -e '.[bench]'); skipped")
 
+    backends: list[str] = []
+    for name in args.backends:
+        try:
+            make_prioritized_replay(2, 1, backend=name)
+            backends.append(name)
+        except BackendUnavailable as e:
+            print(f"note: backend {name} unavailable: {e}")
+
+    def with_threads(runners: dict, n: int) -> dict:
+        from drlhet.backends import native
+
+        def wrap(fn):
+            def run():
+                native.set_num_threads(n)
+                try:
+                    fn()
+                finally:
+                    native.set_num_threads(0)
+
+            return run
+
+        return {key: wrap(fn) for key, fn in runners.items()}
+
     rows: list[dict] = []
     print(f"machine: {machine()}; threading: {args.threading}; jax {jax.__version__}")
+    if args.limits and "native" in backends:
+        from drlhet.backends import native
+
+        lim = native.probe_memory()
+        rows.append(
+            {
+                "impl": "machine-limit",
+                **lim._asdict(),
+                "machine": machine(),
+                "threading": args.threading,
+                "measured": True,
+            }
+        )
+        print(
+            f"memory limits, one core, 1 GiB array (measured): dependent read "
+            f"{lim.dependent_ns:.0f} ns, independent random reads {lim.independent_per_s:.3g}/s, "
+            f"sequential {lim.sequential_gbs:.1f} GB/s"
+        )
     for capacity, batch, k in grid:
+        current.update(capacity=capacity, batch=batch)
         steps = steps_for(batch)
         impls: dict[str, dict] = {}
         t0 = time.perf_counter()
-        impls["drlhet-jax"] = drlhet_ops(capacity, batch, k, steps)
+        for name in backends:
+            impls[f"drlhet-{name}"] = drlhet_ops(capacity, batch, k, steps, name)
+        if "native" in backends and args.thread_scaling:
+            impls["drlhet-native-1t"] = with_threads(
+                drlhet_ops(capacity, batch, k, steps, "native"), 1
+            )
         if k == 16:  # peers have no K; measure them once per (capacity, batch)
             if "flashbax" in peer_names:
                 impls["flashbax"] = flashbax_ops(capacity, batch, steps)
@@ -344,12 +417,14 @@ def main(args: Args) -> list[dict]:
             [
                 r
                 for r in rows
-                if r["capacity"] == capacity and r["batch"] == batch and r["branching"] in (k, None)
+                if r.get("capacity") == capacity
+                and r.get("batch") == batch
+                and r.get("branching") in (k, None)
             ],
             f"capacity 2^{capacity.bit_length() - 1}, "
             f"batch {batch}, K {k}  ({time.perf_counter() - t0:.0f} s)",
         )
-        print_ratios(rows, capacity, batch, k)
+        print_ratios(rows, capacity, batch, k, layout(capacity, k).depth)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=1))
     print(f"wrote {len(rows)} rows to {args.out}")
@@ -366,10 +441,10 @@ def print_table(rows: list[dict], title: str) -> None:
         )
 
 
-def print_ratios(rows: list[dict], capacity: int, batch: int, k: int) -> None:
+def print_ratios(rows: list[dict], capacity: int, batch: int, k: int, depth: int) -> None:
     def rate(impl: str, op: str, mode: str) -> float | None:
         for r in rows:
-            if (r["impl"], r["op"], r["mode"], r["capacity"], r["batch"]) == (
+            if (r["impl"], r.get("op"), r.get("mode"), r.get("capacity"), r.get("batch")) == (
                 impl,
                 op,
                 mode,
@@ -379,15 +454,36 @@ def print_ratios(rows: list[dict], capacity: int, batch: int, k: int) -> None:
                 return r["items_per_s"]
         return None
 
-    ours = rate("drlhet-jax", "step", "fused")
-    s, u = rate("drlhet-jax", "sample", "fused"), rate("drlhet-jax", "update", "fused")
-    if ours and s and u:
-        # time per item of step vs (sample + update): 1.0 means no hidden copy of the tree
-        print(f"step time / (sample time + update time) = {(1 / ours) / (1 / s + 1 / u):.2f}")
-    for peer, mode in (("cpprb", "percall"), ("flashbax", "fused")):
-        theirs = rate(peer, "step", mode)
-        if ours and theirs:
-            print(f"step: drlhet-jax fused / {peer} {mode} = {ours / theirs:.2f}x")
+    for impl in ("drlhet-jax", "drlhet-native"):
+        ours = rate(impl, "step", "fused")
+        s, u = rate(impl, "sample", "fused"), rate(impl, "update", "fused")
+        if ours and s and u:
+            # time per item of step vs (sample + update): ~1 means no hidden copy of the tree
+            print(
+                f"{impl}: step time / (sample time + update time) = "
+                f"{(1 / ours) / (1 / s + 1 / u):.2f}"
+            )
+        for peer, mode in (("cpprb", "percall"), ("flashbax", "fused")):
+            theirs = rate(peer, "step", mode)
+            if ours and theirs:
+                print(f"step: {impl} fused / {peer} {mode} = {ours / theirs:.2f}x")
+    nat, ref = rate("drlhet-native", "step", "fused"), rate("drlhet-jax", "step", "fused")
+    one = rate("drlhet-native-1t", "step", "fused")
+    if nat and ref:
+        print(f"step: drlhet-native fused / drlhet-jax fused = {nat / ref:.2f}x")
+    if nat and one:
+        print(f"step: drlhet-native all threads / 1 thread = {nat / one:.2f}x")
+    limit = next((r for r in rows if r["impl"] == "machine-limit"), None)
+    if nat and limit:
+        # a step item reads one K-child row per level to sample and one per level to update
+        lines = 2 * depth
+        gather_bound = limit["independent_per_s"] / lines
+        latency_bound = 1e9 / (limit["dependent_ns"] * lines)
+        print(
+            f"native step {nat:.3g} items/s = {nat / gather_bound:.2f} of the independent-read "
+            f"bound ({gather_bound:.3g}/s, {lines} row reads per item, one core) and "
+            f"{nat / latency_bound:.2f} of the dependent-read bound ({latency_bound:.3g}/s)"
+        )
 
 
 def threading_study(args: Args) -> list[dict]:

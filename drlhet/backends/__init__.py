@@ -5,6 +5,7 @@ Importing this package registers every backend; `lookup` returns one or raises
 """
 
 from drlhet.backends import jax_ref as _jax_ref  # noqa: F401  (registers "jax")
+from drlhet.backends import native as _native  # noqa: F401  (registers "native")
 from drlhet.backends.base import BackendUnavailable, available, lookup, register
 
 __all__ = ["BackendUnavailable", "available", "lookup", "register"]

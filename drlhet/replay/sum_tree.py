@@ -168,7 +168,7 @@ def write(
       keep: optional ``[B]`` bool; dropped entries write nothing.
 
     Returns:
-      The new tree. Duplicate kept indices: the last occurrence wins.
+      The new tree. Duplicate kept indices: the last kept occurrence wins.
     """
     lay = state.layout
     k = state.branching
@@ -178,11 +178,12 @@ def write(
     n = indices.shape[0]
     if n == 0:
         return state
+    dropped = jnp.iinfo(jnp.int32).max
+    if keep is not None:  # dropped entries sort last and never shadow a kept duplicate
+        indices = jnp.where(jnp.asarray(keep), indices, dropped)
     order = jnp.argsort(indices, stable=True)
     s_idx = indices[order]
-    last = jnp.concatenate([s_idx[1:] != s_idx[:-1], jnp.ones((1,), bool)])
-    if keep is not None:
-        last = last & jnp.asarray(keep)[order]
+    last = jnp.concatenate([s_idx[1:] != s_idx[:-1], jnp.ones((1,), bool)]) & (s_idx != dropped)
     leaf_slot = jnp.where(last, lay.offsets[-1] + s_idx, lay.size)  # out of range -> dropped
     nodes = nodes.at[leaf_slot].set(values[order], mode="drop")
     # Recomputing a node from its children is idempotent, so dropped entries may walk any path.

@@ -246,3 +246,14 @@ def test_root_exact_after_a_million_updates():
     leaves = np.asarray(st.leaves(tree), np.float64)
     root = float(st.total(tree))
     assert abs(root - leaves.sum()) <= 1e-6 * leaves.sum()
+
+
+def test_dropped_entries_never_shadow_a_kept_duplicate():
+    tree = st.write(
+        st.init(8, 2),
+        jnp.array([3, 3, 5]),
+        jnp.array([1.0, 2.0, 4.0]),
+        jnp.array([True, False, True]),
+    )
+    np.testing.assert_array_equal(st.get(tree, jnp.array([3, 5])), [1.0, 4.0])
+    assert float(st.total(tree)) == 5.0

@@ -1,0 +1,177 @@
+"""The native CPU backend: the sum tree as C++/OpenMP XLA FFI custom calls inside ``jit``.
+
+The kernels (``kernels/cpu/sum_tree.cc``, built by scikit-build-core + CMake on ``pip install``)
+implement the reference's ``find`` and ``update`` bit for bit, parallel over the batch with
+OpenMP; ``update`` writes the tree in place (``input_output_aliases``; donate the buffer state).
+Whole training steps stay one XLA program. float32 trees only.
+
+Loading the library is deferred to the first lookup; if it was not built, lookup raises
+`BackendUnavailable` with the reason.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.util
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from drlhet.backends.base import BackendUnavailable, register
+from drlhet.replay.sum_tree import SumTreeState
+
+__all__ = [
+    "library_path",
+    "set_num_threads",
+    "get_num_threads",
+    "find",
+    "update",
+    "probe_memory",
+    "MemoryLimits",
+]
+
+MAX_BRANCHING = 256  # kMaxBranching in kernels/include/drlhet/sum_tree.h
+_LIB_NAMES = ("libdrlhet_cpu.so", "libdrlhet_cpu.dylib", "drlhet_cpu.dll")
+
+
+def library_path() -> Path:
+    """Where the built kernel library is (editable or regular install)."""
+    spec = importlib.util.find_spec("drlhet")
+    places = list(spec.submodule_search_locations or []) if spec else []
+    for place in places:
+        for name in _LIB_NAMES:
+            if (Path(place) / name).is_file():
+                return Path(place) / name
+    raise BackendUnavailable(
+        "the native CPU kernels are not built (no libdrlhet_cpu in "
+        f"{places}); reinstall with `pip install -e .` (needs CMake, a C++17 compiler, OpenMP)"
+    )
+
+
+@functools.cache
+def _library() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(library_path()))
+    for target, symbol in (("drlhet_find", lib.DrlhetFind), ("drlhet_update", lib.DrlhetUpdate)):
+        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
+    lib.drlhet_set_num_threads.argtypes = [ctypes.c_int]
+    lib.drlhet_get_num_threads.restype = ctypes.c_int
+    return lib
+
+
+def set_num_threads(n: int) -> None:
+    """Sets the OpenMP threads of the native kernels; 0 means all available cores (default)."""
+    if n < 0:
+        raise ValueError(f"thread count must be >= 0, got {n}")
+    _library().drlhet_set_num_threads(int(n))
+
+
+def get_num_threads() -> int:
+    """Threads the native kernels use."""
+    return int(_library().drlhet_get_num_threads())
+
+
+def _check(tree: SumTreeState) -> None:
+    _library()  # registers the FFI targets on first use
+    if tree.branching > MAX_BRANCHING:
+        raise ValueError(f"the native backend supports K <= {MAX_BRANCHING}, got {tree.branching}")
+    if tree.nodes.dtype != jnp.float32:
+        raise ValueError(f"the native backend supports float32 trees, got {tree.nodes.dtype}")
+
+
+def find(tree: SumTreeState, targets: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Native `find`: ``(tree, targets [B]) -> (indices [B] int32, values [B], total [])``.
+
+    Same contract as `drlhet.replay.sum_tree.descend`; non-finite targets are an FFI error.
+    """
+    _check(tree)
+    targets = jnp.asarray(targets, jnp.float32)
+    out = (
+        jax.ShapeDtypeStruct(targets.shape, jnp.int32),
+        jax.ShapeDtypeStruct(targets.shape, jnp.float32),
+        jax.ShapeDtypeStruct(targets.shape[:-1], jnp.float32),
+    )
+    call = jax.ffi.ffi_call("drlhet_find", out, vmap_method="broadcast_all")
+    return call(
+        tree.nodes, targets, branching=np.int64(tree.branching), capacity=np.int64(tree.capacity)
+    )
+
+
+def update(
+    tree: SumTreeState, indices: jax.Array, values: jax.Array, keep: jax.Array | None = None
+) -> SumTreeState:
+    """Native `update`: ``(tree, indices [B], values [B], keep [B] | None) -> tree``.
+
+    Same contract as `drlhet.replay.sum_tree.write` (last duplicate wins, dropped entries write
+    nothing), plus validation: a kept index outside ``[0, capacity)`` or a negative, NaN or
+    infinite value is an FFI error, raised before anything is written.
+    """
+    _check(tree)
+    indices = jnp.asarray(indices, jnp.int32)
+    values = jnp.asarray(values, jnp.float32)
+    keep = jnp.ones(indices.shape, bool) if keep is None else jnp.asarray(keep, bool)
+    if indices.shape[-1:] == (0,):
+        return tree
+    call = jax.ffi.ffi_call(
+        "drlhet_update",
+        jax.ShapeDtypeStruct(tree.nodes.shape, jnp.float32),
+        vmap_method="broadcast_all",
+        input_output_aliases={0: 0},
+    )
+    nodes = call(
+        tree.nodes,
+        indices,
+        values,
+        keep,
+        branching=np.int64(tree.branching),
+        capacity=np.int64(tree.capacity),
+    )
+    return SumTreeState(nodes, tree.capacity, tree.branching)
+
+
+def _load(fn):
+    def loader():
+        _library()
+        return fn
+
+    return loader
+
+
+register("find", "native", _load(find))
+register("update", "native", _load(update))
+
+
+class MemoryLimits(NamedTuple):
+    """One core's memory limits over a large array (measured by the native probes).
+
+    Attributes:
+      dependent_ns: nanoseconds per dependent random read (pointer chasing).
+      independent_per_s: independent random 8-byte reads per second (a gather).
+      sequential_gbs: sequential read bandwidth in GB/s.
+      bytes: size of the probed array.
+    """
+
+    dependent_ns: float
+    independent_per_s: float
+    sequential_gbs: float
+    bytes: int
+
+
+def probe_memory(nbytes: int = 1 << 30, seed: int = 1) -> MemoryLimits:
+    """Measures this machine's memory limits on one core (a few seconds for 1 GiB)."""
+    lib = _library()
+    lib.drlhet_probe_dependent_ns.restype = ctypes.c_double
+    lib.drlhet_probe_dependent_ns.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_uint64]
+    lib.drlhet_probe_independent_rate.restype = ctypes.c_double
+    lib.drlhet_probe_independent_rate.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_uint64]
+    lib.drlhet_probe_sequential_gbs.restype = ctypes.c_double
+    lib.drlhet_probe_sequential_gbs.argtypes = [ctypes.c_int64, ctypes.c_int]
+    return MemoryLimits(
+        dependent_ns=lib.drlhet_probe_dependent_ns(nbytes, 2_000_000, seed),
+        independent_per_s=lib.drlhet_probe_independent_rate(nbytes, 20_000_000, seed),
+        sequential_gbs=lib.drlhet_probe_sequential_gbs(nbytes, 2),
+        bytes=nbytes,
+    )

@@ -95,9 +95,10 @@ def find(tree: SumTreeState, targets: jax.Array) -> tuple[jax.Array, jax.Array, 
         jax.ShapeDtypeStruct(targets.shape[:-1], jnp.float32),
     )
     call = jax.ffi.ffi_call("drlhet_find", out, vmap_method="broadcast_all")
-    return call(
+    indices, values, total = call(
         tree.nodes, targets, branching=np.int64(tree.branching), capacity=np.int64(tree.capacity)
     )
+    return indices, values, total
 
 
 def update(

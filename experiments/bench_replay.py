@@ -520,7 +520,11 @@ def threading_study(args: Args) -> list[dict]:
     for mode in ("default", "pin1", "xla1"):
         for m in ("fused", "percall"):
             r = {
-                x["op"]: x["items_per_s"] for x in rows if x["threading"] == mode and x["mode"] == m
+                x["op"]: x["items_per_s"]
+                for x in rows
+                if x.get("threading") == mode
+                and x.get("mode") == m
+                and x.get("impl") == "drlhet-jax"
             }
             print(f"{mode:<10} {m:<8} {r['sample']:>10.3g} {r['update']:>10.3g} {r['step']:>10.3g}")
     print(f"wrote {target}")

@@ -1,0 +1,143 @@
+"""DDPG (Lillicrap et al., 2016) with optional TD3 refinements (Fujimoto et al., 2018).
+
+`make_ddpg(config, ...)` returns `AgentFns(init, act, update)` (see `drlhet.agents.dqn`);
+``update`` returns ``|TD| + eps`` of the (first) critic as the new priorities.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from drlhet.agents.dqn import AgentFns
+from drlhet.agents.losses import q_td
+from drlhet.agents.networks import Actor, Critic
+
+__all__ = ["DDPGConfig", "DDPGState", "make_ddpg"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DDPGConfig:
+    """DDPG / TD3 hyper-parameters."""
+
+    hidden: tuple[int, ...] = (256, 256)
+    actor_lr: float = 1e-3
+    critic_lr: float = 1e-3
+    gamma: float = 0.99
+    tau: float = 0.005
+    exploration_noise: float = 0.1
+    """Gaussian noise std as a fraction of the half action range."""
+    td3: bool = False
+    """Twin critics (min), target policy smoothing and delayed actor updates."""
+    target_noise: float = 0.2
+    target_noise_clip: float = 0.5
+    policy_delay: int = 2
+    priority_eps: float = 1e-6
+
+
+class DDPGState(NamedTuple):
+    """Learner state (a pytree; donate it)."""
+
+    actor: Any
+    critic: Any
+    target_actor: Any
+    target_critic: Any
+    actor_opt: Any
+    critic_opt: Any
+    steps: jax.Array
+
+
+def make_ddpg(
+    config: DDPGConfig, obs_shape: tuple[int, ...], action_dim: int, low: float, high: float
+) -> AgentFns:
+    """Builds a DDPG (or TD3) agent for continuous actions in ``[low, high]^action_dim``."""
+    if action_dim < 1:
+        raise ValueError(f"DDPG needs continuous actions, got action_dim={action_dim}")
+    actor = Actor(config.hidden, action_dim, low, high)
+    critic = Critic(config.hidden)
+    n_critics = 2 if config.td3 else 1
+    actor_opt = optax.adam(config.actor_lr)
+    critic_opt = optax.adam(config.critic_lr)
+    half_range = 0.5 * (high - low)
+
+    def critic_apply(params, obs, action):  # [n_critics, B]
+        return jax.vmap(lambda p: critic.apply(p, obs, action))(params)
+
+    def init(key):
+        ka, kc = jax.random.split(key)
+        obs = jnp.zeros(obs_shape, jnp.float32)
+        a_params = actor.init(ka, obs)
+        c_params = jax.vmap(lambda k: critic.init(k, obs, jnp.zeros((action_dim,))))(
+            jax.random.split(kc, n_critics)
+        )
+        return DDPGState(
+            a_params,
+            c_params,
+            a_params,
+            c_params,
+            actor_opt.init(a_params),
+            critic_opt.init(c_params),
+            jnp.zeros((), jnp.int32),
+        )
+
+    def act(state, obs, key, env_steps, explore=True):
+        a = actor.apply(state.actor, obs)
+        if not explore:
+            return a
+        noise = config.exploration_noise * half_range * jax.random.normal(key, a.shape)
+        return jnp.clip(a + noise, low, high)
+
+    def critic_loss(c_params, state, batch, weights, key):
+        a_t = actor.apply(state.target_actor, batch["next_obs"])
+        if config.td3:
+            eps = jnp.clip(
+                config.target_noise * half_range * jax.random.normal(key, a_t.shape),
+                -config.target_noise_clip * half_range,
+                config.target_noise_clip * half_range,
+            )
+            a_t = jnp.clip(a_t + eps, low, high)
+        q_t = jnp.min(critic_apply(state.target_critic, batch["next_obs"], a_t), axis=0)
+        q_tm1 = critic_apply(c_params, batch["obs"], batch["action"])  # [n, B]
+        td = jax.vmap(lambda q: jax.vmap(q_td)(q, batch["reward"], batch["discount"], q_t))(q_tm1)
+        loss = jnp.mean(weights[None] * td**2)
+        return loss, td[0]
+
+    def actor_loss(a_params, c_params, batch):
+        a = actor.apply(a_params, batch["obs"])
+        return -jnp.mean(critic_apply(c_params, batch["obs"], a)[0])
+
+    def update(state, batch, weights, key=None):
+        key = jax.random.key(0) if key is None else key
+        (c_loss, td), c_grads = jax.value_and_grad(critic_loss, has_aux=True)(
+            state.critic, state, batch, weights, key
+        )
+        c_updates, c_opt = critic_opt.update(c_grads, state.critic_opt, state.critic)
+        c_params = optax.apply_updates(state.critic, c_updates)
+        a_loss, a_grads = jax.value_and_grad(actor_loss)(state.actor, c_params, batch)
+        a_updates, a_opt = actor_opt.update(a_grads, state.actor_opt, state.actor)
+        steps = state.steps + 1
+        do_actor = (steps % config.policy_delay == 0) if config.td3 else jnp.bool_(True)
+        a_params = jax.tree.map(
+            lambda new, old: jnp.where(do_actor, new, old),
+            optax.apply_updates(state.actor, a_updates),
+            state.actor,
+        )
+        a_opt = jax.tree.map(lambda new, old: jnp.where(do_actor, new, old), a_opt, state.actor_opt)
+        tau = jnp.where(do_actor, config.tau, 0.0)
+        new = DDPGState(
+            a_params,
+            c_params,
+            optax.incremental_update(a_params, state.target_actor, tau),
+            optax.incremental_update(c_params, state.target_critic, tau),
+            a_opt,
+            c_opt,
+            steps,
+        )
+        priorities = jnp.abs(td) + config.priority_eps
+        return new, priorities, {"loss": c_loss, "actor_loss": a_loss, "abs_td": jnp.mean(jnp.abs(td))}
+
+    return AgentFns(init, act, update)

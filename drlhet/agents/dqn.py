@@ -1,0 +1,132 @@
+"""DQN (Mnih et al., 2015) with double Q-learning, dueling head and importance-weighted Huber loss.
+
+`make_dqn(config, env)` returns `AgentFns(init, act, update)`; ``update`` returns the new
+priorities ``|TD| + eps`` of the trained batch for the prioritized buffer (Schaul et al., 2016).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from drlhet.agents.losses import double_q_td, huber, q_td
+from drlhet.agents.networks import QNetwork
+
+__all__ = ["DQNConfig", "DQNState", "AgentFns", "make_dqn", "linear_schedule"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DQNConfig:
+    """DQN hyper-parameters (defaults solve CartPole-v1 with PER in well under 100k steps)."""
+
+    hidden: tuple[int, ...] = (64, 64)
+    learning_rate: float = 1e-3
+    gamma: float = 0.99
+    double: bool = True
+    dueling: bool = True
+    target_period: int = 500
+    """SGD steps between hard target updates (0: Polyak averaging with ``tau`` every step)."""
+    tau: float = 0.005
+    huber_delta: float = 1.0
+    max_grad_norm: float = 10.0
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.02
+    epsilon_steps: int = 10_000
+    """Env steps (all environments together) over which epsilon decays linearly."""
+    priority_eps: float = 1e-6
+
+
+class DQNState(NamedTuple):
+    """Learner state (a pytree; donate it)."""
+
+    params: Any
+    target_params: Any
+    opt_state: Any
+    steps: jax.Array  # [] int32 SGD steps taken
+
+
+class AgentFns(NamedTuple):
+    """Pure functions of an agent.
+
+    Attributes:
+      init: ``(key) -> state``.
+      act: ``(state, obs [N, ...], key, env_steps, explore=True) -> actions [N, ...]``.
+      update: ``(state, batch, weights [B], key) -> (state, priorities [B], metrics)``; ``batch``
+        is a dict of ``[B, ...]`` arrays: obs, action, reward, discount, next_obs.
+    """
+
+    init: Any
+    act: Any
+    update: Any
+
+
+def linear_schedule(start: float, end: float, steps: int):
+    """``t -> start + (end - start) * min(t / steps, 1)``."""
+
+    def fn(t):
+        frac = jnp.clip(jnp.asarray(t, jnp.float32) / max(steps, 1), 0.0, 1.0)
+        return start + (end - start) * frac
+
+    return fn
+
+
+def make_dqn(config: DQNConfig, obs_shape: tuple[int, ...], num_actions: int) -> AgentFns:
+    """Builds a DQN agent for ``num_actions`` discrete actions and observations ``obs_shape``."""
+    if num_actions < 1:
+        raise ValueError(f"DQN needs discrete actions, got num_actions={num_actions}")
+    net = QNetwork(config.hidden, num_actions, config.dueling)
+    opt = optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate)
+    )
+    epsilon = linear_schedule(config.epsilon_start, config.epsilon_end, config.epsilon_steps)
+
+    def init(key):
+        params = net.init(key, jnp.zeros(obs_shape, jnp.float32))
+        return DQNState(params, params, opt.init(params), jnp.zeros((), jnp.int32))
+
+    def act(state, obs, key, env_steps, explore=True):
+        q = net.apply(state.params, obs)
+        greedy = jnp.argmax(q, axis=-1).astype(jnp.int32)
+        if not explore:
+            return greedy
+        k1, k2 = jax.random.split(key)
+        random = jax.random.randint(k1, greedy.shape, 0, num_actions, jnp.int32)
+        take_random = jax.random.uniform(k2, greedy.shape) < epsilon(env_steps)
+        return jnp.where(take_random, random, greedy)
+
+    def loss_fn(params, target_params, batch, weights):
+        q_tm1 = net.apply(params, batch["obs"])
+        q_t_target = net.apply(target_params, batch["next_obs"])
+        if config.double:
+            q_t_online = net.apply(params, batch["next_obs"])
+            td = jax.vmap(double_q_td)(
+                q_tm1, batch["action"], batch["reward"], batch["discount"], q_t_target, q_t_online
+            )
+        else:
+            q_sel = jnp.take_along_axis(q_tm1, batch["action"][:, None], axis=1)[:, 0]
+            td = jax.vmap(q_td)(
+                q_sel, batch["reward"], batch["discount"], jnp.max(q_t_target, axis=-1)
+            )
+        loss = jnp.mean(weights * huber(td, config.huber_delta))
+        return loss, td
+
+    def update(state, batch, weights, key=None):
+        (loss, td), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state.params, state.target_params, batch, weights
+        )
+        updates, opt_state = opt.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        steps = state.steps + 1
+        if config.target_period > 0:
+            target = optax.periodic_update(params, state.target_params, steps, config.target_period)
+        else:
+            target = optax.incremental_update(params, state.target_params, config.tau)
+        priorities = jnp.abs(td) + config.priority_eps
+        metrics = {"loss": loss, "abs_td": jnp.mean(jnp.abs(td))}
+        return DQNState(params, target, opt_state, steps), priorities, metrics
+
+    return AgentFns(init, act, update)

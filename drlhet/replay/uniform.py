@@ -1,0 +1,60 @@
+"""Uniform replay with the prioritized buffer's API, the baseline PER is compared against.
+
+``sample`` draws slots uniformly from the filled ones (IS weights 1); ``update_priorities`` is a
+no-op. Same state type as `drlhet.replay.prioritized` (the tree stays empty and unused).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from drlhet.replay import sum_tree
+from drlhet.replay.prioritized import (
+    PrioritizedReplayState,
+    PrioritizedSample,
+    ReplayFns,
+    make_prioritized_replay,
+)
+
+__all__ = ["make_uniform_replay"]
+
+
+def make_uniform_replay(capacity: int, batch_size: int) -> ReplayFns:
+    """Builds a uniform ring-buffer replay of ``capacity`` slots sampling ``batch_size``."""
+    base = make_prioritized_replay(capacity, batch_size, branching=16)
+
+    def init(example):
+        state = base.init(example)
+        return state._replace(tree=sum_tree.init(1, 2))  # no tree needed
+
+    def add(state: PrioritizedReplayState, transitions, priorities=None):
+        n = jax.tree.leaves(transitions)[0].shape[0]
+        if n > capacity:
+            raise ValueError(f"cannot add {n} transitions to a buffer of capacity {capacity}")
+        slots = (state.position + jnp.arange(n, dtype=jnp.int32)) % capacity
+        storage = jax.tree.map(
+            lambda buf, x: buf.at[slots].set(jnp.asarray(x, buf.dtype)), state.storage, transitions
+        )
+        stamps = state.stamps.at[slots].set(state.inserted + jnp.arange(n, dtype=jnp.int32))
+        return state._replace(
+            storage=storage,
+            stamps=stamps,
+            position=(state.position + n) % capacity,
+            size=jnp.minimum(state.size + n, capacity),
+            inserted=state.inserted + n,
+        )
+
+    def sample(state: PrioritizedReplayState, key, beta: float = 0.4) -> PrioritizedSample:
+        if not isinstance(state.size, jax.core.Tracer) and int(state.size) == 0:
+            raise ValueError("cannot sample from an empty replay buffer (size 0)")
+        idx = jax.random.randint(key, (batch_size,), 0, jnp.maximum(state.size, 1), jnp.int32)
+        data = jax.tree.map(lambda buf: buf[idx], state.storage)
+        ones = jnp.ones((batch_size,), jnp.float32)
+        probs = ones / jnp.maximum(state.size, 1).astype(jnp.float32)
+        return PrioritizedSample(idx, state.stamps[idx], data, probs, ones)
+
+    def update_priorities(state, indices, priorities, stamps=None):
+        return state
+
+    return ReplayFns(init, add, sample, update_priorities)

@@ -1,0 +1,137 @@
+"""Markdown tables from bench_replay.py's JSON rows (for the README). Prints; changes nothing.
+
+Usage:
+  python experiments/report_replay.py results/bench_replay.json results/bench_replay_threading.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x / 1e6:.2f}M"
+
+
+def rate(rows, impl, op, mode, capacity, batch, k=16):
+    for r in rows:
+        if (r.get("impl"), r.get("op"), r.get("mode"), r.get("capacity"), r.get("batch")) == (
+            impl,
+            op,
+            mode,
+            capacity,
+            batch,
+        ) and r.get("branching") in (k, None):
+            return r
+    return None
+
+
+def cell(r) -> str:
+    if r is None:
+        return "-"
+    return f"{fmt(r['items_per_s'])} ({fmt(r['items_per_s_min'])}-{fmt(r['items_per_s_max'])})"
+
+
+def main(grid_path: str, threading_path: str | None = None) -> None:
+    rows = json.loads(Path(grid_path).read_text())
+    lim = next((r for r in rows if r["impl"] == "machine-limit"), None)
+    any_row = next(r for r in rows if r["impl"] != "machine-limit")
+    print(f"Machine: {any_row['machine']}; threading: {any_row['threading']}.")
+    if lim:
+        print(
+            f"Memory limits, one core, 1 GiB array (measured): dependent random read "
+            f"{lim['dependent_ns']:.0f} ns, independent random reads "
+            f"{lim['independent_per_s'] / 1e6:.0f}M/s, sequential read {lim['sequential_gbs']:.0f} GB/s."
+        )
+    impls = [
+        ("drlhet-jax", "fused"),
+        ("drlhet-native", "fused"),
+        ("drlhet-native-1t", "fused"),
+        ("drlhet-jax", "percall"),
+        ("drlhet-native", "percall"),
+        ("flashbax", "fused"),
+        ("flashbax", "percall"),
+        ("cpprb", "percall"),
+    ]
+    print("\n**Capacity 2^20, K = 16, batch 256** (items/s, median (min-max) of repeats):\n")
+    print("| impl | mode | insert | sample | update | step |")
+    print("|---|---|---|---|---|---|")
+    for impl, mode in impls:
+        cells = [
+            cell(rate(rows, impl, op, mode, 2**20, 256))
+            for op in ("insert", "sample", "update", "step")
+        ]
+        if any(c != "-" for c in cells):
+            print(f"| {impl} | {mode} | " + " | ".join(cells) + " |")
+
+    caps = sorted({r["capacity"] for r in rows if "capacity" in r})
+    batches = sorted({r["batch"] for r in rows if "batch" in r})
+    print("\n**Step (sample B + update B) by capacity and batch, K = 16** (items/s, median):\n")
+    print(
+        "| capacity | batch | jax fused | native fused | flashbax fused | cpprb | native / jax | native / cpprb |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for c in caps:
+        for b in batches:
+            got = {
+                name: rate(rows, name, "step", mode, c, b)
+                for name, mode in (
+                    ("drlhet-jax", "fused"),
+                    ("drlhet-native", "fused"),
+                    ("flashbax", "fused"),
+                    ("cpprb", "percall"),
+                )
+            }
+            if not any(got.values()):
+                continue
+            v = {k: (r["items_per_s"] if r else None) for k, r in got.items()}
+            nj = (
+                f"{v['drlhet-native'] / v['drlhet-jax']:.2f}x"
+                if v["drlhet-native"] and v["drlhet-jax"]
+                else "-"
+            )
+            nc = (
+                f"{v['drlhet-native'] / v['cpprb']:.1f}x"
+                if v["drlhet-native"] and v["cpprb"]
+                else "-"
+            )
+            print(
+                f"| 2^{c.bit_length() - 1} | {b} | {fmt(v['drlhet-jax'])} | {fmt(v['drlhet-native'])} "
+                f"| {fmt(v['flashbax'])} | {fmt(v['cpprb'])} | {nj} | {nc} |"
+            )
+
+    ks = sorted({r["branching"] for r in rows if r.get("branching")})
+    print("\n**Branching factor K, capacity 2^20, batch 256, fused** (items/s, median):\n")
+    print(
+        "| K | jax sample | jax update | jax step | native sample | native update | native step |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for k in ks:
+        vals = [
+            rate(rows, impl, op, "fused", 2**20, 256, k)
+            for impl in ("drlhet-jax", "drlhet-native")
+            for op in ("sample", "update", "step")
+        ]
+        if any(vals):
+            print(
+                f"| {k} | " + " | ".join(fmt(r["items_per_s"] if r else None) for r in vals) + " |"
+            )
+
+    if threading_path and Path(threading_path).exists():
+        trows = json.loads(Path(threading_path).read_text())
+        print("\n**Threading, capacity 2^20, K = 16, batch 256, fused step** (items/s, median):\n")
+        print("| setting | jax | native (all threads) | native (1 thread) |")
+        print("|---|---|---|---|")
+        for t in ("default", "pin1", "xla1"):
+            sel = [r for r in trows if r.get("threading") == t]
+            v = [
+                rate(sel, impl, "step", "fused", 2**20, 256)
+                for impl in ("drlhet-jax", "drlhet-native", "drlhet-native-1t")
+            ]
+            print(f"| {t} | " + " | ".join(fmt(r["items_per_s"] if r else None) for r in v) + " |")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -40,13 +40,13 @@ class TrainConfig:
     steps: int = 100_000
     """Env steps per seed (all environments together)."""
     num_envs: int = 4
-    sgd_steps: int = 1
+    sgd_steps: int = 2
     """SGD steps per iteration; replay ratio = sgd_steps / num_envs SGD steps per env step."""
     warmup: int = 1_000
     """Env steps with random actions before learning starts."""
     buffer_size: int = 50_000
-    batch_size: int = 64
-    n_step: int = 1
+    batch_size: int = 128
+    n_step: int = 3
     """n-step returns: transitions carry sum_i gamma^i r_i over up to n steps of one episode."""
     alpha: float = 0.6
     beta_start: float = 0.4
@@ -100,8 +100,17 @@ class Trainer(NamedTuple):
 
 
 def _check(cfg: TrainConfig) -> None:
-    for name in ("n_step", "steps", "num_envs", "sgd_steps", "batch_size", "buffer_size", "eval_every",
-                 "eval_envs", "seeds"):
+    for name in (
+        "n_step",
+        "steps",
+        "num_envs",
+        "sgd_steps",
+        "batch_size",
+        "buffer_size",
+        "eval_every",
+        "eval_envs",
+        "seeds",
+    ):
         if getattr(cfg, name) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
     if cfg.eval_every % cfg.num_envs:
@@ -125,14 +134,16 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
     else:
         if env.discrete:
             raise ValueError(f"DDPG needs continuous actions; {cfg.env} is discrete (use dqn)")
-        agent = make_ddpg(cfg.ddpg, env.obs_shape, env.action_dim, env.action_low,
-                          env.action_high)
+        agent = make_ddpg(cfg.ddpg, env.obs_shape, env.action_dim, env.action_low, env.action_high)
         gamma = cfg.ddpg.gamma
     if cfg.uniform:
         replay = make_uniform_replay(cfg.buffer_size, cfg.batch_size)
     else:
         replay = make_prioritized_replay(
-            cfg.buffer_size, cfg.batch_size, alpha=cfg.alpha, branching=cfg.branching,
+            cfg.buffer_size,
+            cfg.batch_size,
+            alpha=cfg.alpha,
+            branching=cfg.branching,
             backend=cfg.backend,
         )
     iterations = cfg.eval_every // cfg.num_envs
@@ -222,8 +233,15 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
             rep, env_state, obs, ret, _, fifo = env_iteration(
                 ts, random_actions(k_act), k_env, insert
             )
-            return ts._replace(replay=rep, env_state=env_state, obs=obs, key=key, fifo=fifo,
-                               env_steps=ts.env_steps + cfg.num_envs, episode_return=ret), None
+            return ts._replace(
+                replay=rep,
+                env_state=env_state,
+                obs=obs,
+                key=key,
+                fifo=fifo,
+                env_steps=ts.env_steps + cfg.num_envs,
+                episode_return=ret,
+            ), None
 
         # fill the n-step FIFO first (nothing complete to insert yet), then collect
         fill = functools.partial(body, insert=False)

@@ -43,7 +43,8 @@ def main(grid_path: str, threading_path: str | None = None) -> None:
         print(
             f"Memory limits, one core, 1 GiB array (measured): dependent random read "
             f"{lim['dependent_ns']:.0f} ns, independent random reads "
-            f"{lim['independent_per_s'] / 1e6:.0f}M/s, sequential read {lim['sequential_gbs']:.0f} GB/s."
+            f"{lim['independent_per_s'] / 1e6:.0f}M/s, "
+            f"sequential read {lim['sequential_gbs']:.0f} GB/s."
         )
     impls = [
         ("drlhet-jax", "fused"),
@@ -70,7 +71,8 @@ def main(grid_path: str, threading_path: str | None = None) -> None:
     batches = sorted({r["batch"] for r in rows if "batch" in r})
     print("\n**Step (sample B + update B) by capacity and batch, K = 16** (items/s, median):\n")
     print(
-        "| capacity | batch | jax fused | native fused | flashbax fused | cpprb | native / jax | native / cpprb |"
+        "| capacity | batch | jax fused | native fused | flashbax fused | cpprb "
+        "| native / jax | native / cpprb |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for c in caps:
@@ -98,7 +100,8 @@ def main(grid_path: str, threading_path: str | None = None) -> None:
                 else "-"
             )
             print(
-                f"| 2^{c.bit_length() - 1} | {b} | {fmt(v['drlhet-jax'])} | {fmt(v['drlhet-native'])} "
+                f"| 2^{c.bit_length() - 1} | {b} | {fmt(v['drlhet-jax'])} "
+                f"| {fmt(v['drlhet-native'])} "
                 f"| {fmt(v['flashbax'])} | {fmt(v['cpprb'])} | {nj} | {nc} |"
             )
 

@@ -74,11 +74,11 @@ def make_ddpg(
         c_params = jax.vmap(lambda k: critic.init(k, obs, jnp.zeros((action_dim,))))(
             jax.random.split(kc, n_critics)
         )
-        return DDPGState(
+        return DDPGState(  # targets are copies: distinct buffers, since both are donated
             a_params,
             c_params,
-            a_params,
-            c_params,
+            jax.tree.map(jnp.copy, a_params),
+            jax.tree.map(jnp.copy, c_params),
             actor_opt.init(a_params),
             critic_opt.init(c_params),
             jnp.zeros((), jnp.int32),
@@ -138,6 +138,10 @@ def make_ddpg(
             steps,
         )
         priorities = jnp.abs(td) + config.priority_eps
-        return new, priorities, {"loss": c_loss, "actor_loss": a_loss, "abs_td": jnp.mean(jnp.abs(td))}
+        return (
+            new,
+            priorities,
+            {"loss": c_loss, "actor_loss": a_loss, "abs_td": jnp.mean(jnp.abs(td))},
+        )
 
     return AgentFns(init, act, update)

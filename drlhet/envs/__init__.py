@@ -90,29 +90,43 @@ def _probe(name: str) -> _Probe:
         return _Probe(
             lambda key: (one, jnp.int32(0)),
             lambda s, a: (one, s, jnp.float32(1), jnp.bool_(True)),
-            1, 2, 0,
+            1,
+            2,
+            0,
         )
     if name == "probe-two-step":
         return _Probe(
             lambda key: (jnp.zeros((1,)), jnp.int32(0)),
             lambda s, a: (jnp.ones((1,)), s + 1, jnp.where(s == 1, 1.0, 0.0), s == 1),
-            1, 2, 0,
+            1,
+            2,
+            0,
         )
     if name == "probe-action":
+
         def reset(key):
             s = jax.random.bernoulli(key).astype(jnp.int32)
             return s.astype(jnp.float32)[None], s
 
         return _Probe(
             reset,
-            lambda s, a: (s.astype(jnp.float32)[None], s, (a == s).astype(jnp.float32), jnp.bool_(True)),
-            1, 2, 0,
+            lambda s, a: (
+                s.astype(jnp.float32)[None],
+                s,
+                (a == s).astype(jnp.float32),
+                jnp.bool_(True),
+            ),
+            1,
+            2,
+            0,
         )
     if name == "probe-continuous":
         return _Probe(
             lambda key: (one, jnp.int32(0)),
             lambda s, a: (one, s, -jnp.sum((a - 0.5) ** 2), jnp.bool_(True)),
-            1, 0, 1,
+            1,
+            0,
+            1,
         )
     raise ValueError(f"unknown probe environment {name!r}")
 
@@ -128,20 +142,28 @@ def make_env(name: str, num_envs: int = 1) -> EnvFns:
     if name.startswith("probe-"):
         p = _probe(name)
 
-        def reset(key):
+        def probe_reset(key):
             return jax.vmap(p.reset)(jax.random.split(key, num_envs))
 
-        def step(state, action, key):
+        def probe_step(state, action, key):
             next_obs, s, r, term = jax.vmap(p.step)(state, action)
-            obs, fresh = reset(key)
+            obs, fresh = probe_reset(key)
             done = term
             state = jnp.where(done, fresh, s)
             obs = jnp.where(done[:, None], obs, next_obs)
             return state, EnvStep(obs, next_obs, r.astype(jnp.float32), done, jnp.zeros_like(done))
 
         return EnvFns(
-            reset, step, (p.obs_dim,), p.num_actions > 0, p.num_actions, p.action_dim, -1.0, 1.0,
-            num_envs, 2,
+            probe_reset,
+            probe_step,
+            (p.obs_dim,),
+            p.num_actions > 0,
+            p.num_actions,
+            p.action_dim,
+            -1.0,
+            1.0,
+            num_envs,
+            2,
         )
 
     import gymnax

@@ -1,0 +1,5 @@
+"""``python -m drlhet``: the command line (see `drlhet.cli`)."""
+
+from drlhet.cli import main
+
+main()

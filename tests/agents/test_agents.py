@@ -1,0 +1,186 @@
+"""Agents on probe environments with known values, and the training loop's invariants."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from drlhet.agents.ddpg import DDPGConfig, make_ddpg
+from drlhet.agents.dqn import DQNConfig, make_dqn
+from drlhet.agents.losses import double_q_td, huber
+from drlhet.envs import make_env
+from drlhet.train import TrainConfig, make_trainer, train
+
+FAST = dict(
+    steps=3_000,
+    num_envs=4,
+    warmup=200,
+    batch_size=32,
+    buffer_size=2_000,
+    eval_every=400,
+    eval_envs=4,
+    sgd_steps=1,
+    n_step=1,
+)
+
+
+def trained_agent(cfg):
+    tr = make_trainer(cfg)
+    state = tr.warmup(tr.init(jax.random.key(0)))
+    chunk = jax.jit(tr.chunk)
+    for _ in range(tr.chunks):
+        state, _ = chunk(state)
+    return tr, state
+
+
+def q_values(state, obs, hidden=(32,)):
+    from drlhet.agents.networks import QNetwork
+
+    return QNetwork(hidden, 2, DQNConfig().dueling).apply(state.agent.params, obs)
+
+
+@pytest.mark.parametrize(
+    "env, obs, expected",
+    [
+        ("probe-constant", [[1.0]], [[1.0, 1.0]]),
+        ("probe-two-step", [[0.0], [1.0]], [[0.99, 0.99], [1.0, 1.0]]),
+        ("probe-action", [[0.0], [1.0]], [[1.0, 0.0], [0.0, 1.0]]),
+    ],
+)
+def test_dqn_learns_known_values(env, obs, expected):
+    cfg = TrainConfig(
+        env=env, dqn=DQNConfig(hidden=(32,), learning_rate=3e-3, epsilon_steps=500), **FAST
+    )
+    tr, state = trained_agent(cfg)
+    q = q_values(state, jnp.asarray(obs))
+    np.testing.assert_allclose(q, expected, atol=0.1)
+
+
+def test_ddpg_learns_the_best_action():
+    cfg = TrainConfig(
+        algo="ddpg",
+        env="probe-continuous",
+        ddpg=DDPGConfig(hidden=(32, 32), actor_lr=3e-3, critic_lr=3e-3),
+        **FAST,
+    )
+    tr, state = trained_agent(cfg)
+    a = tr.agent.act(state.agent, jnp.ones((1, 1)), jax.random.key(0), 0, explore=False)
+    assert abs(float(a[0, 0]) - 0.5) < 0.1
+
+
+def test_dqn_update_returns_abs_td_plus_eps():
+    agent = make_dqn(DQNConfig(hidden=(8,), priority_eps=1e-3), (3,), 2)
+    state = agent.init(jax.random.key(0))
+    rng = np.random.default_rng(0)
+    batch = {
+        "obs": jnp.asarray(rng.random((5, 3)), jnp.float32),
+        "action": jnp.asarray([0, 1, 1, 0, 1], jnp.int32),
+        "reward": jnp.asarray(rng.random(5), jnp.float32),
+        "discount": jnp.asarray([0.99, 0.0, 0.99, 0.99, 0.5], jnp.float32),
+        "next_obs": jnp.asarray(rng.random((5, 3)), jnp.float32),
+    }
+    _, prio, _ = agent.update(state, batch, jnp.ones(5))
+    from drlhet.agents.networks import QNetwork
+
+    net = QNetwork((8,), 2, True)
+    q = net.apply(state.params, batch["obs"])
+    q_next_t = net.apply(state.target_params, batch["next_obs"])
+    q_next_o = net.apply(state.params, batch["next_obs"])
+    td = jax.vmap(double_q_td)(
+        q, batch["action"], batch["reward"], batch["discount"], q_next_t, q_next_o
+    )
+    np.testing.assert_allclose(prio, np.abs(td) + 1e-3, rtol=1e-5)
+
+
+def test_ddpg_update_returns_abs_td_plus_eps():
+    agent = make_ddpg(DDPGConfig(hidden=(8,), priority_eps=1e-3), (3,), 1, -2.0, 2.0)
+    state = agent.init(jax.random.key(0))
+    batch = {
+        "obs": jnp.ones((4, 3)),
+        "action": jnp.zeros((4, 1)),
+        "reward": jnp.arange(4.0),
+        "discount": jnp.full((4,), 0.9),
+        "next_obs": jnp.zeros((4, 3)),
+    }
+    _, prio, _ = agent.update(state, batch, jnp.ones(4), jax.random.key(1))
+    from drlhet.agents.networks import Actor, Critic
+
+    q = Critic((8,)).apply(
+        jax.tree.map(lambda x: x[0], state.critic), batch["obs"], batch["action"]
+    )
+    a_t = Actor((8,), 1, -2.0, 2.0).apply(state.target_actor, batch["next_obs"])
+    q_t = Critic((8,)).apply(
+        jax.tree.map(lambda x: x[0], state.target_critic), batch["next_obs"], a_t
+    )
+    np.testing.assert_allclose(prio, np.abs(batch["reward"] + 0.9 * q_t - q) + 1e-3, rtol=1e-5)
+
+
+def test_huber():
+    np.testing.assert_allclose(huber(jnp.array([0.5, -2.0])), [0.125, 1.5])
+
+
+def test_env_adapter_bootstraps_truncation_not_termination():
+    env = make_env("CartPole-v1", 2)
+    assert env.max_steps == 500 and env.discrete and env.num_actions == 2
+    obs, state = env.reset(jax.random.key(0))
+    step = jax.jit(env.step)
+    saw_term = False
+    for i in range(300):
+        state, st = step(state, jnp.zeros((2,), jnp.int32), jax.random.key(i))
+        if bool(st.terminated.any()):
+            saw_term = True
+            j = int(jnp.argmax(st.terminated))
+            assert not bool(st.truncated[j])
+            # next_obs is the final observation, obs the reset one
+            assert not np.allclose(st.next_obs[j], st.obs[j])
+    assert saw_term
+    with pytest.raises(ValueError, match="unknown environment"):
+        make_env("NoSuchEnv-v0")
+
+
+def test_chunk_compiles_once():
+    cfg = TrainConfig(env="probe-constant", dqn=DQNConfig(hidden=(8,)), **FAST)
+    tr = make_trainer(cfg)
+    traces = []
+
+    def counted(state):
+        traces.append(1)
+        return tr.chunk(state)
+
+    chunk = jax.jit(counted, donate_argnums=0)
+    state = tr.warmup(tr.init(jax.random.key(0)))
+    for _ in range(3):
+        state, _ = chunk(state)
+    assert len(traces) == 1
+
+
+def test_vmap_over_seeds_matches_separate_runs():
+    cfg = TrainConfig(
+        env="probe-two-step", seeds=2, dqn=DQNConfig(hidden=(8,)), **{**FAST, "steps": 1_000}
+    )
+    states, rows = train(cfg)
+    tr = make_trainer(cfg)
+    keys = jax.random.split(jax.random.key(cfg.seed), 2)
+    for s in range(2):
+        one = tr.warmup(tr.init(keys[s]))
+        for _ in range(tr.chunks):
+            one, _ = jax.jit(tr.chunk)(one)
+        for a, b in zip(
+            jax.tree.leaves(one.agent.params),
+            jax.tree.leaves(jax.tree.map(lambda x, s=s: x[s], states.agent.params)),
+            strict=True,
+        ):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_bad_training_configuration():
+    with pytest.raises(ValueError, match="continuous"):
+        make_trainer(TrainConfig(algo="ddpg", env="CartPole-v1"))
+    with pytest.raises(ValueError, match="discrete"):
+        make_trainer(TrainConfig(algo="dqn", env="Pendulum-v1"))
+    with pytest.raises(ValueError, match="multiple of num_envs"):
+        make_trainer(dataclasses.replace(TrainConfig(), eval_every=1001))

@@ -19,7 +19,7 @@ $(STAMP): $(BIN)/python pyproject.toml CMakeLists.txt $(shell find kernels -type
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python experiments/bench_replay.py --quick --threading pin1 --out results/make_run_bench_replay.json
+	$(BIN)/python -m drlhet train --stop-at-return 475 --out runs
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -10,6 +10,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Annotated
 
 import tyro
 
@@ -43,7 +44,7 @@ def plot_curves(rows: list[dict], title: str, path: Path) -> None:
 
 
 def train_command(
-    config: TrainConfig,
+    config: Annotated[TrainConfig, tyro.conf.arg(name="")],
     out: Path = Path("runs"),
     name: str | None = None,
     stop_at_return: float | None = None,

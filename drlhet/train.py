@@ -46,8 +46,9 @@ class TrainConfig:
     """Env steps with random actions before learning starts."""
     buffer_size: int = 50_000
     batch_size: int = 128
-    n_step: int = 3
-    """n-step returns: transitions carry sum_i gamma^i r_i over up to n steps of one episode."""
+    n_step: int | None = None
+    """n-step returns (sum_i gamma^i r_i over up to n steps of one episode); None: 3 for DQN
+    (Rainbow's choice; it made CartPole reliable here), 1 for DDPG."""
     alpha: float = 0.6
     beta_start: float = 0.4
     """IS exponent at the start, annealed linearly to 1 at the end of training."""
@@ -82,6 +83,7 @@ class Trainer(NamedTuple):
       init: ``(key) -> TrainState``.
       warmup: ``(state) -> state``: ``config.warmup`` env steps of random actions.
       chunk: ``(state) -> (state, metrics)``: ``iterations`` iterations, then an evaluation.
+      iterate: ``(state) -> (state, (metrics, finished))``: the iterations of a chunk alone.
       iterations: iterations per chunk.
       chunks: chunks in the run.
       env: the training environments.
@@ -92,6 +94,7 @@ class Trainer(NamedTuple):
     init: Callable[..., Any]
     warmup: Callable[..., Any]
     chunk: Callable[..., Any]
+    iterate: Callable[..., Any]
     iterations: int
     chunks: int
     env: EnvFns
@@ -100,8 +103,9 @@ class Trainer(NamedTuple):
 
 
 def _check(cfg: TrainConfig) -> None:
+    if cfg.n_step is not None and cfg.n_step < 1:
+        raise ValueError(f"n_step must be >= 1, got {cfg.n_step}")
     for name in (
-        "n_step",
         "steps",
         "num_envs",
         "sgd_steps",
@@ -124,6 +128,7 @@ def _check(cfg: TrainConfig) -> None:
 def make_trainer(cfg: TrainConfig) -> Trainer:
     """Builds the jittable pieces of a training run for ``cfg``."""
     _check(cfg)
+    n_step = 3 if cfg.n_step is None and cfg.algo == "dqn" else (cfg.n_step or 1)
     env = make_env(cfg.env, cfg.num_envs)
     eval_env = make_env(cfg.env, cfg.eval_envs)
     if cfg.algo == "dqn":
@@ -170,18 +175,18 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
             jnp.zeros((), jnp.int32),
             jnp.zeros((cfg.num_envs,), jnp.float32),
             jax.tree.map(
-                lambda x: jnp.zeros((cfg.n_step, cfg.num_envs) + x.shape, x.dtype),
+                lambda x: jnp.zeros((n_step, cfg.num_envs) + x.shape, x.dtype),
                 {**example, "done": jnp.bool_(False), "terminated": jnp.bool_(False)},
             ),
         )
 
-    powers = jnp.asarray(gamma ** np.arange(cfg.n_step + 1), jnp.float32)
+    powers = jnp.asarray(gamma ** np.arange(n_step + 1), jnp.float32)
 
     def n_step_transition(fifo):
         """The oldest one-step transition of each env, extended to n steps within its episode."""
         done = fifo["done"].astype(jnp.float32)  # [n, N]
         alive = jnp.cumprod(jnp.concatenate([jnp.ones_like(done[:1]), 1.0 - done[:-1]]), axis=0)
-        ret = jnp.sum(alive * powers[: cfg.n_step, None] * fifo["reward"], axis=0)
+        ret = jnp.sum(alive * powers[:n_step, None] * fifo["reward"], axis=0)
         m = jnp.sum(alive, axis=0).astype(jnp.int32)  # steps included, 1..n
         last = m - 1
         pick = jax.vmap(lambda x, i: x[i], in_axes=(1, 0))  # [n, N, ...] -> [N, ...]
@@ -245,7 +250,7 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
 
         # fill the n-step FIFO first (nothing complete to insert yet), then collect
         fill = functools.partial(body, insert=False)
-        ts = jax.lax.scan(fill, ts, None, length=cfg.n_step - 1)[0]
+        ts = jax.lax.scan(fill, ts, None, length=n_step - 1)[0]
         return jax.lax.scan(body, ts, None, length=-(-cfg.warmup // cfg.num_envs))[0]
 
     def learn(agent_state, rep, key, env_steps):
@@ -288,8 +293,11 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
         (_, _, ret, _), _ = jax.lax.scan(body, init, jax.random.split(key, eval_env.max_steps))
         return jnp.mean(ret)
 
+    def iterate(ts: TrainState):
+        return jax.lax.scan(iteration, ts, None, length=iterations)
+
     def chunk(ts: TrainState):
-        ts, (metrics, (ret_sum, n_done)) = jax.lax.scan(iteration, ts, None, length=iterations)
+        ts, (metrics, (ret_sum, n_done)) = iterate(ts)
         key, k_eval = jax.random.split(ts.key)
         ts = ts._replace(key=key)
         summary = {name: jnp.mean(v) for name, v in metrics.items()}
@@ -299,7 +307,7 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
         summary["replay_error"] = ts.replay.error
         return ts, summary
 
-    return Trainer(init, warmup, chunk, iterations, chunks, env, agent, replay)
+    return Trainer(init, warmup, chunk, iterate, iterations, chunks, env, agent, replay)
 
 
 def train(

@@ -1,0 +1,146 @@
+"""Training throughput: PER (each replay backend) against uniform replay, same config, one run.
+
+Measures trained samples/s (SGD steps x batch per second) and env steps/s of the training
+iterations alone (evaluation excluded), alternating the variants per repeat; reports the PER /
+uniform ratio, and counts whole-tree copies in each compiled training program (a copy of the tree
+inside the jitted step is what made a prototype lose 3-4x to PER).
+
+Usage:
+  python experiments/bench_train.py                 # CartPole, MLP 64x64, batch 256
+  python experiments/bench_train.py --threading pin1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Literal
+
+import tyro
+
+
+@dataclasses.dataclass
+class Args:
+    env: str = "CartPole-v1"
+    hidden: tuple[int, ...] = (64, 64)
+    batch_size: int = 256
+    num_envs: int = 4
+    sgd_steps: int = 1
+    buffer_size: int = 100_000
+    iterations: int = 2_000
+    """Iterations per timed repeat."""
+    repeats: int = 5
+    backends: tuple[str, ...] = ("jax", "native")
+    threading: Literal["default", "pin1"] = "default"
+    out: Path = Path("results/bench_train.json")
+
+
+def main(args: Args) -> list[dict]:
+    if args.threading == "pin1":
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    import jax
+
+    from drlhet.agents.dqn import DQNConfig
+    from drlhet.backends import BackendUnavailable
+    from drlhet.train import TrainConfig, make_trainer
+
+    base = TrainConfig(
+        env=args.env,
+        num_envs=args.num_envs,
+        sgd_steps=args.sgd_steps,
+        batch_size=args.batch_size,
+        buffer_size=args.buffer_size,
+        warmup=args.buffer_size // 2,
+        eval_every=args.iterations * args.num_envs,
+        dqn=DQNConfig(hidden=args.hidden),
+    )
+    variants = {"uniform": dataclasses.replace(base, uniform=True)}
+    for b in args.backends:
+        variants[f"per-{b}"] = dataclasses.replace(base, backend=b)
+    runners, copies, compile_s = {}, {}, {}
+    for name, cfg in variants.items():
+        try:
+            tr = make_trainer(cfg)
+        except BackendUnavailable as e:
+            print(f"note: {name} skipped: {e}")
+            continue
+        state = jax.jit(tr.warmup)(jax.jit(tr.init)(jax.random.key(0)))
+        step = jax.jit(tr.iterate, donate_argnums=0)
+        t = time.perf_counter()
+        compiled = step.lower(state).compile()
+        compile_s[name] = time.perf_counter() - t
+        size = state.replay.tree.nodes.shape[0]
+        copies[name] = (
+            None
+            if cfg.uniform
+            else sum(  # uniform replay has no tree
+                1
+                for line in compiled.as_text().splitlines()
+                if " copy(" in line and f"[{size}]" in line
+            )
+        )
+        holder = {"s": state}
+
+        def run(step=step, holder=holder):
+            s, out = step(holder["s"])
+            jax.block_until_ready(s)
+            holder["s"] = s
+
+        run()  # first touch
+        runners[name] = run
+    times: dict[str, list[float]] = {n: [] for n in runners}
+    for _ in range(args.repeats):
+        for name, run in runners.items():
+            t = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - t)
+    machine = f"{platform.machine()} {os.cpu_count()} cores ({platform.node()})"
+    rows = []
+    print(
+        f"machine: {machine}; threading {args.threading}; env {args.env}, MLP {args.hidden}, "
+        f"batch {args.batch_size}, {args.num_envs} envs, replay ratio "
+        f"{args.sgd_steps / args.num_envs} SGD steps per env step, capacity {args.buffer_size}"
+    )
+    print(
+        f"{'variant':<12} {'trained samples/s':>18} {'min':>10} {'max':>10} {'env steps/s':>12} "
+        f"{'tree copies':>11} {'compile s':>9}"
+    )
+    for name, ts in times.items():
+        rates = sorted(args.iterations * args.sgd_steps * args.batch_size / t for t in ts)
+        med = statistics.median(rates)
+        env_sps = med / (args.sgd_steps * args.batch_size) * args.num_envs
+        rows.append(
+            {
+                "variant": name,
+                "trained_samples_per_s": med,
+                "min": rates[0],
+                "max": rates[-1],
+                "env_steps_per_s": env_sps,
+                "tree_copies": copies[name],
+                "compile_s": compile_s[name],
+                "machine": machine,
+                "threading": args.threading,
+                **{k: str(v) for k, v in vars(args).items()},
+                "measured": True,
+            }
+        )
+        print(
+            f"{name:<12} {med:>18,.0f} {rates[0]:>10,.0f} {rates[-1]:>10,.0f} {env_sps:>12,.0f} "
+            f"{copies[name] if copies[name] is not None else '-':>11} {compile_s[name]:>9.1f}"
+        )
+    uni = next((r["trained_samples_per_s"] for r in rows if r["variant"] == "uniform"), None)
+    for r in rows:
+        if uni and r["variant"] != "uniform":
+            print(f"{r['variant']} / uniform = {r['trained_samples_per_s'] / uni:.2f}x")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(rows, indent=1))
+    return rows
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

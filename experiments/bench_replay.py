@@ -133,34 +133,8 @@ def main(args: Args) -> list[dict]:
 
     current: dict[str, int] = {}
 
-    # ---------------------------------------------------------------- drlhet
-    def drlhet_ops(capacity: int, batch: int, k: int, steps: int, backend: str) -> dict:
-        fns = make_prioritized_replay(capacity, batch, branching=k, backend=backend)
-        example = jax.tree.map(lambda x: x[0], transitions(1))
-        state = fns.init(example)
-        state = jax.jit(fns.add, donate_argnums=0)(
-            state,
-            transitions(capacity),
-            jnp.asarray(np.random.default_rng(1).random(capacity, np.float32) + 1e-3),
-        )
-        new = jax.tree.map(jnp.asarray, transitions(batch, 2))
-
-        def insert(s, key):
-            return fns.add(s, new), jnp.float32(0)
-
-        def sample(s, key):
-            b = fns.sample(s, key)
-            return s, b.weights.sum() + b.data["obs"].sum()
-
-        def update(s, key):
-            idx, pr = update_batch(key)
-            return fns.update_priorities(s, idx, pr), 0.0
-
-        def step(s, key):
-            b = fns.sample(s, key)
-            return fns.update_priorities(s, b.indices, td_like(b.data), b.stamps), b.weights.sum()
-
-        bodies = {"insert": insert, "sample": sample, "update": update, "step": step}
+    def jitted_runners(bodies: dict, state, steps: int) -> dict:
+        """For each op body ``(state, key) -> (state, out)``: a fused and a per-call runner."""
         holder = {"state": state}
         runners = {}
         for op, body in bodies.items():
@@ -189,6 +163,36 @@ def main(args: Args) -> list[dict]:
             runners[(op, "fused")] = run_fused
             runners[(op, "percall")] = run_percall
         return runners
+
+    # ---------------------------------------------------------------- drlhet
+    def drlhet_ops(capacity: int, batch: int, k: int, steps: int, backend: str) -> dict:
+        fns = make_prioritized_replay(capacity, batch, branching=k, backend=backend)
+        example = jax.tree.map(lambda x: x[0], transitions(1))
+        state = fns.init(example)
+        state = jax.jit(fns.add, donate_argnums=0)(
+            state,
+            transitions(capacity),
+            jnp.asarray(np.random.default_rng(1).random(capacity, np.float32) + 1e-3),
+        )
+        new = jax.tree.map(jnp.asarray, transitions(batch, 2))
+
+        def insert(s, key):
+            return fns.add(s, new), jnp.float32(0)
+
+        def sample(s, key):
+            b = fns.sample(s, key)
+            return s, b.weights.sum() + b.data["obs"].sum()
+
+        def update(s, key):
+            idx, pr = update_batch(key)
+            return fns.update_priorities(s, idx, pr), 0.0
+
+        def step(s, key):
+            b = fns.sample(s, key)
+            return fns.update_priorities(s, b.indices, td_like(b.data), b.stamps), b.weights.sum()
+
+        bodies = {"insert": insert, "sample": sample, "update": update, "step": step}
+        return jitted_runners(bodies, state, steps)
 
     # ---------------------------------------------------------------- flashbax
     def flashbax_ops(capacity: int, batch: int, steps: int) -> dict:
@@ -231,34 +235,7 @@ def main(args: Args) -> list[dict]:
             ), b.probabilities.sum()
 
         bodies = {"insert": insert, "sample": sample, "update": update, "step": step}
-        holder = {"state": state}
-        runners = {}
-        for op, body in bodies.items():
-            fused = jax.jit(
-                lambda s, key, body=body: jax.lax.scan(
-                    lambda c, kk: body(c, kk), s, jax.random.split(key, steps)
-                ),
-                donate_argnums=0,
-            )
-            single = jax.jit(body, donate_argnums=0)
-
-            def run_fused(fused=fused, seed=[0]):  # noqa: B006
-                seed[0] += 1
-                s, ys = fused(holder["state"], jax.random.key(seed[0]))
-                holder["state"] = s
-                jax.block_until_ready((s, ys))
-
-            def run_percall(single=single):
-                keys = jax.random.split(jax.random.key(7), steps)
-                s = holder["state"]
-                for i in range(steps):
-                    s, _ = single(s, keys[i])
-                holder["state"] = s
-                jax.block_until_ready(s)
-
-            runners[(op, "fused")] = run_fused
-            runners[(op, "percall")] = run_percall
-        return runners
+        return jitted_runners(bodies, state, steps)
 
     # ---------------------------------------------------------------- cpprb
     def cpprb_ops(capacity: int, batch: int, steps: int) -> dict:

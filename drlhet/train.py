@@ -22,6 +22,7 @@ import numpy as np
 from drlhet.agents.ddpg import DDPGConfig, make_ddpg
 from drlhet.agents.dqn import AgentFns, DQNConfig, make_dqn
 from drlhet.envs import EnvFns, make_env
+from drlhet.replay.delayed import make_delayed_updates
 from drlhet.replay.prioritized import ReplayFns, make_prioritized_replay
 from drlhet.replay.uniform import make_uniform_replay
 
@@ -57,6 +58,8 @@ class TrainConfig:
     """Replay backend: jax or native."""
     uniform: bool = False
     """Uniform replay instead of PER (the baseline)."""
+    delay: int = 0
+    """Learner steps by which priority updates are delayed (0: strict PER; see replay.delayed)."""
     eval_every: int = 5_000
     eval_envs: int = 10
     dqn: DQNConfig = DQNConfig()
@@ -74,6 +77,7 @@ class TrainState(NamedTuple):
     env_steps: jax.Array
     episode_return: jax.Array  # [N] running return of the current training episodes
     fifo: Any  # the last n_step one-step transitions per env, [n, N, ...] (oldest first)
+    pending: Any  # priority updates not applied yet (replay.delayed.PendingUpdates)
 
 
 class Trainer(NamedTuple):
@@ -121,6 +125,8 @@ def _check(cfg: TrainConfig) -> None:
         raise ValueError(f"eval_every ({cfg.eval_every}) must be a multiple of num_envs")
     if cfg.warmup < cfg.batch_size:
         raise ValueError(f"warmup ({cfg.warmup}) must be >= batch_size ({cfg.batch_size})")
+    if cfg.delay < 0:
+        raise ValueError(f"delay must be >= 0, got {cfg.delay}")
     if cfg.algo not in ("dqn", "ddpg"):
         raise ValueError(f"algo must be 'dqn' or 'ddpg', got {cfg.algo!r}")
 
@@ -151,6 +157,7 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
             branching=cfg.branching,
             backend=cfg.backend,
         )
+    delayed = make_delayed_updates(replay, cfg.delay, cfg.batch_size)
     iterations = cfg.eval_every // cfg.num_envs
     chunks = max(1, -(-(cfg.steps - cfg.warmup) // cfg.eval_every))
     total_steps = cfg.warmup + chunks * cfg.eval_every
@@ -178,6 +185,7 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
                 lambda x: jnp.zeros((n_step, cfg.num_envs) + x.shape, x.dtype),
                 {**example, "done": jnp.bool_(False), "terminated": jnp.bool_(False)},
             ),
+            delayed.init(),
         )
 
     powers = jnp.asarray(gamma ** np.arange(n_step + 1), jnp.float32)
@@ -253,7 +261,7 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
         ts = jax.lax.scan(fill, ts, None, length=n_step - 1)[0]
         return jax.lax.scan(body, ts, None, length=-(-cfg.warmup // cfg.num_envs))[0]
 
-    def learn(agent_state, rep, key, env_steps):
+    def learn(agent_state, rep, pending, key, env_steps):
         beta = cfg.beta_start + (1.0 - cfg.beta_start) * jnp.minimum(
             env_steps.astype(jnp.float32) / total_steps, 1.0
         )
@@ -262,19 +270,19 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
         agent_state, priorities, metrics = agent.update(
             agent_state, batch.data, batch.weights, k_update
         )
-        rep = replay.update_priorities(rep, batch.indices, priorities, batch.stamps)
-        return agent_state, rep, metrics
+        rep, pending = delayed.push(rep, pending, batch.indices, batch.stamps, priorities)
+        return agent_state, rep, pending, metrics
 
     def iteration(ts: TrainState, _):
         key, k_act, k_env, k_learn = jax.random.split(ts.key, 4)
         actions = agent.act(ts.agent, ts.obs, k_act, ts.env_steps)
         rep, env_state, obs, ret, finished, fifo = env_iteration(ts, actions, k_env)
-        agent_state = ts.agent
+        agent_state, pending = ts.agent, ts.pending
         metrics = None
         for k in jax.random.split(k_learn, cfg.sgd_steps):
-            agent_state, rep, metrics = learn(agent_state, rep, k, ts.env_steps)
+            agent_state, rep, pending, metrics = learn(agent_state, rep, pending, k, ts.env_steps)
         ts = TrainState(
-            agent_state, rep, env_state, obs, key, ts.env_steps + cfg.num_envs, ret, fifo
+            agent_state, rep, env_state, obs, key, ts.env_steps + cfg.num_envs, ret, fifo, pending
         )
         return ts, (metrics, finished)
 

@@ -237,3 +237,16 @@ def test_native_backend_trains_identically_to_jax():
         finals.append(states.agent.params)
     for a, b in zip(jax.tree.leaves(finals[0]), jax.tree.leaves(finals[1]), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_dqn_learns_with_delayed_priority_updates():
+    cfg = TrainConfig(
+        env="probe-two-step",
+        delay=3,
+        dqn=DQNConfig(hidden=(32,), learning_rate=3e-3, epsilon_steps=500),
+        **FAST,
+    )
+    _, state = trained_agent(cfg)
+    q = q_values(state, jnp.asarray([[0.0], [1.0]]))
+    np.testing.assert_allclose(q, [[0.99, 0.99], [1.0, 1.0]], atol=0.1)
+    assert state.pending.indices.shape == (3, cfg.batch_size)

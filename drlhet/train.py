@@ -26,7 +26,7 @@ from drlhet.replay.delayed import make_delayed_updates
 from drlhet.replay.prioritized import ReplayFns, make_prioritized_replay
 from drlhet.replay.uniform import make_uniform_replay
 
-__all__ = ["TrainConfig", "TrainState", "Trainer", "make_trainer", "train"]
+__all__ = ["TrainConfig", "TrainState", "Trainer", "Parts", "make_trainer", "train"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +59,9 @@ class TrainConfig:
     uniform: bool = False
     """Uniform replay instead of PER (the baseline)."""
     delay: int = 0
-    """Learner steps by which priority updates are delayed (0: strict PER; see replay.delayed)."""
+    """Learner steps by which priority updates are delayed (0: strict PER; see replay.delayed).
+    With delay >= 1 the actors also act with the parameters of one iteration earlier, so that
+    they need not wait for the learner (the pipelined schedule of drlhet.schedule)."""
     eval_every: int = 5_000
     eval_envs: int = 10
     dqn: DQNConfig = DQNConfig()
@@ -78,6 +80,30 @@ class TrainState(NamedTuple):
     episode_return: jax.Array  # [N] running return of the current training episodes
     fifo: Any  # the last n_step one-step transitions per env, [n, N, ...] (oldest first)
     pending: Any  # priority updates not applied yet (replay.delayed.PendingUpdates)
+    actor_agent: Any  # delay >= 1: the agent the actors use, one learner iteration behind
+
+
+class Parts(NamedTuple):
+    """The primitives of one iteration, as the fused loop composes them (DESIGN section 1).
+
+    Attributes:
+      act: ``(agent_state, obs [N, ...], key, env_steps) -> actions``.
+      env_step: ``(env_state, obs, fifo, episode_return, actions, key)
+        -> (env_state, obs, fifo, episode_return, transitions [N, ...], finished)``.
+      insert: ``(replay_state, transitions) -> replay_state``.
+      sample: ``(replay_state, key, env_steps) -> PrioritizedSample``.
+      train: ``(agent_state, batch, key) -> (agent_state, priorities [B], metrics)``.
+      update: ``(replay_state, pending, batch, priorities) -> (replay_state, pending)``.
+      evaluate: ``(agent_state, key) -> mean greedy return``.
+    """
+
+    act: Callable[..., Any]
+    env_step: Callable[..., Any]
+    insert: Callable[..., Any]
+    sample: Callable[..., Any]
+    train: Callable[..., Any]
+    update: Callable[..., Any]
+    evaluate: Callable[..., Any]
 
 
 class Trainer(NamedTuple):
@@ -88,6 +114,7 @@ class Trainer(NamedTuple):
       warmup: ``(state) -> state``: ``config.warmup`` env steps of random actions.
       chunk: ``(state) -> (state, metrics)``: ``iterations`` iterations, then an evaluation.
       iterate: ``(state) -> (state, (metrics, finished))``: the iterations of a chunk alone.
+      parts: the primitives one iteration is made of (`Parts`), for the scheduler.
       iterations: iterations per chunk.
       chunks: chunks in the run.
       env: the training environments.
@@ -99,6 +126,7 @@ class Trainer(NamedTuple):
     warmup: Callable[..., Any]
     chunk: Callable[..., Any]
     iterate: Callable[..., Any]
+    parts: Any
     iterations: int
     chunks: int
     env: EnvFns
@@ -173,8 +201,9 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
     def init(key):
         k_agent, k_env, key = jax.random.split(key, 3)
         obs, env_state = env.reset(k_env)
+        agent_state = agent.init(k_agent)
         return TrainState(
-            agent.init(k_agent),
+            agent_state,
             replay.init(example),
             env_state,
             obs.astype(jnp.float32),
@@ -186,6 +215,7 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
                 {**example, "done": jnp.bool_(False), "terminated": jnp.bool_(False)},
             ),
             delayed.init(),
+            jax.tree.map(jnp.copy, agent_state) if cfg.delay > 0 else None,
         )
 
     powers = jnp.asarray(gamma ** np.arange(n_step + 1), jnp.float32)
@@ -207,11 +237,12 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
             "next_obs": pick(fifo["next_obs"], last),
         }
 
-    def env_iteration(ts: TrainState, actions, key, insert=True):
-        env_state, st = env.step(ts.env_state, actions, key)
+    def env_part(env_state, obs, fifo, episode_return, actions, key):
+        """The env_step primitive (+ n-step bookkeeping): -> (env fields, transitions, stats)."""
+        env_state, st = env.step(env_state, actions, key)
         done = st.terminated | st.truncated
         one_step = {
-            "obs": ts.obs,
+            "obs": obs,
             "action": actions,
             "reward": st.reward,
             "discount": jnp.zeros_like(st.reward),
@@ -219,19 +250,24 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
             "done": done,
             "terminated": st.terminated,
         }
-        fifo = jax.tree.map(
-            lambda q, x: jnp.concatenate([q[1:], x[None]], axis=0), ts.fifo, one_step
-        )
-        rep = replay.add(ts.replay, n_step_transition(fifo)) if insert else ts.replay
-        ret = ts.episode_return + st.reward
+        fifo = jax.tree.map(lambda q, x: jnp.concatenate([q[1:], x[None]], axis=0), fifo, one_step)
+        ret = episode_return + st.reward
+        finished = (jnp.sum(jnp.where(done, ret, 0.0)), jnp.sum(done))
         return (
-            rep,
             env_state,
             st.obs.astype(jnp.float32),
-            jnp.where(done, 0.0, ret),
-            (jnp.sum(jnp.where(done, ret, 0.0)), jnp.sum(done)),
             fifo,
+            jnp.where(done, 0.0, ret),
+            n_step_transition(fifo),
+            finished,
         )
+
+    def env_iteration(ts: TrainState, actions, key, insert=True):
+        env_state, obs, fifo, ret, transitions, finished = env_part(
+            ts.env_state, ts.obs, ts.fifo, ts.episode_return, actions, key
+        )
+        rep = replay.add(ts.replay, transitions) if insert else ts.replay
+        return rep, env_state, obs, ret, finished, fifo
 
     def random_actions(key):
         if env.discrete:
@@ -261,28 +297,48 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
         ts = jax.lax.scan(fill, ts, None, length=n_step - 1)[0]
         return jax.lax.scan(body, ts, None, length=-(-cfg.warmup // cfg.num_envs))[0]
 
-    def learn(agent_state, rep, pending, key, env_steps):
+    def sample_part(rep, key, env_steps):
+        """The sample primitive, with beta annealed over the run."""
         beta = cfg.beta_start + (1.0 - cfg.beta_start) * jnp.minimum(
             env_steps.astype(jnp.float32) / total_steps, 1.0
         )
+        return replay.sample(rep, key, beta)
+
+    def train_part(agent_state, batch, key):
+        """The train primitive: one SGD step -> (agent_state, priorities, metrics)."""
+        return agent.update(agent_state, batch.data, batch.weights, key)
+
+    def update_part(rep, pending, batch, priorities):
+        """The update primitive (applies the update of ``delay`` learner steps ago)."""
+        return delayed.push(rep, pending, batch.indices, batch.stamps, priorities)
+
+    def learn(agent_state, rep, pending, key, env_steps):
         k_sample, k_update = jax.random.split(key)
-        batch = replay.sample(rep, k_sample, beta)
-        agent_state, priorities, metrics = agent.update(
-            agent_state, batch.data, batch.weights, k_update
-        )
-        rep, pending = delayed.push(rep, pending, batch.indices, batch.stamps, priorities)
+        batch = sample_part(rep, k_sample, env_steps)
+        agent_state, priorities, metrics = train_part(agent_state, batch, k_update)
+        rep, pending = update_part(rep, pending, batch, priorities)
         return agent_state, rep, pending, metrics
 
     def iteration(ts: TrainState, _):
         key, k_act, k_env, k_learn = jax.random.split(ts.key, 4)
-        actions = agent.act(ts.agent, ts.obs, k_act, ts.env_steps)
+        actor = ts.agent if cfg.delay == 0 else ts.actor_agent
+        actions = agent.act(actor, ts.obs, k_act, ts.env_steps)
         rep, env_state, obs, ret, finished, fifo = env_iteration(ts, actions, k_env)
         agent_state, pending = ts.agent, ts.pending
         metrics = None
         for k in jax.random.split(k_learn, cfg.sgd_steps):
             agent_state, rep, pending, metrics = learn(agent_state, rep, pending, k, ts.env_steps)
         ts = TrainState(
-            agent_state, rep, env_state, obs, key, ts.env_steps + cfg.num_envs, ret, fifo, pending
+            agent_state,
+            rep,
+            env_state,
+            obs,
+            key,
+            ts.env_steps + cfg.num_envs,
+            ret,
+            fifo,
+            pending,
+            None if cfg.delay == 0 else ts.agent,
         )
         return ts, (metrics, finished)
 
@@ -315,7 +371,8 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
         summary["replay_error"] = ts.replay.error
         return ts, summary
 
-    return Trainer(init, warmup, chunk, iterate, iterations, chunks, env, agent, replay)
+    parts = Parts(agent.act, env_part, replay.add, sample_part, train_part, update_part, evaluate)
+    return Trainer(init, warmup, chunk, iterate, parts, iterations, chunks, env, agent, replay)
 
 
 def train(

@@ -1,0 +1,105 @@
+"""Return curves for priority-update delays k (DESIGN section 4), several seeds, one run per k.
+
+DQN on CartPole-v1 (100k env steps) and DDPG on Pendulum-v1 (50k), PER, k in {0, 1, 4, 16, 64}.
+Writes ``results/delay_<algo>.json`` and ``results/delay.png``; prints the final mean return and
+spread across seeds per k, and whether each k <= 16 is within one standard deviation of k = 0.
+
+Usage:
+  python experiments/fig_delay.py                 # both tasks (about 35 minutes on 2 cores)
+  python experiments/fig_delay.py --tasks dqn
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import tyro
+
+from drlhet.train import TrainConfig, train
+
+TASKS = {
+    "dqn": TrainConfig(algo="dqn", env="CartPole-v1", steps=100_000),
+    "ddpg": TrainConfig(algo="ddpg", env="Pendulum-v1", steps=50_000),
+}
+
+
+@dataclasses.dataclass
+class Args:
+    tasks: tuple[str, ...] = ("dqn", "ddpg")
+    delays: tuple[int, ...] = (0, 1, 4, 16, 64)
+    seeds: int = 5
+    final_chunks: int = 2
+    """The final return is the mean over the last this-many evaluations (and over seeds)."""
+    out: Path = Path("results")
+
+
+def main(args: Args) -> dict:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, len(args.tasks), figsize=(5.5 * len(args.tasks), 4), squeeze=False)
+    report = {}
+    for ax, task in zip(axes[0], args.tasks, strict=True):
+        res = {}
+        for k in args.delays:
+            cfg = dataclasses.replace(TASKS[task], seeds=args.seeds, delay=k)
+            _, rows = train(cfg)
+            steps = np.array([r["env_steps"] for r in rows])
+            ret = np.array([r["eval_return"] for r in rows])  # [chunks, seeds]
+            final = ret[-args.final_chunks :].mean(axis=0)  # per seed
+            res[k] = {
+                "final_per_seed": final.tolist(),
+                "final_mean": float(final.mean()),
+                "final_std": float(final.std()),
+                "steps": steps.tolist(),
+                "eval_return": ret.tolist(),
+                "wall_s": rows[-1]["wall_s"],
+            }
+            print(
+                f"{task} k={k}: final return {final.mean():.1f} +- {final.std():.1f} "
+                f"({rows[-1]['wall_s']:.0f} s)",
+                flush=True,
+            )
+            mean = ret.mean(axis=1)
+            ax.plot(steps, mean, lw=2, label=f"k = {k}")
+            ax.fill_between(steps, mean - ret.std(1), mean + ret.std(1), alpha=0.1)
+        base = res[args.delays[0]]
+        for r in res.values():
+            r["within_one_std_of_k0"] = bool(
+                abs(r["final_mean"] - base["final_mean"]) <= base["final_std"]
+            )
+        cfg = TASKS[task]
+        ax.set_title(f"{cfg.algo.upper()} + PER, {cfg.env}: delay k (measured)")
+        ax.set_xlabel("env steps per seed")
+        ax.set_ylabel(f"greedy evaluation return, mean of {args.seeds} seeds")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        (args.out / f"delay_{task}.json").write_text(
+            json.dumps(
+                {
+                    "config": dataclasses.asdict(cfg),
+                    "seeds": args.seeds,
+                    "measured": True,
+                    "by_delay": {str(k): v for k, v in res.items()},
+                },
+                indent=1,
+            )
+        )
+        report[task] = {
+            k: (r["final_mean"], r["final_std"], r["within_one_std_of_k0"]) for k, r in res.items()
+        }
+        print(task, report[task], flush=True)
+    fig.tight_layout()
+    fig.savefig(args.out / "delay.png", dpi=110)
+    print(f"wrote {args.out / 'delay.png'}")
+    return report
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

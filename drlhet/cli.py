@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -49,6 +50,8 @@ def train_command(
     name: str | None = None,
     stop_at_return: float | None = None,
     progress: bool = True,
+    mapping: str | None = None,
+    cpu_devices: int | None = None,
 ) -> Path:
     """Trains, writing ``config.json``, ``metrics.jsonl`` and ``curve.png`` to a run directory.
 
@@ -58,7 +61,16 @@ def train_command(
       name: run directory name (default: time, algorithm and environment).
       stop_at_return: stop once the mean evaluation return over seeds reaches this value.
       progress: show a progress bar.
+      mapping: where each primitive runs, e.g. ``actors=cpu:0,replay=native@cpu:1,learner=cpu:1``
+        (see `drlhet.schedule.Mapping`); default: everything fused on one device.
+      cpu_devices: XLA CPU devices to create (default: as many as the mapping names).
     """
+    import jax
+
+    if mapping is not None or cpu_devices is not None:
+        named = [int(x) for x in re.findall(r"cpu:(\d+)", mapping or "")]
+        wanted = cpu_devices or 1 + max(named, default=0)
+        jax.config.update("jax_num_cpu_devices", wanted)
     from tqdm import tqdm
 
     from drlhet.train import train
@@ -92,7 +104,13 @@ def train_command(
     rows: list[dict] = []
     t0 = time.perf_counter()
     try:
-        train(config, on_chunk=on_chunk)
+        if mapping is None:
+            train(config, on_chunk=on_chunk)
+        else:
+            from drlhet.schedule import Mapping
+            from drlhet.schedule import run as run_mapped
+
+            run_mapped(config, Mapping.parse(mapping), on_chunk=on_chunk)
     except Stop:
         pass
     bar.close()

@@ -324,10 +324,18 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
         actor = ts.agent if cfg.delay == 0 else ts.actor_agent
         actions = agent.act(actor, ts.obs, k_act, ts.env_steps)
         rep, env_state, obs, ret, finished, fifo = env_iteration(ts, actions, k_env)
-        agent_state, pending = ts.agent, ts.pending
-        metrics = None
-        for k in jax.random.split(k_learn, cfg.sgd_steps):
+
+        # SGD steps as a loop (not unrolled): each step compiles alone, as in the host loop of
+        # drlhet.schedule, so that both paths give bit-identical numbers.
+        def sgd(carry, k):
+            agent_state, rep, pending = carry
             agent_state, rep, pending, metrics = learn(agent_state, rep, pending, k, ts.env_steps)
+            return (agent_state, rep, pending), metrics
+
+        (agent_state, rep, pending), metrics = jax.lax.scan(
+            sgd, (ts.agent, rep, ts.pending), jax.random.split(k_learn, cfg.sgd_steps)
+        )
+        metrics = jax.tree.map(lambda x: x[-1], metrics)
         ts = TrainState(
             agent_state,
             rep,

@@ -254,9 +254,9 @@ def _run_host_loop(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
     replay_in = jax.jit(vm(replay_in_fn, in_axes=(0, 0, 0, None)), donate_argnums=0)
     replay_next = jax.jit(vm(replay_next_fn, in_axes=(0, 0, 0, 0, 0, None)), donate_argnums=0)
     replay_apply = jax.jit(vm(apply_fn), donate_argnums=0)
-    learner = jax.jit(vm(learner_fn), donate_argnums=0)
+    # with delay >= 1 the actors keep the learner's previous parameters: not donated
+    learner = jax.jit(vm(learner_fn), donate_argnums=() if cfg.delay else 0)
     evaluate = jax.jit(vm(p.evaluate))
-    copy_tree = jax.jit(lambda t: jax.tree.map(jnp.copy, t))
     k_delay = cfg.delay
 
     # Place the state: actors' pieces on da, replay on dr, learner on dl.
@@ -284,9 +284,7 @@ def _run_host_loop(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
             )
             finished_acc.append(finished)
             transitions, learn_keys = put((transitions, learn_keys), dr)
-            # delay >= 1: the actors' next parameters are this iteration's starting ones (copied
-            # before the learner step donates them)
-            before = copy_tree(agent) if k_delay else None
+            before = agent  # delay >= 1: the actors' next parameters
             to_apply = empty
             for j in range(cfg.sgd_steps):
                 kj = learn_keys[:, j]

@@ -179,6 +179,8 @@ def run(
         states = jax.jit(jax.vmap(tr.warmup), donate_argnums=0)(states)
     if len(segs) == 1:
         return _run_fused(cfg, tr, states, devices["replay"], on_chunk, t0, mapping, segs)
+    if cfg.delay >= 2 * cfg.sgd_steps:
+        return _run_pipelined(cfg, tr, states, devices, on_chunk, t0, mapping, segs)
     return _run_host_loop(cfg, tr, states, devices, on_chunk, t0, mapping, segs)
 
 
@@ -318,6 +320,140 @@ def _run_host_loop(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
         if np.any(err):
             raise ValueError(f"replay refused an operation (flags {err})")
         rows.append(_row(cfg, tr, summary, i, t0, last, mapping, segs))
+        last = time.perf_counter()
+        if on_chunk:
+            on_chunk(rows[-1])
+    state = {"agent": agent, "replay": rep, "env_state": env_state, "obs": obs, "key": key}
+    return state, rows
+
+
+def _run_pipelined(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
+    """The host loop for delay k >= 2 x sgd_steps: each stage runs U = k // (2 sgd_steps)
+    iterations per call, so that replay stage c + 1 needs only the priorities of learner stage
+    c - 1 (k learner steps back) and runs while learner stage c trains; the actors act with the
+    parameters of learner stage c - 1. Same priority-update semantics as `delayed`."""
+    p = tr.parts
+    vm = jax.vmap
+    put = jax.device_put
+    da, dr, dl = devices["actors"], devices["replay"], devices["learner"]
+    n_sgd = cfg.sgd_steps
+    unroll = max(1, cfg.delay // (2 * n_sgd))
+    while tr.iterations % unroll:
+        unroll -= 1
+    steps_per_stage = unroll * n_sgd  # learner steps per stage call
+
+    def actor_fn(actor_agent, env_state, obs, fifo, ret, key, env_steps):
+        def body(carry, i):
+            env_state, obs, fifo, ret, key = carry
+            key, k_act, k_env, k_learn = jax.random.split(key, 4)
+            actions = p.act(actor_agent, obs, k_act, env_steps + i * cfg.num_envs)
+            env_state, obs, fifo, ret, transitions, finished = p.env_step(
+                env_state, obs, fifo, ret, actions, k_env
+            )
+            return (env_state, obs, fifo, ret, key), (
+                transitions,
+                finished,
+                jax.random.split(k_learn, n_sgd),
+            )
+
+        (env_state, obs, fifo, ret, key), (transitions, finished, learn_keys) = jax.lax.scan(
+            body, (env_state, obs, fifo, ret, key), jnp.arange(unroll)
+        )
+        return env_state, obs, fifo, ret, key, transitions, finished, learn_keys
+
+    def replay_fn(rep, transitions, learn_keys, to_apply, env_steps):
+        # to_apply: [steps_per_stage, B] updates, the one to apply after each sample
+        def body(rep, u):
+            rep = p.insert(rep, jax.tree.map(lambda x: x[u], transitions))
+            outs = []
+            for j in range(n_sgd):
+                k_sample, k_update = jax.random.split(learn_keys[u, j])
+                batch = p.sample(rep, k_sample, env_steps + u * cfg.num_envs)
+                idx, stamps, prio = (x[u * n_sgd + j] for x in to_apply)
+                rep = tr.replay.update_priorities(rep, idx, prio, stamps)
+                outs.append((batch, k_update))
+            return rep, jax.tree.map(lambda *x: jnp.stack(x), *outs)
+
+        rep, (batches, k_updates) = jax.lax.scan(body, rep, jnp.arange(unroll))
+        flat = jax.tree.map(lambda x: x.reshape((steps_per_stage,) + x.shape[2:]), batches)
+        return rep, flat, k_updates.reshape((steps_per_stage,))
+
+    def learner_fn(agent_state, batches, k_updates):
+        def body(agent_state, xs):
+            batch, k = xs
+            agent_state, prio, metrics = p.train(agent_state, batch, k)
+            return agent_state, ((batch.indices, batch.stamps, prio), metrics)
+
+        agent_state, (entries, metrics) = jax.lax.scan(body, agent_state, (batches, k_updates))
+        return agent_state, entries, jax.tree.map(jnp.mean, metrics)
+
+    actor_stage = jax.jit(vm(actor_fn, in_axes=(0, 0, 0, 0, 0, 0, None)), donate_argnums=(1, 3))
+    replay_stage = jax.jit(vm(replay_fn, in_axes=(0, 0, 0, 0, None)), donate_argnums=0)
+    learner_stage = jax.jit(vm(learner_fn))  # not donated: the actors keep the previous params
+    evaluate = jax.jit(vm(p.evaluate))
+
+    s = states
+    agent = put(s.agent, dl)
+    actor_agent = put(s.actor_agent, da)
+    env_state, obs, fifo, ret, key = put((s.env_state, s.obs, s.fifo, s.episode_return, s.key), da)
+    rep = put(s.replay, dr)
+    shape = (cfg.seeds, cfg.delay, cfg.batch_size)
+    # The k newest updates, oldest first, as a host-side FIFO of arrays [seeds, n, B] (so that
+    # taking the oldest ones never depends on the learner stage in flight); empty entries have
+    # stamp -1 and are dropped.
+    fifo_q: collections.deque = collections.deque()
+    empty = (jnp.zeros(shape, jnp.int32), jnp.full(shape, -1, jnp.int32), jnp.ones(shape))
+    fifo_q.append(put(empty, dr))
+
+    def take(n):
+        parts = []
+        while n:
+            head = fifo_q[0]
+            m = head[0].shape[1]
+            if m <= n:
+                parts.append(fifo_q.popleft())
+                n -= m
+            else:
+                parts.append(tuple(x[:, :n] for x in head))
+                fifo_q[0] = tuple(x[:, n:] for x in head)
+                n = 0
+        if len(parts) == 1:
+            return parts[0]
+        return tuple(jnp.concatenate(xs, axis=1) for xs in zip(*parts, strict=True))
+
+    env_steps = int(np.asarray(s.env_steps)[0])
+    rows, last = [], time.perf_counter()
+    for i in range(tr.chunks):
+        metrics_acc, finished_acc = [], []
+        for _ in range(tr.iterations // unroll):
+            env_state, obs, fifo, ret, key, transitions, finished, learn_keys = actor_stage(
+                actor_agent, env_state, obs, fifo, ret, key, env_steps
+            )
+            finished_acc.append(finished)
+            to_apply = take(steps_per_stage)
+            rep, batches, k_updates = replay_stage(
+                rep, put(transitions, dr), put(learn_keys, dr), to_apply, env_steps
+            )
+            previous = agent
+            agent, entries, metrics = learner_stage(agent, put(batches, dl), put(k_updates, dl))
+            metrics_acc.append(metrics)
+            fifo_q.append(put(entries, dr))
+            actor_agent = put(previous, da)
+            env_steps += unroll * cfg.num_envs
+        metrics = jax.tree.map(lambda *x: jnp.mean(jnp.stack(x), axis=0), *metrics_acc)
+        ret_sum = sum(np.asarray(f[0]).sum(axis=1) for f in finished_acc)
+        n_done = sum(np.asarray(f[1]).sum(axis=1) for f in finished_acc)
+        key, k_eval = _split_keys(key)
+        summary = {k: v for k, v in jax.device_get(metrics).items()}
+        summary["eval_return"] = jax.device_get(evaluate(agent, put(k_eval, dl)))
+        summary["train_return"] = ret_sum / np.maximum(n_done, 1)
+        summary["env_steps"] = np.full((cfg.seeds,), env_steps)
+        err = np.asarray(rep.error)
+        if np.any(err):
+            raise ValueError(f"replay refused an operation (flags {err})")
+        row = _row(cfg, tr, summary, i, t0, last, mapping, segs)
+        row["iterations_per_stage_call"] = unroll
+        rows.append(row)
         last = time.perf_counter()
         if on_chunk:
             on_chunk(rows[-1])

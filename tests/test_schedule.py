@@ -74,3 +74,13 @@ def test_pipelined_host_loop_runs_with_delay(backend):
     assert rows[-1]["env_steps"] == cfg.steps + 2 * cfg.num_envs  # + the 3-step FIFO fill
     assert int(np.max(state["replay"].error)) == 0
     assert rows[-1]["delay"] == 3
+
+
+def test_pipelined_stages_apply_each_update_k_learner_steps_later():
+    # k >= 2 x sgd_steps: stages run U = k // (2 sgd_steps) iterations per call
+    cfg = TrainConfig(**{**SMALL.__dict__, "delay": 5, "sgd_steps": 1})
+    state, rows = run(cfg, Mapping.parse("actors=cpu:0,replay=native@cpu:1,learner=cpu:0"))
+    assert rows[-1]["iterations_per_stage_call"] == 2
+    assert int(np.max(state["replay"].error)) == 0
+    assert rows[-1]["env_steps"] == cfg.steps + 2 * cfg.num_envs
+    assert all(np.isfinite(r["loss"]).all() for r in rows)

@@ -308,17 +308,10 @@ def _run_host_loop(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
             rep = replay_apply(rep, *to_apply)
             actor_agent = put(agent if k_delay == 0 else before, da)
             env_steps += cfg.num_envs
-        metrics = jax.tree.map(lambda *x: jnp.mean(jnp.stack(x), axis=0), *metrics_acc)
-        ret_sum = sum(np.asarray(f[0]) for f in finished_acc)
-        n_done = sum(np.asarray(f[1]) for f in finished_acc)
         key, k_eval = _split_keys(key)
-        summary = {k: v for k, v in jax.device_get(metrics).items()}
-        summary["eval_return"] = jax.device_get(evaluate(agent, put(k_eval, dl)))
-        summary["train_return"] = ret_sum / np.maximum(n_done, 1)
-        summary["env_steps"] = np.full((cfg.seeds,), env_steps)
-        err = np.asarray(rep.error)
-        if np.any(err):
-            raise ValueError(f"replay refused an operation (flags {err})")
+        summary = _chunk_summary(
+            cfg, metrics_acc, finished_acc, evaluate(agent, put(k_eval, dl)), rep, env_steps
+        )
         rows.append(_row(cfg, tr, summary, i, t0, last, mapping, segs))
         last = time.perf_counter()
         if on_chunk:
@@ -440,17 +433,12 @@ def _run_pipelined(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
             fifo_q.append(put(entries, dr))
             actor_agent = put(previous, da)
             env_steps += unroll * cfg.num_envs
-        metrics = jax.tree.map(lambda *x: jnp.mean(jnp.stack(x), axis=0), *metrics_acc)
-        ret_sum = sum(np.asarray(f[0]).sum(axis=1) for f in finished_acc)
-        n_done = sum(np.asarray(f[1]).sum(axis=1) for f in finished_acc)
         key, k_eval = _split_keys(key)
-        summary = {k: v for k, v in jax.device_get(metrics).items()}
-        summary["eval_return"] = jax.device_get(evaluate(agent, put(k_eval, dl)))
-        summary["train_return"] = ret_sum / np.maximum(n_done, 1)
-        summary["env_steps"] = np.full((cfg.seeds,), env_steps)
-        err = np.asarray(rep.error)
-        if np.any(err):
-            raise ValueError(f"replay refused an operation (flags {err})")
+        # finished counts come per iteration of a stage call: sum them over the call first
+        finished_acc = [jax.tree.map(lambda x: x.sum(axis=1), f) for f in finished_acc]
+        summary = _chunk_summary(
+            cfg, metrics_acc, finished_acc, evaluate(agent, put(k_eval, dl)), rep, env_steps
+        )
         row = _row(cfg, tr, summary, i, t0, last, mapping, segs)
         row["iterations_per_stage_call"] = unroll
         rows.append(row)
@@ -459,6 +447,21 @@ def _run_pipelined(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
             on_chunk(rows[-1])
     state = {"agent": agent, "replay": rep, "env_state": env_state, "obs": obs, "key": key}
     return state, rows
+
+
+def _chunk_summary(cfg, metrics_acc, finished_acc, eval_return, rep, env_steps) -> dict:
+    """A chunk's per-seed summary from the host loop's accumulated per-step outputs."""
+    metrics = jax.tree.map(lambda *x: jnp.mean(jnp.stack(x), axis=0), *metrics_acc)
+    ret_sum = sum(np.asarray(f[0]) for f in finished_acc)
+    n_done = sum(np.asarray(f[1]) for f in finished_acc)
+    summary = dict(jax.device_get(metrics))
+    summary["eval_return"] = jax.device_get(eval_return)
+    summary["train_return"] = ret_sum / np.maximum(n_done, 1)
+    summary["env_steps"] = np.full((cfg.seeds,), env_steps)
+    err = np.asarray(rep.error)
+    if np.any(err):
+        raise ValueError(f"replay refused an operation (flags {err})")
+    return summary
 
 
 @jax.jit

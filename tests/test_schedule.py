@@ -54,9 +54,13 @@ def test_bad_mappings_are_clear_errors(text, error, match):
         segments(Mapping.parse(text))
 
 
-def test_host_loop_equals_fused_scan_at_delay_zero():
-    fused_state, fused_rows = run(SMALL, Mapping())
-    loop_state, loop_rows = run(SMALL, Mapping.parse("actors=cpu:0,replay=cpu:1,learner=cpu:1"))
+@pytest.mark.parametrize("delay", [0, 1, 3])
+def test_host_loop_equals_fused_scan(delay):
+    # k = 0 is the acceptance line; for 1 <= k < 2 x sgd_steps the per-iteration host loop keeps
+    # its queue on the host but must apply every update exactly where the fused scan does
+    cfg = TrainConfig(**{**SMALL.__dict__, "delay": delay})
+    fused_state, fused_rows = run(cfg, Mapping())
+    loop_state, loop_rows = run(cfg, Mapping.parse("actors=cpu:0,replay=cpu:1,learner=cpu:1"))
     assert len(loop_rows[0]["segments"]) == 2 and len(fused_rows[0]["segments"]) == 1
     for a, b in zip(
         jax.tree.leaves(fused_state["agent"]), jax.tree.leaves(loop_state["agent"]), strict=True

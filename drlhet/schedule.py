@@ -18,7 +18,7 @@ import collections
 import dataclasses
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +27,16 @@ import numpy as np
 from drlhet.backends import BackendUnavailable, lookup
 from drlhet.train import TrainConfig, make_trainer
 
-__all__ = ["Mapping", "Placement", "segments", "resolve_device", "run", "LOOP_ORDER"]
+__all__ = [
+    "Mapping",
+    "Placement",
+    "HostStages",
+    "host_stages",
+    "segments",
+    "resolve_device",
+    "run",
+    "LOOP_ORDER",
+]
 
 LOOP_ORDER = ("act", "env_step", "insert", "sample", "train", "update")
 GROUPS = {
@@ -218,12 +227,36 @@ def _run_fused(cfg, tr, states, device, on_chunk, t0, mapping, segs):
     return states._asdict(), rows
 
 
-def _run_host_loop(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
-    """Jitted stages on their devices, driven from Python; see the module docstring."""
+class HostStages(NamedTuple):
+    """The jitted stages the per-iteration host loop dispatches (all vmapped over seeds).
+
+    Attributes:
+      actor_step: ``(actor_agent, env_state, obs, fifo, ret, key, env_steps) -> (env_state, obs,
+        fifo, ret, key, transitions [S, N, ...], finished, learn_keys)``, ``learn_keys`` a
+        tuple of ``sgd_steps`` keys ``[S]``
+        (act + env_step).
+      replay_in: ``(replay, transitions, key [S], env_steps) -> (replay, batch, update_key)``
+        (insert + the first sample).
+      replay_next: ``(replay, indices [S, B], stamps [S, B], priorities [S, B], key, env_steps)
+        -> (replay, batch, update_key)`` (update + the next sample).
+      replay_apply: ``(replay, indices, stamps, priorities) -> replay`` (update).
+      learner: ``(agent, data, weights [S, B], key [S]) -> (agent, priorities [S, B], metrics)``
+        (train; donates ``agent`` only when ``delay == 0``).
+      evaluate: ``(agent, key [S]) -> mean greedy return [S]``.
+    """
+
+    actor_step: Callable[..., Any]
+    replay_in: Callable[..., Any]
+    replay_next: Callable[..., Any]
+    replay_apply: Callable[..., Any]
+    learner: Callable[..., Any]
+    evaluate: Callable[..., Any]
+
+
+def host_stages(cfg: TrainConfig, tr: Any) -> HostStages:
+    """Builds the host loop's jitted stages for ``cfg`` (also profiled by `drlhet.dse`)."""
     p = tr.parts
     vm = jax.vmap
-    put = jax.device_put
-    da, dr, dl = devices["actors"], devices["replay"], devices["learner"]
 
     def actor_fn(actor_agent, env_state, obs, fifo, ret, key, env_steps):
         key, k_act, k_env, k_learn = jax.random.split(key, 4)
@@ -232,7 +265,8 @@ def _run_host_loop(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
             env_state, obs, fifo, ret, actions, k_env
         )
         learn_keys = jax.random.split(k_learn, cfg.sgd_steps)
-        return env_state, obs, fifo, ret, key, transitions, finished, learn_keys
+        # one key per SGD step as separate outputs: slicing on the host costs a dispatch each
+        return env_state, obs, fifo, ret, key, transitions, finished, tuple(learn_keys)
 
     replay_fns = tr.replay
 
@@ -252,13 +286,26 @@ def _run_host_loop(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
     def learner_fn(agent_state, data, weights, k):
         return p.train(agent_state, _Batch(data, weights), k)
 
-    actor_step = jax.jit(vm(actor_fn, in_axes=(0, 0, 0, 0, 0, 0, None)), donate_argnums=(1, 3))
-    replay_in = jax.jit(vm(replay_in_fn, in_axes=(0, 0, 0, None)), donate_argnums=0)
-    replay_next = jax.jit(vm(replay_next_fn, in_axes=(0, 0, 0, 0, 0, None)), donate_argnums=0)
-    replay_apply = jax.jit(vm(apply_fn), donate_argnums=0)
-    # with delay >= 1 the actors keep the learner's previous parameters: not donated
-    learner = jax.jit(vm(learner_fn), donate_argnums=() if cfg.delay else 0)
-    evaluate = jax.jit(vm(p.evaluate))
+    return HostStages(
+        actor_step=jax.jit(vm(actor_fn, in_axes=(0, 0, 0, 0, 0, 0, None)), donate_argnums=(1, 3)),
+        replay_in=jax.jit(vm(replay_in_fn, in_axes=(0, 0, 0, None)), donate_argnums=0),
+        replay_next=jax.jit(vm(replay_next_fn, in_axes=(0, 0, 0, 0, 0, None)), donate_argnums=0),
+        replay_apply=jax.jit(vm(apply_fn), donate_argnums=0),
+        # with delay >= 1 the actors keep the learner's previous parameters: not donated
+        learner=jax.jit(vm(learner_fn), donate_argnums=() if cfg.delay else 0),
+        evaluate=jax.jit(vm(p.evaluate)),
+    )
+
+
+def _run_host_loop(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
+    """Jitted stages on their devices, driven from Python; see the module docstring."""
+    put = jax.device_put
+    da, dr, dl = devices["actors"], devices["replay"], devices["learner"]
+    to_r, to_l, to_a = _mover(da, dr), _mover(dr, dl), _mover(dl, da)
+    l_to_r = _mover(dl, dr)
+    st = host_stages(cfg, tr)
+    actor_step, replay_in, replay_next = st.actor_step, st.replay_in, st.replay_next
+    replay_apply, learner, evaluate = st.replay_apply, st.learner, st.evaluate
     k_delay = cfg.delay
 
     # Place the state: actors' pieces on da, replay on dr, learner on dl.
@@ -285,18 +332,16 @@ def _run_host_loop(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
                 actor_agent, env_state, obs, fifo, ret, key, env_steps
             )
             finished_acc.append(finished)
-            transitions, learn_keys = put((transitions, learn_keys), dr)
+            transitions, learn_keys = to_r((transitions, learn_keys))
             before = agent  # delay >= 1: the actors' next parameters
             to_apply = empty
             for j in range(cfg.sgd_steps):
-                kj = learn_keys[:, j]
+                kj = learn_keys[j]
                 if j == 0:
                     rep, batch, k_update = replay_in(rep, transitions, kj, env_steps)
                 else:
                     rep, batch, k_update = replay_next(rep, *to_apply, kj, env_steps)
-                agent, prio, metrics = learner(
-                    agent, put(batch.data, dl), put(batch.weights, dl), put(k_update, dl)
-                )
+                agent, prio, metrics = learner(agent, *to_l((batch.data, batch.weights, k_update)))
                 metrics_acc.append(metrics)
                 entry = (batch.indices, batch.stamps, prio)
                 if k_delay == 0:
@@ -304,9 +349,9 @@ def _run_host_loop(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
                 else:
                     queue.append(entry)
                     to_apply = queue.popleft() if len(queue) > k_delay else empty
-                to_apply = put(to_apply, dr)
+                to_apply = l_to_r(to_apply)
             rep = replay_apply(rep, *to_apply)
-            actor_agent = put(agent if k_delay == 0 else before, da)
+            actor_agent = to_a(agent if k_delay == 0 else before)
             env_steps += cfg.num_envs
         key, k_eval = _split_keys(key)
         summary = _chunk_summary(
@@ -329,6 +374,7 @@ def _run_pipelined(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
     vm = jax.vmap
     put = jax.device_put
     da, dr, dl = devices["actors"], devices["replay"], devices["learner"]
+    to_r, to_l, to_a, l_to_r = _mover(da, dr), _mover(dr, dl), _mover(dl, da), _mover(dl, dr)
     n_sgd = cfg.sgd_steps
     unroll = max(1, cfg.delay // (2 * n_sgd))
     while tr.iterations % unroll:
@@ -425,13 +471,13 @@ def _run_pipelined(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
             finished_acc.append(finished)
             to_apply = take(steps_per_stage)
             rep, batches, k_updates = replay_stage(
-                rep, put(transitions, dr), put(learn_keys, dr), to_apply, env_steps
+                rep, *to_r((transitions, learn_keys)), to_apply, env_steps
             )
             previous = agent
-            agent, entries, metrics = learner_stage(agent, put(batches, dl), put(k_updates, dl))
+            agent, entries, metrics = learner_stage(agent, *to_l((batches, k_updates)))
             metrics_acc.append(metrics)
-            fifo_q.append(put(entries, dr))
-            actor_agent = put(previous, da)
+            fifo_q.append(l_to_r(entries))
+            actor_agent = to_a(previous)
             env_steps += unroll * cfg.num_envs
         key, k_eval = _split_keys(key)
         # finished counts come per iteration of a stage call: sum them over the call first
@@ -462,6 +508,13 @@ def _chunk_summary(cfg, metrics_acc, finished_acc, eval_return, rep, env_steps) 
     if np.any(err):
         raise ValueError(f"replay refused an operation (flags {err})")
     return summary
+
+
+def _mover(src: jax.Device, dst: jax.Device) -> Callable[[Any], Any]:
+    """``device_put`` to ``dst``, or nothing when ``src`` is ``dst`` (it costs ~10 us a leaf)."""
+    if src == dst:
+        return lambda x: x
+    return lambda x: jax.device_put(x, dst)
 
 
 @jax.jit

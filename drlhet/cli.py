@@ -62,12 +62,17 @@ def train_command(
       stop_at_return: stop once the mean evaluation return over seeds reaches this value.
       progress: show a progress bar.
       mapping: where each primitive runs, e.g. ``actors=cpu:0,replay=native@cpu:1,learner=cpu:1``
-        (see `drlhet.schedule.Mapping`); default: everything fused on one device.
+        (see `drlhet.schedule.Mapping`), or ``auto``: the DSE's best mapping runnable here
+        (`drlhet.dse`; profiles the run first if its profile is not cached); default:
+        everything fused on one device.
       cpu_devices: XLA CPU devices to create (default: as many as the mapping names).
     """
     import jax
 
-    if mapping is not None or cpu_devices is not None:
+    if mapping == "auto":
+        jax.config.update("jax_num_cpu_devices", cpu_devices or 2)
+        mapping = auto_mapping(config, config.delay)
+    elif mapping is not None or cpu_devices is not None:
         named = [int(x) for x in re.findall(r"cpu:(\d+)", mapping or "")]
         wanted = cpu_devices or 1 + max(named, default=0)
         jax.config.update("jax_num_cpu_devices", wanted)
@@ -139,10 +144,208 @@ def train_command(
     return run
 
 
+@dataclasses.dataclass(frozen=True)
+class ShapeArgs:
+    """The run whose mappings are profiled and explored (DQN-PER on CartPole by default)."""
+
+    algo: str = "dqn"
+    env: str = "CartPole-v1"
+    batch: int = 128
+    capacity: int = 50_000
+    hidden: tuple[int, ...] = (64, 64)
+    branching: int = 16
+    num_envs: int = 4
+    sgd_steps: int = 2
+
+    def key(self):
+        from drlhet.dse import ProfileKey
+
+        return ProfileKey(
+            algo=self.algo,
+            env=self.env,
+            hidden=tuple(self.hidden),
+            batch=self.batch,
+            capacity=self.capacity,
+            branching=self.branching,
+            num_envs=self.num_envs,
+            sgd_steps=self.sgd_steps,
+        )
+
+
+def _cpu_devices(n: int) -> None:
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", n)
+
+
+def profile_command(
+    shape: Annotated[ShapeArgs, tyro.conf.arg(name="")],
+    cache_dir: Path | None = None,
+    cpu_devices: int = 2,
+) -> Path:
+    """Profiles every primitive of a run on this machine's CPU (every replay backend here) and
+    caches the result (JSON, reused until the package or the machine changes).
+
+    Args:
+      shape: the run's shape.
+      cache_dir: profile cache folder (default ``$DRLHET_CACHE`` or ``~/.cache/drlhet``).
+      cpu_devices: XLA CPU devices (two are needed for the transfer figures).
+    """
+    _cpu_devices(cpu_devices)
+    from drlhet.dse import ProfileCache, build_model
+
+    cache = ProfileCache(cache_dir)
+    model = build_model(shape.key(), cache=cache, reprofile=True)
+    for backend, prof in model.profiles.items():
+        med = {k: f"{v['median'] * 1e6:.1f}" for k, v in prof["compute"].items()}
+        print(f"{backend}: compute us per call (measured, {prof['device']}): {med}")
+        med = {k: f"{v['median'] * 1e6:.1f}" for k, v in prof["call"].items()}
+        print(f"{backend}: host-loop call us (measured): {med}")
+    print(f"profiles: {cache.path}")
+    return cache.path
+
+
+def dse_command(
+    shape: Annotated[ShapeArgs, tyro.conf.arg(name="")],
+    delay: int = 0,
+    devices: str = "cpu,h100,a100,u200,u250",
+    top: int = 20,
+    measure: bool = False,
+    cache_dir: Path | None = None,
+    reprofile: bool = False,
+    out: Path = Path("runs/dse.json"),
+    cpu_devices: int = 2,
+) -> dict:
+    """Predicts the throughput of every mapping and ranks them (DESIGN section 5).
+
+    Args:
+      shape: the run's shape.
+      delay: priority-update delay k (0: strict chain; >= 1: slowest stage).
+      devices: devices to map onto: ``cpu`` (this machine's XLA CPU devices), ``cpu:N``, and
+        device sheets (``h100``, ``a100``, ``u200``, ``u250``); absent ones are modeled.
+      top: rows to print (the JSON has them all).
+      measure: also run every runnable mapping and print its measured throughput.
+      cache_dir: profile cache folder.
+      reprofile: measure the profiles again even when cached.
+      out: JSON with every prediction.
+      cpu_devices: XLA CPU devices of this process.
+    """
+    _cpu_devices(cpu_devices)
+    import jax
+
+    from drlhet.dse import (
+        ProfileCache,
+        baselines,
+        build_model,
+        expand_devices,
+        measure_mapping,
+        replay_backends_here,
+        search,
+    )
+
+    present = [f"cpu:{i}" for i in range(len(jax.devices("cpu")))]
+    devs = expand_devices(devices, len(present))
+    model = build_model(shape.key(), cache=ProfileCache(cache_dir), reprofile=reprofile)
+    preds = search(model, devs, delay, present=present, backends_here=replay_backends_here())
+    feasible = [p for p in preds if p.note == ""]
+    runnable = [p for p in feasible if p.runnable]
+    measured: dict[str, float] = {}
+    if measure:
+        for p in runnable:
+            m = measure_mapping(shape.key(), p.mapping_text(), delay)
+            measured[p.mapping_text()] = m["trained_samples_per_s"]
+            print(f"measured {p.mapping_text()}: {m['trained_samples_per_s']:,.0f}", flush=True)
+    print(
+        f"\nDSE: {shape.algo.upper()} on {shape.env}, MLP {shape.hidden}, batch {shape.batch}, "
+        f"capacity {shape.capacity}, K {shape.branching}, {shape.num_envs} envs, "
+        f"{shape.sgd_steps} SGD steps/iteration, delay {delay}; {len(preds)} mappings "
+        f"({len(feasible)} feasible, {len(runnable)} runnable here)"
+    )
+    print(
+        "basis: profiled = predicted from costs measured on this machine; modeled = predicted "
+        "with device sheets (drlhet/dse/sheets); measured = run here"
+    )
+    head = f"{'#':>3} {'mapping':<64} {'trained/s':>11} {'basis':>9} {'bottleneck':>16}"
+    print(head + (f" {'measured':>11}" if measure else ""))
+    for i, p in enumerate(feasible[:top]):
+        line = (
+            f"{i + 1:>3} {p.mapping_text():<64} {p.trained_samples_per_s:>11,.0f} "
+            f"{p.basis:>9} {p.bottleneck:>16}"
+        )
+        if measure and p.mapping_text() in measured:
+            line += f" {measured[p.mapping_text()]:>11,.0f}"
+        print(line)
+    best = feasible[0]
+    print(f"\nbest: {best.mapping_text()} ({best.basis}) {best.trained_samples_per_s:,.0f}/s")
+    if runnable:
+        print(
+            f"best runnable here: {runnable[0].mapping_text()} "
+            f"{runnable[0].trained_samples_per_s:,.0f}/s (profiled)"
+        )
+    for name, b in baselines(preds, model).items():
+        print(
+            f"  best over {name:<32} {best.trained_samples_per_s / b.trained_samples_per_s:8.2f}x "
+            f"({b.mapping_text()}, {b.basis})"
+        )
+    result = {
+        "shape": dataclasses.asdict(shape),
+        "delay": delay,
+        "devices": devs,
+        "predictions": [
+            {
+                "mapping": p.mapping_text(),
+                "trained_samples_per_s": p.trained_samples_per_s,
+                "env_steps_per_s": p.env_steps_per_s,
+                "basis": p.basis,
+                "runnable": p.runnable,
+                "bottleneck": p.bottleneck,
+                "note": p.note,
+                "measured_trained_samples_per_s": measured.get(p.mapping_text()),
+            }
+            for p in preds
+        ],
+        "best": best.mapping_text(),
+        "best_runnable": runnable[0].mapping_text() if runnable else None,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"all predictions: {out}")
+    return result
+
+
+def auto_mapping(config: TrainConfig, delay: int, log=print) -> str:
+    """The DSE's best mapping runnable here for ``config`` (profiles from the cache)."""
+    import jax
+
+    from drlhet.dse import ProfileKey, build_model, replay_backends_here, search
+
+    hidden = config.dqn.hidden if config.algo == "dqn" else config.ddpg.hidden
+    key = ProfileKey(
+        algo=config.algo,
+        env=config.env,
+        hidden=tuple(hidden),
+        batch=config.batch_size,
+        capacity=config.buffer_size,
+        branching=config.branching,
+        num_envs=config.num_envs,
+        sgd_steps=config.sgd_steps,
+    )
+    present = [f"cpu:{i}" for i in range(len(jax.devices("cpu")))]
+    model = build_model(key, log=log)
+    preds = search(model, present, delay, present=present, backends_here=replay_backends_here())
+    best = next(p for p in preds if p.runnable)
+    log(
+        f"--mapping auto: {best.mapping_text()} ({best.trained_samples_per_s:,.0f} trained "
+        f"samples/s predicted, profiled)"
+    )
+    return best.mapping_text()
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: ``drlhet train ...``."""
+    """Entry point: ``drlhet train|profile|dse ...``."""
     tyro.extras.subcommand_cli_from_dict(
-        {"train": train_command}, args=sys.argv[1:] if argv is None else argv
+        {"train": train_command, "profile": profile_command, "dse": dse_command},
+        args=sys.argv[1:] if argv is None else argv,
     )
 
 

@@ -1,0 +1,255 @@
+"""Validation of the performance model: predicted vs measured throughput of every runnable mapping.
+
+DESIGN section 5 ("every mapping that can run on the machine is also run and measured") and
+section 7, figure 3. For DQN + PER on CartPole-v1 (MLP 64x64, 4 envs, 2 SGD steps per
+iteration) at batch 64 and 256 and capacity 2^17 and 2^20: profile the primitives afresh (the
+predictions use only these profiles), predict every mapping of actors / replay / learner over
+the machine's two XLA CPU devices (``jax_num_cpu_devices=2``) with both replay backends, run
+each one with the scheduler and measure it (a mapping and its relabeling cpu:0 <-> cpu:1 are
+the same hardware: measured once), in rounds (profile, measure all; again) so that the
+machine's drift hits prediction and measurement alike; then report the model's error, whether the DSE's
+pick is within 5% of the best measured mapping, and the pick's speedup over the worst runnable
+mapping and over the baselines (measured where runnable, modeled otherwise).
+
+Usage:
+  python experiments/validate_dse.py [--delay 0] [--batches 64 256] [--capacities 131072 1048576]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import tyro
+
+
+@dataclasses.dataclass
+class Args:
+    batches: tuple[int, ...] = (64, 256)
+    capacities: tuple[int, ...] = (1 << 17, 1 << 20)
+    delay: int = 0
+    rounds: int = 3
+    """Profile-then-measure rounds (A B A B): drift of the machine hits both sides."""
+    chunks: int = 3
+    """Timed chunks per mapping per round (after one compilation chunk)."""
+    chunk_steps: int = 2_000
+    out: Path = Path("results/dse_validation.json")
+    plot: Path = Path("results/dse_validation.png")
+
+
+def main(args: Args) -> dict:
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", 2)
+    from drlhet.dse import (
+        ProfileCache,
+        ProfileKey,
+        baselines,
+        build_model,
+        measure_mapping,
+        merge_models,
+        replay_backends_here,
+        search,
+    )
+
+    machine = f"{platform.machine()} {os.cpu_count()} cores ({platform.node()})"
+    devices = ["cpu:0", "cpu:1"]
+    modeled_devices = ["h100", "u250"]
+    rows, configs = [], []
+    cache = ProfileCache(Path(tempfile.mkdtemp(prefix="drlhet-profiles-")))
+    print(f"machine: {machine}; DQN + PER, CartPole-v1, MLP 64x64, 4 envs, 2 SGD steps/iter")
+    for batch in args.batches:
+        for capacity in args.capacities:
+            key = ProfileKey(batch=batch, capacity=capacity)
+            # Rounds A B A B ...: profile, then measure every mapping, again; the prediction uses
+            # the profiles of all rounds (median per figure), the measurement all their chunks.
+            models, chunks_of = [], {}
+            for rnd in range(args.rounds):
+                t0 = time.perf_counter()
+                models.append(build_model(key, cache=cache, reprofile=True, log=lambda s: None))
+                model = merge_models(models)
+                preds = search(
+                    model,
+                    devices,
+                    args.delay,
+                    present=devices,
+                    backends_here=replay_backends_here(),
+                )
+                # cpu:0 and cpu:1 are the same two cores: a mapping and its relabeling (cpu:0
+                # <-> cpu:1) are the same hardware and get the same prediction; each such pair
+                # is measured once (its form with cpu:0 first)
+                runnable = [p for p in preds if p.runnable and _canonical(p)]
+                for p in runnable:
+                    m = measure_mapping(
+                        key, p.mapping_text(), args.delay, args.chunks, args.chunk_steps
+                    )
+                    chunks_of.setdefault(p.mapping_text(), []).extend(m["per_chunk"])
+                print(
+                    f"B={batch} C={capacity}: round {rnd + 1}/{args.rounds} done in "
+                    f"{time.perf_counter() - t0:.0f} s",
+                    flush=True,
+                )
+            print(f"{'mapping':<62} {'predicted':>10} {'measured':>10} {'error':>7}")
+            measured = {}
+            for p in runnable:
+                text = p.mapping_text()
+                value = statistics.median(chunks_of[text])
+                measured[text] = value
+                err = p.trained_samples_per_s / value - 1
+                print(
+                    f"{text:<62} {p.trained_samples_per_s:>10,.0f} {value:>10,.0f} {err:>+7.1%}",
+                    flush=True,
+                )
+                rows.append(
+                    {
+                        "batch": batch,
+                        "capacity": capacity,
+                        "delay": args.delay,
+                        "mapping": text,
+                        "bottleneck": p.bottleneck,
+                        "predicted_trained_samples_per_s": p.trained_samples_per_s,
+                        "measured_trained_samples_per_s": value,
+                        "measured_per_chunk": chunks_of[text],
+                        "error": err,
+                        "terms_s": p.terms,
+                    }
+                )
+            pick = runnable[0]
+            best_text = max(measured, key=lambda t: measured[t])
+            worst_text = min(measured, key=lambda t: measured[t])
+            pick_measured = measured[pick.mapping_text()]
+            # baselines over the modeled devices too (labelled modeled)
+            wide = search(
+                model,
+                devices + modeled_devices,
+                args.delay,
+                present=devices,
+                backends_here=replay_backends_here(),
+            )
+            base = {}
+            for name, b in baselines(wide, model).items():
+                text = b.mapping_text()
+                if text in measured:
+                    base[name] = {
+                        "mapping": text,
+                        "trained_samples_per_s": measured[text],
+                        "basis": "measured",
+                    }
+                else:
+                    base[name] = {
+                        "mapping": text,
+                        "trained_samples_per_s": b.trained_samples_per_s,
+                        "basis": b.basis,
+                    }
+                base[name]["pick_speedup"] = pick_measured / base[name]["trained_samples_per_s"]
+            conf = {
+                "batch": batch,
+                "capacity": capacity,
+                "delay": args.delay,
+                "pick": pick.mapping_text(),
+                "pick_measured": pick_measured,
+                "best_measured": best_text,
+                "best_measured_value": measured[best_text],
+                "pick_within": pick_measured / measured[best_text],
+                "worst_measured": worst_text,
+                "pick_over_worst": pick_measured / measured[worst_text],
+                "best_overall_predicted": wide[0].mapping_text(),
+                "best_overall_basis": wide[0].basis,
+                "best_overall_predicted_value": wide[0].trained_samples_per_s,
+                "baselines": base,
+            }
+            configs.append(conf)
+            print(
+                f"DSE pick {conf['pick']}: {pick_measured:,.0f} measured = "
+                f"{conf['pick_within']:.1%} of the best measured ({best_text}); "
+                f"{conf['pick_over_worst']:.2f}x the worst ({worst_text})"
+            )
+            for name, b in base.items():
+                print(
+                    f"  vs {name:<32} {b['trained_samples_per_s']:>12,.0f} ({b['basis']}): "
+                    f"{b['pick_speedup']:.2f}x"
+                )
+    errs = [abs(r["error"]) for r in rows]
+    summary = {
+        "machine": machine,
+        "config": "DQN-PER CartPole-v1, MLP 64x64, 4 envs, 2 SGD steps/iteration, K=16",
+        "threads": "default (not pinned; two XLA CPU devices on two cores)",
+        "median_abs_error": statistics.median(errs),
+        "max_abs_error": max(errs),
+        "picks_within_5pct": all(c["pick_within"] >= 0.95 for c in configs),
+        "configs": configs,
+        "rows": rows,
+    }
+    print(
+        f"\nmodel error over {len(rows)} runnable mappings: median |error| "
+        f"{summary['median_abs_error']:.1%}, max {summary['max_abs_error']:.1%}; "
+        f"DSE pick within 5% of the best measured in every config: {summary['picks_within_5pct']}"
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=1))
+    _plot(rows, args.plot)
+    return summary
+
+
+def _canonical(p) -> bool:
+    """True for the relabeling of ``p`` in which devices are numbered in order of first use."""
+    seen: list[str] = []
+    for g in ("actors", "replay", "learner"):
+        d = p.places[g].device
+        if d not in seen:
+            seen.append(d)
+    return seen == [f"cpu:{i}" for i in range(len(seen))]
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    for (b, c), marker in zip(
+        sorted({(r["batch"], r["capacity"]) for r in rows}), "osD^", strict=False
+    ):
+        sel = [r for r in rows if (r["batch"], r["capacity"]) == (b, c)]
+        ax.scatter(
+            [r["measured_trained_samples_per_s"] for r in sel],
+            [r["predicted_trained_samples_per_s"] for r in sel],
+            marker=marker,
+            label=f"B={b}, C=2^{c.bit_length() - 1}",
+        )
+    lo = (
+        min(
+            min(r["measured_trained_samples_per_s"], r["predicted_trained_samples_per_s"])
+            for r in rows
+        )
+        * 0.8
+    )
+    hi = (
+        max(
+            max(r["measured_trained_samples_per_s"], r["predicted_trained_samples_per_s"])
+            for r in rows
+        )
+        * 1.2
+    )
+    ax.plot([lo, hi], [lo, hi], "k-", lw=1)
+    ax.fill_between([lo, hi], [lo * 0.85, hi * 0.85], [lo * 1.15, hi * 1.15], color="0.9")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured trained samples/s (this machine)")
+    ax.set_ylabel("predicted trained samples/s (profiled model)")
+    ax.set_title("DSE model vs measurement, every runnable mapping")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

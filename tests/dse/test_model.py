@@ -1,0 +1,245 @@
+"""The performance model and the search, on toy device sheets with answers worked out by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from drlhet.dse.model import Model, Place, Shapes, load_sheets
+from drlhet.dse.search import baselines, enumerate_mappings, expand_devices, search
+
+US = 1e-6
+
+
+def stats(us: float) -> dict:
+    return {"median": us * US, "min": us * US, "max": us * US}
+
+
+SHAPES = Shapes(
+    batch=100,
+    capacity=4096,
+    branching=16,
+    num_envs=4,
+    sgd_steps=2,
+    levels=3,
+    tree_bytes=4 * 4384,
+    row_bytes=40,
+    params=1000,
+    macs_per_sample=1000,
+    layers=2,
+    bytes={"transitions": 1_000, "batch": 10_000, "priorities": 1_000, "params": 100_000},
+)
+
+# A CPU profile with round numbers (microseconds).
+PROFILE = {
+    "compute": {
+        "actors": stats(10),
+        "insert": stats(20),
+        "sample": stats(30),
+        "train": stats(100),
+        "update": stats(20),
+    },
+    "call": {
+        "actors": stats(50),
+        "replay_in": stats(80),
+        "replay_next": stats(70),
+        "apply": stats(40),
+        "learner": stats(200),
+    },
+    "transfer": {
+        "transitions": stats(5),
+        "batch": stats(15),
+        "priorities": stats(5),
+        "params": stats(60),
+    },
+}
+NATIVE = {**PROFILE, "compute": {**PROFILE["compute"], "sample": stats(10), "update": stats(5)}}
+
+
+def toy_sheets() -> dict:
+    def v(x):
+        return {"value": x, "source": "toy"}
+
+    return {
+        "gpu": {
+            "name": "gpu",
+            "kind": "gpu",
+            "link": "link",
+            "values": {
+                "mem_bw_gbs": v(1e9),  # effectively infinite: launch-bound
+                "fp32_tflops": v(1e9),
+                "launch_us": v(1.0),
+                "dispatch_us": v(10.0),
+                "random_access_efficiency": v(1.0),
+                "compute_efficiency": v(1.0),
+            },
+        },
+        "fpga": {
+            "name": "fpga",
+            "kind": "fpga",
+            "link": "link",
+            "values": {
+                "clock_mhz": v(100),
+                "dsp": v(1000),
+                "sram_mb": v(1),
+                "ddr_bw_gbs": v(1e9),
+                "invocation_us": v(5.0),
+                "tree_stage_cycles": v(4),
+                "dsp_per_mac": v(1),
+                "learner_efficiency": v(1.0),
+            },
+        },
+        "link": {
+            "name": "link",
+            "kind": "link",
+            "values": {"bw_gbs": v(1.0), "latency_us": v(2.0)},
+        },
+    }
+
+
+def model(**kw) -> Model:
+    return Model(SHAPES, toy_sheets(), {"jax": PROFILE, "native": NATIVE}, cpu_cores=2, **kw)
+
+
+def places(a, r, ln):
+    return {
+        "actors": Place(*a.split("@")),
+        "replay": Place(*r.split("@")),
+        "learner": Place(*ln.split("@")),
+    }
+
+
+def test_fused_is_the_sum_of_compute_times():
+    p = model().predict(places("jax@cpu:0", "jax@cpu:0", "jax@cpu:0"))
+    # actors + insert + S (sample + train + update) = 10 + 20 + 2 (30 + 100 + 20) = 330 us
+    assert p.bottleneck == "fused" and p.basis == "profiled"
+    assert p.iteration_s == pytest.approx(330 * US)
+    assert p.trained_samples_per_s == pytest.approx(2 * 100 / (330 * US))
+    assert p.env_steps_per_s == pytest.approx(4 / (330 * US))
+    native = model().predict(places("jax@cpu:0", "native@cpu:0", "jax@cpu:0"))
+    assert native.iteration_s == pytest.approx((10 + 20 + 2 * (10 + 100 + 5)) * US)
+
+
+def test_strict_chain_on_two_cpu_devices():
+    p = model().predict(places("jax@cpu:0", "jax@cpu:1", "jax@cpu:1"), delay=0)
+    # calls: 50 + 80 + 2 x 200 + 1 x 70 + 40 = 640; hops: transitions 5 + params 60
+    assert p.bottleneck == "chain"
+    assert p.iteration_s == pytest.approx(705 * US)
+    q = model().predict(places("jax@cpu:0", "jax@cpu:1", "jax@cpu:0"), delay=0)
+    # hops: transitions 5 + 2 x batch 15 + 2 x priorities 5, actors and learner share cpu:0
+    assert q.iteration_s == pytest.approx((640 + 5 + 30 + 10) * US)
+
+
+def test_relaxed_is_the_slowest_resource():
+    m = model()
+    two = places("jax@cpu:0", "jax@cpu:1", "jax@cpu:1")
+    # 1 <= k < 2 S: the per-iteration host loop. cpu:0 busy 50; cpu:1 busy 80 + 400 + 70 + 40
+    # = 590; cores: 640 / 2 = 320
+    p = m.predict(two, delay=1)
+    assert p.bottleneck == "cpu:1" and p.iteration_s == pytest.approx(590 * US)
+    # k >= 2 S: pipelined stages of U = k // (2 S) iterations per call; dispatch = call - compute
+    # replay: (80 - 20 - 30) / U + 20 + 2 (30 + 20); learner: (200 - 100) / U + 2 x 100
+    for k, u in ((4, 1), (8, 2)):
+        p = m.predict(two, delay=k)
+        assert p.bottleneck == "cpu:1"
+        assert p.iteration_s == pytest.approx((30 / u + 120 + 100 / u + 200) * US)
+    # a split whose slowest resource is the link: actors and learner on one device, huge hops
+    slow_link = Model(
+        SHAPES,
+        toy_sheets(),
+        {"jax": {**PROFILE, "transfer": {**PROFILE["transfer"], "batch": stats(1000)}}},
+        cpu_cores=2,
+    )
+    p = slow_link.predict(places("jax@cpu:0", "jax@cpu:1", "jax@cpu:0"), delay=1)
+    assert p.bottleneck == "link cpu:0-cpu:1"
+    assert p.iteration_s == pytest.approx((5 + 2 * 1000 + 2 * 5) * US)
+
+
+def test_gpu_learner_is_launch_bound_and_pays_the_link():
+    m = model()
+    # train on the toy GPU: (12 x layers + 10) launches of 1 us, FLOPs and bytes ~free
+    assert m.compute("learner", Place("jax", "gpu"))["train"] == pytest.approx(34 * US, rel=1e-6)
+    assert m.call("learner", Place("jax", "gpu")) == pytest.approx(44 * US, rel=1e-6)
+    # a hop host <-> gpu: 2 us + bytes / 1 GB/s
+    assert m.hop("batch", "cpu:0", "gpu") == pytest.approx(2 * US + 10_000 / 1e9)
+    # gpu <-> fpga goes through the host: two links
+    assert m.hop("batch", "gpu", "fpga") == pytest.approx(2 * (2 * US + 10_000 / 1e9))
+    p = m.predict(places("jax@cpu:0", "native@cpu:0", "jax@gpu"), delay=0)
+    assert p.basis == "modeled" and not p.runnable
+    chain = 50 + 80 + 2 * 44 + 70 + 40  # cpu calls + gpu learner calls
+    hops = 2 * (2 + 10) + 2 * (2 + 1) + (2 + 100)  # batch, priorities, params (us)
+    assert p.iteration_s == pytest.approx((chain + hops) * US, rel=1e-6)
+
+
+def test_fpga_replay_is_a_pipeline_of_levels():
+    m = model()
+    c = m.compute("replay", Place("fpga", "fpga"))
+    clock = 100e6
+    # depth = levels x stage cycles = 12; the batch streams at II = 1
+    assert c["sample"] == pytest.approx((12 + 100 - 1) / clock + 100 * 40 / 1e18)
+    assert c["update"] == pytest.approx((12 + 100 - 1) / clock)
+    assert c["insert"] == pytest.approx((12 + 4 - 1) / clock + 4 * 40 / 1e18)
+    assert m.call("apply", Place("fpga", "fpga")) == pytest.approx(5 * US + c["update"])
+    # learner: 5 MAC passes per sample over 1000 DSPs at 1 MAC per cycle
+    t = m.compute("learner", Place("fpga", "fpga"))["train"]
+    assert t == pytest.approx(5 * 100 * 1000 / (1000 * clock) + 2 * 2 * 20 / clock)
+
+
+def test_infeasible_mappings_say_why():
+    m = model()
+    assert "FPGA" in m.infeasible(places("jax@fpga", "fpga@fpga", "fpga@fpga"))
+    assert "CPU only" in m.infeasible(places("jax@cpu:0", "native@gpu", "jax@cpu:0"))
+    big = Model(
+        Shapes(**{**SHAPES.__dict__, "tree_bytes": 2_000_000}),
+        toy_sheets(),
+        {"jax": PROFILE},
+    )
+    p = big.predict(places("jax@cpu:0", "fpga@fpga", "jax@cpu:0"))
+    assert math.isinf(p.iteration_s) and "exceeds fpga SRAM" in p.note
+    with pytest.raises(ValueError, match="no sheet"):
+        m.kind("tpu")
+
+
+def test_search_ranks_and_knows_the_bottleneck_mapping():
+    m = model(python_replay={"replay_in": 500 * US, "replay_next": 500 * US, "apply": 100 * US})
+    devs = expand_devices("cpu,gpu,fpga", cpu_devices=2)
+    assert devs == ["cpu:0", "cpu:1", "gpu", "fpga"]
+    maps = enumerate_mappings(m, devs)
+    # actors: cpu:0, cpu:1, gpu; replay: 2 x (jax, native), gpu jax, fpga, python; learner: 4
+    assert len(maps) == 3 * 7 * 4
+    preds = search(m, devs, 0, present=["cpu:0", "cpu:1"])
+    rates = [p.trained_samples_per_s for p in preds]
+    assert rates == sorted(rates, reverse=True)
+    runnable = [p for p in preds if p.runnable]
+    assert {p.places["replay"].backend for p in runnable} == {"jax", "native"}
+    assert all(p.basis == "profiled" for p in runnable)
+    # by hand: the best runnable mapping is everything fused with the native replay on one device
+    assert runnable[0].mapping_text() == "actors=jax@cpu:0,replay=native@cpu:0,learner=jax@cpu:0"
+    base = baselines(preds, m)
+    assert set(base) == {
+        "all on CPU (jax)",
+        "replay on CPU, learner on GPU",
+        "all on GPU",
+        "paper-style: Python replay",
+    }
+    assert base["paper-style: Python replay"].places["replay"].backend == "python"
+    assert base["all on GPU"].places["replay"].device == "gpu"
+
+
+def test_shipped_sheets_give_every_value_a_source(tmp_path):
+    sheets = load_sheets()
+    assert {"h100", "a100", "u200", "u250", "pcie3", "pcie4"} <= set(sheets)
+    for s in sheets.values():
+        if s["kind"] != "link":
+            assert s["link"] in sheets
+        for name, v in s["values"].items():
+            assert v["source"] and isinstance(v["value"], (int, float)), (s["name"], name)
+    bad = {"name": "x", "kind": "gpu", "values": {"launch_us": {"value": 1}}}
+    (tmp_path / "x.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match="needs a value and a source"):
+        load_sheets(tmp_path)
+    (tmp_path / "x.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load_sheets(tmp_path)

@@ -1,0 +1,156 @@
+"""Profiles (measured here), their cache, and the `drlhet dse` / `drlhet profile` commands."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import pytest
+
+from drlhet.dse import ProfileCache, ProfileKey, build_model, replay_backends_here, search
+from drlhet.dse.profile import profile_config
+
+TINY = ProfileKey(hidden=(8,), batch=16, capacity=1024, num_envs=2, sgd_steps=2)
+
+
+@pytest.fixture(scope="module")
+def cache_base(tmp_path_factory):
+    """A profile cache holding TINY's profiles (measured once for the module); as
+    ``$DRLHET_CACHE`` it is the folder above ``drlhet/``."""
+    base = tmp_path_factory.mktemp("cache")
+    build_model(TINY, cache=ProfileCache(base / "drlhet"), log=lambda s: None)
+    return base
+
+
+def test_cache_round_trip_and_fingerprint(tmp_path):
+    cache = ProfileCache(tmp_path, fp="aaaa")
+    assert cache.get(TINY) is None
+    cache.put(TINY, {"compute": {"x": 1}})
+    assert ProfileCache(tmp_path, fp="aaaa").get(TINY) == {"compute": {"x": 1}}
+    # another machine or package version: another file, nothing reused
+    assert ProfileCache(tmp_path, fp="bbbb").get(TINY) is None
+    cache.path.write_text("{broken")
+    with pytest.raises(ValueError, match="corrupt"):
+        cache.get(TINY)
+
+
+def test_profile_measures_every_primitive_stage_and_hop():
+    cpus = jax.devices("cpu")
+    prof = profile_config(TINY, cpus[0], cpus[1], repeats=2, steps=10, calls=10)
+    assert set(prof["compute"]) == {"actors", "insert", "sample", "train", "update"}
+    assert set(prof["call"]) == {"actors", "replay_in", "replay_next", "apply", "learner"}
+    assert set(prof["transfer"]) == {"transitions", "batch", "priorities", "params"}
+    for group in ("compute", "call"):
+        for name, s in prof[group].items():
+            assert 0 < s["min"] <= s["median"] <= s["max"] < 1.0, (group, name)
+    for s in prof["transfer"].values():
+        assert s["median"] >= 0
+    # a host-loop call pays dispatch on top of the compiled work
+    assert prof["call"]["learner"]["median"] > prof["compute"]["train"]["median"]
+    assert prof["bytes"]["batch"] > prof["bytes"]["priorities"] > 0
+
+
+def test_build_model_reuses_the_cache(cache_base):
+    cache = ProfileCache(cache_base / "drlhet")
+    logs: list[str] = []
+    m = build_model(TINY, cache=cache, log=logs.append)
+    assert logs == [] and set(m.profiles) == set(replay_backends_here())
+    assert m.python_replay is not None  # cpprb is in the test extras
+    preds = search(m, ["cpu:0", "cpu:1"], 0, present=["cpu:0", "cpu:1"])
+    ours = [p for p in preds if p.places["replay"].backend != "python"]
+    assert all(p.runnable and p.basis == "profiled" for p in ours)
+    assert preds[0].trained_samples_per_s > preds[-1].trained_samples_per_s > 0
+    # a reprofile measures again
+    build_model(TINY, cache=cache, reprofile=True, log=logs.append)
+    assert len(logs) == len(replay_backends_here()) + 1
+
+
+def test_dse_command_ranks_and_labels(tmp_path, capsys, cache_base):
+    from drlhet.cli import main
+
+    out = tmp_path / "dse.json"
+    main(
+        [
+            "dse",
+            "--hidden",
+            "8",
+            "--batch",
+            "16",
+            "--capacity",
+            "1024",
+            "--num-envs",
+            "2",
+            "--devices",
+            "cpu,h100,u250",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--out",
+            str(out),
+        ]
+    )
+    text = capsys.readouterr().out
+    assert "profiled" in text and "modeled" in text and "best runnable here" in text
+    result = json.loads(out.read_text())
+    rates = [p["trained_samples_per_s"] for p in result["predictions"]]
+    assert rates == sorted(rates, reverse=True)
+    bases = {p["basis"] for p in result["predictions"]}
+    assert bases == {"profiled", "modeled"}
+    assert result["best_runnable"].startswith("actors=jax@cpu:")
+    with pytest.raises(ValueError, match="no sheet"):
+        main(
+            [
+                "dse",
+                "--devices",
+                "cpu,tpu9",
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--hidden",
+                "8",
+                "--batch",
+                "16",
+                "--capacity",
+                "1024",
+                "--num-envs",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
+
+
+def test_train_mapping_auto_runs_the_dse_pick(tmp_path, capsys, monkeypatch, cache_base):
+    from drlhet.cli import main
+
+    monkeypatch.setenv("DRLHET_CACHE", str(cache_base))
+    main(
+        [
+            "train",
+            "--mapping",
+            "auto",
+            "--steps",
+            "1400",
+            "--warmup",
+            "1000",
+            "--eval-every",
+            "200",
+            "--eval-envs",
+            "2",
+            "--batch-size",
+            "16",
+            "--buffer-size",
+            "1024",
+            "--num-envs",
+            "2",
+            "--dqn.hidden",
+            "8",
+            "--out",
+            str(tmp_path),
+            "--name",
+            "auto",
+            "--no-progress",
+        ]
+    )
+    text = capsys.readouterr().out
+    assert "--mapping auto: actors=jax@cpu:" in text and "profiling" not in text
+    rows = [json.loads(x) for x in (tmp_path / "auto" / "metrics.jsonl").read_text().splitlines()]
+    assert rows and rows[-1]["mapping"].startswith("act=jax@cpu:")

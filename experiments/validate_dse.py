@@ -7,9 +7,9 @@ predictions use only these profiles), predict every mapping of actors / replay /
 the machine's two XLA CPU devices (``jax_num_cpu_devices=2``) with both replay backends, run
 each one with the scheduler and measure it (a mapping and its relabeling cpu:0 <-> cpu:1 are
 the same hardware: measured once), in rounds (profile, measure all; again) so that the
-machine's drift hits prediction and measurement alike; then report the model's error, whether the DSE's
-pick is within 5% of the best measured mapping, and the pick's speedup over the worst runnable
-mapping and over the baselines (measured where runnable, modeled otherwise).
+machine's drift hits prediction and measurement alike; then report the model's error, whether
+the DSE's pick is within 5% of the best measured mapping, and the pick's speedup over the
+worst runnable mapping and over the baselines (measured where runnable, modeled otherwise).
 
 Usage:
   python experiments/validate_dse.py [--delay 0] [--batches 64 256] [--capacities 131072 1048576]
@@ -38,7 +38,7 @@ class Args:
     """Profile-then-measure rounds (A B A B): drift of the machine hits both sides."""
     chunks: int = 3
     """Timed chunks per mapping per round (after one compilation chunk)."""
-    chunk_steps: int = 2_000
+    chunk_steps: int = 4_000
     out: Path = Path("results/dse_validation.json")
     plot: Path = Path("results/dse_validation.png")
 

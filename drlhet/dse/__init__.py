@@ -125,7 +125,7 @@ def merge_models(models: list[Model]) -> Model:
 
     def med(dicts: list[dict]) -> dict:
         out = copy.deepcopy(dicts[0])
-        for group in ("compute", "call", "transfer"):
+        for group in ("compute", "call", "latency", "transfer"):
             for name in out.get(group, {}):
                 for s in ("median", "min", "max"):
                     out[group][name][s] = statistics.median(d[group][name][s] for d in dicts)

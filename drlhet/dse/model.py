@@ -22,11 +22,13 @@ Iteration time of a mapping (groups: actors A, replay R, learner L):
 
 * one segment (all on one device): the fused scan, ``actors + insert + S (sample + train +
   update)`` compute times, no dispatch;
-* strict (``delay = 0``), several segments: the dependency chain of the host loop,
+* strict (``delay = 0``), several segments: the dependency chain of the host loop, each stage
+  waiting for its input (blocking latency of a call: dispatch + run + completion),
   ``call(A) + hop(transitions) + call(insert+sample) + S call(L) + (S-1) call(update+sample) +
   call(update) + S hop(batch) + S hop(priorities) + hop(params)``;
-* relaxed (``delay >= 1``): the slowest resource: each device's stage calls, each link's hops,
-  and the CPU cores shared by all CPU devices of the machine.
+* relaxed (``delay >= 1``): the slowest resource: each device's stage calls (streamed: dispatch
+  overlaps the previous call), each link's hops, and the CPU cores shared by all CPU devices of
+  the machine.
 """
 
 from __future__ import annotations
@@ -303,16 +305,29 @@ class Model:
             )
         raise ValueError(f"{prim} does not run on an FPGA in this model")
 
-    def call(self, stage: str, place: Place) -> float:
-        """Seconds per host-loop call of ``stage`` on ``place`` (dispatch included)."""
+    def call(
+        self,
+        stage: str,
+        place: Place,
+        profile_backend: str | None = None,
+        waits: bool = False,
+    ) -> float:
+        """Seconds per host-loop call of ``stage`` on ``place`` (dispatch included).
+
+        On a CPU device, from the profile of ``profile_backend`` (the mapping's replay backend;
+        default: the stage's own): with ``waits`` the blocking latency of one call (dispatch,
+        run, completion: a stage of the strict chain waits for its input), else the time per
+        call when calls stream back to back (dispatch overlaps the previous call's run)."""
         kind = self.kind(place.device)
         if place.backend == "python":
             if self.python_replay is None:
                 raise ValueError("no profile of the Python-level replay (cpprb not installed?)")
             return self.python_replay[stage]
         if kind == "cpu":
-            backend = place.backend if stage in ("replay_in", "replay_next", "apply") else None
-            return self._profile(backend)["call"][stage]["median"]
+            own = place.backend if stage in ("replay_in", "replay_next", "apply") else None
+            backend = profile_backend if profile_backend in self.profiles else own
+            prof = self._profile(backend)
+            return prof["latency" if waits else "call"][stage]["median"]
         group = "actors" if stage == "actors" else "learner" if stage == "learner" else "replay"
         c = self.compute(group, place)
         body = {
@@ -357,9 +372,9 @@ class Model:
             u = delay // (2 * n_sgd)
             ca, cr, cl = (self.compute(g, places[g]) for g in GROUPS)
             over = {
-                "actors": self.call("actors", a) - ca["actors"],
-                "replay": self.call("replay_in", r) - cr["insert"] - cr["sample"],
-                "learner": self.call("learner", ln) - cl["train"],
+                "actors": self.call("actors", a, r.backend) - ca["actors"],
+                "replay": self.call("replay_in", r, r.backend) - cr["insert"] - cr["sample"],
+                "learner": self.call("learner", ln, r.backend) - cl["train"],
             }
             work = {
                 "actors": ca["actors"],
@@ -446,12 +461,17 @@ class Model:
             t, bottleneck = sum(terms.values()), "fused"
         else:
             a, r, ln = places["actors"], places["replay"], places["learner"]
+            pb = r.backend
+
+            def call(stage: str, place: Place) -> float:
+                return self.call(stage, place, pb, waits=delay == 0)
+
             calls = {
-                "actors": self.call("actors", a),
-                "replay_in": self.call("replay_in", r),
-                "learner": s.sgd_steps * self.call("learner", ln),
-                "replay_next": (s.sgd_steps - 1) * self.call("replay_next", r),
-                "apply": self.call("apply", r),
+                "actors": call("actors", a),
+                "replay_in": call("replay_in", r),
+                "learner": s.sgd_steps * call("learner", ln),
+                "replay_next": (s.sgd_steps - 1) * call("replay_next", r),
+                "apply": call("apply", r),
             }
             hops = {
                 "hop_transitions": self.hop("transitions", a.device, r.device),

@@ -10,6 +10,8 @@ measures on one XLA device:
   ``insert``, ``sample``, ``train`` (one SGD step), ``update``.
 * ``call``: the time per call of each jitted stage of the host loop (`drlhet.schedule.host_stages`)
   called back to back with asynchronous dispatch, what a multi-segment mapping pays per stage.
+* ``latency``: the same stages, each call waited for before the next (dispatch + run +
+  completion), what a stage of a strict dependency chain costs.
 * ``transfer``: the time per ``device_put`` of each payload between two XLA devices (transitions,
   sampled batch, priorities, actor parameters), back to back; only when two devices exist.
 
@@ -167,9 +169,10 @@ def profile_config(
     key: ProfileKey,
     device: Any = None,
     other_device: Any = None,
-    repeats: int = 5,
+    repeats: int = 7,
     steps: int = 200,
     calls: int = 200,
+    fill: int = 16_384,
 ) -> dict:
     """Measures the primitives of ``key`` on ``device`` (default: the first CPU device).
 
@@ -180,6 +183,7 @@ def profile_config(
       repeats: timed repeats per figure (median, min, max kept).
       steps: primitive calls per compiled scan (``compute``).
       calls: stage calls per timed host loop (``call`` and ``transfer``).
+      fill: transitions in the buffer while profiling (capped at the capacity).
 
     Returns:
       ``{"compute": {primitive: stats}, "call": {stage: stats}, "transfer": {payload: stats},
@@ -193,7 +197,10 @@ def profile_config(
     from drlhet.train import make_trainer
 
     device = device or jax.devices("cpu")[0]
-    cfg = key.train_config()
+    # the buffer holds ``fill`` transitions, as a buffer does some way into training (which
+    # slots are live sets how much of the tree the descent touches)
+    fill = min(key.capacity, max(fill, key.batch))
+    cfg = key.train_config(warmup=fill)
     tr = make_trainer(cfg)
     p = tr.parts
     vm = jax.vmap
@@ -223,7 +230,17 @@ def profile_config(
 
         # --- compute: each primitive in a compiled scan -------------------------------------
         def scan_of(body, carry):
-            return jax.jit(lambda c: jax.lax.scan(body, c, None, length=steps)[0])
+            """``steps`` calls of ``body`` in one compiled scan; the carry is donated and fed
+            from one repeat to the next (as the training loop donates its state: without it,
+            each call would copy the whole buffer)."""
+            f = jax.jit(lambda c: jax.lax.scan(body, c, None, length=steps)[0], donate_argnums=0)
+            held = [jax.tree.map(jnp.copy, carry)]
+
+            def go():
+                held[0] = f(held[0])
+                return held[0]
+
+            return go
 
         def actors_body(c, _):
             env_state, obs, fifo, ret, k = c
@@ -251,8 +268,14 @@ def profile_config(
             )
             return (agent, k), None
 
-        def update_body(r, _):
-            return vm(tr.replay.update_priorities)(r, entry[0], entry[2], entry[1]), None
+        def update_body(c, _):
+            # fresh slots every step (as the sampled ones are), not the same hot tree paths
+            r, k = c
+            k, ki = jax.random.split(k)
+            size = r.size[0]
+            idx = jax.random.randint(ki, (1, key.batch), 0, size, jnp.int32)
+            stamps = jnp.take_along_axis(r.stamps, idx, axis=1)
+            return (vm(tr.replay.update_priorities)(r, idx, entry[2], stamps), k), None
 
         k0 = jax.random.key(2)
         carries = {
@@ -263,12 +286,11 @@ def profile_config(
             "insert": (insert_body, rep),
             "sample": (sample_body, (k0, jnp.float32(0))),
             "train": (train_body, (state.agent, k0)),
-            "update": (update_body, rep),
+            "update": (update_body, (rep, k0)),
         }
         compute = {}
         for name, (body, carry) in carries.items():
-            f = scan_of(body, carry)
-            compute[name] = _timed(lambda f=f, c=carry: f(c), repeats, steps)
+            compute[name] = _timed(scan_of(body, carry), repeats, steps)
 
         # --- call: host-loop stages back to back --------------------------------------------
         def loop(step, first):
@@ -348,9 +370,25 @@ def profile_config(
 
                 return go
 
-            across = _timed(chain((other_device, device)), repeats, calls)
-            same = _timed(chain((device,)), repeats, calls)
-            transfer[name] = {s: max(0.0, across[s] - same[s]) for s in across}
+            # paired repeats (across, same, across, same, ...): drift hits both alike
+            across_f, same_f = chain((other_device, device)), chain((device,))
+            jax.block_until_ready((across_f(), same_f()))
+            diffs, sames = [], []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                jax.block_until_ready(across_f())
+                t_across = time.perf_counter() - t
+                t = time.perf_counter()
+                jax.block_until_ready(same_f())
+                t_same = time.perf_counter() - t
+                diffs.append(max(0.0, t_across - t_same) / calls)
+                sames.append(t_same / calls)
+            transfer[name] = {
+                "median": statistics.median(diffs),
+                "min": min(diffs),
+                "max": max(diffs),
+            }
+            same = {"median": statistics.median(sames)}
             transfer[name]["same_device_chain"] = same["median"]
     return {
         "key": dataclasses.asdict(key),

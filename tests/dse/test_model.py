@@ -48,6 +48,13 @@ PROFILE = {
         "apply": stats(40),
         "learner": stats(200),
     },
+    "latency": {  # each call waited for: call + 20 us here
+        "actors": stats(70),
+        "replay_in": stats(100),
+        "replay_next": stats(90),
+        "apply": stats(60),
+        "learner": stats(220),
+    },
     "transfer": {
         "transitions": stats(5),
         "batch": stats(15),
@@ -124,12 +131,13 @@ def test_fused_is_the_sum_of_compute_times():
 
 def test_strict_chain_on_two_cpu_devices():
     p = model().predict(places("jax@cpu:0", "jax@cpu:1", "jax@cpu:1"), delay=0)
-    # calls: 50 + 80 + 2 x 200 + 1 x 70 + 40 = 640; hops: transitions 5 + params 60
+    # each stage waits for its input: latencies 70 + 100 + 2 x 220 + 1 x 90 + 60 = 760;
+    # hops: transitions 5 + params 60
     assert p.bottleneck == "chain"
-    assert p.iteration_s == pytest.approx(705 * US)
+    assert p.iteration_s == pytest.approx(825 * US)
     q = model().predict(places("jax@cpu:0", "jax@cpu:1", "jax@cpu:0"), delay=0)
     # hops: transitions 5 + 2 x batch 15 + 2 x priorities 5, actors and learner share cpu:0
-    assert q.iteration_s == pytest.approx((640 + 5 + 30 + 10) * US)
+    assert q.iteration_s == pytest.approx((760 + 5 + 30 + 10) * US)
 
 
 def test_relaxed_is_the_slowest_resource():
@@ -168,7 +176,7 @@ def test_gpu_learner_is_launch_bound_and_pays_the_link():
     assert m.hop("batch", "gpu", "fpga") == pytest.approx(2 * (2 * US + 10_000 / 1e9))
     p = m.predict(places("jax@cpu:0", "native@cpu:0", "jax@gpu"), delay=0)
     assert p.basis == "modeled" and not p.runnable
-    chain = 50 + 80 + 2 * 44 + 70 + 40  # cpu calls + gpu learner calls
+    chain = 70 + 100 + 2 * 44 + 90 + 60  # cpu latencies + gpu learner calls
     hops = 2 * (2 + 10) + 2 * (2 + 1) + (2 + 100)  # batch, priorities, params (us)
     assert p.iteration_s == pytest.approx((chain + hops) * US, rel=1e-6)
 

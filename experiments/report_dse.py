@@ -1,0 +1,65 @@
+"""Markdown tables from `validate_dse.py`'s JSON (for the README).
+
+Usage:
+  python experiments/report_dse.py [results/dse_validation.json]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _short(mapping: str) -> str:
+    parts = dict(item.split("=") for item in mapping.split(","))
+    a, r, ln = parts["actors"], parts["replay"], parts["learner"]
+    return f"A {a.split('@')[1]} / R {r} / L {ln.split('@')[1]}"
+
+
+def main(path: Path) -> str:
+    data = json.loads(path.read_text())
+    out = [
+        "| B | C | mapping (actors / replay / learner) | predicted | measured | error |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in data["rows"]:
+        out.append(
+            f"| {r['batch']} | 2^{r['capacity'].bit_length() - 1} | {_short(r['mapping'])} | "
+            f"{r['predicted_trained_samples_per_s'] / 1e3:,.0f}k | "
+            f"{r['measured_trained_samples_per_s'] / 1e3:,.0f}k | {r['error']:+.1%} |"
+        )
+    out += [
+        "",
+        "| B | C | DSE pick | % of best measured | x worst runnable | x all-CPU jax "
+        "| x replay CPU + learner GPU | x all GPU | x paper-style Python replay |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    names = [
+        "all on CPU (jax)",
+        "replay on CPU, learner on GPU",
+        "all on GPU",
+        "paper-style: Python replay",
+    ]
+    for c in data["configs"]:
+        cells = []
+        for n in names:
+            b = c["baselines"].get(n)
+            cells.append(f"{b['pick_speedup']:.2f}x ({b['basis']})" if b else "-")
+        out.append(
+            f"| {c['batch']} | 2^{c['capacity'].bit_length() - 1} | {_short(c['pick'])} | "
+            f"{c['pick_within']:.1%} | {c['pick_over_worst']:.2f}x | " + " | ".join(cells) + " |"
+        )
+    out.append("")
+    out.append(
+        f"Median |error| {data['median_abs_error']:.1%}, max {data['max_abs_error']:.1%} over "
+        f"{len(data['rows'])} mappings; pick within 5% of the best measured everywhere: "
+        f"{data['picks_within_5pct']}."
+    )
+    text = "\n".join(out)
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/dse_validation.json"))

@@ -319,17 +319,7 @@ def auto_mapping(config: TrainConfig, delay: int, log=print) -> str:
 
     from drlhet.dse import ProfileKey, build_model, replay_backends_here, search
 
-    hidden = config.dqn.hidden if config.algo == "dqn" else config.ddpg.hidden
-    key = ProfileKey(
-        algo=config.algo,
-        env=config.env,
-        hidden=tuple(hidden),
-        batch=config.batch_size,
-        capacity=config.buffer_size,
-        branching=config.branching,
-        num_envs=config.num_envs,
-        sgd_steps=config.sgd_steps,
-    )
+    key = ProfileKey.of(config)
     present = [f"cpu:{i}" for i in range(len(jax.devices("cpu")))]
     model = build_model(key, log=log)
     preds = search(model, present, delay, present=present, backends_here=replay_backends_here())

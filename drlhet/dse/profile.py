@@ -64,6 +64,22 @@ class ProfileKey:
             f"-E{self.num_envs}-S{self.sgd_steps}-{self.backend}"
         )
 
+    @classmethod
+    def of(cls, cfg: Any) -> ProfileKey:
+        """The key of a `drlhet.train.TrainConfig` (its shape; its replay backend)."""
+        hidden = cfg.dqn.hidden if cfg.algo == "dqn" else cfg.ddpg.hidden
+        return cls(
+            algo=cfg.algo,
+            env=cfg.env,
+            hidden=tuple(hidden),
+            batch=cfg.batch_size,
+            capacity=cfg.buffer_size,
+            branching=cfg.branching,
+            num_envs=cfg.num_envs,
+            sgd_steps=cfg.sgd_steps,
+            backend=cfg.backend,
+        )
+
     def train_config(self, delay: int = 0, **overrides: Any):
         """The `TrainConfig` this key stands for (one seed)."""
         from drlhet.agents.ddpg import DDPGConfig

@@ -15,6 +15,7 @@ from typing import Annotated
 
 import tyro
 
+from drlhet.dse.profile import ProfileKey
 from drlhet.train import TrainConfig
 
 __all__ = ["main", "train_command"]
@@ -144,34 +145,6 @@ def train_command(
     return run
 
 
-@dataclasses.dataclass(frozen=True)
-class ShapeArgs:
-    """The run whose mappings are profiled and explored (DQN-PER on CartPole by default)."""
-
-    algo: str = "dqn"
-    env: str = "CartPole-v1"
-    batch: int = 128
-    capacity: int = 50_000
-    hidden: tuple[int, ...] = (64, 64)
-    branching: int = 16
-    num_envs: int = 4
-    sgd_steps: int = 2
-
-    def key(self):
-        from drlhet.dse import ProfileKey
-
-        return ProfileKey(
-            algo=self.algo,
-            env=self.env,
-            hidden=tuple(self.hidden),
-            batch=self.batch,
-            capacity=self.capacity,
-            branching=self.branching,
-            num_envs=self.num_envs,
-            sgd_steps=self.sgd_steps,
-        )
-
-
 def _cpu_devices(n: int) -> None:
     import jax
 
@@ -179,7 +152,7 @@ def _cpu_devices(n: int) -> None:
 
 
 def profile_command(
-    shape: Annotated[ShapeArgs, tyro.conf.arg(name="")],
+    shape: Annotated[ProfileKey, tyro.conf.arg(name="")],
     cache_dir: Path | None = None,
     cpu_devices: int = 2,
 ) -> Path:
@@ -187,7 +160,8 @@ def profile_command(
     caches the result (JSON, reused until the package or the machine changes).
 
     Args:
-      shape: the run's shape.
+      shape: the run's shape (`drlhet.dse.ProfileKey`; its backend is ignored: every replay
+        backend here is profiled).
       cache_dir: profile cache folder (default ``$DRLHET_CACHE`` or ``~/.cache/drlhet``).
       cpu_devices: XLA CPU devices (two are needed for the transfer figures).
     """
@@ -195,7 +169,7 @@ def profile_command(
     from drlhet.dse import ProfileCache, build_model
 
     cache = ProfileCache(cache_dir)
-    model = build_model(shape.key(), cache=cache, reprofile=True)
+    model = build_model(shape, cache=cache, reprofile=True)
     for backend, prof in model.profiles.items():
         med = {k: f"{v['median'] * 1e6:.1f}" for k, v in prof["compute"].items()}
         print(f"{backend}: compute us per call (measured, {prof['device']}): {med}")
@@ -206,7 +180,7 @@ def profile_command(
 
 
 def dse_command(
-    shape: Annotated[ShapeArgs, tyro.conf.arg(name="")],
+    shape: Annotated[ProfileKey, tyro.conf.arg(name="")],
     delay: int = 0,
     devices: str = "cpu,h100,a100,u200,u250",
     top: int = 20,
@@ -219,7 +193,8 @@ def dse_command(
     """Predicts the throughput of every mapping and ranks them (DESIGN section 5).
 
     Args:
-      shape: the run's shape.
+      shape: the run's shape (`drlhet.dse.ProfileKey`; its backend is ignored: every replay
+        backend here is profiled).
       delay: priority-update delay k (0: strict chain; >= 1: slowest stage).
       devices: devices to map onto: ``cpu`` (this machine's XLA CPU devices), ``cpu:N``, and
         device sheets (``h100``, ``a100``, ``u200``, ``u250``); absent ones are modeled.
@@ -245,14 +220,14 @@ def dse_command(
 
     present = [f"cpu:{i}" for i in range(len(jax.devices("cpu")))]
     devs = expand_devices(devices, len(present))
-    model = build_model(shape.key(), cache=ProfileCache(cache_dir), reprofile=reprofile)
+    model = build_model(shape, cache=ProfileCache(cache_dir), reprofile=reprofile)
     preds = search(model, devs, delay, present=present, backends_here=replay_backends_here())
     feasible = [p for p in preds if p.note == ""]
     runnable = [p for p in feasible if p.runnable]
     measured: dict[str, float] = {}
     if measure:
         for p in runnable:
-            m = measure_mapping(shape.key(), p.mapping_text(), delay)
+            m = measure_mapping(shape, p.mapping_text(), delay)
             measured[p.mapping_text()] = m["trained_samples_per_s"]
             print(f"measured {p.mapping_text()}: {m['trained_samples_per_s']:,.0f}", flush=True)
     print(

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -243,19 +244,24 @@ class Model:
             "learner": ("train",),
         }
         if kind == "cpu":
-            prof = self._profile(place.backend if group == "replay" else None)
-            return {p: prof["compute"][p]["median"] for p in prims[group]}
+            backend = place.backend if group == "replay" else None
+            return {p: self._figure("compute", p, backend) for p in prims[group]}
         fn = self._gpu if kind == "gpu" else self._fpga
         return {p: fn(p, place.device) for p in prims[group]}
 
-    def _profile(self, backend: str | None) -> dict:
-        if backend is None:  # actors and learner: any profile (they do not depend on replay)
-            if not self.profiles:
-                raise ValueError("no CPU profile: run `drlhet profile` for this configuration")
-            return next(iter(self.profiles.values()))
-        if backend not in self.profiles:
+    def _figure(self, group: str, name: str, backend: str | None) -> float:
+        """A measured CPU figure (median seconds): ``profiles[backend][group][name]``; with
+        ``backend`` None (actors, learner, transfers: they do not depend on the replay
+        backend) the median over every backend's profile, which were measured apart."""
+        if not self.profiles:
+            raise ValueError("no CPU profile: run `drlhet profile` for this configuration")
+        if backend is not None and backend not in self.profiles:
             raise ValueError(f"no CPU profile for replay backend {backend!r}")
-        return self.profiles[backend]
+        profs = [self.profiles[backend]] if backend is not None else self.profiles.values()
+        values = [p[group][name]["median"] for p in profs if name in p.get(group, {})]
+        if not values:
+            raise ValueError(f"the CPU profile has no {group} figure for {name!r}")
+        return statistics.median(values)
 
     def _gpu(self, prim: str, dev: str) -> float:
         """Kernel launches x launch latency + bytes / (bandwidth x efficiency) + FLOPs / rate."""
@@ -305,19 +311,13 @@ class Model:
             )
         raise ValueError(f"{prim} does not run on an FPGA in this model")
 
-    def call(
-        self,
-        stage: str,
-        place: Place,
-        profile_backend: str | None = None,
-        waits: bool = False,
-    ) -> float:
+    def call(self, stage: str, place: Place, waits: bool = False) -> float:
         """Seconds per host-loop call of ``stage`` on ``place`` (dispatch included).
 
-        On a CPU device, from the profile of ``profile_backend`` (the mapping's replay backend;
-        default: the stage's own): with ``waits`` the blocking latency of one call (dispatch,
-        run, completion: a stage of the strict chain waits for its input), else the time per
-        call when calls stream back to back (dispatch overlaps the previous call's run)."""
+        On a CPU device, from the profile (the replay stages from the replay backend's own):
+        with ``waits`` the blocking latency of one call (dispatch, run, completion: a stage of
+        the strict chain waits for its input), else the time per call when calls stream back
+        to back (dispatch overlaps the previous call's run)."""
         kind = self.kind(place.device)
         if place.backend == "python":
             if self.python_replay is None:
@@ -325,9 +325,7 @@ class Model:
             return self.python_replay[stage]
         if kind == "cpu":
             own = place.backend if stage in ("replay_in", "replay_next", "apply") else None
-            backend = profile_backend if profile_backend in self.profiles else own
-            prof = self._profile(backend)
-            return prof["latency" if waits else "call"][stage]["median"]
+            return self._figure("latency" if waits else "call", stage, own)
         group = "actors" if stage == "actors" else "learner" if stage == "learner" else "replay"
         c = self.compute(group, place)
         body = {
@@ -346,10 +344,9 @@ class Model:
             return 0.0
         ks, kd = self.kind(src), self.kind(dst)
         if ks == "cpu" and kd == "cpu":
-            prof = self._profile(None)
-            if payload not in prof.get("transfer", {}):
+            if not any(payload in p.get("transfer", {}) for p in self.profiles.values()):
                 raise ValueError("the CPU profile has no transfer figures (profiled on 1 device)")
-            return prof["transfer"][payload]["median"]
+            return self._figure("transfer", payload, None)
         t = 0.0
         for dev in (src, dst):  # through the host: one link per accelerator end
             if self.kind(dev) != "cpu":
@@ -372,9 +369,9 @@ class Model:
             u = delay // (2 * n_sgd)
             ca, cr, cl = (self.compute(g, places[g]) for g in GROUPS)
             over = {
-                "actors": self.call("actors", a, r.backend) - ca["actors"],
-                "replay": self.call("replay_in", r, r.backend) - cr["insert"] - cr["sample"],
-                "learner": self.call("learner", ln, r.backend) - cl["train"],
+                "actors": self.call("actors", a) - ca["actors"],
+                "replay": self.call("replay_in", r) - cr["insert"] - cr["sample"],
+                "learner": self.call("learner", ln) - cl["train"],
             }
             work = {
                 "actors": ca["actors"],
@@ -461,10 +458,9 @@ class Model:
             t, bottleneck = sum(terms.values()), "fused"
         else:
             a, r, ln = places["actors"], places["replay"], places["learner"]
-            pb = r.backend
 
             def call(stage: str, place: Place) -> float:
-                return self.call(stage, place, pb, waits=delay == 0)
+                return self.call(stage, place, waits=delay == 0)
 
             calls = {
                 "actors": call("actors", a),

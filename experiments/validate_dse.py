@@ -37,7 +37,7 @@ class Args:
     batches: tuple[int, ...] = (64, 256)
     capacities: tuple[int, ...] = (1 << 17, 1 << 20)
     delay: int = 0
-    rounds: int = 3
+    rounds: int = 4
     """Profile-then-measure rounds (A B A B): drift of the machine hits both sides."""
     chunks: int = 3
     """Timed chunks per mapping per round (after one compilation chunk)."""

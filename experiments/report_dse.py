@@ -20,14 +20,18 @@ def _short(mapping: str) -> str:
 def main(path: Path) -> str:
     data = json.loads(path.read_text())
     out = [
-        "| B | C | mapping (actors / replay / learner) | predicted | measured | error |",
-        "|---|---|---|---|---|---|",
+        "| B | C | mapping (actors / replay / learner) | predicted | measured | error "
+        "| error per round | unpaired |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in data["rows"]:
+        rounds = " ".join(f"{e:+.0%}" for e in r.get("error_per_round", []))
+        unpaired = f"{r['error_unpaired']:+.1%}" if "error_unpaired" in r else "-"
         out.append(
             f"| {r['batch']} | 2^{r['capacity'].bit_length() - 1} | {_short(r['mapping'])} | "
             f"{r['predicted_trained_samples_per_s'] / 1e3:,.0f}k | "
-            f"{r['measured_trained_samples_per_s'] / 1e3:,.0f}k | {r['error']:+.1%} |"
+            f"{r['measured_trained_samples_per_s'] / 1e3:,.0f}k | {r['error']:+.1%} | "
+            f"{rounds or '-'} | {unpaired} |"
         )
     out += [
         "",
@@ -51,10 +55,16 @@ def main(path: Path) -> str:
             f"{c['pick_within']:.1%} | {c['pick_over_worst']:.2f}x | " + " | ".join(cells) + " |"
         )
     out.append("")
+    unpaired = (
+        f" (unpaired: median {data['median_abs_error_unpaired']:.1%}, max "
+        f"{data['max_abs_error_unpaired']:.1%})"
+        if "max_abs_error_unpaired" in data
+        else ""
+    )
     out.append(
         f"Median |error| {data['median_abs_error']:.1%}, max {data['max_abs_error']:.1%} over "
-        f"{len(data['rows'])} mappings; pick within 5% of the best measured everywhere: "
-        f"{data['picks_within_5pct']}."
+        f"{len(data['rows'])} mappings{unpaired}; pick within 5% of the best measured "
+        f"everywhere: {data['picks_within_5pct']}."
     )
     text = "\n".join(out)
     print(text)

@@ -27,8 +27,9 @@ Iteration time of a mapping (groups: actors A, replay R, learner L):
   ``call(A) + hop(transitions) + call(insert+sample) + S call(L) + (S-1) call(update+sample) +
   call(update) + S hop(batch) + S hop(priorities) + hop(params)``;
 * relaxed (``delay >= 1``): the slowest resource: each device's stage calls (streamed: dispatch
-  overlaps the previous call), each link's hops, and the CPU cores shared by all CPU devices of
-  the machine.
+  overlaps the previous call), each link's hops, the CPU cores shared by all CPU devices of
+  the machine, and the host thread (which runs every CPU stage and CPU-to-CPU hop itself and
+  dispatches the accelerators' stages).
 """
 
 from __future__ import annotations
@@ -335,8 +336,13 @@ class Model:
             "apply": c.get("update", 0.0),
             "learner": c.get("train", 0.0),
         }[stage]
-        overhead = self._v(place.device, "dispatch_us" if kind == "gpu" else "invocation_us")
-        return overhead * 1e-6 + body
+        return self.host_overhead(place.device) + body
+
+    def host_overhead(self, device: str) -> float:
+        """Seconds of the host thread per call of a stage on an accelerator (its dispatch or
+        invocation; the run itself is asynchronous)."""
+        kind = self.kind(device)
+        return self._v(device, "dispatch_us" if kind == "gpu" else "invocation_us") * 1e-6
 
     def hop(self, payload: str, src: str, dst: str) -> float:
         """Seconds to move ``payload`` from ``src`` to ``dst`` (0 on one device)."""
@@ -360,7 +366,14 @@ class Model:
         """Slowest resource per iteration with ``delay >= 1`` (see `drlhet.schedule`): the
         per-iteration host loop below ``2 S``; from ``2 S`` up the pipelined host loop, whose
         stages run ``U = delay // (2 S)`` iterations per call (one dispatch and one hop of each
-        payload per call, shared by ``U`` iterations)."""
+        payload per call, shared by ``U`` iterations).
+
+        Resources: each device (its stages), each link (its hops), the CPU cores all CPU
+        devices share, and the *host thread* that drives the loop. An XLA CPU device runs a
+        host-loop call on the thread that dispatches it (measured here: the Python thread is
+        busy 80-90% of a split mapping's wall time), so the host thread pays the whole of
+        every CPU stage and every hop between CPU devices, and only the dispatch of a stage on
+        an accelerator."""
         s = self.s
         a, r, ln = places["actors"], places["replay"], places["learner"]
         n_sgd = s.sgd_steps
@@ -393,6 +406,14 @@ class Model:
         busy: dict[str, float] = {}
         for g, dev in stage_dev.items():
             busy[dev] = busy.get(dev, 0.0) + stage[g]
+        # calls per iteration of each group's stages (pipelined: one per U iterations)
+        n_calls = {"actors": 1, "replay": n_sgd + 1, "learner": n_sgd}
+        if delay >= 2 * n_sgd and r.backend != "python":
+            n_calls = {g: 1 / (delay // (2 * n_sgd)) for g in n_calls}
+        host = sum(
+            stage[g] if dev.startswith("cpu") else n_calls[g] * self.host_overhead(dev)
+            for g, dev in stage_dev.items()
+        )
         link_of = {
             "hop_transitions": (a.device, r.device),
             "hop_batch": (r.device, ln.device),
@@ -403,8 +424,11 @@ class Model:
             if per_hop[h]:
                 name = "link " + "-".join(sorted(ends))
                 busy[name] = busy.get(name, 0.0) + per_hop[h]
+                if all(e.startswith("cpu") for e in ends):
+                    host += per_hop[h]
         cpu_total = sum(v for d, v in busy.items() if d.startswith("cpu"))
         busy["cpu cores"] = cpu_total / self.cpu_cores
+        busy["host thread"] = host
         bottleneck = max(busy, key=lambda d: busy[d])
         return busy[bottleneck], bottleneck, busy
 

@@ -144,25 +144,42 @@ def test_relaxed_is_the_slowest_resource():
     m = model()
     two = places("jax@cpu:0", "jax@cpu:1", "jax@cpu:1")
     # 1 <= k < 2 S: the per-iteration host loop. cpu:0 busy 50; cpu:1 busy 80 + 400 + 70 + 40
-    # = 590; cores: 640 / 2 = 320
+    # = 590; cores: 640 / 2 = 320; the host thread runs every CPU stage and CPU-CPU hop itself:
+    # 640 + transitions 5 + params 60 = 705
     p = m.predict(two, delay=1)
-    assert p.bottleneck == "cpu:1" and p.iteration_s == pytest.approx(590 * US)
-    # k >= 2 S: pipelined stages of U = k // (2 S) iterations per call; dispatch = call - compute
-    # replay: (80 - 20 - 30) / U + 20 + 2 (30 + 20); learner: (200 - 100) / U + 2 x 100
+    assert p.terms["busy cpu:1"] == pytest.approx(590 * US)
+    assert p.terms["busy cpu cores"] == pytest.approx(320 * US)
+    assert p.bottleneck == "host thread" and p.iteration_s == pytest.approx(705 * US)
+    # k >= 2 S: pipelined stages of U = k // (2 S) iterations per call; dispatch = call - compute,
+    # shared by U iterations, as is each hop: actors (50 - 10) / U + 10; replay (80 - 20 - 30) / U
+    # + 20 + 2 (30 + 20); learner (200 - 100) / U + 2 x 100; hops (5 + 60) / U
     for k, u in ((4, 1), (8, 2)):
         p = m.predict(two, delay=k)
-        assert p.bottleneck == "cpu:1"
-        assert p.iteration_s == pytest.approx((30 / u + 120 + 100 / u + 200) * US)
-    # a split whose slowest resource is the link: actors and learner on one device, huge hops
-    slow_link = Model(
-        SHAPES,
-        toy_sheets(),
-        {"jax": {**PROFILE, "transfer": {**PROFILE["transfer"], "batch": stats(1000)}}},
-        cpu_cores=2,
-    )
-    p = slow_link.predict(places("jax@cpu:0", "jax@cpu:1", "jax@cpu:0"), delay=1)
-    assert p.bottleneck == "link cpu:0-cpu:1"
-    assert p.iteration_s == pytest.approx((5 + 2 * 1000 + 2 * 5) * US)
+        assert p.terms["busy cpu:1"] == pytest.approx((30 / u + 120 + 100 / u + 200) * US)
+        assert p.bottleneck == "host thread"
+        assert p.iteration_s == pytest.approx(
+            (40 / u + 10 + 30 / u + 120 + 100 / u + 200 + 65 / u) * US
+        )
+    # an accelerator runs on its own: the host thread only dispatches it. A slow GPU learner
+    # (1 GFLOP/s: 2 x 5 x 100 x 1000 FLOP = 1 ms a step) is the bottleneck: per step 10 us
+    # dispatch + 34 launches of 1 us + 1000 us
+    sheets = toy_sheets()
+    sheets["gpu"]["values"]["fp32_tflops"]["value"] = 1e-3
+    slow_gpu = Model(SHAPES, sheets, {"jax": PROFILE, "native": NATIVE}, cpu_cores=2)
+    gpu_learner = places("jax@cpu:0", "native@cpu:0", "jax@gpu")
+    p = slow_gpu.predict(gpu_learner, delay=1)
+    assert p.bottleneck == "gpu"
+    assert p.iteration_s == pytest.approx(2 * (10 + 34 + 1000) * US, rel=1e-3)
+    # host thread: actors 50 + replay 80 + 70 + 40 + 2 GPU dispatches of 10 us = 260 us
+    assert p.terms["busy host thread"] == pytest.approx(260 * US)
+    # a slow link (0.1 GB/s, 2 us) is the bottleneck: 2 batches (2 + 100) + 2 priorities (2 + 10)
+    # + params (2 + 1000) = 1230 us
+    sheets = toy_sheets()
+    sheets["link"]["values"]["bw_gbs"]["value"] = 0.1
+    slow_link = Model(SHAPES, sheets, {"jax": PROFILE, "native": NATIVE}, cpu_cores=2)
+    p = slow_link.predict(gpu_learner, delay=1)
+    assert p.bottleneck == "link cpu:0-gpu"
+    assert p.iteration_s == pytest.approx(1230 * US)
 
 
 def test_gpu_learner_is_launch_bound_and_pays_the_link():

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from drlhet.backends import BackendUnavailable, lookup
-from drlhet.train import TrainConfig, make_trainer
+from drlhet.train import TrainConfig, chunk_row, make_trainer
 
 __all__ = [
     "Mapping",
@@ -194,20 +194,8 @@ def run(
 
 
 def _row(cfg, tr, summary, i, t0, last, mapping, segs) -> dict:
-    now = time.perf_counter()
-    dt = now - last
-    row = {k: np.asarray(v).tolist() for k, v in summary.items() if k != "replay_error"}
-    row.update(
-        env_steps=int(np.asarray(summary["env_steps"])[0]),
-        chunk=i,
-        wall_s=now - t0,
-        chunk_s=dt,
-        env_steps_per_s=cfg.seeds * cfg.eval_every / dt,
-        trained_samples_per_s=cfg.seeds * tr.iterations * cfg.sgd_steps * cfg.batch_size / dt,
-        mapping=str(mapping),
-        segments=[[d, list(n)] for d, n in segs],
-        delay=cfg.delay,
-    )
+    row = chunk_row(cfg, tr, summary, i, t0, last)
+    row.update(mapping=str(mapping), segments=[[d, list(n)] for d, n in segs], delay=cfg.delay)
     return row
 
 

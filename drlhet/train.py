@@ -26,7 +26,15 @@ from drlhet.replay.delayed import make_delayed_updates
 from drlhet.replay.prioritized import ReplayFns, make_prioritized_replay
 from drlhet.replay.uniform import make_uniform_replay
 
-__all__ = ["TrainConfig", "TrainState", "Trainer", "Parts", "make_trainer", "train"]
+__all__ = [
+    "TrainConfig",
+    "TrainState",
+    "Trainer",
+    "Parts",
+    "make_trainer",
+    "train",
+    "chunk_row",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -383,6 +391,24 @@ def make_trainer(cfg: TrainConfig) -> Trainer:
     return Trainer(init, warmup, chunk, iterate, parts, iterations, chunks, env, agent, replay)
 
 
+def chunk_row(cfg: TrainConfig, tr: Trainer, summary: dict, chunk: int, t0: float, last: float):
+    """One chunk's row: the per-seed summary as lists, plus ``env_steps`` (seed 0), ``chunk``,
+    ``wall_s`` (since ``t0``), ``chunk_s`` (since ``last``) and the chunk's measured
+    throughput, ``env_steps_per_s`` and ``trained_samples_per_s`` (all seeds together)."""
+    now = time.perf_counter()
+    dt = now - last
+    row = {k: np.asarray(v).tolist() for k, v in summary.items() if k != "replay_error"}
+    row.update(
+        env_steps=int(np.asarray(summary["env_steps"])[0]),
+        chunk=chunk,
+        wall_s=now - t0,
+        chunk_s=dt,
+        env_steps_per_s=cfg.seeds * cfg.eval_every / dt,
+        trained_samples_per_s=cfg.seeds * tr.iterations * cfg.sgd_steps * cfg.batch_size / dt,
+    )
+    return row
+
+
 def train(
     cfg: TrainConfig,
     on_chunk: Callable[[dict], None] | None = None,
@@ -404,20 +430,10 @@ def train(
     for i in range(tr.chunks):
         states, summary = chunk(states)
         summary = jax.device_get(summary)
-        now = time.perf_counter()
         if np.any(summary["replay_error"]):
             raise ValueError(f"replay refused an operation (error flags {summary['replay_error']})")
-        dt = now - last
-        last = now
-        row = {k: np.asarray(v).tolist() for k, v in summary.items() if k != "replay_error"}
-        row["env_steps"] = int(np.asarray(summary["env_steps"])[0])
-        row["chunk"] = i
-        row["wall_s"] = now - t0
-        row["chunk_s"] = dt
-        row["env_steps_per_s"] = cfg.seeds * cfg.eval_every / dt
-        row["trained_samples_per_s"] = (
-            cfg.seeds * tr.iterations * cfg.sgd_steps * cfg.batch_size / dt
-        )
+        row = chunk_row(cfg, tr, summary, i, t0, last)
+        last = t0 + row["wall_s"]
         rows.append(row)
         if on_chunk is not None:
             on_chunk(row)

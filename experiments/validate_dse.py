@@ -6,8 +6,9 @@ iteration) at batch 64 and 256 and capacity 2^17 and 2^20: profile the primitive
 predictions use only these profiles), predict every mapping of actors / replay / learner over
 the machine's two XLA CPU devices (``jax_num_cpu_devices=2``) with both replay backends, run
 each one with the scheduler and measure it (a mapping and its relabeling cpu:0 <-> cpu:1 are
-the same hardware: measured once), in rounds (profile, measure all; again) so that the
-machine's drift hits prediction and measurement alike. A mapping's error is the median over
+the same hardware: measured once), in rounds (profile, measure all; again; each round in a
+fresh process) so that the machine's drift hits prediction and measurement alike and each
+round samples the state a process keeps. A mapping's error is the median over
 the rounds of (prediction from that round's profiles / that round's measurement - 1); the
 unpaired error (prediction from the median profiles / median of all chunks - 1) is kept beside
 it. Then report the model's error, whether
@@ -22,11 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
 import os
 import platform
 import statistics
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import tyro
@@ -44,6 +47,10 @@ class Args:
     chunk_steps: int = 4_000
     out: Path = Path("results/dse_validation.json")
     plot: Path = Path("results/dse_validation.png")
+    isolate: bool = True
+    """Run each round (its profile and its measurements) in a fresh process: state a process
+    keeps (heap layout, thread placement, allocator pools) moved one mapping's throughput by up
+    to 1.8x between processes here, so each round samples it instead of all rounds sharing it."""
 
 
 def main(args: Args) -> dict:
@@ -54,8 +61,6 @@ def main(args: Args) -> dict:
         ProfileCache,
         ProfileKey,
         baselines,
-        build_model,
-        measure_mapping,
         merge_models,
         replay_backends_here,
         search,
@@ -78,26 +83,17 @@ def main(args: Args) -> dict:
             models, per_round = [], {}
             for rnd in range(args.rounds):
                 t0 = time.perf_counter()
-                model_r = build_model(key, cache=cache, reprofile=True, log=lambda s: None)
-                models.append(model_r)
-                preds = search(model_r, devices, args.delay, present=devices, backends_here=here)
-                # cpu:0 and cpu:1 are the same two cores: a mapping and its relabeling (cpu:0
-                # <-> cpu:1) are the same hardware and get the same prediction; each such pair
-                # is measured once (its form with cpu:0 first)
-                runnable = [p for p in preds if p.runnable and _canonical(p)]
-                shift = rnd % len(runnable)
-                for p in runnable[shift:] + runnable[:shift]:
-                    m = measure_mapping(
-                        key, p.mapping_text(), args.delay, args.chunks, args.chunk_steps
-                    )
-                    per_round.setdefault(p.mapping_text(), []).append(
-                        {
-                            "predicted": p.trained_samples_per_s,
-                            "measured": m["trained_samples_per_s"],
-                            "per_chunk": m["per_chunk"],
-                            "terms_s": p.terms,
-                        }
-                    )
+                if args.isolate:  # a fresh process per round (see Args.isolate)
+                    ctx = multiprocessing.get_context("spawn")
+                    with ProcessPoolExecutor(1, mp_context=ctx) as pool:
+                        got = pool.submit(
+                            _round, key, rnd, args.delay, args.chunks, args.chunk_steps, cache.path
+                        ).result()
+                else:
+                    got = _round(key, rnd, args.delay, args.chunks, args.chunk_steps, cache.path)
+                models.append(got["model"])
+                for text, rec in got["records"].items():
+                    per_round.setdefault(text, []).append(rec)
                 rounds_profiles.append(
                     {
                         "batch": batch,
@@ -108,7 +104,7 @@ def main(args: Args) -> dict:
                                 g: {n: v["median"] for n, v in prof[g].items()}
                                 for g in ("compute", "call", "latency", "transfer")
                             }
-                            for b, prof in model_r.profiles.items()
+                            for b, prof in got["model"].profiles.items()
                         },
                     }
                 )
@@ -229,6 +225,36 @@ def main(args: Args) -> dict:
     args.out.write_text(json.dumps(summary, indent=1))
     _plot(rows, args.plot)
     return summary
+
+
+def _round(key, rnd: int, delay: int, chunks: int, chunk_steps: int, cache_dir: Path) -> dict:
+    """One round: profile ``key`` afresh, predict every mapping from that profile alone, then
+    measure every runnable mapping (in an order rotated by ``rnd``). Returns ``{"model": the
+    round's Model, "records": mapping text -> {predicted, measured, per_chunk, terms_s}}``."""
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", 2)
+    from drlhet.dse import ProfileCache, build_model, measure_mapping, replay_backends_here, search
+
+    devices = ["cpu:0", "cpu:1"]
+    cache = ProfileCache(Path(cache_dir))
+    model = build_model(key, cache=cache, reprofile=True, log=lambda s: None)
+    preds = search(model, devices, delay, present=devices, backends_here=replay_backends_here())
+    # cpu:0 and cpu:1 are the same two cores: a mapping and its relabeling (cpu:0 <-> cpu:1) are
+    # the same hardware and get the same prediction; each such pair is measured once (its form
+    # with cpu:0 first)
+    runnable = [p for p in preds if p.runnable and _canonical(p)]
+    shift = rnd % len(runnable)
+    records = {}
+    for p in runnable[shift:] + runnable[:shift]:
+        m = measure_mapping(key, p.mapping_text(), delay, chunks, chunk_steps)
+        records[p.mapping_text()] = {
+            "predicted": p.trained_samples_per_s,
+            "measured": m["trained_samples_per_s"],
+            "per_chunk": m["per_chunk"],
+            "terms_s": p.terms,
+        }
+    return {"model": model, "records": records}
 
 
 def _canonical(p) -> bool:

@@ -424,29 +424,8 @@ def _run_pipelined(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
     actor_agent = put(s.actor_agent, da)
     env_state, obs, fifo, ret, key = put((s.env_state, s.obs, s.fifo, s.episode_return, s.key), da)
     rep = put(s.replay, dr)
-    shape = (cfg.seeds, cfg.delay, cfg.batch_size)
-    # The k newest updates, oldest first, as a host-side FIFO of arrays [seeds, n, B] (so that
-    # taking the oldest ones never depends on the learner stage in flight); empty entries have
-    # stamp -1 and are dropped.
-    fifo_q: collections.deque = collections.deque()
-    empty = (jnp.zeros(shape, jnp.int32), jnp.full(shape, -1, jnp.int32), jnp.ones(shape))
-    fifo_q.append(put(empty, dr))
-
-    def take(n):
-        parts = []
-        while n:
-            head = fifo_q[0]
-            m = head[0].shape[1]
-            if m <= n:
-                parts.append(fifo_q.popleft())
-                n -= m
-            else:
-                parts.append(tuple(x[:, :n] for x in head))
-                fifo_q[0] = tuple(x[:, n:] for x in head)
-                n = 0
-        if len(parts) == 1:
-            return parts[0]
-        return tuple(jnp.concatenate(xs, axis=1) for xs in zip(*parts, strict=True))
+    # the k newest updates, oldest first; the first k taken are empty (stamp -1: dropped)
+    fifo_q = UpdateFifo(put(UpdateFifo.empty(cfg.seeds, cfg.delay, cfg.batch_size), dr))
 
     env_steps = int(np.asarray(s.env_steps)[0])
     rows, last = [], time.perf_counter()
@@ -457,14 +436,14 @@ def _run_pipelined(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
                 actor_agent, env_state, obs, fifo, ret, key, env_steps
             )
             finished_acc.append(finished)
-            to_apply = take(steps_per_stage)
+            to_apply = fifo_q.take(steps_per_stage)
             rep, batches, k_updates = replay_stage(
                 rep, *to_r((transitions, learn_keys)), to_apply, env_steps
             )
             previous = agent
             agent, entries, metrics = learner_stage(agent, *to_l((batches, k_updates)))
             metrics_acc.append(metrics)
-            fifo_q.append(l_to_r(entries))
+            fifo_q.push(l_to_r(entries))
             actor_agent = to_a(previous)
             env_steps += unroll * cfg.num_envs
         key, k_eval = _split_keys(key)
@@ -481,6 +460,52 @@ def _run_pipelined(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
             on_chunk(rows[-1])
     state = {"agent": agent, "replay": rep, "env_state": env_state, "obs": obs, "key": key}
     return state, rows
+
+
+class UpdateFifo:
+    """The pipelined host loop's queue of priority updates, kept on the host as a deque of
+    ``(indices, stamps, priorities)`` arrays ``[seeds, n, B]`` (n learner steps each, oldest
+    first), so that taking the oldest ones never waits for the learner stage in flight.
+
+    Made with ``k`` empty entries (stamp -1: `drlhet.replay.delayed` drops them), then pushed
+    one learner stage's ``S`` entries at a time while each replay stage takes ``S``: the j-th
+    update taken is the one learner step j - k produced (a delay of exactly k learner steps,
+    paper Sec. 5)."""
+
+    def __init__(self, first: tuple[jax.Array, jax.Array, jax.Array]):
+        self._q: collections.deque = collections.deque([first])
+
+    @staticmethod
+    def empty(seeds: int, n: int, batch: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """``n`` empty entries: indices 0, stamps -1, priorities 1; each ``[seeds, n, batch]``."""
+        shape = (seeds, n, batch)
+        return jnp.zeros(shape, jnp.int32), jnp.full(shape, -1, jnp.int32), jnp.ones(shape)
+
+    def __len__(self) -> int:
+        return sum(int(head[0].shape[1]) for head in self._q)
+
+    def push(self, entries: tuple[jax.Array, jax.Array, jax.Array]) -> None:
+        """Appends the newest entries (``[seeds, n, B]`` each)."""
+        self._q.append(entries)
+
+    def take(self, n: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Removes and returns the ``n`` oldest entries (``[seeds, n, B]`` each)."""
+        if n > len(self):
+            raise ValueError(f"the update queue holds {len(self)} entries; {n} were asked for")
+        parts = []
+        while n:
+            head = self._q[0]
+            m = int(head[0].shape[1])
+            if m <= n:
+                parts.append(self._q.popleft())
+                n -= m
+            else:
+                parts.append(tuple(x[:, :n] for x in head))
+                self._q[0] = tuple(x[:, n:] for x in head)
+                n = 0
+        if len(parts) == 1:
+            return parts[0]
+        return tuple(jnp.concatenate(xs, axis=1) for xs in zip(*parts, strict=True))
 
 
 def _chunk_summary(cfg, metrics_acc, finished_acc, eval_return, rep, env_steps) -> dict:

@@ -505,7 +505,8 @@ class UpdateFifo:
                 n = 0
         if len(parts) == 1:
             return parts[0]
-        return tuple(jnp.concatenate(xs, axis=1) for xs in zip(*parts, strict=True))
+        idx, stamps, prio = (jnp.concatenate(xs, axis=1) for xs in zip(*parts, strict=True))
+        return idx, stamps, prio
 
 
 def _chunk_summary(cfg, metrics_acc, finished_acc, eval_return, rep, env_steps) -> dict:

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from drlhet.backends import BackendUnavailable, lookup
+from drlhet.replay.delayed import after_sample
 from drlhet.train import TrainConfig, chunk_row, make_trainer
 
 __all__ = [
@@ -397,6 +398,7 @@ def _run_pipelined(cfg, tr, states, devices, on_chunk, t0, mapping, segs):
                 k_sample, k_update = jax.random.split(learn_keys[u, j])
                 batch = p.sample(rep, k_sample, env_steps + u * cfg.num_envs)
                 idx, stamps, prio = (x[u * n_sgd + j] for x in to_apply)
+                stamps = after_sample(stamps, batch.indices)  # else XLA copies the tree
                 rep = tr.replay.update_priorities(rep, idx, prio, stamps)
                 outs.append((batch, k_update))
             return rep, jax.tree.map(lambda *x: jnp.stack(x), *outs)

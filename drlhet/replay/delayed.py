@@ -43,7 +43,8 @@ class DelayedUpdates(NamedTuple):
 
 def after_sample(stamps: jax.Array, sampled: jax.Array) -> jax.Array:
     """``stamps`` ``[B]`` of a delayed update, made to depend on ``sampled`` ``[B]`` (the
-    indices this learner step's sample just drew, all >= 0, so the values are unchanged).
+    indices this learner step's sample just drew; the values are unchanged unless one of them
+    is the int32 minimum, which no sample draws).
 
     A delayed update does not depend on the sample it follows, so nothing orders its in-place
     write of the tree after the sample's reads of it, and XLA keeps the reads intact by copying
@@ -52,7 +53,9 @@ def after_sample(stamps: jax.Array, sampled: jax.Array) -> jax.Array:
     machine). Routing the stamps, which gate the write, through the sampled indices orders it
     as the data of a strict update would.
     """
-    return jnp.where(jnp.min(sampled) >= 0, stamps, -1)
+    # never false for a sampled index; XLA cannot prove that, so the dependency stays (an
+    # always-true test it can fold, or an optimization barrier, leaves the copies in)
+    return jnp.where(jnp.min(sampled) != jnp.iinfo(jnp.int32).min, stamps, -1)
 
 
 def make_delayed_updates(replay: ReplayFns, delay: int, batch_size: int) -> DelayedUpdates:

@@ -94,7 +94,8 @@ def test_pipelined_stages_apply_each_update_k_learner_steps_later():
 def test_update_fifo_delays_each_update_exactly_k_learner_steps(delay, sgd_steps):
     # the pipelined loop's protocol: k empty entries first; per stage, take S (before the
     # replay stage) then push the learner stage's S entries, S = U * sgd_steps with
-    # U = max(1, k // (2 * sgd_steps)) unrolled steps per stage (as drlhet.schedule sets it)
+    # U = max(1, k // (2 * sgd_steps)) unrolled steps per stage (drlhet.schedule's choice when
+    # U divides the chunk's iterations; it lowers U otherwise)
     seeds, batch = 2, 3
     s = max(1, delay // (2 * sgd_steps)) * sgd_steps
     fifo = UpdateFifo(UpdateFifo.empty(seeds, delay, batch))

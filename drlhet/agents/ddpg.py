@@ -1,6 +1,6 @@
 """DDPG (Lillicrap et al., 2016) with optional TD3 refinements (Fujimoto et al., 2018).
 
-`make_ddpg(config, ...)` returns `AgentFns(init, act, update)` (see `drlhet.agents.dqn`);
+`make_ddpg(config, ...)` returns `drlhet.agents.base.AgentFns(init, act, update)`;
 ``update`` returns ``|TD| + eps`` of the (first) critic as the new priorities.
 """
 
@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from drlhet.agents.dqn import AgentFns
+from drlhet.agents.base import AgentFns
 from drlhet.agents.losses import q_td
 from drlhet.agents.networks import Actor, Critic
 
@@ -110,8 +110,7 @@ def make_ddpg(
         a = actor.apply(a_params, batch["obs"])
         return -jnp.mean(critic_apply(c_params, batch["obs"], a)[0])
 
-    def update(state, batch, weights, key=None):
-        key = jax.random.key(0) if key is None else key
+    def update(state, batch, weights, key):
         (c_loss, td), c_grads = jax.value_and_grad(critic_loss, has_aux=True)(
             state.critic, state, batch, weights, key
         )
@@ -119,24 +118,7 @@ def make_ddpg(
         c_params = optax.apply_updates(state.critic, c_updates)
         a_loss, a_grads = jax.value_and_grad(actor_loss)(state.actor, c_params, batch)
         a_updates, a_opt = actor_opt.update(a_grads, state.actor_opt, state.actor)
-        steps = state.steps + 1
-        do_actor = (steps % config.policy_delay == 0) if config.td3 else jnp.bool_(True)
-        a_params = jax.tree.map(
-            lambda new, old: jnp.where(do_actor, new, old),
-            optax.apply_updates(state.actor, a_updates),
-            state.actor,
-        )
-        a_opt = jax.tree.map(lambda new, old: jnp.where(do_actor, new, old), a_opt, state.actor_opt)
-        tau = jnp.where(do_actor, config.tau, 0.0)
-        new = DDPGState(
-            a_params,
-            c_params,
-            optax.incremental_update(a_params, state.target_actor, tau),
-            optax.incremental_update(c_params, state.target_critic, tau),
-            a_opt,
-            c_opt,
-            steps,
-        )
+        new = _step(config, state, c_params, c_opt, a_updates, a_opt)
         priorities = jnp.abs(td) + config.priority_eps
         return (
             new,
@@ -145,3 +127,26 @@ def make_ddpg(
         )
 
     return AgentFns(init, act, update)
+
+
+def _step(config: DDPGConfig, state: DDPGState, c_params, c_opt, a_updates, a_opt) -> DDPGState:
+    """The new learner state: the critic always, the actor and the targets every step (DDPG)
+    or every ``policy_delay`` steps (TD3's delayed policy updates)."""
+    steps = state.steps + 1
+    do_actor = (steps % config.policy_delay == 0) if config.td3 else jnp.bool_(True)
+    a_params = jax.tree.map(
+        lambda new, old: jnp.where(do_actor, new, old),
+        optax.apply_updates(state.actor, a_updates),
+        state.actor,
+    )
+    a_opt = jax.tree.map(lambda new, old: jnp.where(do_actor, new, old), a_opt, state.actor_opt)
+    tau = jnp.where(do_actor, config.tau, 0.0)
+    return DDPGState(
+        a_params,
+        c_params,
+        optax.incremental_update(a_params, state.target_actor, tau),
+        optax.incremental_update(c_params, state.target_critic, tau),
+        a_opt,
+        c_opt,
+        steps,
+    )

@@ -1,6 +1,7 @@
 """DQN (Mnih et al., 2015) with double Q-learning, dueling head and importance-weighted Huber loss.
 
-`make_dqn(config, env)` returns `AgentFns(init, act, update)`; ``update`` returns the new
+`make_dqn(config, obs_shape, num_actions)` returns `drlhet.agents.base.AgentFns(init, act,
+update)`; ``update`` returns the new
 priorities ``|TD| + eps`` of the trained batch for the prioritized buffer (Schaul et al., 2016).
 """
 
@@ -13,18 +14,19 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from drlhet.agents.base import AgentFns
 from drlhet.agents.losses import double_q_td, huber, q_td
 from drlhet.agents.networks import QNetwork
 
-__all__ = ["DQNConfig", "DQNState", "AgentFns", "make_dqn", "linear_schedule"]
+__all__ = ["DQNConfig", "DQNState", "make_dqn", "linear_schedule"]
 
 
 @dataclasses.dataclass(frozen=True)
 class DQNConfig:
     """DQN hyper-parameters.
 
-    With `drlhet.train.TrainConfig`'s defaults (4 envs, 2 SGD steps of 128 per iteration, 3-step
-    returns, PER) these reached a greedy evaluation return >= 475 on CartPole-v1 for 5 of 5
+    With `drlhet.runtime.config.TrainConfig`'s defaults (4 envs, 2 SGD steps of 128 per
+    iteration, 3-step returns, PER) these reached a greedy evaluation return >= 475 on CartPole-v1 for 5 of 5
     seeds within 31k-46k env steps in tuning (measured; see the README for the recorded run).
     """
 
@@ -52,21 +54,6 @@ class DQNState(NamedTuple):
     target_params: Any
     opt_state: Any
     steps: jax.Array  # [] int32 SGD steps taken
-
-
-class AgentFns(NamedTuple):
-    """Pure functions of an agent.
-
-    Attributes:
-      init: ``(key) -> state``.
-      act: ``(state, obs [N, ...], key, env_steps, explore=True) -> actions [N, ...]``.
-      update: ``(state, batch, weights [B], key) -> (state, priorities [B], metrics)``; ``batch``
-        is a dict of ``[B, ...]`` arrays: obs, action, reward, discount, next_obs.
-    """
-
-    init: Any
-    act: Any
-    update: Any
 
 
 def linear_schedule(start: float, end: float, steps: int):
@@ -120,7 +107,8 @@ def make_dqn(config: DQNConfig, obs_shape: tuple[int, ...], num_actions: int) ->
         loss = jnp.mean(weights * huber(td, config.huber_delta))
         return loss, td
 
-    def update(state, batch, weights, key=None):
+    def update(state, batch, weights, key):
+        del key  # DQN's update draws no noise
         (loss, td), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state.params, state.target_params, batch, weights
         )

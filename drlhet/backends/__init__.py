@@ -1,11 +1,57 @@
-"""Backends: implementations of the replay and training primitives on a device.
+"""Backends: implementations of the loop's primitive groups on a kind of device.
 
-Importing this package registers every backend; `lookup` returns one or raises
-`BackendUnavailable` naming what is missing.
+The registry (`drlhet.backends.base`) is the only place that knows backend and platform names;
+each other module of this package describes one backend and registers it when first queried.
 """
 
-from drlhet.backends import jax_ref as _jax_ref  # noqa: F401  (registers "jax")
-from drlhet.backends import native as _native  # noqa: F401  (registers "native")
-from drlhet.backends.base import BackendUnavailable, available, lookup, register
+from drlhet.backends.base import (
+    CPU,
+    FPGA,
+    GPU,
+    GROUPS,
+    LOOP_ORDER,
+    PLATFORMS,
+    Backend,
+    BackendUnavailable,
+    default,
+    describe,
+    get,
+    load,
+    loads,
+    names,
+    providing,
+    reference,
+    register,
+)
 
-__all__ = ["BackendUnavailable", "available", "lookup", "register"]
+__all__ = [
+    "CPU",
+    "GPU",
+    "FPGA",
+    "PLATFORMS",
+    "GROUPS",
+    "LOOP_ORDER",
+    "Backend",
+    "BackendUnavailable",
+    "register",
+    "get",
+    "load",
+    "loads",
+    "names",
+    "providing",
+    "default",
+    "reference",
+    "describe",
+    "tree_ops",
+]
+
+
+def tree_ops(name: str):
+    """The `drlhet.replay.sum_tree.TreeOps` of replay backend ``name``.
+
+    Raises:
+      BackendUnavailable: ``name`` is unknown, does not provide the replay, or cannot load here.
+    """
+    if "replay" not in get(name).provides:
+        raise BackendUnavailable(f"backend {name!r} does not implement the replay buffer")
+    return load(name)

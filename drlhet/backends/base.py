@@ -1,66 +1,241 @@
-"""The backend registry, keyed by (primitive, backend) and resolved before tracing.
+"""The backend registry: every backend describes itself, and everything else reads it.
 
-A backend is registered with a *loader*: a zero-argument function that returns the
-implementation or raises `BackendUnavailable(reason)` (a library that failed to build, a device
-that is absent). Loaders run on first lookup, so importing drlhet never touches a device.
+A *backend* implements one or more *groups* of the training loop's primitives (docs/design.md
+sections 1 and 3) on one or more *platforms*:
 
-Replay primitives and their signatures (``nodes`` is a ``SumTreeState``):
+* groups: ``actors`` (act + env_step), ``replay`` (insert, sample, update: the buffer lives in
+  one place) and ``learner`` (train);
+* platforms: the kinds of device, ``cpu`` and ``gpu`` (XLA devices) and ``fpga``.
 
-* ``"find"``: ``(tree, targets[B]) -> (indices[B] int32, leaf_values[B], total[])``
-* ``"update"``: ``(tree, indices[B], values[B], keep[B] | None) -> tree``
+A `Backend` says which groups it provides, on which platforms, what it needs to load, and how
+fast it is relative to the others (``rank``: the default for a group on a platform is the
+highest-ranked backend that loads). Its loader runs on first use, so importing drlhet never
+touches a device or a library; a backend that cannot run here raises `BackendUnavailable`
+naming what is missing. A backend with no loader is *modeled only*: the DSE costs it from a
+profile or a device sheet, the scheduler never runs it.
+
+The mapping validation, the DSE's enumeration and the CLI read this registry; no other module
+names a backend or a platform. Backend modules are the other modules of this package, found and
+imported on the first query, so adding a backend is adding one module. This module imports no
+JAX (the DSE's pure model reads it).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import pkgutil
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BackendUnavailable", "register", "lookup", "available", "PRIMITIVES"]
+__all__ = [
+    "CPU",
+    "GPU",
+    "FPGA",
+    "PLATFORMS",
+    "GROUPS",
+    "GROUP_PRIMITIVES",
+    "LOOP_ORDER",
+    "Backend",
+    "BackendUnavailable",
+    "register",
+    "get",
+    "load",
+    "loads",
+    "names",
+    "providing",
+    "default",
+    "reference",
+    "describe",
+]
 
-PRIMITIVES = ("env_step", "act", "insert", "sample", "update", "train", "find")
+CPU, GPU, FPGA = "cpu", "gpu", "fpga"
+PLATFORMS = (CPU, GPU, FPGA)
+"""Kinds of device. ``cpu`` and ``gpu`` are also JAX platform names (``jax.devices(CPU)``)."""
 
-_LOADERS: dict[tuple[str, str], Callable[[], Any]] = {}
-_CACHE: dict[tuple[str, str], Any] = {}
+GROUPS = ("actors", "replay", "learner")
+GROUP_PRIMITIVES = {
+    "actors": ("act", "env_step"),
+    "replay": ("insert", "sample", "update"),
+    "learner": ("train",),
+}
+LOOP_ORDER = ("act", "env_step", "insert", "sample", "train", "update")
+"""The primitives of one learner step in the order the loop runs them."""
 
 
 class BackendUnavailable(RuntimeError):
     """A backend cannot run here; the message says what is missing."""
 
 
-def register(primitive: str, backend: str, loader: Callable[[], Any]) -> None:
-    """Registers ``loader`` as the source of ``primitive`` on ``backend``."""
-    _LOADERS[(primitive, backend)] = loader
-    _CACHE.pop((primitive, backend), None)
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """What a backend is, where it runs, and how to load it.
+
+    Attributes:
+      name: the name users write (``--backend NAME``, ``replay=NAME@cpu:1``).
+      platforms: device kinds it runs on (`PLATFORMS`).
+      provides: groups it implements (`GROUPS`).
+      needs: what it needs to load, in words (shown by ``drlhet backends``).
+      loader: ``() -> implementation``, or None for a modeled-only backend. For a backend that
+        provides ``replay`` the implementation is a `drlhet.replay.sum_tree.TreeOps`.
+      rank: preference among the backends that load (higher: faster where measured).
+      host: runs in the host process outside XLA (one placement: the first CPU device).
+      reference: the pure-JAX reference every other backend is tested against.
+      summary: one line for listings.
+    """
+
+    name: str
+    platforms: tuple[str, ...]
+    provides: tuple[str, ...]
+    needs: str
+    loader: Callable[[], Any] | None
+    rank: int = 0
+    host: bool = False
+    reference: bool = False
+    summary: str = ""
+
+    def __post_init__(self) -> None:
+        bad = [p for p in self.platforms if p not in PLATFORMS]
+        bad += [g for g in self.provides if g not in GROUPS]
+        if bad or not self.platforms or not self.provides:
+            raise ValueError(f"backend {self.name!r}: bad platforms/groups {bad or '(empty)'}")
+
+    @property
+    def modeled_only(self) -> bool:
+        return self.loader is None
+
+    def runs_on(self, platform: str, group: str) -> bool:
+        return platform in self.platforms and group in self.provides
 
 
-def lookup(primitive: str, backend: str) -> Any:
-    """Returns the implementation of ``primitive`` on ``backend``.
+_REGISTRY: dict[str, Backend] = {}
+_LOADED: dict[str, Any] = {}
+_DISCOVERED = [False]
+
+
+def register(backend: Backend) -> Backend:
+    """Adds ``backend`` (replacing one of the same name); returns it."""
+    _REGISTRY[backend.name] = backend
+    _LOADED.pop(backend.name, None)
+    return backend
+
+
+def _discover() -> None:
+    """Imports every backend module of this package once (each registers itself)."""
+    if _DISCOVERED[0]:
+        return
+    _DISCOVERED[0] = True
+    package = importlib.import_module(__name__.rpartition(".")[0])
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name != "base":
+            importlib.import_module(f"{package.__name__}.{info.name}")
+
+
+def names() -> list[str]:
+    """Every registered backend, loadable here or not."""
+    _discover()
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> Backend:
+    """The description of backend ``name`` (nothing is loaded).
 
     Raises:
-      BackendUnavailable: the backend is unknown for this primitive or cannot load here.
+      BackendUnavailable: no backend of that name is registered.
     """
-    key = (primitive, backend)
-    if key in _CACHE:
-        return _CACHE[key]
-    if key not in _LOADERS:
-        known = sorted(b for p, b in _LOADERS if p == primitive)
+    _discover()
+    if name not in _REGISTRY:
+        raise BackendUnavailable(f"no backend {name!r}; registered: {sorted(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def load(name: str) -> Any:
+    """The implementation of backend ``name``, loaded on first use and cached.
+
+    Raises:
+      BackendUnavailable: unknown, modeled only, or missing something here (the message says
+        what).
+    """
+    backend = get(name)
+    if name in _LOADED:
+        return _LOADED[name]
+    if backend.loader is None:
         raise BackendUnavailable(
-            f"no backend {backend!r} for primitive {primitive!r}; registered: {known}"
+            f"backend {name!r} is modeled only (the DSE costs it; nothing runs it): {backend.needs}"
         )
-    fn = _LOADERS[key]()
-    _CACHE[key] = fn
-    return fn
+    impl = backend.loader()
+    _LOADED[name] = impl
+    return impl
 
 
-def available(primitive: str) -> list[str]:
-    """Backends of ``primitive`` that load on this machine."""
-    names = []
-    for p, b in list(_LOADERS):
-        if p != primitive:
-            continue
+def loads(name: str) -> bool:
+    """Whether backend ``name`` loads on this machine."""
+    try:
+        load(name)
+    except BackendUnavailable:
+        return False
+    return True
+
+
+def providing(group: str, platform: str | None = None, runnable: bool = False) -> list[Backend]:
+    """Backends that provide ``group`` (on ``platform`` if given), best ranked first; with
+    ``runnable``, only those that load here."""
+    if group not in GROUPS:
+        raise ValueError(f"unknown group {group!r}; groups: {GROUPS}")
+    _discover()
+    out = [
+        b
+        for b in _REGISTRY.values()
+        if group in b.provides and (platform is None or platform in b.platforms)
+    ]
+    if runnable:
+        out = [b for b in out if loads(b.name)]
+    return sorted(out, key=lambda b: (-b.rank, b.name))
+
+
+def default(group: str, platform: str) -> str:
+    """The fastest backend of ``group`` on ``platform`` that loads here.
+
+    Raises:
+      BackendUnavailable: none loads (the message lists why each failed).
+    """
+    candidates = providing(group, platform)
+    why = []
+    for b in candidates:
         try:
-            lookup(p, b)
-        except BackendUnavailable:
+            load(b.name)
+        except BackendUnavailable as e:
+            why.append(f"{b.name}: {e}")
             continue
-        names.append(b)
-    return sorted(names)
+        return b.name
+    raise BackendUnavailable(f"no backend of the {group} loads on {platform!r}: {why}")
+
+
+def reference() -> str:
+    """The name of the reference backend (pure JAX)."""
+    _discover()
+    return next(b.name for b in _REGISTRY.values() if b.reference)
+
+
+def describe() -> list[dict[str, Any]]:
+    """Every backend as a row: name, platforms, groups, rank, whether it loads here and why
+    not (for ``drlhet backends``)."""
+    rows = []
+    for name in names():
+        b = get(name)
+        try:
+            load(name)
+            status = "loads"
+        except BackendUnavailable as e:
+            status = str(e)
+        rows.append(
+            {
+                "name": b.name,
+                "platforms": list(b.platforms),
+                "provides": list(b.provides),
+                "rank": b.rank,
+                "status": status,
+                "summary": b.summary,
+            }
+        )
+    return rows

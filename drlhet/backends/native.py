@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from drlhet.backends.base import BackendUnavailable, register
-from drlhet.replay.sum_tree import SumTreeState
+from drlhet.backends.base import CPU, Backend, BackendUnavailable, register
+from drlhet.replay.sum_tree import SumTreeState, TreeOps
 
 __all__ = [
     "library_path",
@@ -56,7 +56,7 @@ def library_path() -> Path:
 def _library() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(library_path()))
     for target, symbol in (("drlhet_find", lib.DrlhetFind), ("drlhet_update", lib.DrlhetUpdate)):
-        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform="cpu")
+        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform=CPU)
     lib.drlhet_set_num_threads.argtypes = [ctypes.c_int]
     lib.drlhet_get_num_threads.restype = ctypes.c_int
     return lib
@@ -133,16 +133,23 @@ def update(
     return SumTreeState(nodes, tree.capacity, tree.branching)
 
 
-def _load(fn):
-    def loader():
-        _library()
-        return fn
-
-    return loader
+def _load() -> TreeOps:
+    _library()  # BackendUnavailable when the library was not built
+    return TreeOps(find, update)
 
 
-register("find", "native", _load(find))
-register("update", "native", _load(update))
+BACKEND = register(
+    Backend(
+        name="native",
+        platforms=(CPU,),
+        provides=("replay",),
+        needs="the C++/OpenMP kernel library built on `pip install` (CMake, a C++17 compiler, "
+        "OpenMP)",
+        loader=_load,
+        rank=10,  # 1.1-1.3x the jax replay in the fused loop, measured (docs/results.md)
+        summary="C++/OpenMP sum tree as XLA FFI custom calls inside jit (float32 trees)",
+    )
+)
 
 
 class MemoryLimits(NamedTuple):

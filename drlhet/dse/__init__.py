@@ -39,9 +39,9 @@ __all__ = [
 
 def replay_backends_here() -> list[str]:
     """Replay backends that run on this machine's CPU (``jax``, and ``native`` when built)."""
-    from drlhet.backends import available
+    from drlhet.backends import CPU, providing
 
-    return [b for b in ("jax", "native") if b in available("find")]
+    return [b.name for b in providing("replay", CPU, runnable=True)]
 
 
 def build_model(
@@ -94,7 +94,8 @@ def measure_mapping(
     """Runs ``mapping`` with the scheduler and measures it (median over the chunks after the
     first, which includes compilation): ``trained_samples_per_s``, ``env_steps_per_s``, and the
     per-chunk figures."""
-    from drlhet.schedule import Mapping, run
+    from drlhet.runtime.mapping import Mapping
+    from drlhet.runtime.run import run
 
     warmup = max(1_000, key.batch)
     cfg = key.train_config(

@@ -119,7 +119,7 @@ def shapes_of(key: Any) -> Shapes:
     import numpy as np
 
     from drlhet.replay.sum_tree import layout as tree_layout
-    from drlhet.train import make_trainer
+    from drlhet.runtime.trainer import make_trainer
 
     tr = make_trainer(key.train_config())
     lay = tree_layout(key.capacity, key.branching)

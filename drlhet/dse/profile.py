@@ -70,7 +70,7 @@ class ProfileKey:
 
     @classmethod
     def of(cls, cfg: Any) -> ProfileKey:
-        """The key of a `drlhet.train.TrainConfig` (its shape; its replay backend)."""
+        """The key of a `drlhet.runtime.config.TrainConfig` (its shape; its replay backend)."""
         hidden = cfg.dqn.hidden if cfg.algo == "dqn" else cfg.ddpg.hidden
         return cls(
             algo=cfg.algo,
@@ -88,7 +88,7 @@ class ProfileKey:
         """The `TrainConfig` this key stands for (one seed)."""
         from drlhet.agents.ddpg import DDPGConfig
         from drlhet.agents.dqn import DQNConfig
-        from drlhet.train import TrainConfig
+        from drlhet.runtime.config import TrainConfig
 
         fields: dict[str, Any] = dict(
             algo=self.algo,
@@ -213,8 +213,8 @@ def profile_config(
     import jax
     import jax.numpy as jnp
 
-    from drlhet.schedule import host_stages
-    from drlhet.train import make_trainer
+    from drlhet.runtime.stages import iteration_stages as host_stages
+    from drlhet.runtime.trainer import make_trainer
 
     device = device or jax.devices("cpu")[0]
     # the buffer holds ``fill`` transitions, as a buffer does some way into training (which
@@ -446,7 +446,7 @@ def profile_python_replay(
     import jax
     import numpy as np
 
-    from drlhet.train import make_trainer
+    from drlhet.runtime.trainer import make_trainer
 
     device = device or jax.devices("cpu")[0]
     tr = make_trainer(key.train_config(backend="jax"))

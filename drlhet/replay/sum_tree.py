@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -43,6 +44,8 @@ __all__ = [
     "write",
     "sample",
     "leaves",
+    "TreeOps",
+    "REFERENCE",
 ]
 
 
@@ -316,3 +319,20 @@ def sample(
         targets = uniform * tot
     indices, values, root = descend(state, targets)
     return indices, values / root
+
+
+class TreeOps(NamedTuple):
+    """The tree primitives a replay buffer is built on (a backend provides them).
+
+    Attributes:
+      find: ``(tree, targets [B]) -> (indices [B] int32, values [B], total [])``, as `descend`.
+      write: ``(tree, indices [B], values [B], keep [B] | None) -> tree``, as `write` (the last
+        kept duplicate wins; dropped entries write nothing).
+    """
+
+    find: Callable[..., tuple[jax.Array, jax.Array, jax.Array]]
+    write: Callable[..., SumTreeState]
+
+
+REFERENCE = TreeOps(descend, write)
+"""The pure-JAX tree primitives, the reference every backend must match bit for bit."""

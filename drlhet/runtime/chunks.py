@@ -1,0 +1,65 @@
+"""What every run path reports per chunk: one row of metrics and measured throughput."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from drlhet.runtime.config import TrainConfig
+
+__all__ = ["chunk_row", "host_summary", "check_replay_error", "split_keys"]
+
+
+def check_replay_error(error: Any) -> None:
+    """Raises ``ValueError`` when any seed's buffer refused an operation (``error`` ``[S]``)."""
+    err = np.asarray(error)
+    if np.any(err):
+        raise ValueError(f"replay refused an operation (error flags per seed {err.tolist()})")
+
+
+def chunk_row(
+    cfg: TrainConfig, iterations: int, summary: dict, chunk: int, t0: float, last: float
+) -> dict:
+    """One chunk's row: the per-seed summary as lists, plus ``env_steps`` (seed 0), ``chunk``,
+    ``wall_s`` (since ``t0``), ``chunk_s`` (since ``last``) and the chunk's measured
+    throughput, ``env_steps_per_s`` and ``trained_samples_per_s`` (all seeds together)."""
+    now = time.perf_counter()
+    dt = now - last
+    row = {k: np.asarray(v).tolist() for k, v in summary.items() if k != "replay_error"}
+    row.update(
+        env_steps=int(np.asarray(summary["env_steps"])[0]),
+        chunk=chunk,
+        wall_s=now - t0,
+        chunk_s=dt,
+        env_steps_per_s=cfg.seeds * cfg.eval_every / dt,
+        trained_samples_per_s=cfg.seeds * iterations * cfg.sgd_steps * cfg.batch_size / dt,
+        backend=cfg.backend,
+        delay=cfg.delay,
+    )
+    return row
+
+
+def host_summary(
+    cfg: TrainConfig, metrics_acc: list, finished_acc: list, eval_return: Any, env_steps: int
+) -> dict:
+    """A chunk's per-seed summary (as the fused chunk returns it) from the host loops'
+    accumulated per-call outputs: ``finished`` pairs ``(return sum [S], episodes [S])``."""
+    metrics = jax.tree.map(lambda *x: jnp.mean(jnp.stack(x), axis=0), *metrics_acc)
+    ret_sum = sum(np.asarray(f[0]) for f in finished_acc)
+    n_done = sum(np.asarray(f[1]) for f in finished_acc)
+    summary = dict(jax.device_get(metrics))
+    summary["eval_return"] = jax.device_get(eval_return)
+    summary["train_return"] = ret_sum / np.maximum(n_done, 1)
+    summary["env_steps"] = np.full((cfg.seeds,), env_steps)
+    return summary
+
+
+@jax.jit
+def split_keys(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``[S]`` keys -> two ``[S]`` keys (the carried one and a fresh one)."""
+    pair = jax.vmap(jax.random.split)(key)
+    return pair[:, 0], pair[:, 1]

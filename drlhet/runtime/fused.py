@@ -1,0 +1,41 @@
+"""The one-segment path: the whole loop as one jitted ``lax.scan`` per chunk, on one device."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import jax
+
+from drlhet.runtime.chunks import check_replay_error, chunk_row
+from drlhet.runtime.trainer import Trainer, TrainState
+
+__all__ = ["run_fused"]
+
+
+def run_fused(
+    tr: Trainer,
+    states: TrainState,
+    device: jax.Device,
+    t0: float,
+    on_chunk: Callable[[dict], None] | None = None,
+    extra: dict | None = None,
+) -> tuple[TrainState, list[dict]]:
+    """Runs every chunk of ``tr`` on ``device``, the states (``[S]`` seeds) donated.
+
+    Returns:
+      ``(states, rows)``: the final states and one row per chunk (`chunk_row`, plus ``extra``).
+    """
+    cfg = tr.config
+    states = jax.device_put(states, device)
+    chunk = jax.jit(jax.vmap(tr.chunk), donate_argnums=0)
+    rows, last = [], time.perf_counter()
+    for i in range(tr.chunks):
+        states, summary = chunk(states)
+        summary = jax.device_get(summary)
+        check_replay_error(summary["replay_error"])
+        rows.append({**chunk_row(cfg, tr.iterations, summary, i, t0, last), **(extra or {})})
+        last = time.perf_counter()
+        if on_chunk:
+            on_chunk(rows[-1])
+    return states, rows

@@ -1,0 +1,230 @@
+"""The multi-segment paths: jitted stages on their devices, driven from the host.
+
+Each group's stages (`drlhet.runtime.stages`) run on the group's device, with explicit
+``device_put`` between them and JAX's asynchronous dispatch, keeping up to ``delay`` priority
+updates in flight (Zhang, Meng, Prasanna, TPDS 2023, Sec. 5): with ``delay >= 1`` the replay
+samples batch t+1 while the learner still trains on batch t, and the actors act with the
+parameters of one iteration earlier. With ``delay = 0`` the results equal the fused loop's.
+
+Two loops share the placement of the state, the per-chunk report and the final state:
+`run_iteration_loop` (one stage call per iteration and learner step) and `run_pipelined_loop`
+(``delay >= 2 sgd_steps``: U iterations per stage call).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from drlhet.replay.delayed import PendingUpdates
+from drlhet.runtime.chunks import check_replay_error, chunk_row, host_summary, split_keys
+from drlhet.runtime.stages import iteration_stages, pipeline_stages, unroll_of
+from drlhet.runtime.trainer import Trainer, TrainState
+from drlhet.runtime.update_fifo import UpdateFifo
+
+__all__ = ["run_iteration_loop", "run_pipelined_loop"]
+
+Entry = tuple[jax.Array, jax.Array, jax.Array]  # (indices, stamps, priorities) of one update
+
+
+@dataclasses.dataclass
+class _Loop:
+    """The state of a host loop, each part on its group's device (mutable, host side)."""
+
+    agent: Any
+    actor_agent: Any
+    env: tuple  # (env_state, obs, fifo, episode_return, key) on the actors' device
+    rep: Any
+    env_steps: int
+    devices: dict[str, jax.Device]
+
+    def move(self, src: str, dst: str) -> Callable[[Any], Any]:
+        """``device_put`` from group ``src``'s device to ``dst``'s, or nothing on one device
+        (a put costs ~10 us a leaf)."""
+        if self.devices[src] == self.devices[dst]:
+            return lambda x: x
+        return lambda x: jax.device_put(x, self.devices[dst])
+
+
+def _place(cfg, states: TrainState, devices: dict[str, jax.Device]) -> _Loop:
+    put, s = jax.device_put, states
+    return _Loop(
+        agent=put(s.agent, devices["learner"]),
+        actor_agent=put(s.agent if cfg.delay == 0 else s.actor_agent, devices["actors"]),
+        env=put((s.env_state, s.obs, s.fifo, s.episode_return, s.key), devices["actors"]),
+        rep=put(s.replay, devices["replay"]),
+        env_steps=int(np.asarray(s.env_steps)[0]),
+        devices=devices,
+    )
+
+
+def _final(cfg, loop: _Loop, pending: list[Entry]) -> TrainState:
+    """The loop's state as the fused path returns it; ``pending`` holds the updates not
+    applied yet, oldest first, each ``[S, n, B]``."""
+    shape = (cfg.seeds, 0, cfg.batch_size)
+    parts = pending or [(jnp.zeros(shape, jnp.int32),) * 2 + (jnp.zeros(shape),)]
+    fields = (
+        jnp.concatenate([jax.device_put(x, loop.devices["replay"]) for x in xs], axis=1)
+        for xs in zip(*parts, strict=True)
+    )
+    env_state, obs, fifo, ret, key = loop.env
+    return TrainState(
+        agent=loop.agent,
+        replay=loop.rep,
+        env_state=env_state,
+        obs=obs,
+        key=key,
+        env_steps=jnp.full((cfg.seeds,), loop.env_steps, jnp.int32),
+        episode_return=ret,
+        fifo=fifo,
+        pending=PendingUpdates(*fields),
+        actor_agent=loop.actor_agent if cfg.delay else None,
+    )
+
+
+def _end_chunk(tr, loop, i, metrics_acc, finished_acc, evaluate, t0, last, extra) -> dict:
+    """Evaluates, checks the buffer's error flags and builds the chunk's row."""
+    cfg = tr.config
+    env_state, obs, fifo, ret, key = loop.env
+    key, k_eval = split_keys(key)
+    loop.env = (env_state, obs, fifo, ret, key)
+    k_eval = jax.device_put(k_eval, loop.devices["learner"])
+    summary = host_summary(
+        cfg, metrics_acc, finished_acc, evaluate(loop.agent, k_eval), loop.env_steps
+    )
+    check_replay_error(loop.rep.error)
+    return {**chunk_row(cfg, tr.iterations, summary, i, t0, last), **extra}
+
+
+def _one_iteration(cfg, st, loop: _Loop, queue: collections.deque, empty: Entry):
+    """One iteration of the per-iteration loop; returns ``(metrics list, finished)``."""
+    to_r, to_l = loop.move("actors", "replay"), loop.move("replay", "learner")
+    l_to_r = loop.move("learner", "replay")
+    *env, transitions, finished, learn_keys = st.actor_step(
+        loop.actor_agent, *loop.env, loop.env_steps
+    )
+    loop.env = tuple(env)
+    transitions, learn_keys = to_r((transitions, learn_keys))
+    before, to_apply, metrics_acc = loop.agent, empty, []  # before: the actors' next params
+    for j in range(cfg.sgd_steps):
+        if j == 0:
+            loop.rep, batch, k_update = st.replay_in(
+                loop.rep, transitions, learn_keys[0], loop.env_steps
+            )
+        else:
+            loop.rep, batch, k_update = st.replay_next(
+                loop.rep, *to_apply, learn_keys[j], loop.env_steps
+            )
+        loop.agent, prio, metrics = st.learner(
+            loop.agent, *to_l((batch.data, batch.weights, k_update))
+        )
+        metrics_acc.append(metrics)
+        entry = (batch.indices, batch.stamps, prio)
+        if cfg.delay == 0:
+            to_apply = entry
+        else:
+            queue.append(entry)
+            to_apply = queue.popleft() if len(queue) > cfg.delay else empty
+        to_apply = l_to_r(to_apply)
+    loop.rep = st.replay_apply(loop.rep, *to_apply)
+    loop.actor_agent = loop.move("learner", "actors")(loop.agent if cfg.delay == 0 else before)
+    loop.env_steps += cfg.num_envs
+    return metrics_acc, finished
+
+
+def run_iteration_loop(
+    tr: Trainer,
+    states: TrainState,
+    devices: dict[str, jax.Device],
+    t0: float,
+    on_chunk: Callable[[dict], None] | None = None,
+    extra: dict | None = None,
+) -> tuple[TrainState, list[dict]]:
+    """Runs ``tr`` with one stage call per iteration and learner step (any delay)."""
+    cfg = tr.config
+    st = iteration_stages(cfg, tr)
+    loop = _place(cfg, states, devices)
+    # The update to apply before the next sample: the current one (delay 0) or, with delay k,
+    # the oldest of the k + 1 newest, kept on the host so that the replay stage never waits
+    # for the learner's current step. An empty entry (stamp -1) matches no slot: dropped.
+    shape = (cfg.seeds, cfg.batch_size)
+    empty = jax.device_put(
+        (jnp.zeros(shape, jnp.int32), jnp.full(shape, -1, jnp.int32), jnp.ones(shape)),
+        devices["replay"],
+    )
+    queue: collections.deque = collections.deque()
+    rows, last = [], time.perf_counter()
+    for i in range(tr.chunks):
+        metrics_acc, finished_acc = [], []
+        for _ in range(tr.iterations):
+            metrics, finished = _one_iteration(cfg, st, loop, queue, empty)
+            metrics_acc += metrics
+            finished_acc.append(finished)
+        rows.append(
+            _end_chunk(tr, loop, i, metrics_acc, finished_acc, st.evaluate, t0, last, extra or {})
+        )
+        last = time.perf_counter()
+        if on_chunk:
+            on_chunk(rows[-1])
+    pending = [tuple(x[:, None] for x in e) for e in queue]
+    if 0 < len(queue) < cfg.delay:  # a run shorter than the delay: empty entries first
+        pending.insert(0, UpdateFifo.empty(cfg.seeds, cfg.delay - len(queue), cfg.batch_size))
+    return _final(cfg, loop, pending), rows
+
+
+def run_pipelined_loop(
+    tr: Trainer,
+    states: TrainState,
+    devices: dict[str, jax.Device],
+    t0: float,
+    on_chunk: Callable[[dict], None] | None = None,
+    extra: dict | None = None,
+) -> tuple[TrainState, list[dict]]:
+    """Runs ``tr`` with ``U = delay // (2 sgd_steps)`` iterations per stage call (needs
+    ``delay >= 2 sgd_steps``): replay call c + 1 needs only the priorities of learner call
+    c - 1 (k learner steps back) and runs while learner call c trains; the actors act with
+    the parameters of learner call c - 1. Same priority-update semantics as `delayed`."""
+    cfg = tr.config
+    st = pipeline_stages(cfg, tr, unroll_of(cfg, tr.iterations))
+    loop = _place(cfg, states, devices)
+    to_r, to_l = loop.move("actors", "replay"), loop.move("replay", "learner")
+    to_a, l_to_r = loop.move("learner", "actors"), loop.move("learner", "replay")
+    per_call = st.unroll * cfg.sgd_steps
+    # the k newest updates, oldest first; the first k taken are empty (stamp -1: dropped)
+    fifo = UpdateFifo(
+        jax.device_put(UpdateFifo.empty(cfg.seeds, cfg.delay, cfg.batch_size), devices["replay"])
+    )
+    extra = {**(extra or {}), "iterations_per_stage_call": st.unroll}
+    rows, last = [], time.perf_counter()
+    for i in range(tr.chunks):
+        metrics_acc, finished_acc = [], []
+        for _ in range(tr.iterations // st.unroll):
+            *env, transitions, finished, learn_keys = st.actor(
+                loop.actor_agent, *loop.env, loop.env_steps
+            )
+            loop.env = tuple(env)
+            # finished counts come per iteration of a call: sum them over the call
+            finished_acc.append(jax.tree.map(lambda x: x.sum(axis=1), finished))
+            loop.rep, batches, k_updates = st.replay(
+                loop.rep, *to_r((transitions, learn_keys)), fifo.take(per_call), loop.env_steps
+            )
+            previous = loop.agent
+            loop.agent, entries, metrics = st.learner(loop.agent, *to_l((batches, k_updates)))
+            metrics_acc.append(metrics)
+            fifo.push(l_to_r(entries))
+            loop.actor_agent = to_a(previous)
+            loop.env_steps += st.unroll * cfg.num_envs
+        rows.append(
+            _end_chunk(tr, loop, i, metrics_acc, finished_acc, st.evaluate, t0, last, extra)
+        )
+        last = time.perf_counter()
+        if on_chunk:
+            on_chunk(rows[-1])
+    return _final(cfg, loop, [fifo.take(len(fifo))]), rows

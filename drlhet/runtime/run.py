@@ -1,0 +1,73 @@
+"""One entry point for every run: `run(cfg, mapping)` picks the path the mapping needs.
+
+* one segment (every group on one device, or no mapping): the fused ``lax.scan``
+  (`drlhet.runtime.fused`);
+* several segments: a host loop (`drlhet.runtime.host_loop`), pipelined when
+  ``delay >= 2 sgd_steps``.
+
+Every path returns the same `drlhet.runtime.trainer.TrainState` (batched over seeds) and the
+same rows, and with ``delay = 0`` the same numbers for the same seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import jax
+
+from drlhet.runtime.config import TrainConfig
+from drlhet.runtime.fused import run_fused
+from drlhet.runtime.host_loop import run_iteration_loop, run_pipelined_loop
+from drlhet.runtime.mapping import Mapping, segments
+from drlhet.runtime.trainer import TrainState, make_trainer
+
+__all__ = ["run"]
+
+
+def run(
+    cfg: TrainConfig,
+    mapping: Mapping | str | None = None,
+    on_chunk: Callable[[dict], None] | None = None,
+) -> tuple[TrainState, list[dict]]:
+    """Trains ``cfg.seeds`` seeds of ``cfg`` with its groups placed by ``mapping``.
+
+    Args:
+      cfg: the run. Its ``backend`` is the replay backend when no mapping is given (None: the
+        fastest that loads on JAX's default device); a mapping's replay placement overrides it.
+      mapping: a `Mapping`, its text (``"actors=cpu:0,replay=native@cpu:1,learner=cpu:1"``), or
+        None: every group fused on JAX's default device.
+      on_chunk: called with each chunk's row as soon as it is measured (progress, early stop:
+        an exception it raises ends the run).
+
+    Returns:
+      ``(states, rows)``: the final `TrainState` (``[S]`` seeds; each group's fields on its
+      device) and one row per chunk: per-seed ``eval_return``, ``train_return``, ``loss``, ...
+      as lists, ``env_steps``, ``wall_s`` since the start (compilation included), and the
+      chunk's measured ``env_steps_per_s`` and ``trained_samples_per_s`` (all seeds).
+
+    Raises:
+      ValueError: a bad configuration or mapping.
+      BackendUnavailable: a backend or device the mapping names is missing here.
+    """
+    if isinstance(mapping, str):
+        mapping = Mapping.parse(mapping)
+    if mapping is None:
+        default = jax.devices()[0]
+        mapping = Mapping.fused(f"{default.platform}:0", cfg.backend)
+    devices = mapping.validate()
+    cfg = dataclasses.replace(cfg, backend=mapping.replay.backend)
+    tr = make_trainer(cfg)
+    segs = segments(mapping)
+    extra = {"mapping": str(mapping), "segments": [[d, list(n)] for d, n in segs]}
+    keys = jax.random.split(jax.random.key(cfg.seed), cfg.seeds)
+    t0 = time.perf_counter()
+    with jax.default_device(devices["replay"]):
+        states = jax.jit(jax.vmap(tr.init))(keys)
+        states = jax.jit(jax.vmap(tr.warmup), donate_argnums=0)(states)
+    if len(segs) == 1:
+        return run_fused(tr, states, devices["replay"], t0, on_chunk, extra)
+    if cfg.delay >= 2 * cfg.sgd_steps:
+        return run_pipelined_loop(tr, states, devices, t0, on_chunk, extra)
+    return run_iteration_loop(tr, states, devices, t0, on_chunk, extra)

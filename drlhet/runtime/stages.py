@@ -1,0 +1,184 @@
+"""The jitted stages the host loops dispatch, one per device group (docs/design.md section 6).
+
+Both host loops and the DSE's profiles (`drlhet.dse.profile`) use these stages, and every stage
+is built from the same per-iteration bodies as the fused loop (`drlhet.runtime.trainer`), so
+all paths compute the same numbers for the same seed:
+
+* `iteration_stages`: one call per iteration and learner step (the strict chain and small
+  delays): actors, insert + sample, train, update + sample, update;
+* `pipeline_stages`: with delay ``k >= 2 S`` each stage runs ``U = k // (2 S)`` iterations per
+  call (Zhang, Meng, Prasanna, TPDS 2023, Sec. 5), so the replay stage of call ``c + 1`` needs
+  only the priorities of learner call ``c - 1``.
+
+All stages are vmapped over seeds; the learner is not donated when ``delay >= 1`` (the actors
+keep the previous parameters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from drlhet.replay.delayed import after_sample
+from drlhet.runtime.config import TrainConfig
+from drlhet.runtime.parts import Batch, Parts
+from drlhet.runtime.trainer import Trainer
+
+__all__ = ["IterationStages", "PipelineStages", "iteration_stages", "pipeline_stages", "unroll_of"]
+
+
+class IterationStages(NamedTuple):
+    """The per-iteration host loop's stages (all vmapped over seeds ``S``).
+
+    Attributes:
+      actor_step: ``(actor_agent, env_state, obs, fifo, ret, key, env_steps) -> (env_state, obs,
+        fifo, ret, key, transitions [S, N, ...], finished, learn_keys)``; ``learn_keys`` is a
+        tuple of ``sgd_steps`` keys ``[S]`` (act + env_step).
+      replay_in: ``(replay, transitions, key [S], env_steps) -> (replay, batch, update_key)``
+        (insert + the first sample).
+      replay_next: ``(replay, indices [S, B], stamps [S, B], priorities [S, B], key, env_steps)
+        -> (replay, batch, update_key)`` (update + the next sample).
+      replay_apply: ``(replay, indices, stamps, priorities) -> replay`` (update).
+      learner: ``(agent, data, weights [S, B], key [S]) -> (agent, priorities [S, B], metrics)``.
+      evaluate: ``(agent, key [S]) -> mean greedy return [S]``.
+    """
+
+    actor_step: Callable[..., Any]
+    replay_in: Callable[..., Any]
+    replay_next: Callable[..., Any]
+    replay_apply: Callable[..., Any]
+    learner: Callable[..., Any]
+    evaluate: Callable[..., Any]
+
+
+class PipelineStages(NamedTuple):
+    """The pipelined host loop's stages, each running ``unroll`` iterations per call.
+
+    Attributes:
+      actor: ``(actor_agent, env_state, obs, fifo, ret, key, env_steps) -> (env_state, obs,
+        fifo, ret, key, transitions [S, U, N, ...], finished [S, U], learn_keys [S, U, sgd])``.
+      replay: ``(replay, transitions, learn_keys, to_apply, env_steps) -> (replay, batches
+        [S, U * sgd, B, ...], update_keys [S, U * sgd])``; ``to_apply`` holds ``U * sgd``
+        updates ``[S, U * sgd, B]``, the one to apply after each sample.
+      learner: ``(agent, batches, update_keys) -> (agent, (indices, stamps, priorities)
+        [S, U * sgd, B], metrics)``.
+      evaluate: ``(agent, key [S]) -> mean greedy return [S]``.
+      unroll: U, iterations per call.
+    """
+
+    actor: Callable[..., Any]
+    replay: Callable[..., Any]
+    learner: Callable[..., Any]
+    evaluate: Callable[..., Any]
+    unroll: int
+
+
+def _act_and_step(cfg: TrainConfig, p: Parts, actor_agent, env_state, obs, fifo, ret, key, steps):
+    """One iteration of the actors, as the fused loop runs it (same key splits)."""
+    key, k_act, k_env, k_learn = jax.random.split(key, 4)
+    actions = p.act(actor_agent, obs, k_act, steps)
+    env_state, obs, fifo, ret, transitions, finished = p.env_step(
+        env_state, obs, fifo, ret, actions, k_env
+    )
+    learn_keys = jax.random.split(k_learn, cfg.sgd_steps)
+    return env_state, obs, fifo, ret, key, transitions, finished, learn_keys
+
+
+def _sample(p: Parts, rep, key, env_steps):
+    """The sample of one learner step and the key of its train step."""
+    k_sample, k_update = jax.random.split(key)
+    return p.sample(rep, k_sample, env_steps), k_update
+
+
+def iteration_stages(cfg: TrainConfig, tr: Trainer) -> IterationStages:
+    """Builds the per-iteration host loop's jitted stages for ``cfg``."""
+    p, vm = tr.parts, jax.vmap
+
+    def actor_fn(actor_agent, env_state, obs, fifo, ret, key, env_steps):
+        out = _act_and_step(cfg, p, actor_agent, env_state, obs, fifo, ret, key, env_steps)
+        # one key per SGD step as separate outputs: slicing on the host costs a dispatch each
+        return (*out[:7], tuple(out[7]))
+
+    def apply_fn(rep, indices, stamps, priorities):
+        return tr.replay.update_priorities(rep, indices, priorities, stamps)
+
+    def replay_in_fn(rep, transitions, k, env_steps):
+        rep = p.insert(rep, transitions)
+        return (rep, *_sample(p, rep, k, env_steps))
+
+    def replay_next_fn(rep, indices, stamps, priorities, k, env_steps):
+        rep = apply_fn(rep, indices, stamps, priorities)
+        return (rep, *_sample(p, rep, k, env_steps))
+
+    def learner_fn(agent_state, data, weights, k):
+        return p.train(agent_state, Batch(data, weights), k)
+
+    return IterationStages(
+        actor_step=jax.jit(vm(actor_fn, in_axes=(0, 0, 0, 0, 0, 0, None)), donate_argnums=(1, 3)),
+        replay_in=jax.jit(vm(replay_in_fn, in_axes=(0, 0, 0, None)), donate_argnums=0),
+        replay_next=jax.jit(vm(replay_next_fn, in_axes=(0, 0, 0, 0, 0, None)), donate_argnums=0),
+        replay_apply=jax.jit(vm(apply_fn), donate_argnums=0),
+        learner=jax.jit(vm(learner_fn), donate_argnums=() if cfg.delay else 0),
+        evaluate=jax.jit(vm(p.evaluate)),
+    )
+
+
+def unroll_of(cfg: TrainConfig, iterations: int) -> int:
+    """U: iterations per pipelined stage call, ``delay // (2 sgd_steps)`` lowered until it
+    divides the iterations of a chunk (>= 1)."""
+    unroll = max(1, cfg.delay // (2 * cfg.sgd_steps))
+    while iterations % unroll:
+        unroll -= 1
+    return unroll
+
+
+def pipeline_stages(cfg: TrainConfig, tr: Trainer, unroll: int) -> PipelineStages:
+    """Builds the pipelined host loop's stages, ``unroll`` iterations per call."""
+    p, vm, n_sgd = tr.parts, jax.vmap, cfg.sgd_steps
+    per_call = unroll * n_sgd  # learner steps per stage call
+
+    def actor_fn(actor_agent, env_state, obs, fifo, ret, key, env_steps):
+        def body(carry, i):
+            out = _act_and_step(cfg, p, actor_agent, *carry, env_steps + i * cfg.num_envs)
+            return out[:5], out[5:]
+
+        carry, (transitions, finished, learn_keys) = jax.lax.scan(
+            body, (env_state, obs, fifo, ret, key), jnp.arange(unroll)
+        )
+        return *carry, transitions, finished, learn_keys
+
+    def replay_fn(rep, transitions, learn_keys, to_apply, env_steps):
+        def body(rep, u):
+            rep = p.insert(rep, jax.tree.map(lambda x: x[u], transitions))
+            outs = []
+            for j in range(n_sgd):
+                batch, k_update = _sample(p, rep, learn_keys[u, j], env_steps + u * cfg.num_envs)
+                idx, stamps, prio = (x[u * n_sgd + j] for x in to_apply)
+                stamps = after_sample(stamps, batch.indices)  # else XLA copies the tree
+                rep = tr.replay.update_priorities(rep, idx, prio, stamps)
+                outs.append((batch, k_update))
+            return rep, jax.tree.map(lambda *x: jnp.stack(x), *outs)
+
+        rep, (batches, k_updates) = jax.lax.scan(body, rep, jnp.arange(unroll))
+        flat = jax.tree.map(lambda x: x.reshape((per_call,) + x.shape[2:]), batches)
+        return rep, flat, k_updates.reshape((per_call,))
+
+    def learner_fn(agent_state, batches, k_updates):
+        def body(agent_state, xs):
+            batch, k = xs
+            agent_state, prio, metrics = p.train(agent_state, batch, k)
+            return agent_state, ((batch.indices, batch.stamps, prio), metrics)
+
+        agent_state, (entries, metrics) = jax.lax.scan(body, agent_state, (batches, k_updates))
+        return agent_state, entries, jax.tree.map(jnp.mean, metrics)
+
+    return PipelineStages(
+        actor=jax.jit(vm(actor_fn, in_axes=(0, 0, 0, 0, 0, 0, None)), donate_argnums=(1, 3)),
+        replay=jax.jit(vm(replay_fn, in_axes=(0, 0, 0, 0, None)), donate_argnums=0),
+        learner=jax.jit(vm(learner_fn)),  # not donated: the actors keep the previous params
+        evaluate=jax.jit(vm(p.evaluate)),
+        unroll=unroll,
+    )

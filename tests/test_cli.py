@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import json
 
-import jax
-
-from drlhet.agents.dqn import DQNConfig
 from drlhet.cli import main
-from drlhet.train import TrainConfig, make_trainer
 
 
 def test_train_command_writes_a_run_directory(tmp_path, capsys):
@@ -47,20 +43,3 @@ def test_train_command_writes_a_run_directory(tmp_path, capsys):
     assert (run / "curve.png").stat().st_size > 1000
     out = capsys.readouterr().out
     assert "trained samples/s" in out and "final evaluation return" in out
-
-
-def test_compiled_training_iterations_do_not_copy_the_tree():
-    cfg = TrainConfig(
-        env="CartPole-v1",
-        num_envs=4,
-        batch_size=64,
-        buffer_size=2**15,
-        warmup=256,
-        eval_every=64,
-        dqn=DQNConfig(hidden=(16,)),
-    )
-    tr = make_trainer(cfg)
-    state = jax.jit(tr.warmup)(jax.jit(tr.init)(jax.random.key(0)))
-    text = jax.jit(tr.iterate, donate_argnums=0).lower(state).compile().as_text()
-    size = state.replay.tree.nodes.shape[0]
-    assert not [line for line in text.splitlines() if " copy(" in line and f"[{size}]" in line]

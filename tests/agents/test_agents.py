@@ -13,7 +13,9 @@ from drlhet.agents.ddpg import DDPGConfig, make_ddpg
 from drlhet.agents.dqn import DQNConfig, make_dqn
 from drlhet.agents.losses import double_q_td, huber
 from drlhet.envs import make_env
-from drlhet.train import TrainConfig, make_trainer, train
+from drlhet.runtime.config import TrainConfig
+from drlhet.runtime.run import run
+from drlhet.runtime.trainer import make_trainer
 
 FAST = dict(
     steps=3_000,
@@ -83,7 +85,7 @@ def test_dqn_update_returns_abs_td_plus_eps():
         "discount": jnp.asarray([0.99, 0.0, 0.99, 0.99, 0.5], jnp.float32),
         "next_obs": jnp.asarray(rng.random((5, 3)), jnp.float32),
     }
-    _, prio, _ = agent.update(state, batch, jnp.ones(5))
+    _, prio, _ = agent.update(state, batch, jnp.ones(5), jax.random.key(1))
     from drlhet.agents.networks import QNetwork
 
     net = QNetwork((8,), 2, True)
@@ -162,7 +164,7 @@ def test_vmap_over_seeds_matches_separate_runs():
     cfg = TrainConfig(
         env="probe-two-step", seeds=2, dqn=DQNConfig(hidden=(8,)), **{**FAST, "steps": 1_000}
     )
-    states, rows = train(cfg)
+    states, rows = run(cfg)
     tr = make_trainer(cfg)
     keys = jax.random.split(jax.random.key(cfg.seed), 2)
     for s in range(2):
@@ -223,20 +225,26 @@ def test_td3_update_runs_and_delays_the_actor():
     assert any(jax.tree.leaves(moved))  # step 2: updated
 
 
-def test_native_backend_trains_identically_to_jax():
-    pytest.importorskip("drlhet.backends.native")
-    finals = []
-    for backend in ("jax", "native"):
-        cfg = TrainConfig(
-            env="probe-two-step",
-            backend=backend,
-            dqn=DQNConfig(hidden=(8,)),
-            **{**FAST, "steps": 800},
-        )
-        states, _ = train(cfg)
-        finals.append(states.agent.params)
-    for a, b in zip(jax.tree.leaves(finals[0]), jax.tree.leaves(finals[1]), strict=True):
-        np.testing.assert_array_equal(a, b)
+def test_td3_target_noise_comes_from_the_callers_key():
+    # a key made from a constant inside the agent repeated the same target noise every step
+    agent = make_ddpg(DDPGConfig(hidden=(8,), td3=True, target_noise=0.5), (3,), 1, -1.0, 1.0)
+    state = agent.init(jax.random.key(0))
+    batch = {
+        "obs": jnp.ones((4, 3)),
+        "action": jnp.zeros((4, 1)),
+        "reward": jnp.ones(4),
+        "discount": jnp.full((4,), 0.9),
+        "next_obs": jnp.zeros((4, 3)),
+    }
+    with pytest.raises(TypeError):
+        agent.update(state, batch, jnp.ones(4))  # no key: refused, never a constant one
+    k1, k2 = jax.random.split(jax.random.key(7))
+    _, p1, _ = agent.update(state, batch, jnp.ones(4), k1)
+    _, p2, _ = agent.update(state, batch, jnp.ones(4), k2)
+    _, p1_again, _ = agent.update(state, batch, jnp.ones(4), k1)
+    # two consecutive draws of the target noise differ (so do the TD errors); same key, same
+    np.testing.assert_array_equal(p1, p1_again)
+    assert not np.array_equal(p1, p2)
 
 
 def test_dqn_learns_with_delayed_priority_updates():

@@ -52,33 +52,3 @@ def test_a_delayed_update_to_an_overwritten_slot_is_dropped():
 def test_negative_delay_is_an_error():
     with pytest.raises(ValueError, match="delay"):
         make_delayed_updates(make_prioritized_replay(4, 1), -1, 1)
-
-
-@pytest.mark.parametrize("backend", ["jax", "native"])
-@pytest.mark.parametrize("k", [0, 2])
-def test_a_learner_step_does_not_copy_the_tree(k, backend):
-    # sample (reads the tree) then a delayed update (writes it in place): unless the write is
-    # ordered after the reads, XLA copies the whole tree every step (see after_sample)
-    if backend == "native":
-        pytest.importorskip("drlhet.backends.native")
-    capacity, batch = 1 << 12, 8
-    replay = make_prioritized_replay(capacity, batch, backend=backend)
-    delayed = make_delayed_updates(replay, k, batch)
-    rep = replay.add(replay.init({"x": jnp.float32(0)}), {"x": jnp.zeros(capacity)})
-
-    def step(carry, key):
-        rep, pending = carry
-        b = replay.sample(rep, key)
-        rep, pending = delayed.push(rep, pending, b.indices, b.stamps, b.probabilities * 2 + 1)
-        return (rep, pending), b.indices
-
-    run = jax.jit(lambda carry, keys: jax.lax.scan(step, carry, keys), donate_argnums=0)
-    keys = jax.random.split(jax.random.key(0), 6)
-    hlo = run.lower((rep, delayed.init()), keys).compile().as_text()
-    tree = f"f32[{rep.tree.nodes.shape[0]}]"
-    copies = [line for line in hlo.splitlines() if f"= {tree}" in line and " copy(" in line]
-    assert not copies, copies[:2]
-    (rep, _), drawn = run((rep, delayed.init()), keys)
-    # the updates of the first 6 - k steps were applied (priorities > 1), and no others
-    changed = set(np.flatnonzero(np.asarray(st.leaves(rep.tree)) != 1.0).tolist())
-    assert changed == set(np.asarray(drawn[: 6 - k]).ravel().tolist())

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
-from drlhet.backends import BackendUnavailable
 from drlhet.replay import sum_tree as st
 from drlhet.replay.prioritized import (
     ERR_INDEX,
@@ -153,8 +152,6 @@ def test_bad_configuration():
         make_prioritized_replay(8, 2, branching=1)
     with pytest.raises(ValueError, match="alpha"):
         make_prioritized_replay(8, 2, alpha=float("nan"))
-    with pytest.raises(BackendUnavailable, match="no backend 'nope'"):
-        make_prioritized_replay(8, 2, backend="nope")
 
 
 # ----------------------------------------------------------------- random sequences vs NumPy

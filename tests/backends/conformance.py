@@ -1,0 +1,187 @@
+"""The replay-primitive contract, for every replay backend in the registry.
+
+Each backend's tree primitives (`drlhet.replay.sum_tree.TreeOps`) must equal the pure-JAX
+reference bit for bit: ``find`` on any tree and target, ``write`` with duplicates (the last
+kept one wins) and dropped entries, under ``jit``, ``vmap`` and ``lax.scan``, in place when the
+tree is donated; a buffer and a training run built on it must equal the reference's.
+
+The backends come from the registry, so a new one is tested as soon as its module exists. A
+backend that does not load here is skipped with its reason, unless this machine must run it:
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from drlhet import backends
+from drlhet.agents.dqn import DQNConfig
+from drlhet.replay import sum_tree as st
+from drlhet.replay.delayed import make_delayed_updates
+from drlhet.replay.prioritized import make_prioritized_replay
+from drlhet.runtime.config import TrainConfig
+from drlhet.runtime.run import run
+
+# Backends that must load on every machine that runs `make test` (a failure, never a skip).
+MUST_LOAD = ("jax", "native")
+
+REPLAY = [b.name for b in backends.providing("replay") if not b.modeled_only]
+CASES = [(2, 1000), (3, 100), (4, 1000), (16, 5000), (64, 5000), (16, 1), (3, 7)]
+
+
+@pytest.fixture(params=REPLAY)
+def ops(request) -> st.TreeOps:
+    """The tree primitives of one backend (skipped with the reason when it cannot load)."""
+    try:
+        return backends.tree_ops(request.param)
+    except backends.BackendUnavailable as e:
+        if request.param in MUST_LOAD:
+            pytest.fail(f"backend {request.param!r} must load here: {e}")
+        pytest.skip(f"backend {request.param!r} does not load here: {e}")
+
+
+@pytest.fixture
+def name(ops, request) -> str:
+    return request.node.callspec.params["ops"]
+
+
+def random_tree(capacity, k, seed=0):
+    rng = np.random.default_rng(seed)
+    p = rng.random(capacity).astype(np.float32)
+    p[rng.random(capacity) < 0.3] = 0
+    p[0] = max(p[0], 0.1)
+    return st.update(st.init(capacity, k), np.arange(capacity), p)
+
+
+def random_updates(capacity, n, seed):
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, capacity, n).astype(np.int32)
+    idx[n // 2 :: 7] = idx[0]  # duplicates
+    vals = (rng.random(n) * rng.choice([0, 1, 1e-3, 100], n)).astype(np.float32)
+    return jnp.asarray(idx), jnp.asarray(vals)
+
+
+def test_the_suite_covers_the_backends_that_must_load():
+    assert set(MUST_LOAD) <= set(REPLAY)
+
+
+@pytest.mark.parametrize("k, capacity", CASES)
+def test_find_matches_reference_exactly(ops, k, capacity):
+    tree = random_tree(capacity, k, seed=k)
+    total = float(st.total(tree))
+    targets = (np.random.default_rng(1).random(513) * total).astype(np.float32)
+    targets[:3] = [0, np.nextafter(np.float32(total), 0), total]
+    got = jax.jit(ops.find)(tree, targets)
+    want = jax.jit(st.descend)(tree, targets)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("k, capacity", CASES)
+def test_write_matches_reference_bitwise(ops, k, capacity):
+    tree_b = tree_r = random_tree(capacity, k, seed=k + 1)
+    for step in range(4):
+        idx, vals = random_updates(capacity, 300, seed=step)
+        keep = jnp.asarray(np.random.default_rng(step).random(300) < 0.9)
+        tree_b = jax.jit(ops.write)(tree_b, idx, vals, keep)
+        tree_r = jax.jit(st.write)(tree_r, idx, vals, keep)
+        np.testing.assert_array_equal(tree_b.nodes, tree_r.nodes)
+
+
+def test_last_kept_duplicate_wins(ops):
+    tree = st.init(10, 3)
+    idx = jnp.asarray([4, 4, 7, 4, 7], jnp.int32)
+    vals = jnp.asarray([1.0, 2.0, 3.0, 5.0, 9.0], jnp.float32)
+    keep = jnp.asarray([True, True, True, True, False])
+    leaves = np.asarray(st.leaves(jax.jit(ops.write)(tree, idx, vals, keep)))
+    assert leaves[4] == 5.0 and leaves[7] == 3.0 and leaves.sum() == 8.0
+
+
+def test_vmap_and_scan_match_reference(ops):
+    k, capacity, b = 4, 300, 64
+    trees = [random_tree(capacity, k, seed=s) for s in range(3)]
+    stacked = jax.tree.map(lambda *x: jnp.stack(x), *trees)
+    targets = jnp.asarray(np.random.default_rng(0).random((3, b)) * 10, jnp.float32)
+    got, want = jax.vmap(ops.find)(stacked, targets), jax.vmap(st.descend)(stacked, targets)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    idx = jnp.asarray(np.random.default_rng(1).integers(0, capacity, (3, b)), jnp.int32)
+    vals = jnp.asarray(np.random.default_rng(2).random((3, b)), jnp.float32)
+    np.testing.assert_array_equal(
+        jax.vmap(ops.write)(stacked, idx, vals).nodes, jax.vmap(st.write)(stacked, idx, vals).nodes
+    )
+
+    def steps(find, write, tree, key):
+        def body(t, kk):
+            k1, k2 = jax.random.split(kk)
+            i, v, _ = find(t, jax.random.uniform(k1, (b,)) * st.total(t))
+            return write(t, i, jax.random.uniform(k2, (b,)) * v + 1e-3), i
+
+        return jax.lax.scan(body, tree, jax.random.split(key, 20))
+
+    fn = functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=2)
+    tb, ib = fn(steps)(ops.find, ops.write, trees[0], jax.random.key(3))
+    tr, ir = fn(steps)(st.descend, st.write, random_tree(capacity, k, seed=0), jax.random.key(3))
+    np.testing.assert_array_equal(ib, ir)
+    np.testing.assert_array_equal(tb.nodes, tr.nodes)
+
+
+@pytest.mark.parametrize("k", [0, 2])
+def test_a_learner_step_does_not_copy_the_tree(ops, k):
+    # sample (reads the tree) then a delayed update (writes it in place): unless the write is
+    # ordered after the reads, XLA copies the whole tree every step (see after_sample)
+    capacity, batch = 1 << 12, 8
+    replay = make_prioritized_replay(capacity, batch, tree_ops=ops)
+    delayed = make_delayed_updates(replay, k, batch)
+    rep = replay.add(replay.init({"x": jnp.float32(0)}), {"x": jnp.zeros(capacity)})
+
+    def step(carry, key):
+        rep, pending = carry
+        b = replay.sample(rep, key)
+        rep, pending = delayed.push(rep, pending, b.indices, b.stamps, b.probabilities * 2 + 1)
+        return (rep, pending), b.indices
+
+    scan = jax.jit(lambda carry, keys: jax.lax.scan(step, carry, keys), donate_argnums=0)
+    keys = jax.random.split(jax.random.key(0), 6)
+    hlo = scan.lower((rep, delayed.init()), keys).compile().as_text()
+    tree = f"f32[{rep.tree.nodes.shape[0]}]"
+    copies = [line for line in hlo.splitlines() if f"= {tree}" in line and " copy(" in line]
+    assert not copies, copies[:2]
+    (rep, _), drawn = scan((rep, delayed.init()), keys)
+    # the updates of the first 6 - k steps were applied (priorities > 1), and no others
+    changed = set(np.flatnonzero(np.asarray(st.leaves(rep.tree)) != 1.0).tolist())
+    assert changed == set(np.asarray(drawn[: 6 - k]).ravel().tolist())
+
+
+def test_prioritized_buffer_equals_the_reference(ops):
+    example = {"obs": jnp.zeros(3), "act": jnp.int32(0)}
+    outs = []
+    for tree_ops in (ops, st.REFERENCE):
+        fns = make_prioritized_replay(50, 16, branching=4, tree_ops=tree_ops)
+        add, upd, sample = jax.jit(fns.add), jax.jit(fns.update_priorities), jax.jit(fns.sample)
+        s, trace = fns.init(example), []
+        for i in range(6):
+            s = add(s, {"obs": jnp.full((12, 3), i, jnp.float32), "act": jnp.arange(12) + 12 * i})
+            b = sample(s, jax.random.key(i))
+            trace.append(b)
+            s = upd(s, b.indices, jnp.abs(b.data["obs"][:, 0] - 2.5) + 0.1, b.stamps)
+        outs.append((s, trace))
+    for a, b in zip(jax.tree.leaves(outs[0]), jax.tree.leaves(outs[1]), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_training_equals_the_reference(name):
+    base = dict(env="probe-two-step", steps=800, num_envs=4, warmup=200, batch_size=32)
+    base.update(buffer_size=2_000, eval_every=400, eval_envs=4, sgd_steps=1, n_step=1)
+    finals = []
+    for backend in (name, backends.reference()):
+        cfg = TrainConfig(backend=backend, dqn=DQNConfig(hidden=(8,)), **base)
+        states, rows = run(cfg)
+        assert rows[-1]["backend"] == backend
+        finals.append(states.agent.params)
+    for a, b in zip(jax.tree.leaves(finals[0]), jax.tree.leaves(finals[1]), strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -1,0 +1,395 @@
+"""The kernels' shared per-element header, kernels/include/drlhet/sum_tree.h, tested directly.
+
+* Its descent step (ChooseChild, NextTarget) and node sum (SeqSum), exported from the CPU kernel
+  library by kernels/cpu/header_probe.cc and called through ctypes, equal bit for bit a NumPy
+  float32 statement of one level of the pure-JAX reference (``level_step`` in
+  `drlhet.replay.sum_tree.descend`, and ``_seq_sum``), which is itself checked against
+  ``descend`` on one-level trees.
+* It compiles as CUDA device code with nvcc, and as plain C++17 the way HLS C simulation
+  compiles it (g++, warnings as errors, no exceptions), with nothing included but <cstdint>.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
+
+from drlhet.replay import sum_tree as st
+
+INCLUDE = Path(__file__).resolve().parents[2] / "kernels" / "include"
+HEADER = INCLUDE / "drlhet" / "sum_tree.h"
+MAX_BRANCHING = 256  # kMaxBranching in the header
+LIB_NAMES = ("libdrlhet_cpu.so", "libdrlhet_cpu.dylib", "drlhet_cpu.dll")
+F32 = np.float32
+TINY = float(np.finfo(F32).smallest_subnormal)
+
+
+def _find_library() -> Path | None:
+    """The built kernel library, where `drlhet.backends.native.library_path` looks for it."""
+    spec = importlib.util.find_spec("drlhet")
+    for place in list(spec.submodule_search_locations or []) if spec else []:
+        for name in LIB_NAMES:
+            if (Path(place) / name).is_file():
+                return Path(place) / name
+    return None
+
+
+@pytest.fixture(scope="module")
+def lib() -> ctypes.CDLL:
+    path = _find_library()
+    if path is None:
+        pytest.skip(
+            "libdrlhet_cpu (the native CPU kernel library) is not built; "
+            "`pip install -e .` builds it"
+        )
+    cdll = ctypes.CDLL(str(path))
+    for symbol in ("drlhet_choose_child", "drlhet_seq_sum"):
+        if not hasattr(cdll, symbol):
+            pytest.skip(f"{path} predates {symbol} (kernels/cpu/header_probe.cc); rebuild it")
+    fp = ctypes.POINTER(ctypes.c_float)
+    cdll.drlhet_choose_child.argtypes = [
+        fp,
+        ctypes.c_int,
+        ctypes.c_float,
+        ctypes.POINTER(ctypes.c_int32),
+        fp,
+        fp,
+        fp,
+        fp,
+    ]
+    cdll.drlhet_choose_child.restype = ctypes.c_int
+    cdll.drlhet_seq_sum.argtypes = [fp, ctypes.c_int]
+    cdll.drlhet_seq_sum.restype = ctypes.c_float
+    return cdll
+
+
+# ---- the header, through ctypes ----------------------------------------------------------------
+
+
+def header_choose(lib, children, u):
+    """ChooseChild + NextTarget of the header: (child, left, value, total, next_u)."""
+    c = np.ascontiguousarray(children, F32)
+    child = ctypes.c_int32(-1)
+    outs = [ctypes.c_float(np.nan) for _ in range(4)]
+    rc = lib.drlhet_choose_child(
+        c.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+        c.size,
+        ctypes.c_float(u),
+        ctypes.byref(child),
+        *(ctypes.byref(o) for o in outs),
+    )
+    assert rc == 0
+    return (child.value, *(F32(o.value) for o in outs))
+
+
+def header_seq_sum(lib, children):
+    c = np.ascontiguousarray(children, F32)
+    return F32(lib.drlhet_seq_sum(c.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), c.size))
+
+
+# ---- the reference, restated in NumPy float32 ------------------------------------------------
+
+
+def level_step(children, u):
+    """One level of `drlhet.replay.sum_tree.descend` (its ``level_step``) for a batch of nodes.
+
+    Args:
+      children: ``[B, K]`` float32.
+      u: ``[B]`` float32 targets, >= 0.
+
+    Returns:
+      ``(child, left, value, total, next_u)``, each ``[B]``.
+    """
+    children = np.asarray(children, F32)
+    u = np.asarray(u, F32)
+    zero = np.zeros(u.shape, F32)
+    with np.errstate(over="ignore"):  # a sum of large priorities may overflow to inf
+        return _level_step(children, u, zero)
+
+
+def _level_step(children, u, zero):
+    acc = left = left_nz = value = value_nz = zero
+    count = last_nz = np.zeros(u.shape, np.int32)
+    for j in range(children.shape[1]):
+        c = children[:, j]
+        nz = c > 0
+        left_nz = np.where(nz, acc, left_nz)
+        value_nz = np.where(nz, c, value_nz)
+        last_nz = np.where(nz, np.int32(j), last_nz)
+        acc = c if j == 0 else acc + c
+        below = acc <= u
+        value = np.where(count == j, c, value)
+        count = count + below.astype(np.int32)
+        left = np.where(below, acc, left)
+    overflow = count > last_nz
+    child = np.where(overflow, last_nz, count)
+    left = np.where(overflow, left_nz, left)
+    value = np.where(overflow, value_nz, value)
+    return child, left, value, acc, np.maximum(u - left, F32(0))
+
+
+def seq_sum(children):
+    """``_seq_sum`` of the reference: ((c0 + c1) + c2) + ... in float32."""
+    children = np.asarray(children, F32)
+    acc = children[..., 0]
+    with np.errstate(over="ignore"):
+        for j in range(1, children.shape[-1]):
+            acc = acc + children[..., j]
+    return acc
+
+
+def bits(x) -> int:
+    return int(np.asarray(x, F32).view(np.uint32))
+
+
+def assert_same(lib, children, u):
+    children = np.asarray(children, F32)
+    u = F32(u)
+    got = header_choose(lib, children, u)
+    want = [x[0] for x in level_step(children[None], np.asarray([u]))]
+    names = ("child", "left", "value", "total", "next_u")
+    msg = f"K={children.size} u={u!r} children={children.tolist()}"
+    assert got[0] == int(want[0]), f"child: {got[0]} != {want[0]}; {msg}"
+    for name, g, w in zip(names[1:], got[1:], want[1:], strict=True):
+        assert bits(g) == bits(w), f"{name}: {g!r} != {w!r} (bits differ); {msg}"
+    assert bits(header_seq_sum(lib, children)) == bits(seq_sum(children)), msg
+
+
+# ---- the NumPy statement is the reference ------------------------------------------------------
+
+
+@pytest.mark.parametrize("k", [2, 3, 16, 33])
+def test_numpy_statement_matches_descend_on_one_level_trees(k):
+    """A tree of K leaves has one level below the root: descend is exactly one level_step."""
+    rng = np.random.default_rng(k)
+    kinds = [
+        rng.random(k),
+        np.where(rng.random(k) < 0.5, 0, rng.random(k)),
+        np.concatenate([rng.random(k // 2 + 1), np.zeros(k - k // 2 - 1)]),  # trailing zeros
+        rng.random(k) * 1e-3 + np.where(np.arange(k) == 0, 1e7, 0),  # rounding at the sums
+    ]
+    lay = st.layout(k, k)
+    for leaves in kinds:
+        leaves = leaves.astype(F32)
+        nodes = np.zeros(lay.size, F32)
+        nodes[lay.offsets[1] :] = leaves
+        tree = st.SumTreeState(jax.numpy.asarray(nodes), k, k)
+        total = seq_sum(leaves)
+        prefixes = np.cumsum(leaves, dtype=F32)  # cumsum runs sequentially in float32
+        targets = np.concatenate(
+            [
+                rng.random(64) * total,
+                prefixes,
+                np.nextafter(prefixes, F32(0)),
+                np.nextafter(prefixes, F32(np.inf)),
+                [0, total, np.nextafter(total, F32(np.inf))],
+            ]
+        ).astype(F32)
+        idx, value, root = jax.jit(st.descend)(tree, targets)
+        child, _, want_value, want_total, _ = level_step(
+            np.tile(leaves, (targets.size, 1)), targets
+        )
+        np.testing.assert_array_equal(np.asarray(idx), child)
+        np.testing.assert_array_equal(np.asarray(value).view(np.uint32), want_value.view(np.uint32))
+        assert bits(root) == bits(want_total[0])
+
+
+# ---- the header against the NumPy statement ----------------------------------------------------
+
+
+EDGE_CASES = [
+    ([0, 0], 0),  # an empty node: child 0, nothing to fall back on
+    ([0, 0], 1),
+    ([0] * 256, 0),
+    ([-0.0] * 16, 0),  # the sum of -0.0 children is -0.0 (not 0.0 + -0.0 == +0.0)
+    ([-0.0, 0, -0.0], 0),
+    ([-0.0, 1, 2], 0),
+    ([2, 0], 0),
+    ([2, 0], 2),  # u == total: past every child, falls back to the last non-zero one
+    ([1, 2, 0, 0], 3),  # trailing zeros
+    ([1, 2, 0, 0], 2.9999998),
+    ([0, 0, 5], 0),  # leading zeros are skipped
+    ([1, 0, 1], 1),  # u exactly at a prefix boundary skips the zero child after it
+    ([1, 1, 1, 1], 1),  # boundaries: prefix[j] <= u takes child j + 1
+    ([1, 1, 1, 1], 2),
+    ([1, 1, 1, 1], 3.9999998),
+    ([1, 1, 1, 1], 4),
+    ([1, 1, 1, 1], 5),
+    ([1e8, 1, 1, 1], 1e8),  # 1e8 + 1 rounds to 1e8: u >= total from rounding
+    ([1e8, 1, 1, 1], 99999992),
+    ([1, 1e8, 1, 1], 1e8 + 8),
+    ([0.1] * 10, 1.0000001),  # the sequential sum of 0.1s, not 1.0
+    ([0.1] * 10, 0.70000005),
+    ([1] * 256, 255.5),
+    ([1] * 256, 0.5),
+    ([3e38, 3e38], 3e38),  # the total overflows to inf
+    ([TINY, TINY, TINY], TINY),  # denormals
+    ([TINY, TINY, TINY], 2 * TINY),
+    ([TINY, 0, 2 * TINY], 3 * TINY),
+    ([1.2e-38, 1e-39, 1e-45], 1.3e-38),
+    ([1e-39] * 16, 8e-39),
+]
+
+
+@pytest.mark.parametrize("children, u", EDGE_CASES)
+def test_choose_child_edge_cases(lib, children, u):
+    assert_same(lib, children, u)
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 7, 15, 16, 17, 64, 255, 256])
+def test_choose_child_random_nodes(lib, k):
+    rng = np.random.default_rng(k)
+    for _ in range(60):
+        children = rng.random(k).astype(F32) * F32(10.0 ** rng.integers(-40, 30))
+        children[rng.random(k) < rng.random()] = 0
+        total = seq_sum(children)
+        prefixes = np.cumsum(children, dtype=F32)
+        for u in [0, rng.random() * total, total, *rng.choice(prefixes, 3)]:
+            assert_same(lib, children, u)
+
+
+ELEMENT = hst.one_of(
+    hst.just(0.0),
+    hst.just(-0.0),
+    hst.floats(0, 1, width=32),
+    hst.floats(0, float(F32(1e30)), width=32),
+    hst.floats(0, float(F32(1e-37)), width=32),  # denormals and the smallest normals
+    hst.sampled_from([1.0, 2.0, 0.5, 1e8, 3.0]),  # equal values: prefixes that tie with u
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    children=hst.lists(ELEMENT, min_size=2, max_size=MAX_BRANCHING),
+    trailing_zeros=hst.integers(0, 8),
+    how=hst.sampled_from(["fraction", "prefix", "below_prefix", "above_prefix", "total", "over"]),
+    fraction=hst.floats(0, 1),
+    pick=hst.integers(0, MAX_BRANCHING - 1),
+)
+def test_choose_child_matches_reference_property(
+    lib, children, trailing_zeros, how, fraction, pick
+):
+    children = np.asarray(children + [0.0] * trailing_zeros, F32)[:MAX_BRANCHING]
+    prefixes = np.cumsum(children, dtype=F32)
+    total = seq_sum(children)
+    p = prefixes[pick % children.size]
+    u = {
+        "fraction": F32(fraction) * total,
+        "prefix": p,
+        "below_prefix": np.nextafter(p, F32(0)),
+        "above_prefix": np.nextafter(p, F32(np.inf)),
+        "total": total,
+        "over": total * F32(1 + fraction),
+    }[how]
+    u = F32(u) + F32(0)  # targets are >= +0.0, and finite
+    if not np.isfinite(u):
+        u = F32(np.finfo(F32).max)
+    assert_same(lib, children, u)
+
+
+def test_choose_child_rejects_bad_k(lib):
+    c = np.ones(MAX_BRANCHING + 1, F32)
+    ptr = c.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+    out = [ctypes.c_float() for _ in range(5)]
+    child = ctypes.c_int32()
+    for k in (1, 0, -3, MAX_BRANCHING + 1):
+        rc = lib.drlhet_choose_child(ptr, k, 0.5, ctypes.byref(child), *map(ctypes.byref, out[:4]))
+        assert rc == -1, k
+
+
+# ---- the header compiles for CUDA and for HLS C simulation -------------------------------------
+
+DEVICE_PROBE = r"""
+#include "drlhet/sum_tree.h"
+
+__global__ void Probe(const float* children, int k, const float* u, int n, drlhet::Choice* out,
+                      float* next, float* sums) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const drlhet::Choice c = k == 16 ? drlhet::ChooseChild<16>(children, k, u[i])
+                                   : drlhet::ChooseChild<0>(children, k, u[i]);
+  out[i] = c;
+  next[i] = drlhet::NextTarget(u[i], c.left);
+  sums[i] = drlhet::SeqSum(children + k * (i % 2), k);
+  float acc, left, left_nz;
+  int32_t count, last_nz, child;
+  drlhet::ScanFirstChild(children[0], u[i], acc, left, left_nz, count, last_nz);
+  drlhet::ScanChild(children[1], 1, u[i], acc, left, left_nz, count, last_nz);
+  drlhet::ResolveChild(count, last_nz, left, left_nz, child, left);
+  next[n + i] = drlhet::SumChild(acc, left) + static_cast<float>(child);
+}
+"""
+
+HOST_PROBE = r"""
+#include "drlhet/sum_tree.h"
+
+// An HLS-style top function: fixed-size arrays, a compile-time K, no library calls.
+void Top(const float children[16], float u, int* child, float* next, float* sum) {
+  const drlhet::Choice c = drlhet::ChooseChild<16>(children, 16, u);
+  *child = c.child;
+  *next = drlhet::NextTarget(u, c.left);
+  *sum = drlhet::SeqSum(children, 16);
+}
+
+drlhet::Choice Dynamic(const float* children, int k, float u) {
+  return drlhet::ChooseChild<0>(children, k, u);
+}
+
+bool Layout(drlhet::TreeLayout* out) { return drlhet::MakeLayout(1 << 20, 16, out); }
+"""
+
+
+def _nvcc() -> str | None:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    default = Path("/usr/local/cuda/bin/nvcc")
+    return str(default) if default.is_file() else None
+
+
+def _compile(cmd, cwd):
+    run = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{run.stdout}\n{run.stderr}"
+
+
+def test_header_compiles_as_cuda_device_code(tmp_path):
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found")
+    (tmp_path / "probe.cu").write_text(DEVICE_PROBE)
+    _compile(
+        [nvcc, "-std=c++17", "-arch=sm_80", "-Werror", "all-warnings", f"-I{INCLUDE}"]
+        + ["-c", "probe.cu", "-o", "probe.o"],
+        tmp_path,
+    )
+    assert (tmp_path / "probe.o").stat().st_size > 0
+
+
+def test_header_compiles_as_plain_cxx17_for_hls(tmp_path):
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ not found")
+    (tmp_path / "probe.cc").write_text(HOST_PROBE)
+    _compile(
+        [gxx, "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-pedantic"]
+        + ["-fno-exceptions", "-fno-rtti", f"-I{INCLUDE}", "probe.cc"],
+        tmp_path,
+    )
+
+
+def test_header_depends_on_cstdint_only():
+    text = HEADER.read_text()
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
+    assert re.findall(r"#\s*include\s*(\S+)", code) == ["<cstdint>"]
+    forbidden = re.findall(r"\b(?:new|delete|malloc|free|throw|try|std::\w+)\b", code)
+    assert not forbidden, f"not HLS/CUDA-friendly: {forbidden}"

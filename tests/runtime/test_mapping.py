@@ -1,0 +1,70 @@
+"""Mappings: parsing, validation against the registry and this process's devices, segments."""
+
+from __future__ import annotations
+
+import pytest
+
+from drlhet import backends
+from drlhet.backends import BackendUnavailable
+from drlhet.runtime.mapping import Mapping, Placement, cpu_devices_named, segments
+
+
+def test_parse_and_segments():
+    m = Mapping.parse("actors=cpu:0, replay=native@cpu:1, learner=cpu:1")
+    assert m.replay == Placement("native", "cpu:1")
+    assert m.actors == Placement("jax", "cpu:0") and m.learner == Placement("jax", "cpu:1")
+    assert segments(m) == [
+        ("cpu:0", ("act", "env_step")),
+        ("cpu:1", ("insert", "sample", "train", "update")),
+    ]
+    assert len(segments(Mapping.fused("cpu:0"))) == 1
+    three = Mapping.parse("actors=cpu:0,replay=cpu:1,learner=cpu:0")
+    assert [d for d, _ in segments(three)] == ["cpu:0", "cpu:1", "cpu:0", "cpu:1"]
+    assert Mapping.parse(str(m)) == m
+
+
+def test_a_bare_device_takes_the_fastest_backend_that_loads_there():
+    fastest = backends.providing("replay", backends.CPU, runnable=True)[0].name
+    assert Mapping.parse("actors=cpu:0,replay=cpu:0,learner=cpu:0").replay.backend == fastest
+    assert Mapping.fused("cpu:0").replay.backend == fastest == backends.default("replay", "cpu")
+    assert fastest == "native"  # built by `make test`: the C++ tree is the faster one here
+
+
+def test_per_primitive_keys_must_agree_with_their_group():
+    m = Mapping.parse("act=cpu:0,env_step=cpu:0,insert=jax@cpu:1,sample=jax@cpu:1,"
+                      "update=jax@cpu:1,train=cpu:0")
+    assert m.replay == Placement("jax", "cpu:1")
+    with pytest.raises(ValueError, match="replay .* must share"):
+        Mapping.parse("actors=cpu:0,learner=cpu:0,replay=jax@cpu:0,sample=jax@cpu:1")
+
+
+@pytest.mark.parametrize(
+    "text, error, match",
+    [
+        ("actors=cpu:0,replay=cpu:7,learner=cpu:0", BackendUnavailable, "not present"),
+        ("actors=cpu:0,replay=nope@cpu:0,learner=cpu:0", BackendUnavailable, "no backend 'nope'"),
+        ("actors=cpu:0,replay=cpu:0,learner=native@cpu:0", ValueError, "not the learner"),
+        ("actors=cpu:0,replay=fpga@cpu:0,learner=cpu:0", ValueError, "not the replay on 'cpu'"),
+        ("actors=cpu:0,replay=python@cpu:0,learner=cpu:0", BackendUnavailable, "modeled only"),
+        ("actors=gpu:0,replay=cpu:0,learner=cpu:0", BackendUnavailable, "gpu"),
+        ("actors=tpu:0,replay=cpu:0,learner=cpu:0", ValueError, "kind must be one of"),
+        ("actors=cpu:x,replay=cpu:0,learner=cpu:0", ValueError, "must be a number"),
+        ("bogus=cpu:0", ValueError, "unknown group or primitive"),
+        ("replay", ValueError, "key=backend@device"),
+        ("replay=a@b@c", ValueError, "expected backend@device"),
+        ("actors=cpu:0,replay=cpu:0", ValueError, "does not place \\['learner'\\]"),
+    ],
+)
+def test_bad_mappings_are_clear_errors(text, error, match):
+    with pytest.raises(error, match=match):
+        Mapping.parse(text).validate()
+
+
+def test_validate_returns_each_groups_device():
+    devices = Mapping.parse("actors=cpu:0,replay=cpu:1,learner=cpu:1").validate()
+    assert [d.id for d in devices.values()] == [0, 1, 1]
+
+
+def test_cpu_devices_named():
+    assert cpu_devices_named("actors=cpu:0,replay=native@cpu:3,learner=cpu:1") == 4
+    assert cpu_devices_named("") == 1

@@ -24,13 +24,15 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# Benchmarks write under results/raw/ (not committed), never over the committed, pinned results.
 bench: $(STAMP)
-	$(BIN)/python experiments/bench_replay.py
+	mkdir -p results/raw
+	$(BIN)/python experiments/bench_replay.py --out results/raw/bench_replay.json
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check drlhet tests experiments
 	$(BIN)/ruff check drlhet tests experiments
-	$(BIN)/mypy drlhet
+	$(BIN)/mypy --check-untyped-defs drlhet
 
 clean:
 	rm -rf build $(VENV)

@@ -1,8 +1,9 @@
 """Measured throughput of every mapping runnable here, at delay k = 0 and k = 4.
 
-DQN + PER on CartPole-v1, MLP 64x64, batch 256 (DESIGN section 6). The machine's two cores are
-exposed as two XLA CPU devices (``jax_num_cpu_devices=2``), so multi-segment mappings run for
-real: actors on one device, replay and/or learner on the other, a host loop between them.
+DQN + PER on CartPole-v1, MLP 64x64, batch 256 (docs/design.md section 6). The machine's two
+cores are exposed as two XLA CPU devices (``jax_num_cpu_devices=2``), so multi-segment
+mappings run for real: actors on one device, replay and/or learner on the other, a host loop
+between them.
 Reports trained samples/s and env steps/s (median over the chunks after the first, which
 includes compilation) and, per multi-segment mapping, the k = 4 / k = 0 ratio.
 
@@ -46,8 +47,9 @@ def main(args: Args) -> list[dict]:
 
     jax.config.update("jax_num_cpu_devices", 2)
     from drlhet.agents.dqn import DQNConfig
-    from drlhet.schedule import Mapping, run, segments
-    from drlhet.train import TrainConfig
+    from drlhet.runtime.config import TrainConfig
+    from drlhet.runtime.mapping import Mapping, segments
+    from drlhet.runtime.run import run
 
     base = TrainConfig(
         env="CartPole-v1",

@@ -47,7 +47,8 @@ def main(args: Args) -> list[dict]:
 
     from drlhet.agents.dqn import DQNConfig
     from drlhet.backends import BackendUnavailable
-    from drlhet.train import TrainConfig, make_trainer
+    from drlhet.runtime.config import TrainConfig
+    from drlhet.runtime.trainer import make_trainer
 
     base = TrainConfig(
         env=args.env,

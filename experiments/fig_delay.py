@@ -1,4 +1,5 @@
-"""Return curves for priority-update delays k (DESIGN section 4), several seeds, one run per k.
+"""Return curves for priority-update delays k (docs/design.md section 4), several seeds, one run
+per k.
 
 DQN on CartPole-v1 (100k env steps) and DDPG on Pendulum-v1 (50k), PER, k in {0, 1, 4, 16, 64}.
 Writes ``results/delay_<algo>.json`` and ``results/delay.png``; prints the final mean return and
@@ -18,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import tyro
 
-from drlhet.train import TrainConfig, train
+from drlhet.runtime.config import TrainConfig
+from drlhet.runtime.run import run
 
 TASKS = {
     "dqn": TrainConfig(algo="dqn", env="CartPole-v1", steps=100_000),
@@ -49,7 +51,7 @@ def main(args: Args) -> dict:
         res = {}
         for k in args.delays:
             cfg = dataclasses.replace(TASKS[task], seeds=args.seeds, delay=k)
-            _, rows = train(cfg)
+            _, rows = run(cfg)
             steps = np.array([r["env_steps"] for r in rows])
             ret = np.array([r["eval_return"] for r in rows])  # [chunks, seeds]
             final = ret[-args.final_chunks :].mean(axis=0)  # per seed

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import tyro
 
-from drlhet.train import TrainConfig, train
+from drlhet.runtime.config import TrainConfig
+from drlhet.runtime.run import run
 
 TASKS = {
     "dqn": (TrainConfig(algo="dqn", env="CartPole-v1", steps=100_000), 475.0),
@@ -30,7 +31,8 @@ TASKS = {
 class Args:
     tasks: tuple[str, ...] = ("dqn", "ddpg")
     seeds: int = 5
-    backend: str = "jax"
+    backend: str | None = None
+    """Replay backend (None: the fastest that loads here)."""
     out: Path = Path("results")
 
 
@@ -46,7 +48,7 @@ def main(args: Args) -> dict:
     for ax, task in zip(axes[0], args.tasks, strict=True):
         base, target = TASKS[task]
         cfg = dataclasses.replace(base, seeds=args.seeds, backend=args.backend)
-        _, rows = train(cfg)
+        _, rows = run(cfg)
         steps = np.array([r["env_steps"] for r in rows])
         ret = np.array([r["eval_return"] for r in rows])  # [chunks, seeds]
         hit = ret >= target

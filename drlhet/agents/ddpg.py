@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -64,6 +64,9 @@ def make_ddpg(
     critic_opt = optax.adam(config.critic_lr)
     half_range = 0.5 * (high - low)
 
+    def policy(params, obs) -> jax.Array:  # [..., action_dim]
+        return cast(jax.Array, actor.apply(params, obs))
+
     def critic_apply(params, obs, action):  # [n_critics, B]
         return jax.vmap(lambda p: critic.apply(p, obs, action))(params)
 
@@ -85,14 +88,14 @@ def make_ddpg(
         )
 
     def act(state, obs, key, env_steps, explore=True):
-        a = actor.apply(state.actor, obs)
+        a = policy(state.actor, obs)
         if not explore:
             return a
         noise = config.exploration_noise * half_range * jax.random.normal(key, a.shape)
         return jnp.clip(a + noise, low, high)
 
     def critic_loss(c_params, state, batch, weights, key):
-        a_t = actor.apply(state.target_actor, batch["next_obs"])
+        a_t = policy(state.target_actor, batch["next_obs"])
         if config.td3:
             eps = jnp.clip(
                 config.target_noise * half_range * jax.random.normal(key, a_t.shape),
@@ -107,7 +110,7 @@ def make_ddpg(
         return loss, td[0]
 
     def actor_loss(a_params, c_params, batch):
-        a = actor.apply(a_params, batch["obs"])
+        a = policy(a_params, batch["obs"])
         return -jnp.mean(critic_apply(c_params, batch["obs"], a)[0])
 
     def update(state, batch, weights, key):

@@ -8,7 +8,7 @@ priorities ``|TD| + eps`` of the trained batch for the prioritized buffer (Schau
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -26,8 +26,9 @@ class DQNConfig:
     """DQN hyper-parameters.
 
     With `drlhet.runtime.config.TrainConfig`'s defaults (4 envs, 2 SGD steps of 128 per
-    iteration, 3-step returns, PER) these reached a greedy evaluation return >= 475 on CartPole-v1 for 5 of 5
-    seeds within 31k-46k env steps in tuning (measured; see the README for the recorded run).
+    iteration, 3-step returns, PER) these reached a greedy evaluation return >= 475 on
+    CartPole-v1 for 5 of 5 seeds within 31k-46k env steps in tuning (measured; see
+    docs/results.md for the recorded run).
     """
 
     hidden: tuple[int, ...] = (64, 64)
@@ -76,13 +77,16 @@ def make_dqn(config: DQNConfig, obs_shape: tuple[int, ...], num_actions: int) ->
     )
     epsilon = linear_schedule(config.epsilon_start, config.epsilon_end, config.epsilon_steps)
 
+    def q_values(params, obs) -> jax.Array:  # [..., num_actions]
+        return cast(jax.Array, net.apply(params, obs))
+
     def init(key):
         params = net.init(key, jnp.zeros(obs_shape, jnp.float32))
         target = jax.tree.map(jnp.copy, params)  # distinct buffers: both are donated
         return DQNState(params, target, opt.init(params), jnp.zeros((), jnp.int32))
 
     def act(state, obs, key, env_steps, explore=True):
-        q = net.apply(state.params, obs)
+        q = q_values(state.params, obs)
         greedy = jnp.argmax(q, axis=-1).astype(jnp.int32)
         if not explore:
             return greedy
@@ -92,10 +96,10 @@ def make_dqn(config: DQNConfig, obs_shape: tuple[int, ...], num_actions: int) ->
         return jnp.where(take_random, random, greedy)
 
     def loss_fn(params, target_params, batch, weights):
-        q_tm1 = net.apply(params, batch["obs"])
-        q_t_target = net.apply(target_params, batch["next_obs"])
+        q_tm1 = q_values(params, batch["obs"])
+        q_t_target = q_values(target_params, batch["next_obs"])
         if config.double:
-            q_t_online = net.apply(params, batch["next_obs"])
+            q_t_online = q_values(params, batch["next_obs"])
             td = jax.vmap(double_q_td)(
                 q_tm1, batch["action"], batch["reward"], batch["discount"], q_t_target, q_t_online
             )

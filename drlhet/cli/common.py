@@ -20,11 +20,11 @@ def cache_dir() -> Path:
 
 
 def enable_compilation_cache(folder: Path | None = None) -> Path:
-    """Turns on JAX's persistent compilation cache in ``folder`` (default: ``jax`` under
+    """Turns on JAX's persistent compilation cache in ``folder`` (default: ``compiled`` under
     `cache_dir`), so a second run of the same program loads it instead of compiling."""
     import jax
 
-    folder = folder or cache_dir() / "jax"
+    folder = folder or cache_dir() / "compiled"
     folder.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

@@ -123,14 +123,15 @@ class Mapping:
 
 
 def _platform(device: str) -> str:
-    return device.partition(":")[0]
+    platform = device.partition(":")[0]
+    if platform not in backends.PLATFORMS:
+        raise ValueError(f"device {device!r}: the kind must be one of {backends.PLATFORMS}")
+    return platform
 
 
 def resolve_device(name: str) -> jax.Device:
     """``"cpu:1"`` -> the second CPU device; `BackendUnavailable` when it is absent."""
-    platform, _, index = name.partition(":")
-    if platform not in backends.PLATFORMS:
-        raise ValueError(f"device {name!r}: the kind must be one of {backends.PLATFORMS}")
+    platform, index = _platform(name), name.partition(":")[2]
     try:
         devices = jax.devices(platform)
     except RuntimeError as e:

@@ -142,7 +142,9 @@ def pipeline_stages(cfg: TrainConfig, tr: Trainer, unroll: int) -> PipelineStage
 
     def actor_fn(actor_agent, env_state, obs, fifo, ret, key, env_steps):
         def body(carry, i):
-            out = _act_and_step(cfg, p, actor_agent, *carry, env_steps + i * cfg.num_envs)
+            env_state, obs, fifo, ret, key = carry
+            steps = env_steps + i * cfg.num_envs
+            out = _act_and_step(cfg, p, actor_agent, env_state, obs, fifo, ret, key, steps)
             return out[:5], out[5:]
 
         carry, (transitions, finished, learn_keys) = jax.lax.scan(

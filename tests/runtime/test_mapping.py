@@ -31,8 +31,9 @@ def test_a_bare_device_takes_the_fastest_backend_that_loads_there():
 
 
 def test_per_primitive_keys_must_agree_with_their_group():
-    m = Mapping.parse("act=cpu:0,env_step=cpu:0,insert=jax@cpu:1,sample=jax@cpu:1,"
-                      "update=jax@cpu:1,train=cpu:0")
+    m = Mapping.parse(
+        "act=cpu:0,env_step=cpu:0,insert=jax@cpu:1,sample=jax@cpu:1,update=jax@cpu:1,train=cpu:0"
+    )
     assert m.replay == Placement("jax", "cpu:1")
     with pytest.raises(ValueError, match="replay .* must share"):
         Mapping.parse("actors=cpu:0,learner=cpu:0,replay=jax@cpu:0,sample=jax@cpu:1")

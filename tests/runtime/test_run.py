@@ -78,5 +78,3 @@ def test_pipelined_stages_apply_each_update_k_learner_steps_later():
     assert int(np.max(state.replay.error)) == 0
     assert rows[-1]["env_steps"] == cfg.steps + 2 * cfg.num_envs
     assert all(np.isfinite(r["loss"]).all() for r in rows)
-
-

@@ -12,8 +12,8 @@ from drlhet.runtime.update_fifo import UpdateFifo
 def test_update_fifo_delays_each_update_exactly_k_learner_steps(delay, sgd_steps):
     # the pipelined loop's protocol: k empty entries first; per stage, take S (before the
     # replay stage) then push the learner stage's S entries, S = U * sgd_steps with
-    # U = max(1, k // (2 * sgd_steps)) unrolled steps per stage (drlhet.runtime.stages.unroll_of's choice when
-    # U divides the chunk's iterations; it lowers U otherwise)
+    # U = max(1, k // (2 * sgd_steps)) unrolled steps per stage (the choice of
+    # drlhet.runtime.stages.unroll_of when U divides the chunk's iterations; it lowers U otherwise)
     seeds, batch = 2, 3
     s = max(1, delay // (2 * sgd_steps)) * sgd_steps
     fifo = UpdateFifo(UpdateFifo.empty(seeds, delay, batch))

@@ -1,5 +1,5 @@
 // Memory probes: what this machine's memory allows one core to do, so that benchmarks can report
-// a memory-bound primitive as a fraction of the limit (shared/MEASURING.md).
+// a memory-bound primitive as a fraction of the limit.
 //   drlhet_probe_dependent_ns     ns per dependent random read (pointer chasing)
 //   drlhet_probe_independent_rate independent random 8-byte reads per second (a large gather)
 //   drlhet_probe_sequential_gbs   sequential read bandwidth, GB/s

@@ -88,10 +88,11 @@ inline void TransposeBlock(const float* const* rows, int k, float (*t)[kBlock]) 
   }
 }
 
-// One level of the descent for kBlock samples; the same arithmetic as drlhet::ChooseChild. The
-// block's K-child rows are first transposed into child-major order, so that the loop over the
-// kBlock samples is contiguous and compiles to SIMD (one lane per sample, the sequential order
-// of the adds within each lane unchanged).
+// One level of the descent for kBlock samples: drlhet::ChooseChild's steps (ScanBegin,
+// ScanChild, ResolveChild, ChosenValue, NextTarget), called per lane. The block's K-child rows
+// are first transposed into child-major order, so that each step's loop over the kBlock samples
+// is contiguous and compiles to SIMD (one lane per sample, the sequential order of the adds
+// within each lane unchanged).
 template <int KStatic>
 inline void ChooseBlock(const float* const* rows, int k_dynamic, float* u, int64_t* node,
                         float* value, float* total) {
@@ -102,31 +103,22 @@ inline void ChooseBlock(const float* const* rows, int k_dynamic, float* u, int64
   alignas(64) float acc[kBlock], left[kBlock], left_nz[kBlock], uu[kBlock];
   alignas(64) int32_t count[kBlock], last_nz[kBlock];
   for (int s = 0; s < kBlock; ++s) {
-    acc[s] = left[s] = left_nz[s] = 0.0f;
-    count[s] = last_nz[s] = 0;
+    drlhet::ScanBegin(acc[s], left[s], left_nz[s], count[s], last_nz[s]);
     uu[s] = u[s];
   }
   for (int j = 0; j < k; ++j) {
 #pragma GCC ivdep
     for (int s = 0; s < kBlock; ++s) {
-      const float c = t[j][s];
-      const bool nz = c > 0.0f;
-      left_nz[s] = nz ? acc[s] : left_nz[s];  // prefix before the last non-zero child
-      last_nz[s] = nz ? j : last_nz[s];
-      acc[s] = acc[s] + c;  // 0 + c0 == c0 exactly, then the sequential sum
-      const bool below = acc[s] <= uu[s];
-      count[s] += below ? 1 : 0;
-      left[s] = below ? acc[s] : left[s];
+      drlhet::ScanChild(t[j][s], j, uu[s], acc[s], left[s], left_nz[s], count[s], last_nz[s]);
     }
   }
   for (int s = 0; s < kBlock; ++s) {
-    const bool overflow = count[s] > last_nz[s];
-    const int32_t child = overflow ? last_nz[s] : count[s];
-    const float l = overflow ? left_nz[s] : left[s];
-    value[s] = t[child][s];
+    int32_t child;
+    float l;
+    drlhet::ResolveChild(count[s], last_nz[s], left[s], left_nz[s], child, l);
+    value[s] = drlhet::ChosenValue(t[child][s]);
     total[s] = acc[s];
-    const float r = uu[s] - l;
-    u[s] = r > 0.0f ? r : 0.0f;
+    u[s] = drlhet::NextTarget(uu[s], l);
     node[s] = node[s] * k + child;
   }
 }
@@ -175,8 +167,8 @@ void FindTree(const float* nodes, const drlhet::TreeLayout& lay, const float* ta
   *total = root_total;
 }
 
-// Recomputes parents[p] = SeqSum(children of p) for a sorted list of parents, kBlock at a time
-// with independent add chains.
+// Recomputes parents[p] = drlhet::SeqSum(children of p) for a sorted list of parents, kBlock at
+// a time with independent add chains (SeqSum's steps per lane: child 0, then SumChild).
 template <int KStatic>
 inline void RecomputeParents(float* parents, const float* children, const int64_t* list,
                              int64_t n, int k_dynamic, int threads) {
@@ -193,7 +185,7 @@ inline void RecomputeParents(float* parents, const float* children, const int64_
     alignas(64) float acc[kBlock];
     for (int s = 0; s < kBlock; ++s) acc[s] = t[0][s];
     for (int j = 1; j < k; ++j) {
-      for (int s = 0; s < kBlock; ++s) acc[s] = acc[s] + t[j][s];
+      for (int s = 0; s < kBlock; ++s) acc[s] = drlhet::SumChild(acc[s], t[j][s]);
     }
     for (int s = 0; s < kBlock; ++s) parents[p[s]] = acc[s];
   }

@@ -5,6 +5,8 @@
   float32 statement of one level of the pure-JAX reference (``level_step`` in
   `drlhet.replay.sum_tree.descend`, and ``_seq_sum``), which is itself checked against
   ``descend`` on one-level trees.
+* The CPU kernel, which calls the header per SIMD lane, equals the reference bit for bit on the
+  same edge cases (-0.0 leaves, targets on prefix boundaries, trailing zero children, rounding).
 * It compiles as CUDA device code with nvcc, and as plain C++17 the way HLS C simulation
   compiles it (g++, warnings as errors, no exceptions), with nothing included but <cstdint>.
 """
@@ -73,7 +75,7 @@ def lib() -> ctypes.CDLL:
     return cdll
 
 
-# ---- the header, through ctypes ----------------------------------------------------------------
+# ---- the header, through ctypes ------------------------------------------------------------------
 
 
 def header_choose(lib, children, u):
@@ -97,7 +99,7 @@ def header_seq_sum(lib, children):
     return F32(lib.drlhet_seq_sum(c.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), c.size))
 
 
-# ---- the reference, restated in NumPy float32 ------------------------------------------------
+# ---- the reference, restated in NumPy float32 ----------------------------------------------------
 
 
 def level_step(children, u):
@@ -165,18 +167,24 @@ def assert_same(lib, children, u):
     assert bits(header_seq_sum(lib, children)) == bits(seq_sum(children)), msg
 
 
-# ---- the NumPy statement is the reference ------------------------------------------------------
+# ---- the NumPy statement is the reference --------------------------------------------------------
 
 
 @pytest.mark.parametrize("k", [2, 3, 16, 33])
 def test_numpy_statement_matches_descend_on_one_level_trees(k):
-    """A tree of K leaves has one level below the root: descend is exactly one level_step."""
+    """A tree of K leaves has one level below the root: descend is exactly one level_step.
+
+    (``left`` and ``next_u`` are not outputs of descend; they come from the same statements.)
+    """
     rng = np.random.default_rng(k)
     kinds = [
         rng.random(k),
         np.where(rng.random(k) < 0.5, 0, rng.random(k)),
         np.concatenate([rng.random(k // 2 + 1), np.zeros(k - k // 2 - 1)]),  # trailing zeros
         rng.random(k) * 1e-3 + np.where(np.arange(k) == 0, 1e7, 0),  # rounding at the sums
+        np.full(k, -0.0),
+        # No denormals: XLA's CPU runtime flushes them to zero while it runs (FTZ/DAZ), and so do
+        # the native kernels it calls; NumPy and the ctypes calls below do not.
     ]
     lay = st.layout(k, k)
     for leaves in kinds:
@@ -204,7 +212,7 @@ def test_numpy_statement_matches_descend_on_one_level_trees(k):
         assert bits(root) == bits(want_total[0])
 
 
-# ---- the header against the NumPy statement ----------------------------------------------------
+# ---- the header against the NumPy statement ------------------------------------------------------
 
 
 EDGE_CASES = [
@@ -307,7 +315,66 @@ def test_choose_child_rejects_bad_k(lib):
         assert rc == -1, k
 
 
-# ---- the header compiles for CUDA and for HLS C simulation -------------------------------------
+# ---- the CPU kernel, which calls the header per SIMD lane, on the same edge cases ----------------
+
+
+@pytest.fixture(scope="module")
+def kernel(lib):
+    """The CPU kernel's find and update, as FFI calls of the library.
+
+    ``find(tree, targets) -> (indices, values, total)`` runs ChooseBlock (the header's steps per
+    SIMD lane); ``update(tree, indices, values) -> nodes`` runs RecomputeParents (SeqSum's).
+    """
+    find_name, update_name = "drlhet_test_header_find", "drlhet_test_header_update"
+    jax.ffi.register_ffi_target(find_name, jax.ffi.pycapsule(lib.DrlhetFind), platform="cpu")
+    jax.ffi.register_ffi_target(update_name, jax.ffi.pycapsule(lib.DrlhetUpdate), platform="cpu")
+    jnp = jax.numpy
+
+    def attrs(tree):
+        return {"branching": np.int64(tree.branching), "capacity": np.int64(tree.capacity)}
+
+    def find(tree, targets):
+        out = (
+            jax.ShapeDtypeStruct(targets.shape, jnp.int32),
+            jax.ShapeDtypeStruct(targets.shape, jnp.float32),
+            jax.ShapeDtypeStruct((), jnp.float32),
+        )
+        return jax.ffi.ffi_call(find_name, out)(tree.nodes, targets, **attrs(tree))
+
+    def update(tree, indices, values):
+        out = jax.ShapeDtypeStruct(tree.nodes.shape, jnp.float32)
+        keep = jnp.ones(indices.shape, bool)
+        return jax.ffi.ffi_call(update_name, out)(tree.nodes, indices, values, keep, **attrs(tree))
+
+    return jax.jit(find), jax.jit(update)
+
+
+@pytest.mark.parametrize("k", [2, 3, 16])
+def test_kernel_matches_reference_on_edge_case_trees(kernel, k):
+    """Integer targets on a tree of ones fall on a prefix boundary at every level."""
+    find, update = kernel
+    cap = k**3
+    ones = np.ones(cap, F32)
+    trailing = np.where(np.arange(cap) % k < k // 2 + 1, 1, 0).astype(F32)  # zero children at ends
+    rounding = np.where(np.arange(cap) % k == 0, 1e8, 1).astype(F32)
+    for leaves in (np.full(cap, -0.0, F32), ones, trailing, rounding, np.zeros(cap, F32)):
+        indices = np.arange(cap, dtype=np.int32)
+        tree = jax.jit(st.write)(st.init(cap, k), indices, leaves)
+        nodes = update(st.init(cap, k), indices, leaves)
+        np.testing.assert_array_equal(
+            np.asarray(nodes).view(np.int32), np.asarray(tree.nodes).view(np.int32)
+        )
+        total = float(st.total(tree))
+        targets = np.concatenate([np.arange(cap + 1), [total, 0.5, total / 3]]).astype(F32)
+        got = find(tree, targets)
+        want = jax.jit(st.descend)(tree, targets)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(
+                np.asarray(g).view(np.int32), np.asarray(w).view(np.int32)
+            )
+
+
+# ---- the header compiles for CUDA and for HLS C simulation ---------------------------------------
 
 DEVICE_PROBE = r"""
 #include "drlhet/sum_tree.h"
@@ -323,10 +390,12 @@ __global__ void Probe(const float* children, int k, const float* u, int n, drlhe
   sums[i] = drlhet::SeqSum(children + k * (i % 2), k);
   float acc, left, left_nz;
   int32_t count, last_nz, child;
-  drlhet::ScanFirstChild(children[0], u[i], acc, left, left_nz, count, last_nz);
-  drlhet::ScanChild(children[1], 1, u[i], acc, left, left_nz, count, last_nz);
+  drlhet::ScanBegin(acc, left, left_nz, count, last_nz);
+  for (int j = 0; j < k; ++j) {
+    drlhet::ScanChild(children[j], j, u[i], acc, left, left_nz, count, last_nz);
+  }
   drlhet::ResolveChild(count, last_nz, left, left_nz, child, left);
-  next[n + i] = drlhet::SumChild(acc, left) + static_cast<float>(child);
+  next[n + i] = drlhet::SumChild(acc, left) + drlhet::ChosenValue(children[child]);
 }
 """
 

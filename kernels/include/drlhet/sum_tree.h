@@ -1,12 +1,18 @@
 // Per-element logic of the K-ary sum tree, shared by the C++ (OpenMP), CUDA and HLS kernels.
 //
 // The operations and their order are exactly those of the pure-JAX reference
-// (drlhet/replay/sum_tree.py), so that every backend returns bit-identical results:
+// (drlhet/replay/sum_tree.py: _seq_sum, and level_step in descend), so that every backend returns
+// bit-identical results:
 //   * an inner node is the sequential float sum of its K children, ((c0 + c1) + c2) + ...;
 //   * the descent takes, at each level, the child k with prefix[k-1] <= u < prefix[k] and
 //     subtracts prefix[k-1]; if rounding pushes u past every non-zero child it takes the last
 //     non-zero child, so a zero priority is never found.
-// No dependency beyond <cstdint>; functions are __host__ __device__ under nvcc.
+// Each rule is written here once, as a scalar function of one element (one child of one node, for
+// one target). A kernel calls it per element, per SIMD lane (the CPU kernel, on a block of
+// samples in child-major order: inlined, its loops vectorise as before), per GPU thread or per
+// HLS loop iteration. ChooseChild and SeqSum are the same rules over one whole node.
+// No dependency beyond <cstdint>, no exceptions, dynamic memory or library calls (HLS C simulation
+// compiles it with g++); the functions are __host__ __device__ under nvcc.
 // Reference: Zhang, Meng, Prasanna, IEEE TPDS 2023, Sec. 4 (K-ary sum tree).
 #pragma once
 
@@ -26,7 +32,7 @@ constexpr int kMaxBranching = 256;  // largest K the kernels accept
 // Level geometry of a tree over `capacity` leaves: level 0 is the root (padded to K slots);
 // every level's width is a multiple of K so a node's children are K contiguous slots.
 struct TreeLayout {
-  int depth = 0;                    // levels below the root
+  int depth = 0;                     // levels below the root
   int64_t offsets[kMaxLevels] = {};  // start slot of each level, root level first
   int64_t size = 0;                  // total slots
   int64_t capacity = 0;
@@ -58,56 +64,108 @@ inline bool MakeLayout(int64_t capacity, int64_t k, TreeLayout* out) {
   return true;
 }
 
-// The sequential sum of K children.
+// ---- The sequential sum ----------------------------------------------------------------------
+// acc = c0, then acc = SumChild(acc, cj) for j = 1 .. K-1 in order. The first child is taken as
+// it is (or added to -0.0f, as the descent's scan does: the same bits), never added to 0.0f:
+// 0.0f + -0.0f is +0.0f, so a node of -0.0f children would not sum to the reference's -0.0f.
+// A kernel summing many nodes at once calls SumChild per lane.
+template <typename T>
+DRLHET_HD inline T SumChild(T acc, T c) {
+  return acc + c;
+}
+
+// The sequential sum of K >= 1 children: a node's value, as an update recomputes it.
 template <typename T>
 DRLHET_HD inline T SeqSum(const T* c, int k) {
   T acc = c[0];
-  for (int j = 1; j < k; ++j) acc = acc + c[j];
+  for (int j = 1; j < k; ++j) acc = SumChild(acc, c[j]);
   return acc;
+}
+
+// ---- One level of the descent ----------------------------------------------------------------
+// One pass over a node's K children for target u >= 0, with running prefix sums
+// prefix[j] = ((c0 + c1) + ...) + cj (the sequential sum, so the tree's own rounding). The state
+// of the pass, one scalar each (arrays of them in a kernel that runs many targets at once):
+//   acc      the sum of the children scanned so far: prefix[j] after child j. It starts at -0.0f,
+//            the identity of float addition (-0.0f + c == c for every c, where 0.0f + -0.0f would
+//            be +0.0f), so that prefix[0] == c0 and every prefix is the reference's bit for bit.
+//   count    #{j : prefix[j] <= u}, the child taken unless rounding overflows (prefixes are
+//            non-decreasing, so these are a prefix of 0 .. K-1)
+//   left     the largest prefix <= u, i.e. prefix[count - 1] (0 if none)
+//   last_nz  the last child with cj > 0 (0 if none)
+//   left_nz  the prefix before it, prefix[last_nz - 1] (unused for last_nz == 0: nothing is
+//            before child 0, and left_nz may hold acc's start, -0.0f)
+// Branch-free: selects only, so that it compiles to SIMD blends and predicated GPU code.
+
+// The state before child 0.
+DRLHET_HD inline void ScanBegin(float& acc, float& left, float& left_nz, int32_t& count,
+                                int32_t& last_nz) {
+  acc = -0.0f;
+  left = left_nz = 0.0f;
+  count = last_nz = 0;
+}
+
+// Child j, value c, in order after children 0 .. j-1.
+DRLHET_HD inline void ScanChild(float c, int32_t j, float u, float& acc, float& left,
+                                float& left_nz, int32_t& count, int32_t& last_nz) {
+  const bool nz = c > 0.0f;
+  left_nz = nz ? acc : left_nz;  // acc is still the prefix before child j
+  last_nz = nz ? j : last_nz;
+  acc = SumChild(acc, c);
+  const bool below = acc <= u;
+  count += below ? 1 : 0;
+  left = below ? acc : left;
+}
+
+// After the pass: the child taken and the prefix before it. That is child `count`, unless
+// rounding pushed u past every non-zero child (count > last_nz, which includes count == K): then
+// the last non-zero child, so that a zero priority is never found. The child's value is then
+// ChosenValue(children[child]).
+DRLHET_HD inline void ResolveChild(int32_t count, int32_t last_nz, float left, float left_nz,
+                                   int32_t& child, float& child_left) {
+  const bool overflow = count > last_nz;
+  child = overflow ? last_nz : count;
+  const float l = overflow ? left_nz : left;
+  // Nothing is before child 0: +0.0f, as in the reference. (A select on last_nz: the same one on
+  // child compiles to a branch in the CPU kernel's per-lane loop, and find was ~18% slower.)
+  child_left = overflow && last_nz == 0 ? 0.0f : l;
+}
+
+// The chosen child's value, c = children[child], as the reference returns it. The chosen child is
+// non-zero whenever the node has a non-zero child (child `count` has prefix[count] > u >=
+// prefix[count - 1], so c > 0; the fallback is non-zero by definition). A node without one falls
+// back to child 0, and the reference then returns its fallback value +0.0f even if c is -0.0f
+// (or, under flush-to-zero as XLA's CPU runtime runs, a denormal).
+DRLHET_HD inline float ChosenValue(float c) { return c > 0.0f ? c : 0.0f; }
+
+// u for the next level: max(u - left, 0), as the reference computes it.
+DRLHET_HD inline float NextTarget(float u, float left) {
+  const float r = u - left;
+  return r > 0.0f ? r : 0.0f;
 }
 
 struct Choice {
   int32_t child;
   float left;   // prefix sum before the chosen child
   float value;  // the chosen child's value
-  float total;  // sum of all K children
+  float total;  // sum of all K children (SeqSum)
 };
 
-// Chooses the child of one node for target u (u >= 0). Mirrors the reference's level step:
-//   prefix[j] = ((c0 + c1) + ...) + cj        (sequential, the tree's own rounding)
-//   count     = #{j : prefix[j] <= u}          (prefixes are non-decreasing: a prefix of 0..K-1)
-//   last_nz   = the last j with cj > 0
-//   child     = count, or last_nz when rounding pushed u past every non-zero child
-//   left      = prefix[child - 1] (0 for child 0), value = c[child], total = prefix[K - 1]
-// Branch-free apart from the loops, so the compiler can vectorise the compares.
+// Chooses the child of one node (K >= 1 children) for target u >= 0: the steps above, in order.
+// The next level's target is NextTarget(u, choice.left). KStatic > 0 fixes K at compile time
+// (k_dynamic is then ignored) so that the loop can be unrolled.
 template <int KStatic>
 DRLHET_HD inline Choice ChooseChild(const float* children, int k_dynamic, float u) {
-  constexpr int kBuf = KStatic > 0 ? KStatic : kMaxBranching;
   const int k = KStatic > 0 ? KStatic : k_dynamic;
-  float prefix[kBuf];
-  float acc = children[0];
-  prefix[0] = acc;
-  for (int j = 1; j < k; ++j) {
-    acc = acc + children[j];
-    prefix[j] = acc;
-  }
-  int32_t count = 0, last_nz = 0;
-  for (int j = 0; j < k; ++j) {
-    count += prefix[j] <= u ? 1 : 0;
-    last_nz = children[j] > 0.0f ? j : last_nz;
-  }
+  float acc, left, left_nz;
+  int32_t count, last_nz;
+  ScanBegin(acc, left, left_nz, count, last_nz);
+  for (int j = 0; j < k; ++j) ScanChild(children[j], j, u, acc, left, left_nz, count, last_nz);
   Choice out;
-  out.child = count > last_nz ? last_nz : count;
-  out.left = out.child > 0 ? prefix[out.child - 1] : 0.0f;
-  out.value = children[out.child];
+  ResolveChild(count, last_nz, left, left_nz, out.child, out.left);
+  out.value = ChosenValue(children[out.child]);
   out.total = acc;
   return out;
-}
-
-// u for the next level: max(u - left, 0), as the reference computes it.
-DRLHET_HD inline float NextTarget(float u, float left) {
-  const float r = u - left;
-  return r > 0.0f ? r : 0.0f;
 }
 
 }  // namespace drlhet

@@ -1,4 +1,4 @@
-"""Markdown tables from `validate_dse.py`'s JSON (for the README).
+"""Markdown tables from `validate_dse.py`'s JSON (for docs/results.md).
 
 Usage:
   python experiments/report_dse.py [results/dse_validation.json]

@@ -1,19 +1,19 @@
 """Validation of the performance model: predicted vs measured throughput of every runnable mapping.
 
-DESIGN section 5 ("every mapping that can run on the machine is also run and measured") and
-section 7, figure 3. For DQN + PER on CartPole-v1 (MLP 64x64, 4 envs, 2 SGD steps per
+docs/design.md section 5 ("every mapping that can run on the machine is also run and measured")
+and docs/results.md. For DQN + PER on CartPole-v1 (MLP 64x64, 4 envs, 2 SGD steps per
 iteration) at batch 64 and 256 and capacity 2^17 and 2^20: profile the primitives afresh (the
 predictions use only these profiles), predict every mapping of actors / replay / learner over
-the machine's two XLA CPU devices (``jax_num_cpu_devices=2``) with both replay backends, run
-each one with the scheduler and measure it (a mapping and its relabeling cpu:0 <-> cpu:1 are
-the same hardware: measured once), in rounds (profile, measure all; again; each round in a
+the machine's two XLA CPU devices (``jax_num_cpu_devices=2``) with every replay backend here,
+run each one with the scheduler and measure it (a mapping and its relabeling cpu:0 <-> cpu:1
+are the same hardware: measured once), in rounds (profile, measure all; again; each round in a
 fresh process) so that the machine's drift hits prediction and measurement alike and each
-round samples the state a process keeps. A mapping's error is the median over
-the rounds of (prediction from that round's profiles / that round's measurement - 1); the
-unpaired error (prediction from the median profiles / median of all chunks - 1) is kept beside
-it. Then report the model's error, whether
-the DSE's pick is within 5% of the best measured mapping, and the pick's speedup over the
-worst runnable mapping and over the baselines (measured where runnable, modeled otherwise).
+round samples the state a process keeps. A mapping's error is the median over the rounds of
+(prediction from that round's profiles / that round's measurement - 1); the unpaired error
+(prediction from the median profiles / median of all chunks - 1) is kept beside it. Then report
+the model's error, whether the DSE's pick is within 5% of the best measured mapping, and the
+pick's speedup over the worst runnable mapping and over the baselines (measured where runnable,
+modeled otherwise).
 
 Usage:
   python experiments/validate_dse.py [--delay 0] [--batches 64 256] [--capacities 131072 1048576]
@@ -32,7 +32,21 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import jax
 import tyro
+
+from drlhet.backends.base import CPU
+from drlhet.dse.baselines import baselines
+from drlhet.dse.build import build_model, merge_models, replay_backends_here
+from drlhet.dse.cache import ProfileCache
+from drlhet.dse.key import ProfileKey
+from drlhet.dse.measure import measure_mapping
+from drlhet.dse.model import Model, Prediction
+from drlhet.dse.search import search
+
+DEVICES = [f"{CPU}:0", f"{CPU}:1"]
+MODELED = ["h100", "u250"]
+"""Device sheets the baselines are also searched over (labelled modeled)."""
 
 
 @dataclasses.dataclass
@@ -54,151 +68,169 @@ class Args:
 
 
 def main(args: Args) -> dict:
-    import jax
-
     jax.config.update("jax_num_cpu_devices", 2)
-    from drlhet.dse import (
-        ProfileCache,
-        ProfileKey,
-        baselines,
-        merge_models,
-        replay_backends_here,
-        search,
-    )
-
     machine = f"{platform.machine()} {os.cpu_count()} cores ({platform.node()})"
-    devices = ["cpu:0", "cpu:1"]
-    modeled_devices = ["h100", "u250"]
-    rows, configs, rounds_profiles = [], [], []
-    here = replay_backends_here()
+    rows: list[dict] = []
+    configs, rounds_profiles = [], []
     cache = ProfileCache(Path(tempfile.mkdtemp(prefix="drlhet-profiles-")))
     print(f"machine: {machine}; DQN + PER, CartPole-v1, MLP 64x64, 4 envs, 2 SGD steps/iter")
     for batch in args.batches:
         for capacity in args.capacities:
             key = ProfileKey(batch=batch, capacity=capacity)
-            # Rounds A B A B ...: profile, then measure every mapping (in an order rotated
-            # from round to round), again. A mapping's error is the median over the rounds of
-            # (prediction from that round's profile) / (that round's measurement) - 1: the
-            # machine's drift (up to 1.5-2x over minutes here) hits both sides of each ratio.
-            models, per_round = [], {}
-            for rnd in range(args.rounds):
-                t0 = time.perf_counter()
-                if args.isolate:  # a fresh process per round (see Args.isolate)
-                    ctx = multiprocessing.get_context("spawn")
-                    with ProcessPoolExecutor(1, mp_context=ctx) as pool:
-                        got = pool.submit(
-                            _round, key, rnd, args.delay, args.chunks, args.chunk_steps, cache.path
-                        ).result()
-                else:
-                    got = _round(key, rnd, args.delay, args.chunks, args.chunk_steps, cache.path)
-                models.append(got["model"])
-                for text, rec in got["records"].items():
-                    per_round.setdefault(text, []).append(rec)
-                rounds_profiles.append(
-                    {
-                        "batch": batch,
-                        "capacity": capacity,
-                        "round": rnd,
-                        "profiles": {
-                            b: {
-                                g: {n: v["median"] for n, v in prof[g].items()}
-                                for g in ("compute", "call", "latency", "transfer")
-                            }
-                            for b, prof in got["model"].profiles.items()
-                        },
-                    }
-                )
-                print(
-                    f"B={batch} C={capacity}: round {rnd + 1}/{args.rounds} done in "
-                    f"{time.perf_counter() - t0:.0f} s",
-                    flush=True,
-                )
+            models, per_round, profiles = _rounds(args, key, cache.path)
+            rounds_profiles += profiles
             model = merge_models(models)
-            preds = search(model, devices, args.delay, present=devices, backends_here=here)
+            preds = search(
+                model, DEVICES, args.delay, present=DEVICES, backends_here=replay_backends_here()
+            )
             runnable = [p for p in preds if p.runnable and _canonical(p)]
-            print(
-                f"{'mapping':<62} {'predicted':>10} {'measured':>10} {'error':>7} {'per round':>20}"
-            )
-            measured = {}
-            for p in runnable:
-                text = p.mapping_text()
-                rs = per_round[text]
-                value = statistics.median(c for r in rs for c in r["per_chunk"])
-                measured[text] = value
-                paired = [r["predicted"] / r["measured"] - 1 for r in rs]
-                err = statistics.median(paired)
-                print(
-                    f"{text:<62} {p.trained_samples_per_s:>10,.0f} {value:>10,.0f} {err:>+7.1%} "
-                    + " ".join(f"{e:+.0%}" for e in paired),
-                    flush=True,
-                )
-                rows.append(
-                    {
-                        "batch": batch,
-                        "capacity": capacity,
-                        "delay": args.delay,
-                        "mapping": text,
-                        "bottleneck": p.bottleneck,
-                        "predicted_trained_samples_per_s": p.trained_samples_per_s,
-                        "measured_trained_samples_per_s": value,
-                        "error": err,
-                        "error_per_round": paired,
-                        "error_unpaired": p.trained_samples_per_s / value - 1,
-                        "rounds": rs,
-                        "terms_s": p.terms,
+            new_rows, measured = _rows(args, key, runnable, per_round)
+            rows += new_rows
+            configs.append(_config(args, key, model, runnable[0], measured))
+    summary = _summary(machine, rows, configs, rounds_profiles)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=1))
+    _plot(rows, args.plot)
+    return summary
+
+
+def _rounds(args: Args, key: ProfileKey, cache_path: Path) -> tuple[list, dict, list]:
+    """Rounds A B A B ...: profile, then measure every mapping (in an order rotated from round
+    to round), again. A mapping's error is the median over the rounds of (prediction from that
+    round's profile) / (that round's measurement) - 1: the machine's drift (up to 1.5-2x over
+    minutes here) hits both sides of each ratio. Returns ``(models, mapping -> records,
+    round profiles)``."""
+    models, per_round, profiles = [], {}, []
+    for rnd in range(args.rounds):
+        t0 = time.perf_counter()
+        job = (key, rnd, args.delay, args.chunks, args.chunk_steps, cache_path)
+        if args.isolate:  # a fresh process per round (see Args.isolate)
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(1, mp_context=ctx) as pool:
+                got = pool.submit(_round, *job).result()
+        else:
+            got = _round(*job)
+        models.append(got["model"])
+        for text, rec in got["records"].items():
+            per_round.setdefault(text, []).append(rec)
+        profiles.append(
+            {
+                "batch": key.batch,
+                "capacity": key.capacity,
+                "round": rnd,
+                "profiles": {
+                    b: {
+                        g: {n: v["median"] for n, v in prof[g].items()}
+                        for g in ("compute", "call", "latency", "transfer")
                     }
-                )
-            pick = runnable[0]
-            best_text = max(measured, key=lambda t: measured[t])
-            worst_text = min(measured, key=lambda t: measured[t])
-            pick_measured = measured[pick.mapping_text()]
-            # baselines over the modeled devices too (labelled modeled)
-            wide = search(
-                model, devices + modeled_devices, args.delay, present=devices, backends_here=here
-            )
-            base = {}
-            for name, b in baselines(wide, model).items():
-                text = b.mapping_text()
-                if text in measured:
-                    base[name] = {
-                        "mapping": text,
-                        "trained_samples_per_s": measured[text],
-                        "basis": "measured",
-                    }
-                else:
-                    base[name] = {
-                        "mapping": text,
-                        "trained_samples_per_s": b.trained_samples_per_s,
-                        "basis": b.basis,
-                    }
-                base[name]["pick_speedup"] = pick_measured / base[name]["trained_samples_per_s"]
-            conf = {
-                "batch": batch,
-                "capacity": capacity,
-                "delay": args.delay,
-                "pick": pick.mapping_text(),
-                "pick_measured": pick_measured,
-                "best_measured": best_text,
-                "best_measured_value": measured[best_text],
-                "pick_within": pick_measured / measured[best_text],
-                "worst_measured": worst_text,
-                "pick_over_worst": pick_measured / measured[worst_text],
-                "best_overall_predicted": wide[0].mapping_text(),
-                "best_overall_basis": wide[0].basis,
-                "best_overall_predicted_value": wide[0].trained_samples_per_s,
-                "baselines": base,
+                    for b, prof in got["model"].profiles.items()
+                },
             }
-            configs.append(conf)
-            print(
-                f"DSE pick {conf['pick']}: {pick_measured:,.0f} measured = "
-                f"{conf['pick_within']:.1%} of the best measured ({best_text}); "
-                f"{conf['pick_over_worst']:.2f}x the worst ({worst_text})"
-            )
-            for name, b in base.items():
-                print(
-                    f"  vs {name:<32} {b['trained_samples_per_s']:>12,.0f} ({b['basis']}): "
-                    f"{b['pick_speedup']:.2f}x"
-                )
+        )
+        print(
+            f"B={key.batch} C={key.capacity}: round {rnd + 1}/{args.rounds} done in "
+            f"{time.perf_counter() - t0:.0f} s",
+            flush=True,
+        )
+    return models, per_round, profiles
+
+
+def _rows(
+    args: Args, key: ProfileKey, runnable: list[Prediction], per_round: dict
+) -> tuple[list[dict], dict[str, float]]:
+    """One row per runnable mapping (prediction, measurement, errors); and mapping -> the
+    median of every measured chunk."""
+    print(f"{'mapping':<62} {'predicted':>10} {'measured':>10} {'error':>7} {'per round':>20}")
+    rows, measured = [], {}
+    for p in runnable:
+        text = p.mapping_text()
+        rs = per_round[text]
+        value = statistics.median(c for r in rs for c in r["per_chunk"])
+        measured[text] = value
+        paired = [r["predicted"] / r["measured"] - 1 for r in rs]
+        err = statistics.median(paired)
+        print(
+            f"{text:<62} {p.trained_samples_per_s:>10,.0f} {value:>10,.0f} {err:>+7.1%} "
+            + " ".join(f"{e:+.0%}" for e in paired),
+            flush=True,
+        )
+        rows.append(
+            {
+                "batch": key.batch,
+                "capacity": key.capacity,
+                "delay": args.delay,
+                "mapping": text,
+                "bottleneck": p.bottleneck,
+                "predicted_trained_samples_per_s": p.trained_samples_per_s,
+                "measured_trained_samples_per_s": value,
+                "error": err,
+                "error_per_round": paired,
+                "error_unpaired": p.trained_samples_per_s / value - 1,
+                "rounds": rs,
+                "terms_s": p.terms,
+            }
+        )
+    return rows, measured
+
+
+def _baselines(model: Model, wide: list[Prediction], measured: dict, pick: float) -> dict:
+    """The best mapping of each baseline family over the modeled devices too: measured where
+    it ran here, else predicted (labelled with its basis); with the pick's speedup over it."""
+    base = {}
+    for name, b in baselines(wide, model).items():
+        text = b.mapping_text()
+        if text in measured:
+            base[name] = {"mapping": text, "trained_samples_per_s": measured[text]}
+            base[name]["basis"] = "measured"
+        else:
+            base[name] = {"mapping": text, "trained_samples_per_s": b.trained_samples_per_s}
+            base[name]["basis"] = b.basis
+        base[name]["pick_speedup"] = pick / base[name]["trained_samples_per_s"]
+    return base
+
+
+def _config(
+    args: Args, key: ProfileKey, model: Model, pick: Prediction, measured: dict[str, float]
+) -> dict:
+    """The DSE's pick for one configuration against the best and worst measured mapping and
+    the baselines (printed, and returned as the configuration's summary)."""
+    best_text = max(measured, key=lambda t: measured[t])
+    worst_text = min(measured, key=lambda t: measured[t])
+    pick_measured = measured[pick.mapping_text()]
+    wide = search(
+        model, DEVICES + MODELED, args.delay, present=DEVICES, backends_here=replay_backends_here()
+    )
+    conf = {
+        "batch": key.batch,
+        "capacity": key.capacity,
+        "delay": args.delay,
+        "pick": pick.mapping_text(),
+        "pick_measured": pick_measured,
+        "best_measured": best_text,
+        "best_measured_value": measured[best_text],
+        "pick_within": pick_measured / measured[best_text],
+        "worst_measured": worst_text,
+        "pick_over_worst": pick_measured / measured[worst_text],
+        "best_overall_predicted": wide[0].mapping_text(),
+        "best_overall_basis": wide[0].basis,
+        "best_overall_predicted_value": wide[0].trained_samples_per_s,
+        "baselines": _baselines(model, wide, measured, pick_measured),
+    }
+    print(
+        f"DSE pick {conf['pick']}: {pick_measured:,.0f} measured = "
+        f"{conf['pick_within']:.1%} of the best measured ({best_text}); "
+        f"{conf['pick_over_worst']:.2f}x the worst ({worst_text})"
+    )
+    for name, b in conf["baselines"].items():
+        print(
+            f"  vs {name:<32} {b['trained_samples_per_s']:>12,.0f} ({b['basis']}): "
+            f"{b['pick_speedup']:.2f}x"
+        )
+    return conf
+
+
+def _summary(machine: str, rows: list[dict], configs: list[dict], profiles: list[dict]) -> dict:
+    """The JSON of the whole validation (printed in one line)."""
     errs = [abs(r["error"]) for r in rows]
     summary = {
         "machine": machine,
@@ -213,7 +245,7 @@ def main(args: Args) -> dict:
         "picks_within_5pct": all(c["pick_within"] >= 0.95 for c in configs),
         "configs": configs,
         "rows": rows,
-        "round_profiles": rounds_profiles,
+        "round_profiles": profiles,
     }
     print(
         f"\nmodel error over {len(rows)} runnable mappings (paired per round): median |error| "
@@ -221,9 +253,6 @@ def main(args: Args) -> dict:
         f"{summary['median_abs_error_unpaired']:.1%}, {summary['max_abs_error_unpaired']:.1%}); "
         f"DSE pick within 5% of the best measured in every config: {summary['picks_within_5pct']}"
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=1))
-    _plot(rows, args.plot)
     return summary
 
 
@@ -231,15 +260,9 @@ def _round(key, rnd: int, delay: int, chunks: int, chunk_steps: int, cache_dir: 
     """One round: profile ``key`` afresh, predict every mapping from that profile alone, then
     measure every runnable mapping (in an order rotated by ``rnd``). Returns ``{"model": the
     round's Model, "records": mapping text -> {predicted, measured, per_chunk, terms_s}}``."""
-    import jax
-
     jax.config.update("jax_num_cpu_devices", 2)
-    from drlhet.dse import ProfileCache, build_model, measure_mapping, replay_backends_here, search
-
-    devices = ["cpu:0", "cpu:1"]
-    cache = ProfileCache(Path(cache_dir))
-    model = build_model(key, cache=cache, reprofile=True, log=lambda s: None)
-    preds = search(model, devices, delay, present=devices, backends_here=replay_backends_here())
+    model = build_model(key, cache=ProfileCache(Path(cache_dir)), reprofile=True, log=_silent)
+    preds = search(model, DEVICES, delay, present=DEVICES, backends_here=replay_backends_here())
     # cpu:0 and cpu:1 are the same two cores: a mapping and its relabeling (cpu:0 <-> cpu:1) are
     # the same hardware and get the same prediction; each such pair is measured once (its form
     # with cpu:0 first)
@@ -257,14 +280,18 @@ def _round(key, rnd: int, delay: int, chunks: int, chunk_steps: int, cache_dir: 
     return {"model": model, "records": records}
 
 
-def _canonical(p) -> bool:
+def _silent(_: str) -> None:
+    """A log that says nothing (a round's profiling is silent)."""
+
+
+def _canonical(p: Prediction) -> bool:
     """True for the relabeling of ``p`` in which devices are numbered in order of first use."""
     seen: list[str] = []
     for g in ("actors", "replay", "learner"):
         d = p.places[g].device
         if d not in seen:
             seen.append(d)
-    return seen == [f"cpu:{i}" for i in range(len(seen))]
+    return seen == DEVICES[: len(seen)]
 
 
 def _plot(rows: list[dict], path: Path) -> None:

@@ -1,23 +1,40 @@
 """``drlhet profile`` and ``drlhet dse``: measure the primitives here and rank every mapping.
 
-Part of the CLI, the only reader of flags and environment variables.
+Part of the CLI, the only reader of flags and environment variables (the profile cache folder
+defaults to `drlhet.cli.common.cache_dir`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import tyro
 
+from drlhet.backends.base import CPU, PLATFORMS
 from drlhet.cli.common import cache_dir as default_cache_dir
 from drlhet.cli.common import set_cpu_devices
-from drlhet.dse.profile import ProfileKey
+from drlhet.dse.baselines import baselines
+from drlhet.dse.build import build_model, cpu_devices_here, replay_backends_here
+from drlhet.dse.cache import ProfileCache
+from drlhet.dse.devices import load_sheets
+from drlhet.dse.key import ProfileKey
+from drlhet.dse.measure import measure_mapping
+from drlhet.dse.model import Prediction
+from drlhet.dse.search import expand_devices, search
 from drlhet.runtime.config import TrainConfig
 
-__all__ = ["profile_command", "dse_command", "auto_mapping"]
+__all__ = ["profile_command", "dse_command", "auto_mapping", "default_devices"]
+
+
+def default_devices() -> str:
+    """This machine's CPU devices and every shipped device sheet (``cpu,a100,h100,...``)."""
+    sheets = load_sheets()
+    modeled = sorted(n for n, s in sheets.items() if s["kind"] in PLATFORMS and s["kind"] != CPU)
+    return ",".join([CPU, *modeled])
 
 
 def profile_command(
@@ -29,14 +46,13 @@ def profile_command(
     caches the result (JSON, reused until the package or the machine changes).
 
     Args:
-      shape: the run's shape (`drlhet.dse.ProfileKey`; its backend is ignored: every replay
-        backend here is profiled).
-      cache_dir: profile cache folder (default ``$DRLHET_CACHE`` or ``~/.cache/drlhet``).
+      shape: the run's shape (`drlhet.dse.key.ProfileKey`; its backend is ignored: every
+        replay backend here is profiled).
+      cache_dir: profile cache folder (default ``$DRLHET_CACHE``, else
+        ``$XDG_CACHE_HOME/drlhet``, else ``~/.cache/drlhet``).
       cpu_devices: XLA CPU devices (two are needed for the transfer figures).
     """
     set_cpu_devices(cpu_devices)
-    from drlhet.dse import ProfileCache, build_model
-
     cache = ProfileCache(cache_dir or default_cache_dir())
     model = build_model(shape, cache=cache, reprofile=True)
     for backend, prof in model.profiles.items():
@@ -51,7 +67,7 @@ def profile_command(
 def dse_command(
     shape: Annotated[ProfileKey, tyro.conf.arg(name="")],
     delay: int = 0,
-    devices: str = "cpu,h100,a100,u200,u250",
+    devices: str | None = None,
     top: int = 20,
     measure: bool = False,
     cache_dir: Path | None = None,
@@ -59,14 +75,15 @@ def dse_command(
     out: Path = Path("runs/dse.json"),
     cpu_devices: int = 2,
 ) -> dict:
-    """Predicts the throughput of every mapping and ranks them (DESIGN section 5).
+    """Predicts the throughput of every mapping and ranks them (docs/design.md section 5).
 
     Args:
-      shape: the run's shape (`drlhet.dse.ProfileKey`; its backend is ignored: every replay
-        backend here is profiled).
+      shape: the run's shape (`drlhet.dse.key.ProfileKey`; its backend is ignored: every
+        replay backend here is profiled).
       delay: priority-update delay k (0: strict chain; >= 1: slowest stage).
       devices: devices to map onto: ``cpu`` (this machine's XLA CPU devices), ``cpu:N``, and
         device sheets (``h100``, ``a100``, ``u200``, ``u250``); absent ones are modeled.
+        Default: ``cpu`` and every shipped sheet of a device.
       top: rows to print (the JSON has them all).
       measure: also run every runnable mapping and print its measured throughput.
       cache_dir: profile cache folder.
@@ -75,32 +92,43 @@ def dse_command(
       cpu_devices: XLA CPU devices of this process.
     """
     set_cpu_devices(cpu_devices)
-    import jax
-
-    from drlhet.dse import (
-        ProfileCache,
-        baselines,
-        build_model,
-        expand_devices,
-        measure_mapping,
-        replay_backends_here,
-        search,
-    )
-
-    present = [f"cpu:{i}" for i in range(len(jax.devices("cpu")))]
-    devs = expand_devices(devices, len(present))
-    model = build_model(
-        shape, cache=ProfileCache(cache_dir or default_cache_dir()), reprofile=reprofile
-    )
+    present = cpu_devices_here()
+    devs = expand_devices(devices or default_devices(), len(present))
+    cache = ProfileCache(cache_dir or default_cache_dir())
+    model = build_model(shape, cache=cache, reprofile=reprofile)
     preds = search(model, devs, delay, present=present, backends_here=replay_backends_here())
-    feasible = [p for p in preds if p.note == ""]
-    runnable = [p for p in feasible if p.runnable]
     measured: dict[str, float] = {}
     if measure:
-        for p in runnable:
-            m = measure_mapping(shape, p.mapping_text(), delay)
-            measured[p.mapping_text()] = m["trained_samples_per_s"]
-            print(f"measured {p.mapping_text()}: {m['trained_samples_per_s']:,.0f}", flush=True)
+        for p in preds:
+            if p.runnable:
+                m = measure_mapping(shape, p.mapping_text(), delay)
+                measured[p.mapping_text()] = m["trained_samples_per_s"]
+                print(f"measured {p.mapping_text()}: {measured[p.mapping_text()]:,.0f}", flush=True)
+    _print_ranking(shape, delay, preds, measured if measure else None, top)
+    feasible = [p for p in preds if p.note == ""]
+    best = feasible[0]
+    for name, b in baselines(preds, model).items():
+        print(
+            f"  best over {name:<32} {best.trained_samples_per_s / b.trained_samples_per_s:8.2f}x "
+            f"({b.mapping_text()}, {b.basis})"
+        )
+    result = _result(shape, delay, devs, preds, measured)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"all predictions: {out}")
+    return result
+
+
+def _print_ranking(
+    shape: ProfileKey,
+    delay: int,
+    preds: list[Prediction],
+    measured: dict[str, float] | None,
+    top: int,
+) -> None:
+    """The table of the ``top`` feasible mappings, the best, and the best runnable here."""
+    feasible = [p for p in preds if p.note == ""]
+    runnable = [p for p in feasible if p.runnable]
     print(
         f"\nDSE: {shape.algo.upper()} on {shape.env}, MLP {shape.hidden}, batch {shape.batch}, "
         f"capacity {shape.capacity}, K {shape.branching}, {shape.num_envs} envs, "
@@ -112,13 +140,13 @@ def dse_command(
         "with device sheets (drlhet/dse/sheets); measured = run here"
     )
     head = f"{'#':>3} {'mapping':<64} {'trained/s':>11} {'basis':>9} {'bottleneck':>16}"
-    print(head + (f" {'measured':>11}" if measure else ""))
+    print(head + (f" {'measured':>11}" if measured is not None else ""))
     for i, p in enumerate(feasible[:top]):
         line = (
             f"{i + 1:>3} {p.mapping_text():<64} {p.trained_samples_per_s:>11,.0f} "
             f"{p.basis:>9} {p.bottleneck:>16}"
         )
-        if measure and p.mapping_text() in measured:
+        if measured is not None and p.mapping_text() in measured:
             line += f" {measured[p.mapping_text()]:>11,.0f}"
         print(line)
     best = feasible[0]
@@ -128,15 +156,22 @@ def dse_command(
             f"best runnable here: {runnable[0].mapping_text()} "
             f"{runnable[0].trained_samples_per_s:,.0f}/s (profiled)"
         )
-    for name, b in baselines(preds, model).items():
-        print(
-            f"  best over {name:<32} {best.trained_samples_per_s / b.trained_samples_per_s:8.2f}x "
-            f"({b.mapping_text()}, {b.basis})"
-        )
-    result = {
+
+
+def _result(
+    shape: ProfileKey,
+    delay: int,
+    devices: list[str],
+    preds: list[Prediction],
+    measured: dict[str, float],
+) -> dict:
+    """The JSON the command writes: every prediction, the best, and the best runnable."""
+    feasible = [p for p in preds if p.note == ""]
+    runnable = [p for p in feasible if p.runnable]
+    return {
         "shape": dataclasses.asdict(shape),
         "delay": delay,
-        "devices": devs,
+        "devices": devices,
         "predictions": [
             {
                 "mapping": p.mapping_text(),
@@ -150,24 +185,17 @@ def dse_command(
             }
             for p in preds
         ],
-        "best": best.mapping_text(),
+        "best": feasible[0].mapping_text(),
         "best_runnable": runnable[0].mapping_text() if runnable else None,
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
-    print(f"all predictions: {out}")
-    return result
 
 
-def auto_mapping(config: TrainConfig, delay: int, log=print) -> str:
-    """The DSE's best mapping runnable here for ``config`` (profiles from the cache)."""
-    import jax
-
-    from drlhet.dse import ProfileKey, build_model, replay_backends_here, search
-
+def auto_mapping(config: TrainConfig, delay: int, log: Callable[[str], None] = print) -> str:
+    """The DSE's best mapping runnable here for ``config`` (profiles from the user's cache
+    folder, measured and cached when missing)."""
     key = ProfileKey.of(config)
-    present = [f"cpu:{i}" for i in range(len(jax.devices("cpu")))]
-    model = build_model(key, log=log)
+    present = cpu_devices_here()
+    model = build_model(key, cache=ProfileCache(default_cache_dir()), log=log)
     preds = search(model, present, delay, present=present, backends_here=replay_backends_here())
     best = next(p for p in preds if p.runnable)
     log(

@@ -1,23 +1,24 @@
 """Design-space exploration: every mapping of the three groups onto the devices, ranked.
 
-DESIGN section 5; Zhang, Meng, Prasanna, TPDS 2023, Sec. 6.2 (exhaustive search over the
-mappings the performance model scores). Groups and where they may go:
-
-* actors (act + env_step): ``jax`` on a CPU device or a GPU;
-* replay (insert, sample, update): ``jax`` or ``native`` on a CPU device, ``jax`` on a GPU,
-  ``fpga`` on an FPGA board, and ``python`` (a Python-level buffer, cpprb, on the host: the
-  paper-style baseline, not run by the scheduler);
-* learner (train): ``jax`` on a CPU device or a GPU, ``fpga`` on an FPGA board.
+docs/design.md section 5; Zhang, Meng, Prasanna, TPDS 2023, Sec. 6.2 (exhaustive search over the
+mappings the performance model scores). Where each group may go is read from the backend
+registry (`drlhet.backends.base`): on each device, every backend that provides the group on
+that device's kind. A *host* backend (the paper-style Python-level buffer) runs in the host
+process: it gets one placement, on the first CPU device. A place is enumerated only when the
+model has its costs (a replay backend on a CPU device needs its profile, a host backend its
+measured costs). Modeled-only backends are enumerated and ranked but never runnable.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable
 
-from drlhet.dse.model import GROUPS, Model, Place, Prediction
+from drlhet.backends.base import CPU, GROUPS, PLATFORMS, get, loads, names, providing
+from drlhet.dse.model import Model, Place, Prediction
 
-__all__ = ["enumerate_mappings", "search", "baselines", "expand_devices"]
+__all__ = ["expand_devices", "enumerate_mappings", "search"]
 
 
 def expand_devices(text: str, cpu_devices: int = 2) -> list[str]:
@@ -25,36 +26,40 @@ def expand_devices(text: str, cpu_devices: int = 2) -> list[str]:
     device of this process, ``cpu:N`` one of them)."""
     out: list[str] = []
     for item in filter(None, (t.strip().lower() for t in text.split(","))):
-        names = [f"cpu:{i}" for i in range(cpu_devices)] if item == "cpu" else [item]
-        out += [n for n in names if n not in out]
+        devices = [f"{CPU}:{i}" for i in range(cpu_devices)] if item == CPU else [item]
+        out += [d for d in devices if d not in out]
     if not out:
         raise ValueError("no devices given")
     return out
 
 
-def enumerate_mappings(
-    model: Model, devices: Iterable[str], python_replay: bool = True
-) -> list[dict[str, Place]]:
-    """Every placement of actors, replay and learner on ``devices`` that can exist."""
-    devices = list(devices)
+def _placements(model: Model, devices: list[str], group: str, host: bool) -> list[Place]:
+    """Every place of ``group``: each device with each backend providing the group on its
+    kind; a host backend once, on the first CPU device. Only places the model has costs for
+    (`Model.costed`: a replay backend's CPU profile, a host backend's measured costs)."""
     kinds = {d: model.kind(d) for d in devices}
-    actors = [Place("jax", d) for d in devices if kinds[d] in ("cpu", "gpu")]
-    replay = []
+    out = [Place(b.name, d) for d in devices for b in providing(group, kinds[d]) if not b.host]
+    cpus = [d for d in devices if kinds[d] == CPU]
+    if host and cpus:
+        out += [Place(b.name, cpus[0]) for b in providing(group, CPU) if b.host]
+    return [p for p in out if model.costed(group, p)]
+
+
+def enumerate_mappings(
+    model: Model, devices: Iterable[str], host: bool = True
+) -> list[dict[str, Place]]:
+    """Every placement of actors, replay and learner on ``devices`` that the registry offers
+    (``host``: include host backends).
+
+    Raises:
+      ValueError: a device that is neither a CPU device nor a device sheet (a link's sheet).
+    """
+    devices = list(devices)
     for d in devices:
-        if kinds[d] == "cpu":
-            replay += [Place("jax", d), Place("native", d)]
-        elif kinds[d] == "gpu":
-            replay.append(Place("jax", d))
-        else:
-            replay.append(Place("fpga", d))
-    cpus = [d for d in devices if kinds[d] == "cpu"]
-    if python_replay and cpus and model.python_replay is not None:
-        replay.append(Place("python", cpus[0]))
-    learner = [Place("jax" if kinds[d] != "fpga" else "fpga", d) for d in devices]
-    return [
-        dict(zip(GROUPS, combo, strict=True))
-        for combo in itertools.product(actors, replay, learner)
-    ]
+        if model.kind(d) not in PLATFORMS:
+            raise ValueError(f"{d!r} is a {model.kind(d)}, not a device; devices: {PLATFORMS}")
+    per_group = [_placements(model, devices, g, host) for g in GROUPS]
+    return [dict(zip(GROUPS, combo, strict=True)) for combo in itertools.product(*per_group)]
 
 
 def search(
@@ -62,20 +67,21 @@ def search(
     devices: Iterable[str],
     delay: int = 0,
     present: Iterable[str] = (),
-    backends_here: Iterable[str] = ("jax", "native"),
+    backends_here: Iterable[str] | None = None,
 ) -> list[Prediction]:
     """Predictions for every mapping, best first; ``runnable`` marks those whose devices are all
-    in ``present`` and whose backends exist here (the scheduler can run them)."""
-    present, backends_here = set(present), set(backends_here)
+    in ``present`` and whose backends are in ``backends_here`` (default: those that load here)
+    and not modeled only: the scheduler can run them."""
+    present = set(present)
+    here = {n for n in names() if loads(n)} if backends_here is None else set(backends_here)
     out = []
     for places in enumerate_mappings(model, devices):
         p = model.predict(places, delay)
         runnable = p.note == "" and all(
-            pl.device in present and pl.backend in backends_here for pl in places.values()
+            pl.device in present and pl.backend in here and not get(pl.backend).modeled_only
+            for pl in places.values()
         )
-        out.append(
-            Prediction(**{**p.__dict__, "runnable": runnable})  # frozen: rebuild with the flag
-        )
+        out.append(dataclasses.replace(p, runnable=runnable))
     # ties: fewer distinct devices first (cheaper), then by name for a stable order
     out.sort(
         key=lambda p: (
@@ -84,41 +90,4 @@ def search(
             p.mapping_text(),
         )
     )
-    return out
-
-
-def baselines(preds: list[Prediction], model: Model) -> dict[str, Prediction]:
-    """The best mapping of each baseline family present in ``preds``:
-
-    * ``all on CPU``: every group on one CPU device, ``jax`` replay (the reference);
-    * ``replay on CPU, learner on GPU``;
-    * ``all on GPU``;
-    * ``paper-style: Python replay``: a Python-level buffer on the host, learner anywhere.
-    """
-
-    def gpu_learner(p: Prediction) -> bool:
-        return model.kind(p.places["learner"].device) == "gpu"
-
-    fams = {
-        "all on CPU (jax)": lambda p: (
-            len({pl.device for pl in p.places.values()}) == 1
-            and p.places["replay"].device.startswith("cpu")
-            and p.places["replay"].backend == "jax"
-        ),
-        "replay on CPU, learner on GPU": lambda p: (
-            p.places["replay"].device.startswith("cpu")
-            and p.places["replay"].backend in ("jax", "native")
-            and p.places["actors"].device.startswith("cpu")
-            and gpu_learner(p)
-        ),
-        "all on GPU": lambda p: (
-            len({pl.device for pl in p.places.values()}) == 1 and gpu_learner(p)
-        ),
-        "paper-style: Python replay": lambda p: p.places["replay"].backend == "python",
-    }
-    out = {}
-    for name, pred in fams.items():
-        hits = [p for p in preds if p.note == "" and pred(p)]
-        if hits:
-            out[name] = max(hits, key=lambda p: p.trained_samples_per_s)
     return out

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 
-from drlhet.dse.model import Model, Place, Shapes, load_sheets
-from drlhet.dse.search import baselines, enumerate_mappings, expand_devices, search
+from drlhet.dse.baselines import baselines
+from drlhet.dse.devices import load_sheets
+from drlhet.dse.model import Model, Place, Shapes
+from drlhet.dse.search import enumerate_mappings, expand_devices, search
 
 US = 1e-6
 
@@ -228,13 +232,14 @@ def test_infeasible_mappings_say_why():
 
 
 def test_search_ranks_and_knows_the_bottleneck_mapping():
-    m = model(python_replay={"replay_in": 500 * US, "replay_next": 500 * US, "apply": 100 * US})
+    host = {"replay_in": 500 * US, "replay_next": 500 * US, "apply": 100 * US}
+    m = model(host_costs={"python": host})
     devs = expand_devices("cpu,gpu,fpga", cpu_devices=2)
     assert devs == ["cpu:0", "cpu:1", "gpu", "fpga"]
     maps = enumerate_mappings(m, devs)
     # actors: cpu:0, cpu:1, gpu; replay: 2 x (jax, native), gpu jax, fpga, python; learner: 4
     assert len(maps) == 3 * 7 * 4
-    preds = search(m, devs, 0, present=["cpu:0", "cpu:1"])
+    preds = search(m, devs, 0, present=["cpu:0", "cpu:1"], backends_here=["jax", "native"])
     rates = [p.trained_samples_per_s for p in preds]
     assert rates == sorted(rates, reverse=True)
     runnable = [p for p in preds if p.runnable]
@@ -268,3 +273,18 @@ def test_shipped_sheets_give_every_value_a_source(tmp_path):
     (tmp_path / "x.json").write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         load_sheets(tmp_path)
+
+
+def test_the_model_imports_no_jax_and_no_training_stack():
+    # the packages (drlhet's by subpackage) that importing the pure model brings in
+    code = (
+        "import sys, drlhet.dse.model, drlhet.dse.shapes, drlhet.dse.devices\n"
+        "print(sorted({'.'.join(m.split('.')[: 2 if m.startswith('drlhet.') else 1])"
+        " for m in sys.modules}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(eval(out.stdout))
+    jax_stack = {"jax", "jaxlib", "flax", "optax", "gymnax"}
+    assert not loaded & jax_stack, loaded & jax_stack
+    stack = {"drlhet.runtime", "drlhet.agents", "drlhet.envs", "drlhet.replay", "drlhet.cli"}
+    assert not loaded & stack, loaded & stack

@@ -1,0 +1,120 @@
+"""Building a `Model` for a run on this machine: profiles (cached or measured), the device
+sheets, the run's shapes; and merging the models of several profiling rounds.
+
+docs/design.md section 5.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from drlhet.backends.base import CPU, providing
+from drlhet.dse.baselines import host_replay_backend, profile_python_replay
+from drlhet.dse.cache import ProfileCache
+from drlhet.dse.devices import load_sheets
+from drlhet.dse.key import ProfileKey
+from drlhet.dse.model import Model
+from drlhet.dse.profile import profile_config
+from drlhet.dse.trace import shapes_of
+
+__all__ = [
+    "replay_backends_here",
+    "cpu_devices_here",
+    "build_model",
+    "merge_models",
+]
+
+_HOST_STAGES = ("replay_in", "replay_next", "apply")
+
+
+def replay_backends_here() -> list[str]:
+    """Replay backends that run inside XLA on this machine's CPU, best first (the reference
+    always; faster ones when they load)."""
+    return [b.name for b in providing("replay", CPU, runnable=True) if not b.host]
+
+
+def cpu_devices_here() -> list[str]:
+    """This process's XLA CPU devices as a mapping names them (``cpu:0``, ``cpu:1``, ...)."""
+    return [f"{CPU}:{i}" for i in range(len(jax.devices(CPU)))]
+
+
+def _host_costs(
+    key: ProfileKey, cache: ProfileCache, reprofile: bool, device: Any, log: Callable[[str], None]
+) -> dict[str, dict[str, float]]:
+    """The host replay backend's costs per stage (`drlhet.dse.baselines`), cached like the
+    profiles (an empty profile is cached when its library is missing)."""
+    host = host_replay_backend()
+    if host is None:
+        return {}
+    k = dataclasses.replace(key, backend=host)
+    prof = None if reprofile else cache.get(k)
+    if prof is None:
+        log(f"profiling the Python-level baseline buffer (cpprb) for {k.name()}")
+        prof = profile_python_replay(k, device) or {}
+        cache.put(k, prof)
+    return {host: {s: prof[s]["median"] for s in _HOST_STAGES}} if prof else {}
+
+
+def build_model(
+    key: ProfileKey,
+    cache: ProfileCache,
+    reprofile: bool = False,
+    sheets_dir: Path | None = None,
+    log: Callable[[str], None] = print,
+) -> Model:
+    """A `Model` for ``key`` (its ``backend`` is ignored): CPU profiles of every replay backend
+    here, from ``cache`` or measured now (and cached), the host baseline's costs, and the
+    device sheets (``sheets_dir``, default: the shipped ones)."""
+    cpus = jax.devices(CPU)
+    profiles = {}
+    for backend in replay_backends_here():
+        k = dataclasses.replace(key, backend=backend)
+        prof = None if reprofile else cache.get(k)
+        if prof is None:
+            log(f"profiling {k.name()} on {cpus[0]} (measured; cached in {cache.path})")
+            prof = profile_config(k, cpus[0], cpus[1] if len(cpus) > 1 else None)
+            cache.put(k, prof)
+        profiles[backend] = prof
+    host_costs = _host_costs(key, cache, reprofile, cpus[0], log)
+    return Model(
+        shapes_of(key),
+        load_sheets(sheets_dir),
+        profiles,
+        cpu_cores=os.cpu_count() or 1,
+        host_costs=host_costs,
+    )
+
+
+def _median_profile(profiles: list[dict]) -> dict:
+    """One profile whose every measured figure is the median over ``profiles``."""
+    out = copy.deepcopy(profiles[0])
+    for group in ("compute", "call", "latency", "transfer"):
+        for name in out.get(group, {}):
+            for s in ("median", "min", "max"):
+                out[group][name][s] = statistics.median(d[group][name][s] for d in profiles)
+    return out
+
+
+def merge_models(models: list[Model]) -> Model:
+    """One model from several profiling rounds of the same configuration: every measured figure
+    is the median over the rounds (robust to a round that met a busy machine)."""
+    first = models[0]
+    if len(models) == 1:
+        return first
+    profiles = {b: _median_profile([m.profiles[b] for m in models]) for b in first.profiles}
+    host = {
+        b: {
+            stage: statistics.median(m.host_costs[b][stage] for m in models if b in m.host_costs)
+            for stage in costs
+        }
+        for b, costs in first.host_costs.items()
+    }
+    return Model(first.s, first.sheets, profiles, first.cpu_cores, host)

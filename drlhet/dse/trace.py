@@ -1,0 +1,48 @@
+"""`shapes_of`: the `Shapes` of a run, traced from its trainer (shapes only, nothing runs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from drlhet.dse.key import ProfileKey
+from drlhet.dse.shapes import Shapes
+from drlhet.replay.sum_tree import layout as tree_layout
+from drlhet.runtime.trainer import make_trainer
+
+__all__ = ["shapes_of"]
+
+
+def _nbytes(tree: Any) -> int:
+    return int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree)))
+
+
+def shapes_of(key: ProfileKey) -> Shapes:
+    """The `Shapes` of ``key`` (``jax.eval_shape`` of the trainer's init; fast)."""
+    tr = make_trainer(key.train_config())
+    lay = tree_layout(key.capacity, key.branching)
+    state = jax.eval_shape(tr.init, jax.random.key(0))
+    leaves = jax.tree.leaves(state.agent.params)
+    kernels = [x.shape for x in leaves if len(x.shape) == 2]
+    row = _nbytes(state.replay.storage) // key.capacity
+    return Shapes(
+        batch=key.batch,
+        capacity=key.capacity,
+        branching=key.branching,
+        num_envs=key.num_envs,
+        sgd_steps=key.sgd_steps,
+        levels=lay.depth,
+        tree_bytes=4 * lay.size,
+        row_bytes=row,
+        params=int(sum(np.prod(x.shape) for x in leaves)),
+        macs_per_sample=int(sum(a * b for a, b in kernels)),
+        layers=len(kernels),
+        bytes={
+            "transitions": key.num_envs * row + 8 * key.sgd_steps,
+            "batch": key.batch * (row + 4) + 8,
+            "priorities": key.batch * 12,
+            "params": _nbytes(state.agent),  # the scheduler moves the whole agent state
+        },
+    )

@@ -1,0 +1,101 @@
+"""The search reads the backend registry: a backend added there is enumerated with no edit in
+`drlhet.dse`, host backends get one placement, modeled-only ones are never runnable."""
+
+from __future__ import annotations
+
+import pytest
+from test_model import NATIVE, PROFILE, SHAPES, US, places, toy_sheets
+
+from drlhet.backends import base
+from drlhet.backends.base import CPU, FPGA, GPU, Backend
+from drlhet.dse.model import Model, Place
+from drlhet.dse.search import enumerate_mappings, search
+
+HOST = {"replay_in": 500 * US, "replay_next": 500 * US, "apply": 100 * US}
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """Registers backends for one test only (the registry and its load cache are restored)."""
+    base.names()  # discover the real backends first
+    monkeypatch.setattr(base, "_LOADED", dict(base._LOADED))
+
+    def add(backend: Backend) -> Backend:
+        monkeypatch.setitem(base._REGISTRY, backend.name, backend)
+        return backend
+
+    return add
+
+
+def replay_places(maps) -> set[str]:
+    return {str(m["replay"]) for m in maps}
+
+
+def test_a_registered_backend_is_enumerated_and_runs_only_if_it_loads(registry):
+    registry(Backend("toy_gpu", (GPU,), ("replay", "learner"), "nothing", loader=None))
+    registry(Backend("toy_cpu", (CPU,), ("replay",), "nothing", loader=lambda: object()))
+    profiles = {"jax": PROFILE, "native": NATIVE, "toy_cpu": NATIVE}
+    m = Model(SHAPES, toy_sheets(), profiles, cpu_cores=2)
+    maps = enumerate_mappings(m, ["cpu:0", "gpu"])
+    assert {"toy_gpu@gpu", "toy_cpu@cpu:0", "jax@gpu", "native@cpu:0"} <= replay_places(maps)
+    assert "toy_gpu@gpu" in {str(x["learner"]) for x in maps}
+    assert "toy_cpu@gpu" not in replay_places(maps)  # the registry says CPU only
+    preds = search(m, ["cpu:0", "gpu"], 0, present=["cpu:0", "gpu"])  # as if a GPU were here
+    by_replay = {p.places["replay"].backend: p for p in preds if p.runnable}
+    assert "toy_cpu" in by_replay  # loads here (the default backends_here)
+    toy_gpu = [p for p in preds if "toy_gpu" in p.mapping_text()]
+    assert toy_gpu and not any(p.runnable for p in toy_gpu)  # modeled only: never runnable
+    # even when named as present: modeled only wins
+    preds = search(m, ["gpu"], 0, present=["gpu"], backends_here=["toy_gpu", "jax"])
+    assert not any(p.runnable for p in preds if "toy_gpu" in p.mapping_text())
+
+
+def test_a_cpu_replay_backend_without_a_profile_is_not_enumerated(registry):
+    registry(Backend("toy_cpu", (CPU,), ("replay",), "nothing", loader=lambda: object()))
+    m = Model(SHAPES, toy_sheets(), {"jax": PROFILE}, cpu_cores=2)
+    assert replay_places(enumerate_mappings(m, ["cpu:0"])) == {"jax@cpu:0"}
+
+
+def test_a_host_backend_gets_one_place_when_its_costs_are_known(registry):
+    devices = ["cpu:0", "cpu:1", "gpu"]
+    without = Model(SHAPES, toy_sheets(), {"jax": PROFILE}, cpu_cores=2)
+    assert not any(m["replay"].backend == "python" for m in enumerate_mappings(without, devices))
+    with_costs = Model(SHAPES, toy_sheets(), {"jax": PROFILE}, host_costs={"python": HOST})
+    host = {str(m["replay"]) for m in enumerate_mappings(with_costs, devices)} - {
+        f"jax@{d}" for d in devices
+    }
+    assert host == {"python@cpu:0"}
+    assert "python@cpu:0" not in replay_places(enumerate_mappings(with_costs, devices, host=False))
+    # a second host backend with no costs gets no place
+    registry(Backend("toy_host", (CPU,), ("replay",), "nothing", loader=None, host=True))
+    assert "toy_host@cpu:0" not in replay_places(enumerate_mappings(with_costs, devices))
+    with_both = Model(
+        SHAPES, toy_sheets(), {"jax": PROFILE}, host_costs={"python": HOST, "toy_host": HOST}
+    )
+    assert "toy_host@cpu:0" in replay_places(enumerate_mappings(with_both, devices))
+
+
+def test_infeasibility_is_read_from_the_registry(registry):
+    m = Model(SHAPES, toy_sheets(), {"jax": PROFILE}, cpu_cores=2)
+    fpga_actors = places("toy_actors@fpga", "fpga@fpga", "fpga@fpga")
+    assert "no backend" in m.infeasible(fpga_actors)
+    registry(Backend("toy_actors", (FPGA,), ("actors",), "nothing", loader=None))
+    assert m.infeasible(fpga_actors) == ""
+    assert "implements the replay only" in m.infeasible(
+        places("jax@cpu:0", "native@cpu:0", "native@cpu:0")
+    )
+    assert "no backend 'nope'" in m.infeasible(places("nope@cpu:0", "jax@cpu:0", "jax@cpu:0"))
+
+
+def test_default_backends_here_are_those_that_load():
+    m = Model(SHAPES, toy_sheets(), {"jax": PROFILE, "native": NATIVE}, cpu_cores=2)
+    preds = search(m, ["cpu:0", "cpu:1"], 0, present=["cpu:0", "cpu:1"])
+    runnable = {p.places["replay"].backend for p in preds if p.runnable}
+    assert runnable == {n for n in ("jax", "native") if base.loads(n)}
+
+
+def test_a_link_is_not_a_device():
+    m = Model(SHAPES, toy_sheets(), {"jax": PROFILE})
+    with pytest.raises(ValueError, match="not a device"):
+        enumerate_mappings(m, ["cpu:0", "link"])
+    assert Place("jax", "gpu") in {x["learner"] for x in enumerate_mappings(m, ["cpu:0", "gpu"])}

@@ -1,9 +1,11 @@
 """The replay-primitive contract, for every replay backend in the registry.
 
-Each backend's tree primitives (`drlhet.replay.sum_tree.TreeOps`) must equal the pure-JAX
-reference bit for bit: ``find`` on any tree and target, ``write`` with duplicates (the last
-kept one wins) and dropped entries, under ``jit``, ``vmap`` and ``lax.scan``, in place when the
-tree is donated; a buffer and a training run built on it must equal the reference's.
+Each backend's tree primitives (`drlhet.replay.sum_tree.TreeOps`), the pure-JAX reference's
+included, must equal a NumPy restatement of the rules (`oracle`) bit for bit: ``find`` on any
+tree and target, ``write`` with duplicates (the last kept one wins) and dropped entries, under
+``jit``, ``vmap`` (against one call per tree) and ``lax.scan``, in place when the tree is
+donated. Every other backend must also equal the reference itself, and so must a buffer and a
+whole training run built on it.
 
 The backends come from the registry, so a new one is tested as soon as its module exists. A
 backend that does not load here is skipped with its reason, unless this machine must run it:
@@ -11,11 +13,10 @@ backend that does not load here is skipped with its reason, unless this machine 
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
+import oracle
 import pytest
 
 from drlhet import backends
@@ -30,6 +31,7 @@ from drlhet.runtime.run import run
 MUST_LOAD = ("jax", "native")
 
 REPLAY = [b.name for b in backends.providing("replay") if not b.modeled_only]
+OTHERS = [name for name in REPLAY if name != backends.reference()]
 CASES = [(2, 1000), (3, 100), (4, 1000), (16, 5000), (64, 5000), (16, 1), (3, 7)]
 
 
@@ -44,9 +46,16 @@ def ops(request) -> st.TreeOps:
         pytest.skip(f"backend {request.param!r} does not load here: {e}")
 
 
-@pytest.fixture
-def name(ops, request) -> str:
-    return request.node.callspec.params["ops"]
+@pytest.fixture(params=OTHERS)
+def other(request) -> str:
+    """A backend other than the reference (skipped like `ops` when it cannot load)."""
+    try:
+        backends.tree_ops(request.param)
+    except backends.BackendUnavailable as e:
+        if request.param in MUST_LOAD:
+            pytest.fail(f"backend {request.param!r} must load here: {e}")
+        pytest.skip(f"backend {request.param!r} does not load here: {e}")
+    return request.param
 
 
 def random_tree(capacity, k, seed=0):
@@ -76,20 +85,21 @@ def test_find_matches_reference_exactly(ops, k, capacity):
     targets = (np.random.default_rng(1).random(513) * total).astype(np.float32)
     targets[:3] = [0, np.nextafter(np.float32(total), 0), total]
     got = jax.jit(ops.find)(tree, targets)
-    want = jax.jit(st.descend)(tree, targets)
+    want = oracle.descend(tree.nodes, capacity, k, targets)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
 
 
 @pytest.mark.parametrize("k, capacity", CASES)
 def test_write_matches_reference_bitwise(ops, k, capacity):
-    tree_b = tree_r = random_tree(capacity, k, seed=k + 1)
+    tree = random_tree(capacity, k, seed=k + 1)
+    want = np.asarray(tree.nodes)
     for step in range(4):
         idx, vals = random_updates(capacity, 300, seed=step)
         keep = jnp.asarray(np.random.default_rng(step).random(300) < 0.9)
-        tree_b = jax.jit(ops.write)(tree_b, idx, vals, keep)
-        tree_r = jax.jit(st.write)(tree_r, idx, vals, keep)
-        np.testing.assert_array_equal(tree_b.nodes, tree_r.nodes)
+        tree = jax.jit(ops.write)(tree, idx, vals, keep)
+        want = oracle.write(want, capacity, k, idx, vals, keep)
+        np.testing.assert_array_equal(tree.nodes, want)
 
 
 def test_last_kept_duplicate_wins(ops):
@@ -101,33 +111,34 @@ def test_last_kept_duplicate_wins(ops):
     assert leaves[4] == 5.0 and leaves[7] == 3.0 and leaves.sum() == 8.0
 
 
-def test_vmap_and_scan_match_reference(ops):
+def test_vmap_and_scan_match_one_call_per_tree(ops):
     k, capacity, b = 4, 300, 64
     trees = [random_tree(capacity, k, seed=s) for s in range(3)]
     stacked = jax.tree.map(lambda *x: jnp.stack(x), *trees)
     targets = jnp.asarray(np.random.default_rng(0).random((3, b)) * 10, jnp.float32)
-    got, want = jax.vmap(ops.find)(stacked, targets), jax.vmap(st.descend)(stacked, targets)
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_array_equal(g, w)
+    got = jax.vmap(ops.find)(stacked, targets)
+    for i, tree in enumerate(trees):
+        for g, w in zip(got, oracle.descend(tree.nodes, capacity, k, targets[i]), strict=True):
+            np.testing.assert_array_equal(g[i], w)
     idx = jnp.asarray(np.random.default_rng(1).integers(0, capacity, (3, b)), jnp.int32)
     vals = jnp.asarray(np.random.default_rng(2).random((3, b)), jnp.float32)
-    np.testing.assert_array_equal(
-        jax.vmap(ops.write)(stacked, idx, vals).nodes, jax.vmap(st.write)(stacked, idx, vals).nodes
-    )
+    written = jax.vmap(ops.write)(stacked, idx, vals).nodes
+    for i, tree in enumerate(trees):
+        want = oracle.write(tree.nodes, capacity, k, idx[i], vals[i])
+        np.testing.assert_array_equal(written[i], want)
 
-    def steps(find, write, tree, key):
-        def body(t, kk):
-            k1, k2 = jax.random.split(kk)
-            i, v, _ = find(t, jax.random.uniform(k1, (b,)) * st.total(t))
-            return write(t, i, jax.random.uniform(k2, (b,)) * v + 1e-3), i
+    def body(t, kk):
+        k1, k2 = jax.random.split(kk)
+        i, v, _ = ops.find(t, jax.random.uniform(k1, (b,)) * st.total(t))
+        return ops.write(t, i, jax.random.uniform(k2, (b,)) * v + 1e-3), i
 
-        return jax.lax.scan(body, tree, jax.random.split(key, 20))
-
-    fn = functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=2)
-    tb, ib = fn(steps)(ops.find, ops.write, trees[0], jax.random.key(3))
-    tr, ir = fn(steps)(st.descend, st.write, random_tree(capacity, k, seed=0), jax.random.key(3))
-    np.testing.assert_array_equal(ib, ir)
-    np.testing.assert_array_equal(tb.nodes, tr.nodes)
+    keys = jax.random.split(jax.random.key(3), 20)
+    scanned, drawn = jax.jit(lambda t: jax.lax.scan(body, t, keys), donate_argnums=0)(trees[0])
+    tree, step = random_tree(capacity, k, seed=0), jax.jit(body)
+    for n, kk in enumerate(keys):  # the same steps, one call each, nothing donated
+        tree, i = step(tree, kk)
+        np.testing.assert_array_equal(drawn[n], i)
+    np.testing.assert_array_equal(scanned.nodes, tree.nodes)
 
 
 @pytest.mark.parametrize("k", [0, 2])
@@ -157,10 +168,10 @@ def test_a_learner_step_does_not_copy_the_tree(ops, k):
     assert changed == set(np.asarray(drawn[: 6 - k]).ravel().tolist())
 
 
-def test_prioritized_buffer_equals_the_reference(ops):
+def test_prioritized_buffer_equals_the_reference(other):
     example = {"obs": jnp.zeros(3), "act": jnp.int32(0)}
     outs = []
-    for tree_ops in (ops, st.REFERENCE):
+    for tree_ops in (backends.tree_ops(other), st.REFERENCE):
         fns = make_prioritized_replay(50, 16, branching=4, tree_ops=tree_ops)
         add, upd, sample = jax.jit(fns.add), jax.jit(fns.update_priorities), jax.jit(fns.sample)
         s, trace = fns.init(example), []
@@ -174,11 +185,11 @@ def test_prioritized_buffer_equals_the_reference(ops):
         np.testing.assert_array_equal(a, b)
 
 
-def test_training_equals_the_reference(name):
+def test_training_equals_the_reference(other):
     base = dict(env="probe-two-step", steps=800, num_envs=4, warmup=200, batch_size=32)
     base.update(buffer_size=2_000, eval_every=400, eval_envs=4, sgd_steps=1, n_step=1)
     finals = []
-    for backend in (name, backends.reference()):
+    for backend in (other, backends.reference()):
         cfg = TrainConfig(backend=backend, dqn=DQNConfig(hidden=(8,)), **base)
         states, rows = run(cfg)
         assert rows[-1]["backend"] == backend

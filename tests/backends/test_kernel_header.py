@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hst
+from oracle import level_step, seq_sum
 
 from drlhet.replay import sum_tree as st
 
@@ -100,54 +101,6 @@ def header_seq_sum(lib, children):
 
 
 # ---- the reference, restated in NumPy float32 ----------------------------------------------------
-
-
-def level_step(children, u):
-    """One level of `drlhet.replay.sum_tree.descend` (its ``level_step``) for a batch of nodes.
-
-    Args:
-      children: ``[B, K]`` float32.
-      u: ``[B]`` float32 targets, >= 0.
-
-    Returns:
-      ``(child, left, value, total, next_u)``, each ``[B]``.
-    """
-    children = np.asarray(children, F32)
-    u = np.asarray(u, F32)
-    zero = np.zeros(u.shape, F32)
-    with np.errstate(over="ignore"):  # a sum of large priorities may overflow to inf
-        return _level_step(children, u, zero)
-
-
-def _level_step(children, u, zero):
-    acc = left = left_nz = value = value_nz = zero
-    count = last_nz = np.zeros(u.shape, np.int32)
-    for j in range(children.shape[1]):
-        c = children[:, j]
-        nz = c > 0
-        left_nz = np.where(nz, acc, left_nz)
-        value_nz = np.where(nz, c, value_nz)
-        last_nz = np.where(nz, np.int32(j), last_nz)
-        acc = c if j == 0 else acc + c
-        below = acc <= u
-        value = np.where(count == j, c, value)
-        count = count + below.astype(np.int32)
-        left = np.where(below, acc, left)
-    overflow = count > last_nz
-    child = np.where(overflow, last_nz, count)
-    left = np.where(overflow, left_nz, left)
-    value = np.where(overflow, value_nz, value)
-    return child, left, value, acc, np.maximum(u - left, F32(0))
-
-
-def seq_sum(children):
-    """``_seq_sum`` of the reference: ((c0 + c1) + c2) + ... in float32."""
-    children = np.asarray(children, F32)
-    acc = children[..., 0]
-    with np.errstate(over="ignore"):
-        for j in range(1, children.shape[-1]):
-            acc = acc + children[..., j]
-    return acc
 
 
 def bits(x) -> int:

@@ -90,6 +90,25 @@ def test_find_matches_reference_exactly(ops, k, capacity):
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.parametrize("capacity", [8, 64])
+def test_find_at_prefix_boundaries_never_takes_a_zero(ops, capacity):
+    # targets exactly on prefix sums, after leading and between zero leaves: the child whose
+    # interval starts there is taken, never a zero-priority one
+    k = 8
+    p = np.zeros(capacity, np.float32)
+    p[2::5], p[4::7] = 1.0, 0.5
+    tree = st.update(st.init(capacity, k), np.arange(capacity), p)
+    lay = st.layout(capacity, k)
+    prefixes = np.cumsum(
+        np.asarray(tree.nodes)[lay.offsets[1] : lay.offsets[1] + k], dtype=np.float32
+    )
+    targets = np.concatenate([[0.0], prefixes[:-1], np.nextafter(prefixes, 0)]).astype(np.float32)
+    got = jax.jit(ops.find)(tree, targets)
+    for g, w in zip(got, oracle.descend(tree.nodes, capacity, k, targets), strict=True):
+        np.testing.assert_array_equal(g, w)
+    assert np.all(p[np.asarray(got[0])] > 0)
+
+
 @pytest.mark.parametrize("k, capacity", CASES)
 def test_write_matches_reference_bitwise(ops, k, capacity):
     tree = random_tree(capacity, k, seed=k + 1)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from drlhet.backends import CPU
+
 __all__ = ["cache_dir", "enable_compilation_cache", "set_cpu_devices"]
 
 
@@ -38,4 +40,9 @@ def set_cpu_devices(n: int) -> None:
 
     if n < 1:
         raise ValueError(f"--cpu-devices must be >= 1, got {n}")
-    jax.config.update("jax_num_cpu_devices", n)
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except RuntimeError as e:  # JAX already runs (e.g. called from Python): enough devices?
+        have = len(jax.devices(CPU))
+        if have < n:
+            raise ValueError(f"{n} CPU devices are needed; JAX already started with {have}") from e

@@ -10,8 +10,12 @@ from typing import Annotated
 
 import tyro
 
+from drlhet.backends import describe
 from drlhet.cli.common import enable_compilation_cache, set_cpu_devices
-from drlhet.runtime.config import TrainConfig
+from drlhet.cli.dse import auto_mapping
+from drlhet.runtime.config import TrainConfig, check
+from drlhet.runtime.mapping import Mapping, cpu_devices_named
+from drlhet.runtime.run import default_mapping, run
 
 __all__ = ["train_command", "backends_command", "plot_curves"]
 
@@ -71,19 +75,18 @@ def train_command(
       compilation_cache: keep compiled programs in the user's cache folder (JAX's persistent
         compilation cache), so that running the same configuration again does not compile.
     """
-    from drlhet.runtime.mapping import cpu_devices_named
-
     if compilation_cache:
         enable_compilation_cache()
     if mapping == "auto":
-        from drlhet.cli.dse import auto_mapping
-
         set_cpu_devices(cpu_devices or 2)
         mapping = auto_mapping(config, config.delay)
     elif mapping is not None or cpu_devices is not None:
         set_cpu_devices(cpu_devices or cpu_devices_named(mapping or ""))
+    check(config)  # bad input: one line, before anything is written or compiled
+    placed = Mapping.parse(mapping) if mapping is not None else default_mapping(config)
+    placed.validate()
     run_dir = out / (name or f"{time.strftime('%Y%m%d-%H%M%S')}-{config.algo}-{config.env}")
-    rows, reached, wall = _train(config, mapping, run_dir, stop_at_return, progress)
+    rows, reached, wall = _train(config, placed, run_dir, stop_at_return, progress)
     if rows:
         _report(config, rows, reached, stop_at_return, wall, run_dir)
     return run_dir
@@ -92,8 +95,6 @@ def train_command(
 def _train(config, mapping, run_dir: Path, stop_at_return, progress: bool):
     """Runs ``config``, streaming rows to ``metrics.jsonl``; ``-> (rows, reached, wall_s)``."""
     from tqdm import tqdm
-
-    from drlhet.runtime.run import run
 
     run_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
@@ -154,8 +155,6 @@ def _report(config, rows, reached, stop_at_return, wall: float, run_dir: Path) -
 
 def backends_command() -> list[dict]:
     """Lists every backend: where it runs, what it provides, and whether it loads here."""
-    from drlhet.backends import describe
-
     rows = describe()
     for r in rows:
         where = "/".join(r["platforms"])

@@ -23,7 +23,7 @@ from drlhet.runtime.host_loop import run_iteration_loop, run_pipelined_loop
 from drlhet.runtime.mapping import Mapping, segments
 from drlhet.runtime.trainer import TrainState, make_trainer
 
-__all__ = ["run"]
+__all__ = ["run", "default_mapping"]
 
 
 def run(
@@ -54,8 +54,7 @@ def run(
     if isinstance(mapping, str):
         mapping = Mapping.parse(mapping)
     if mapping is None:
-        default = jax.devices()[0]
-        mapping = Mapping.fused(f"{default.platform}:0", cfg.backend)
+        mapping = default_mapping(cfg)
     devices = mapping.validate()
     cfg = dataclasses.replace(cfg, backend=mapping.replay.backend)
     tr = make_trainer(cfg)
@@ -71,3 +70,10 @@ def run(
     if cfg.delay >= 2 * cfg.sgd_steps:
         return run_pipelined_loop(tr, states, devices, t0, on_chunk, extra)
     return run_iteration_loop(tr, states, devices, t0, on_chunk, extra)
+
+
+def default_mapping(cfg: TrainConfig) -> Mapping:
+    """Every group fused on JAX's default device, the replay on ``cfg.backend`` (None: the
+    fastest that loads there)."""
+    device = jax.devices()[0]
+    return Mapping.fused(f"{device.platform}:0", cfg.backend)

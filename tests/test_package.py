@@ -26,14 +26,15 @@ def modules() -> Iterator[tuple[Path, ast.Module]]:
 
 
 def docstrings(tree: ast.Module) -> set[int]:
-    """ids of the string constants that are docstrings (documentation may name anything)."""
-    out = set()
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
-            if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-                out.add(id(body[0].value))
-    return out
+    """ids of the string constants that are documentation: docstrings and attribute docstrings
+    (a bare string statement); documentation may name anything."""
+    return {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    }
 
 
 def name_literals(tree: ast.Module, names: set[str]) -> list[tuple[int, str]]:

@@ -4,46 +4,11 @@ The registry (`drlhet.backends.base`) is the only place that knows backend and p
 each other module of this package describes one backend and registers it when first queried.
 """
 
-from drlhet.backends.base import (
-    CPU,
-    FPGA,
-    GPU,
-    GROUPS,
-    LOOP_ORDER,
-    PLATFORMS,
-    Backend,
-    BackendUnavailable,
-    default,
-    describe,
-    get,
-    load,
-    loads,
-    names,
-    providing,
-    reference,
-    register,
-)
+from drlhet.backends import base
+from drlhet.backends.base import *  # noqa: F403  (the registry's API)
+from drlhet.backends.base import BackendUnavailable, get, load
 
-__all__ = [
-    "CPU",
-    "GPU",
-    "FPGA",
-    "PLATFORMS",
-    "GROUPS",
-    "LOOP_ORDER",
-    "Backend",
-    "BackendUnavailable",
-    "register",
-    "get",
-    "load",
-    "loads",
-    "names",
-    "providing",
-    "default",
-    "reference",
-    "describe",
-    "tree_ops",
-]
+__all__ = [*base.__all__, "tree_ops"]
 
 
 def tree_ops(name: str):

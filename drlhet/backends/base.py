@@ -38,6 +38,7 @@ __all__ = [
     "LOOP_ORDER",
     "Backend",
     "BackendUnavailable",
+    "Placement",
     "register",
     "get",
     "load",
@@ -65,6 +66,18 @@ LOOP_ORDER = ("act", "env_step", "insert", "sample", "train", "update")
 
 class BackendUnavailable(RuntimeError):
     """A backend cannot run here; the message says what is missing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """One group's place: ``backend`` on ``device`` (``cpu:0``; in the DSE also a device
+    sheet's name, ``h100``, ``u250``)."""
+
+    backend: str
+    device: str
+
+    def __str__(self) -> str:
+        return f"{self.backend}@{self.device}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,7 +34,7 @@ import math
 import statistics
 from collections.abc import Mapping
 
-from drlhet.backends.base import CPU, GROUPS, BackendUnavailable, get, providing
+from drlhet.backends.base import CPU, GROUPS, BackendUnavailable, Placement, get, providing
 from drlhet.dse.devices import MODELS, DeviceModel, link_seconds
 from drlhet.dse.shapes import Shapes
 
@@ -58,15 +58,8 @@ _REPLAY_STAGES = tuple(st for st, (g, _) in _STAGES.items() if g == "replay")
 _PER_STEP_HOPS = ("hop_batch", "hop_priorities")
 
 
-@dataclasses.dataclass(frozen=True)
-class Place:
-    """One group's placement: ``backend`` on ``device`` (``cpu:0``, ``h100``, ``u250``)."""
-
-    backend: str
-    device: str
-
-    def __str__(self) -> str:
-        return f"{self.backend}@{self.device}"
+Place = Placement
+"""One group's placement: ``backend`` on ``device`` (``cpu:0``, ``h100``, ``u250``)."""
 
 
 @dataclasses.dataclass(frozen=True)

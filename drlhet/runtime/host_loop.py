@@ -103,6 +103,23 @@ def _end_chunk(tr, loop, i, metrics_acc, finished_acc, evaluate, t0, last, extra
     return {**chunk_row(cfg, tr.iterations, summary, i, t0, last), **extra}
 
 
+def _drive(tr, loop, calls: int, step, evaluate, t0: float, on_chunk, extra: dict) -> list[dict]:
+    """Runs every chunk: ``calls`` calls of ``step() -> (metrics list, finished)``, then the
+    evaluation and the chunk's row (passed to ``on_chunk`` at once)."""
+    rows, last = [], time.perf_counter()
+    for i in range(tr.chunks):
+        metrics_acc, finished_acc = [], []
+        for _ in range(calls):
+            metrics, finished = step()
+            metrics_acc += metrics
+            finished_acc.append(finished)
+        rows.append(_end_chunk(tr, loop, i, metrics_acc, finished_acc, evaluate, t0, last, extra))
+        last = time.perf_counter()
+        if on_chunk:
+            on_chunk(rows[-1])
+    return rows
+
+
 def _one_iteration(cfg, st, loop: _Loop, queue: collections.deque, empty: Entry):
     """One iteration of the per-iteration loop; returns ``(metrics list, finished)``."""
     to_r, to_l = loop.move("actors", "replay"), loop.move("replay", "learner")
@@ -160,19 +177,11 @@ def run_iteration_loop(
         devices["replay"],
     )
     queue: collections.deque = collections.deque()
-    rows, last = [], time.perf_counter()
-    for i in range(tr.chunks):
-        metrics_acc, finished_acc = [], []
-        for _ in range(tr.iterations):
-            metrics, finished = _one_iteration(cfg, st, loop, queue, empty)
-            metrics_acc += metrics
-            finished_acc.append(finished)
-        rows.append(
-            _end_chunk(tr, loop, i, metrics_acc, finished_acc, st.evaluate, t0, last, extra or {})
-        )
-        last = time.perf_counter()
-        if on_chunk:
-            on_chunk(rows[-1])
+
+    def step():
+        return _one_iteration(cfg, st, loop, queue, empty)
+
+    rows = _drive(tr, loop, tr.iterations, step, st.evaluate, t0, on_chunk, extra or {})
     pending = [tuple(x[:, None] for x in e) for e in queue]
     if 0 < len(queue) < cfg.delay:  # a run shorter than the delay: empty entries first
         pending.insert(0, UpdateFifo.empty(cfg.seeds, cfg.delay - len(queue), cfg.batch_size))
@@ -202,29 +211,23 @@ def run_pipelined_loop(
         jax.device_put(UpdateFifo.empty(cfg.seeds, cfg.delay, cfg.batch_size), devices["replay"])
     )
     extra = {**(extra or {}), "iterations_per_stage_call": st.unroll}
-    rows, last = [], time.perf_counter()
-    for i in range(tr.chunks):
-        metrics_acc, finished_acc = [], []
-        for _ in range(tr.iterations // st.unroll):
-            *env, transitions, finished, learn_keys = st.actor(
-                loop.actor_agent, *loop.env, loop.env_steps
-            )
-            loop.env = tuple(env)
-            # finished counts come per iteration of a call: sum them over the call
-            finished_acc.append(jax.tree.map(lambda x: x.sum(axis=1), finished))
-            loop.rep, batches, k_updates = st.replay(
-                loop.rep, *to_r((transitions, learn_keys)), fifo.take(per_call), loop.env_steps
-            )
-            previous = loop.agent
-            loop.agent, entries, metrics = st.learner(loop.agent, *to_l((batches, k_updates)))
-            metrics_acc.append(metrics)
-            fifo.push(l_to_r(entries))
-            loop.actor_agent = to_a(previous)
-            loop.env_steps += st.unroll * cfg.num_envs
-        rows.append(
-            _end_chunk(tr, loop, i, metrics_acc, finished_acc, st.evaluate, t0, last, extra)
+
+    def step():
+        *env, transitions, finished, learn_keys = st.actor(
+            loop.actor_agent, *loop.env, loop.env_steps
         )
-        last = time.perf_counter()
-        if on_chunk:
-            on_chunk(rows[-1])
+        loop.env = tuple(env)
+        loop.rep, batches, k_updates = st.replay(
+            loop.rep, *to_r((transitions, learn_keys)), fifo.take(per_call), loop.env_steps
+        )
+        previous = loop.agent
+        loop.agent, entries, metrics = st.learner(loop.agent, *to_l((batches, k_updates)))
+        fifo.push(l_to_r(entries))
+        loop.actor_agent = to_a(previous)
+        loop.env_steps += st.unroll * cfg.num_envs
+        # finished counts come per iteration of a call: sum them over the call
+        return [metrics], jax.tree.map(lambda x: x.sum(axis=1), finished)
+
+    calls = tr.iterations // st.unroll
+    rows = _drive(tr, loop, calls, step, st.evaluate, t0, on_chunk, extra)
     return _final(cfg, loop, [fifo.take(len(fifo))]), rows

@@ -15,34 +15,30 @@ import re
 import jax
 
 from drlhet import backends
-from drlhet.backends import GROUPS, LOOP_ORDER, BackendUnavailable
+from drlhet.backends import GROUPS, LOOP_ORDER, BackendUnavailable, Placement
 from drlhet.backends.base import GROUP_PRIMITIVES
 
-__all__ = ["Placement", "Mapping", "resolve_device", "segments", "cpu_devices_named"]
+__all__ = [
+    "Placement",
+    "parse_placement",
+    "Mapping",
+    "resolve_device",
+    "segments",
+    "cpu_devices_named",
+]
 
 _GROUP_OF = {p: g for g, ps in GROUP_PRIMITIVES.items() for p in ps}
 
 
-@dataclasses.dataclass(frozen=True)
-class Placement:
-    """One group's place: ``backend`` on ``device`` (``cpu:0``; a sheet name in the DSE)."""
-
-    backend: str
-    device: str
-
-    def __str__(self) -> str:
-        return f"{self.backend}@{self.device}"
-
-    @classmethod
-    def parse(cls, text: str, group: str) -> Placement:
-        """``"backend@device"``, or a bare ``"device"`` (the group's default backend there)."""
-        text = text.strip()
-        if text.count("@") > 1 or not text or text.startswith("@") or text.endswith("@"):
-            raise ValueError(f"{group}={text!r}: expected backend@device or a device")
-        if "@" in text:
-            backend, device = text.split("@")
-            return cls(backend, device)
-        return cls(backends.default(group, _platform(text)), text)
+def parse_placement(text: str, group: str) -> Placement:
+    """``"backend@device"``, or a bare ``"device"`` (the group's default backend there)."""
+    text = text.strip()
+    if text.count("@") > 1 or not text or text.startswith("@") or text.endswith("@"):
+        raise ValueError(f"{group}={text!r}: expected backend@device or a device")
+    if "@" in text:
+        backend, device = text.split("@")
+        return Placement(backend, device)
+    return Placement(backends.default(group, _platform(text)), text)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,9 +59,9 @@ class Mapping:
         that loads there), the others on their default backend."""
         rb = replay_backend or backends.default("replay", _platform(device))
         return cls(
-            Placement.parse(device, "actors"),
+            parse_placement(device, "actors"),
             Placement(rb, device),
-            Placement.parse(device, "learner"),
+            parse_placement(device, "learner"),
         )
 
     @classmethod
@@ -79,7 +75,7 @@ class Mapping:
             group = key if key in GROUPS else _GROUP_OF.get(key)
             if group is None:
                 raise ValueError(f"unknown group or primitive {key!r}; use {GROUPS + LOOP_ORDER}")
-            place = Placement.parse(value, group)
+            place = parse_placement(value, group)
             if got.setdefault(group, place) != place:
                 raise ValueError(
                     f"the {group} ({', '.join(GROUP_PRIMITIVES[group])}) must share one "

@@ -206,16 +206,21 @@ def test_every_gymnax_env_steps_in_batches(name):
     assert env.max_steps > 0
 
 
-def test_td3_update_runs_and_delays_the_actor():
-    agent = make_ddpg(DDPGConfig(hidden=(8,), td3=True, policy_delay=2), (3,), 1, -1.0, 1.0)
-    state = agent.init(jax.random.key(0))
-    batch = {
+def continuous_batch():
+    """4 transitions of a 3-dimensional observation and a 1-dimensional action."""
+    return {
         "obs": jnp.ones((4, 3)),
         "action": jnp.zeros((4, 1)),
         "reward": jnp.ones(4),
         "discount": jnp.full((4,), 0.9),
         "next_obs": jnp.zeros((4, 3)),
     }
+
+
+def test_td3_update_runs_and_delays_the_actor():
+    agent = make_ddpg(DDPGConfig(hidden=(8,), td3=True, policy_delay=2), (3,), 1, -1.0, 1.0)
+    state = agent.init(jax.random.key(0))
+    batch = continuous_batch()
     s1, prio, _ = agent.update(state, batch, jnp.ones(4), jax.random.key(1))
     assert prio.shape == (4,) and bool(jnp.all(prio > 0))
     same = jax.tree.map(lambda a, b: bool(jnp.all(a == b)), s1.actor, state.actor)
@@ -229,13 +234,7 @@ def test_td3_target_noise_comes_from_the_callers_key():
     # a key made from a constant inside the agent repeated the same target noise every step
     agent = make_ddpg(DDPGConfig(hidden=(8,), td3=True, target_noise=0.5), (3,), 1, -1.0, 1.0)
     state = agent.init(jax.random.key(0))
-    batch = {
-        "obs": jnp.ones((4, 3)),
-        "action": jnp.zeros((4, 1)),
-        "reward": jnp.ones(4),
-        "discount": jnp.full((4,), 0.9),
-        "next_obs": jnp.zeros((4, 3)),
-    }
+    batch = continuous_batch()
     with pytest.raises(TypeError):
         agent.update(state, batch, jnp.ones(4))  # no key: refused, never a constant one
     k1, k2 = jax.random.split(jax.random.key(7))

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conformance import random_tree, random_updates
 
 from drlhet import backends
 from drlhet.backends import BackendUnavailable, native
@@ -18,22 +19,6 @@ try:
     native.library_path()
 except BackendUnavailable as e:  # the conformance suite fails on this; these tests skip
     pytest.skip(f"the native kernel library is not built: {e}", allow_module_level=True)
-
-
-def random_tree(capacity, k, seed=0):
-    rng = np.random.default_rng(seed)
-    p = rng.random(capacity).astype(np.float32)
-    p[rng.random(capacity) < 0.3] = 0
-    p[0] = max(p[0], 0.1)
-    return st.update(st.init(capacity, k), np.arange(capacity), p)
-
-
-def random_updates(capacity, n, seed):
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, capacity, n).astype(np.int32)
-    idx[n // 2 :: 7] = idx[0]  # duplicates
-    vals = (rng.random(n) * rng.choice([0, 1, 1e-3, 100], n)).astype(np.float32)
-    return jnp.asarray(idx), jnp.asarray(vals)
 
 
 @pytest.mark.parametrize(

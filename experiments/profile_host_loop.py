@@ -1,0 +1,203 @@
+"""Where the host thread's time goes in a split mapping: each stage call and each transfer, timed.
+
+Wraps the jitted stages of the host loops (`drlhet.runtime.stages`) and ``jax.device_put`` with
+timers and runs one training configuration; for every stage and for the transfers it reports
+the calls, the host time the call took to return (dispatch, or the whole run when XLA executes
+it on the calling thread) and the share of the wall time. A second measurement probes the two
+facts the pipeline design rests on (docs/design.md section 6): whether a call on an XLA CPU
+device returns before its result is ready, and whether a ``device_put`` of a result still being
+computed waits for it.
+
+Usage:
+  python experiments/profile_host_loop.py            # k = 4, B 64, 2^20, the lead's mapping
+  python experiments/profile_host_loop.py --delay 0 \
+      --mapping "actors=cpu:0,replay=native@cpu:1,learner=cpu:1"
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import tyro
+
+
+@dataclasses.dataclass
+class Args:
+    mapping: str = "actors=cpu:0,replay=native@cpu:1,learner=cpu:0"
+    delay: int = 4
+    batch_size: int = 64
+    buffer_size: int = 1 << 20
+    chunk_steps: int = 4_000
+    chunks: int = 3
+    """Chunks per run; the first (compilation) is not counted."""
+    out: Path = Path("results/profile_host_loop.json")
+
+
+class Timers:
+    """Host seconds and calls per name, only while ``on``."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = collections.defaultdict(float)
+        self.calls: dict[str, int] = collections.defaultdict(int)
+        self.on = False
+
+    def wrap(self, name, fn):
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                if self.on:
+                    self.seconds[name] += time.perf_counter() - t
+                    self.calls[name] += 1
+
+        return timed
+
+
+def profile_loop(args: Args) -> dict:
+    """Runs the configuration with every stage and transfer timed (after the first chunk)."""
+    import jax
+
+    from drlhet.agents.dqn import DQNConfig
+    from drlhet.runtime import host_loop, stages
+    from drlhet.runtime.config import TrainConfig
+    from drlhet.runtime.run import run
+
+    timers = Timers()
+
+    def timed_stages(builder):
+        def build(*a, **k):
+            st = builder(*a, **k)
+            fields = {
+                f: timers.wrap(f, getattr(st, f)) if callable(getattr(st, f)) else getattr(st, f)
+                for f in st._fields
+            }
+            return type(st)(**fields)
+
+        return build
+
+    host_loop.iteration_stages = timed_stages(stages.iteration_stages)  # type: ignore[assignment]
+    host_loop.pipeline_stages = timed_stages(stages.pipeline_stages)  # type: ignore[assignment]
+    jax.device_put = timers.wrap("device_put", jax.device_put)
+    cfg = TrainConfig(
+        batch_size=args.batch_size,
+        buffer_size=args.buffer_size,
+        delay=args.delay,
+        sgd_steps=2,
+        warmup=max(1_000, args.batch_size),
+        eval_every=args.chunk_steps,
+        eval_envs=2,
+        steps=1_000 + args.chunks * args.chunk_steps,
+        dqn=DQNConfig(hidden=(64, 64)),
+    )
+    marks: list[float] = []
+
+    def on_chunk(row):
+        marks.append(time.perf_counter())
+        timers.on = True  # from the end of the first (compiling) chunk on
+
+    _, rows = run(cfg, args.mapping, on_chunk=on_chunk)
+    wall = marks[-1] - marks[0]
+    return {
+        "wall_s": wall,
+        "trained_samples_per_s": sorted(r["trained_samples_per_s"] for r in rows[1:])[
+            len(rows[1:]) // 2
+        ],
+        "host": {
+            name: {
+                "calls": timers.calls[name],
+                "seconds": timers.seconds[name],
+                "ms_per_call": 1e3 * timers.seconds[name] / max(timers.calls[name], 1),
+                "share_of_wall": timers.seconds[name] / wall,
+            }
+            for name in sorted(timers.seconds)
+        },
+    }
+
+
+def probe_dispatch() -> dict:
+    """Does a call on a CPU device return before it is done, and does a device_put of its
+    result wait for it? For a sequential program (a scan: what the stages are) and a parallel
+    one (large matrix products)."""
+    import jax
+    import jax.numpy as jnp
+
+    d0, d1 = jax.devices("cpu")[:2]
+
+    @jax.jit
+    def sequential(x):
+        return jax.lax.scan(lambda c, _: (jnp.sin(c) * 0.99 + 0.01, None), x, None, length=200_000)[
+            0
+        ]
+
+    @jax.jit
+    def parallel(x):
+        return jax.lax.fori_loop(0, 40, lambda i, y: jnp.tanh(y @ y) * 0.5, x)
+
+    out = {}
+    for name, fn, x in (
+        ("sequential scan", sequential, jnp.ones((8,))),
+        ("parallel matmuls", parallel, jnp.ones((512, 512)) * 0.01),
+    ):
+        x = jax.device_put(x, d0)
+        jax.block_until_ready(fn(x))
+        rows = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            y = fn(x)
+            t1 = time.perf_counter()
+            z = jax.device_put(y, d1)
+            t2 = time.perf_counter()
+            jax.block_until_ready(z)
+            t3 = time.perf_counter()
+            rows.append((t1 - t0, t2 - t1, t3 - t0))
+        med = [sorted(r[i] for r in rows)[2] for i in range(3)]
+        out[name] = {
+            "call_returns_ms": 1e3 * med[0],
+            "device_put_returns_ms": 1e3 * med[1],
+            "result_ready_ms": 1e3 * med[2],
+        }
+    return out
+
+
+def main(args: Args) -> dict:
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", 2)
+    result = {
+        "args": {k: str(v) for k, v in dataclasses.asdict(args).items()},
+        "machine": f"{platform.machine()} {os.cpu_count()} cores ({platform.node()})",
+        "measured": time.strftime("%Y-%m-%d"),
+        "dispatch": probe_dispatch(),
+        "loop": profile_loop(args),
+    }
+    for name, r in result["dispatch"].items():
+        print(
+            f"{name:<17} call returns after {r['call_returns_ms']:7.2f} ms; device_put of the "
+            f"result returns after {r['device_put_returns_ms']:6.2f} ms; ready at "
+            f"{r['result_ready_ms']:7.2f} ms (measured)"
+        )
+    loop = result["loop"]
+    print(
+        f"\n{args.mapping}, k={args.delay}, B {args.batch_size}, capacity {args.buffer_size}: "
+        f"{loop['trained_samples_per_s']:,.0f} trained samples/s; host time per name (measured):"
+    )
+    for name, h in loop["host"].items():
+        print(
+            f"  {name:<14} {h['calls']:>7} calls {h['ms_per_call']:8.3f} ms/call "
+            f"{100 * h['share_of_wall']:5.1f}% of wall"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    print(f"rows: {args.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

@@ -3,10 +3,10 @@
 Wraps the jitted stages of the host loops (`drlhet.runtime.stages`) and ``jax.device_put`` with
 timers and runs one training configuration; for every stage and for the transfers it reports
 the calls, the host time the call took to return (dispatch, or the whole run when XLA executes
-it on the calling thread) and the share of the wall time. A second measurement probes the two
-facts the pipeline design rests on (docs/design.md section 6): whether a call on an XLA CPU
-device returns before its result is ready, and whether a ``device_put`` of a result still being
-computed waits for it.
+it on the calling thread) and the share of the wall time. Two probes test what the pipeline design
+rests on (docs/design.md section 6): whether a call on an XLA CPU device returns before its
+result is ready and whether a ``device_put`` of a result still being computed waits for it; and
+whether the host work of two stage loops (dispatch, transfers) runs faster on two threads.
 
 Usage:
   python experiments/profile_host_loop.py            # k = 4, B 64, 2^20, the lead's mapping
@@ -166,6 +166,74 @@ def probe_dispatch() -> dict:
     return out
 
 
+def probe_put(repeats: int = 2_000) -> dict:
+    """Host microseconds per CPU-to-CPU ``device_put`` of a list of float32 leaves, by the
+    number and the size of the leaves."""
+    import jax
+    import jax.numpy as jnp
+
+    d0, d1 = jax.devices("cpu")[:2]
+    out = {}
+    for n, size in ((1, 512), (6, 512), (1, 3072), (30, 64)):
+        x = jax.device_put([jnp.ones((size,)) for _ in range(n)], d0)
+        for _ in range(50):
+            jax.block_until_ready(jax.device_put(x, d1))
+        t = time.perf_counter()
+        for _ in range(repeats):
+            y = jax.device_put(x, d1)
+        jax.block_until_ready(y)
+        out[f"{n} x {size} floats"] = 1e6 * (time.perf_counter() - t) / repeats
+    return out
+
+
+def probe_threads(steps: int = 3_000) -> dict:
+    """Host work of a stage loop (a small jitted call on a 6-leaf pytree, optionally two
+    ``device_put`` hops) on one thread for both devices, then one thread per device: does a
+    second host thread add throughput?"""
+    import threading
+
+    import jax
+    import jax.numpy as jnp
+
+    d0, d1 = jax.devices("cpu")[:2]
+    f = jax.jit(lambda t: jax.tree.map(lambda x: x * 1.0001 + 0.1, t))
+
+    def make(d):
+        return jax.device_put({f"a{i}": jnp.ones((64, 8)) for i in range(6)}, d)
+
+    def loop(x, home, other, put):
+        for _ in range(steps):
+            x = f(x)
+            if put:
+                x = jax.device_put(jax.device_put(x, other), home)
+        jax.block_until_ready(x)
+
+    x0, x1 = make(d0), make(d1)
+    jax.block_until_ready((f(x0), f(x1)))
+    out = {}
+    for put in (False, True):
+        t = time.perf_counter()
+        loop(x0, d0, d1, put)
+        loop(x1, d1, d0, put)
+        one = time.perf_counter() - t
+        threads = [
+            threading.Thread(target=loop, args=(x0, d0, d1, put)),
+            threading.Thread(target=loop, args=(x1, d1, d0, put)),
+        ]
+        t = time.perf_counter()
+        for h in threads:
+            h.start()
+        for h in threads:
+            h.join()
+        two = time.perf_counter() - t
+        out["call + 2 puts" if put else "call"] = {
+            "one_thread_us_per_step": 1e6 * one / (2 * steps),
+            "two_threads_us_per_step": 1e6 * two / (2 * steps),
+            "speedup": one / two,
+        }
+    return out
+
+
 def main(args: Args) -> dict:
     import jax
 
@@ -175,6 +243,8 @@ def main(args: Args) -> dict:
         "machine": f"{platform.machine()} {os.cpu_count()} cores ({platform.node()})",
         "measured": time.strftime("%Y-%m-%d"),
         "dispatch": probe_dispatch(),
+        "threads": probe_threads(),
+        "put_us": probe_put(),
         "loop": profile_loop(args),
     }
     for name, r in result["dispatch"].items():
@@ -183,6 +253,13 @@ def main(args: Args) -> dict:
             f"result returns after {r['device_put_returns_ms']:6.2f} ms; ready at "
             f"{r['result_ready_ms']:7.2f} ms (measured)"
         )
+    for name, r in result["threads"].items():
+        print(
+            f"host work '{name}': one thread {r['one_thread_us_per_step']:.1f} us/step, one "
+            f"thread per device {r['two_threads_us_per_step']:.1f} us/step ({r['speedup']:.2f}x)"
+        )
+    puts = ", ".join(f"{k}: {v:.1f} us" for k, v in result["put_us"].items())
+    print(f"one device_put (measured): {puts}")
     loop = result["loop"]
     print(
         f"\n{args.mapping}, k={args.delay}, B {args.batch_size}, capacity {args.buffer_size}: "

@@ -35,26 +35,27 @@ OTHERS = [name for name in REPLAY if name != backends.reference()]
 CASES = [(2, 1000), (3, 100), (4, 1000), (16, 5000), (64, 5000), (16, 1), (3, 7)]
 
 
+def load_or_skip(name: str) -> st.TreeOps:
+    """The backend's tree primitives; a backend in `MUST_LOAD` that cannot load fails, any
+    other skips with the registry's reason (the library or device it lacks here)."""
+    try:
+        return backends.tree_ops(name)
+    except backends.BackendUnavailable as e:
+        if name in MUST_LOAD:
+            pytest.fail(f"backend {name!r} must load here: {e}")
+        pytest.skip(f"backend {name!r} lacks a library or device here: {e}")
+
+
 @pytest.fixture(params=REPLAY)
 def ops(request) -> st.TreeOps:
     """The tree primitives of one backend (skipped with the reason when it cannot load)."""
-    try:
-        return backends.tree_ops(request.param)
-    except backends.BackendUnavailable as e:
-        if request.param in MUST_LOAD:
-            pytest.fail(f"backend {request.param!r} must load here: {e}")
-        pytest.skip(f"backend {request.param!r} does not load here: {e}")
+    return load_or_skip(request.param)
 
 
 @pytest.fixture(params=OTHERS)
 def other(request) -> str:
     """A backend other than the reference (skipped like `ops` when it cannot load)."""
-    try:
-        backends.tree_ops(request.param)
-    except backends.BackendUnavailable as e:
-        if request.param in MUST_LOAD:
-            pytest.fail(f"backend {request.param!r} must load here: {e}")
-        pytest.skip(f"backend {request.param!r} does not load here: {e}")
+    load_or_skip(request.param)
     return request.param
 
 

@@ -58,7 +58,8 @@ def lib() -> ctypes.CDLL:
     cdll = ctypes.CDLL(str(path))
     for symbol in ("drlhet_choose_child", "drlhet_seq_sum"):
         if not hasattr(cdll, symbol):
-            pytest.skip(f"{path} predates {symbol} (kernels/cpu/header_probe.cc); rebuild it")
+            # a stale build, not a missing library: the install is broken, so fail
+            pytest.fail(f"{path} predates {symbol} (kernels/cpu/header_probe.cc); rebuild it")
     fp = ctypes.POINTER(ctypes.c_float)
     cdll.drlhet_choose_child.argtypes = [
         fp,
@@ -387,7 +388,7 @@ def _compile(cmd, cwd):
 def test_header_compiles_as_cuda_device_code(tmp_path):
     nvcc = _nvcc()
     if nvcc is None:
-        pytest.skip("nvcc not found")
+        pytest.skip("nvcc (the CUDA toolkit's compiler) is not on PATH or in /usr/local/cuda/bin")
     (tmp_path / "probe.cu").write_text(DEVICE_PROBE)
     _compile(
         [nvcc, "-std=c++17", "-arch=sm_80", "-Werror", "all-warnings", f"-I{INCLUDE}"]

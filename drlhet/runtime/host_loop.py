@@ -6,9 +6,9 @@ updates in flight (Zhang, Meng, Prasanna, TPDS 2023, Sec. 5): with ``delay >= 1`
 samples batch t+1 while the learner still trains on batch t, and the actors act with the
 parameters of one iteration earlier. With ``delay = 0`` the results equal the fused loop's.
 
-Two loops share the placement of the state, the per-chunk report and the final state:
-`run_iteration_loop` (one stage call per iteration and learner step) and `run_pipelined_loop`
-(``delay >= 2 sgd_steps``: U iterations per stage call).
+`run_iteration_loop` (one stage call per iteration and learner step, on the calling thread) runs
+the strict chain (``delay < sgd_steps``); the placement of the state and the final state are
+shared with the threaded pipeline (`drlhet.runtime.pipeline`, ``delay >= sgd_steps``).
 """
 
 from __future__ import annotations
@@ -25,17 +25,17 @@ import numpy as np
 
 from drlhet.replay.delayed import PendingUpdates
 from drlhet.runtime.chunks import check_replay_error, chunk_row, host_summary, split_keys
-from drlhet.runtime.stages import iteration_stages, pipeline_stages, unroll_of
+from drlhet.runtime.stages import iteration_stages
 from drlhet.runtime.trainer import Trainer, TrainState
 from drlhet.runtime.update_fifo import UpdateFifo
 
-__all__ = ["run_iteration_loop", "run_pipelined_loop"]
+__all__ = ["run_iteration_loop", "LoopState", "place_state", "final_state"]
 
 Entry = tuple[jax.Array, jax.Array, jax.Array]  # (indices, stamps, priorities) of one update
 
 
 @dataclasses.dataclass
-class _Loop:
+class LoopState:
     """The state of a host loop, each part on its group's device (mutable, host side)."""
 
     agent: Any
@@ -53,9 +53,9 @@ class _Loop:
         return lambda x: jax.device_put(x, self.devices[dst])
 
 
-def _place(cfg, states: TrainState, devices: dict[str, jax.Device]) -> _Loop:
+def place_state(cfg, states: TrainState, devices: dict[str, jax.Device]) -> LoopState:
     put, s = jax.device_put, states
-    return _Loop(
+    return LoopState(
         agent=put(s.agent, devices["learner"]),
         actor_agent=put(s.agent if cfg.delay == 0 else s.actor_agent, devices["actors"]),
         env=put((s.env_state, s.obs, s.fifo, s.episode_return, s.key), devices["actors"]),
@@ -65,7 +65,7 @@ def _place(cfg, states: TrainState, devices: dict[str, jax.Device]) -> _Loop:
     )
 
 
-def _final(cfg, loop: _Loop, pending: list[Entry]) -> TrainState:
+def final_state(cfg, loop: LoopState, pending: list[Entry]) -> TrainState:
     """The loop's state as the fused path returns it; ``pending`` holds the updates not
     applied yet, oldest first, each ``[S, n, B]``."""
     shape = (cfg.seeds, 0, cfg.batch_size)
@@ -120,7 +120,7 @@ def _drive(tr, loop, calls: int, step, evaluate, t0: float, on_chunk, extra: dic
     return rows
 
 
-def _one_iteration(cfg, st, loop: _Loop, queue: collections.deque, empty: Entry):
+def _one_iteration(cfg, st, loop: LoopState, queue: collections.deque, empty: Entry):
     """One iteration of the per-iteration loop; returns ``(metrics list, finished)``."""
     to_r, to_l = loop.move("actors", "replay"), loop.move("replay", "learner")
     l_to_r = loop.move("learner", "replay")
@@ -167,7 +167,7 @@ def run_iteration_loop(
     """Runs ``tr`` with one stage call per iteration and learner step (any delay)."""
     cfg = tr.config
     st = iteration_stages(cfg, tr)
-    loop = _place(cfg, states, devices)
+    loop = place_state(cfg, states, devices)
     # The update to apply before the next sample: the current one (delay 0) or, with delay k,
     # the oldest of the k + 1 newest, kept on the host so that the replay stage never waits
     # for the learner's current step. An empty entry (stamp -1) matches no slot: dropped.
@@ -185,49 +185,4 @@ def run_iteration_loop(
     pending = [tuple(x[:, None] for x in e) for e in queue]
     if 0 < len(queue) < cfg.delay:  # a run shorter than the delay: empty entries first
         pending.insert(0, UpdateFifo.empty(cfg.seeds, cfg.delay - len(queue), cfg.batch_size))
-    return _final(cfg, loop, pending), rows
-
-
-def run_pipelined_loop(
-    tr: Trainer,
-    states: TrainState,
-    devices: dict[str, jax.Device],
-    t0: float,
-    on_chunk: Callable[[dict], None] | None = None,
-    extra: dict | None = None,
-) -> tuple[TrainState, list[dict]]:
-    """Runs ``tr`` with ``U = delay // (2 sgd_steps)`` iterations per stage call (needs
-    ``delay >= 2 sgd_steps``): replay call c + 1 needs only the priorities of learner call
-    c - 1 (k learner steps back) and runs while learner call c trains; the actors act with
-    the parameters of learner call c - 1. Same priority-update semantics as `delayed`."""
-    cfg = tr.config
-    st = pipeline_stages(cfg, tr, unroll_of(cfg, tr.iterations))
-    loop = _place(cfg, states, devices)
-    to_r, to_l = loop.move("actors", "replay"), loop.move("replay", "learner")
-    to_a, l_to_r = loop.move("learner", "actors"), loop.move("learner", "replay")
-    per_call = st.unroll * cfg.sgd_steps
-    # the k newest updates, oldest first; the first k taken are empty (stamp -1: dropped)
-    fifo = UpdateFifo(
-        jax.device_put(UpdateFifo.empty(cfg.seeds, cfg.delay, cfg.batch_size), devices["replay"])
-    )
-    extra = {**(extra or {}), "iterations_per_stage_call": st.unroll}
-
-    def step():
-        *env, transitions, finished, learn_keys = st.actor(
-            loop.actor_agent, *loop.env, loop.env_steps
-        )
-        loop.env = tuple(env)
-        loop.rep, batches, k_updates = st.replay(
-            loop.rep, *to_r((transitions, learn_keys)), fifo.take(per_call), loop.env_steps
-        )
-        previous = loop.agent
-        loop.agent, entries, metrics = st.learner(loop.agent, *to_l((batches, k_updates)))
-        fifo.push(l_to_r(entries))
-        loop.actor_agent = to_a(previous)
-        loop.env_steps += st.unroll * cfg.num_envs
-        # finished counts come per iteration of a call: sum them over the call
-        return [metrics], jax.tree.map(lambda x: x.sum(axis=1), finished)
-
-    calls = tr.iterations // st.unroll
-    rows = _drive(tr, loop, calls, step, st.evaluate, t0, on_chunk, extra)
-    return _final(cfg, loop, [fifo.take(len(fifo))]), rows
+    return final_state(cfg, loop, pending), rows

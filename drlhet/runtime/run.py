@@ -2,8 +2,9 @@
 
 * one segment (every group on one device, or no mapping): the fused ``lax.scan``
   (`drlhet.runtime.fused`);
-* several segments: a host loop (`drlhet.runtime.host_loop`), pipelined when
-  ``delay >= 2 sgd_steps``.
+* several segments, ``delay < sgd_steps``: the strict host loop (`drlhet.runtime.host_loop`);
+* several segments, ``delay >= sgd_steps``: the pipeline, one host thread per device group
+  (`drlhet.runtime.pipeline`).
 
 Every path returns the same `drlhet.runtime.trainer.TrainState` (batched over seeds) and the
 same rows, and with ``delay = 0`` the same numbers for the same seed.
@@ -19,8 +20,9 @@ import jax
 
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.fused import run_fused
-from drlhet.runtime.host_loop import run_iteration_loop, run_pipelined_loop
+from drlhet.runtime.host_loop import run_iteration_loop
 from drlhet.runtime.mapping import Mapping, segments
+from drlhet.runtime.pipeline import run_pipeline
 from drlhet.runtime.trainer import TrainState, make_trainer
 
 __all__ = ["run", "default_mapping"]
@@ -67,8 +69,8 @@ def run(
         states = jax.jit(jax.vmap(tr.warmup), donate_argnums=0)(states)
     if len(segs) == 1:
         return run_fused(tr, states, devices["replay"], t0, on_chunk, extra)
-    if cfg.delay >= 2 * cfg.sgd_steps:
-        return run_pipelined_loop(tr, states, devices, t0, on_chunk, extra)
+    if cfg.delay >= cfg.sgd_steps:
+        return run_pipeline(tr, states, devices, t0, on_chunk, extra)
     return run_iteration_loop(tr, states, devices, t0, on_chunk, extra)
 
 

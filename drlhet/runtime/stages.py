@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from drlhet.replay.delayed import after_sample
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.parts import Batch, Parts
+from drlhet.runtime.payload import Payload, payload_of
 from drlhet.runtime.trainer import Trainer
 
 __all__ = ["IterationStages", "PipelineStages", "iteration_stages", "pipeline_stages", "unroll_of"]
@@ -55,18 +56,23 @@ class IterationStages(NamedTuple):
 
 
 class PipelineStages(NamedTuple):
-    """The pipelined host loop's stages, each running ``unroll`` iterations per call.
+    """The pipelined host loop's stages, each running ``unroll`` iterations per call, with
+    every payload that crosses devices packed into one uint32 array ``[S, W]`` per call
+    (`drlhet.runtime.payload`; W words per seed).
 
     Attributes:
-      actor: ``(actor_agent, env_state, obs, fifo, ret, key, env_steps) -> (env_state, obs,
-        fifo, ret, key, transitions [S, U, N, ...], finished [S, U], learn_keys [S, U, sgd])``.
-      replay: ``(replay, transitions, learn_keys, to_apply, env_steps) -> (replay, batches
-        [S, U * sgd, B, ...], update_keys [S, U * sgd])``; ``to_apply`` holds ``U * sgd``
-        updates ``[S, U * sgd, B]``, the one to apply after each sample.
-      learner: ``(agent, batches, update_keys) -> (agent, (indices, stamps, priorities)
-        [S, U * sgd, B], metrics)``.
+      actor: ``(agent_words [S, Wa], env_state, obs, fifo, ret, key, env_steps) -> (env_state,
+        obs, fifo, ret, key, transition_words [S, Wt], finished)``; ``finished`` is the pair
+        (return sum, episodes) ``[S]`` over the call's U iterations.
+      replay: ``(replay, transition_words, update_words [S, P, We], env_steps) -> (replay,
+        batch_words [S, Wb])``: U inserts and ``P = U * sgd`` samples, each followed by the
+        update (`entry`) of row p of ``update_words``.
+      learner: ``(agent, batch_words) -> (agent, update_words [S, P, We], agent_words [S, Wa],
+        metrics)``: P SGD steps; ``agent_words`` packs the agent after them (for the actors).
       evaluate: ``(agent, key [S]) -> mean greedy return [S]``.
       unroll: U, iterations per call.
+      agent: the layout of ``agent_words`` (one seed's agent state).
+      entry: the layout of one priority update, ``(indices [B], stamps [B], priorities [B])``.
     """
 
     actor: Callable[..., Any]
@@ -74,6 +80,8 @@ class PipelineStages(NamedTuple):
     learner: Callable[..., Any]
     evaluate: Callable[..., Any]
     unroll: int
+    agent: Payload
+    entry: Payload
 
 
 def _act_and_step(cfg: TrainConfig, p: Parts, actor_agent, env_state, obs, fifo, ret, key, steps):
@@ -127,20 +135,71 @@ def iteration_stages(cfg: TrainConfig, tr: Trainer) -> IterationStages:
 
 
 def unroll_of(cfg: TrainConfig, iterations: int) -> int:
-    """U: iterations per pipelined stage call, ``delay // (2 sgd_steps)`` lowered until it
-    divides the iterations of a chunk (>= 1)."""
+    """U: iterations per pipelined stage call, ``max(1, delay // (2 sgd_steps))`` lowered until
+    it divides the iterations of a chunk. Replay call c then needs the updates of learner call
+    ``c - 2`` or earlier (``delay >= 2 U sgd_steps``) and runs while learner call ``c - 1``
+    trains; with ``U = 1`` and ``sgd_steps <= delay < 2 sgd_steps`` only the actors overlap."""
     unroll = max(1, cfg.delay // (2 * cfg.sgd_steps))
     while iterations % unroll:
         unroll -= 1
     return unroll
 
 
-def pipeline_stages(cfg: TrainConfig, tr: Trainer, unroll: int) -> PipelineStages:
-    """Builds the pipelined host loop's stages, ``unroll`` iterations per call."""
+def pipeline_stages(cfg: TrainConfig, tr: Trainer, unroll: int, example: Any) -> PipelineStages:
+    """Builds the pipelined host loop's stages, ``unroll`` iterations per call; ``example`` is
+    one seed's `TrainState` (arrays or ``jax.ShapeDtypeStruct``) for the payloads' layouts.
+
+    Raises:
+      ValueError: ``delay < unroll * sgd_steps`` (a replay call would need the updates of the
+        learner call that waits for it).
+    """
     p, vm, n_sgd = tr.parts, jax.vmap, cfg.sgd_steps
     per_call = unroll * n_sgd  # learner steps per stage call
+    if cfg.delay < per_call:
+        raise ValueError(f"delay {cfg.delay} < {per_call} learner steps per pipelined call")
+    ex = example
+    agent = payload_of(ex.agent)
+    b = jax.ShapeDtypeStruct((cfg.batch_size,), jnp.int32)
+    entry = payload_of((b, b, jax.ShapeDtypeStruct((cfg.batch_size,), jnp.float32)))
+    actor_body, replay_body, learner_body = _pipeline_bodies(cfg, tr, unroll, entry)
+    env_args = (ex.env_state, ex.obs, ex.fifo, ex.episode_return, ex.key, ex.env_steps)
+    trans_shape = jax.eval_shape(actor_body, ex.agent, *env_args)[5]
+    trans = payload_of(trans_shape)
+    updates = jax.ShapeDtypeStruct((per_call, entry.size), jnp.uint32)
+    batch = payload_of(
+        jax.eval_shape(replay_body, ex.replay, trans_shape, updates, ex.env_steps)[1]
+    )
 
-    def actor_fn(actor_agent, env_state, obs, fifo, ret, key, env_steps):
+    def actor_fn(agent_words, env_state, obs, fifo, ret, key, env_steps):
+        out = actor_body(agent.unpack(agent_words), env_state, obs, fifo, ret, key, env_steps)
+        return *out[:5], trans.pack(out[5]), jax.tree.map(jnp.sum, out[6])
+
+    def replay_fn(rep, trans_words, update_words, env_steps):
+        rep, out = replay_body(rep, trans.unpack(trans_words), update_words, env_steps)
+        return rep, batch.pack(out)
+
+    def learner_fn(agent_state, batch_words):
+        agent_state, entries, metrics = learner_body(agent_state, batch.unpack(batch_words))
+        return agent_state, jax.vmap(entry.pack)(entries), agent.pack(agent_state), metrics
+
+    return PipelineStages(
+        actor=jax.jit(vm(actor_fn, in_axes=(0, 0, 0, 0, 0, 0, None)), donate_argnums=(1, 3)),
+        replay=jax.jit(vm(replay_fn, in_axes=(0, 0, 0, None)), donate_argnums=0),
+        learner=jax.jit(vm(learner_fn)),  # not donated: the actors keep the previous params
+        evaluate=jax.jit(vm(p.evaluate)),
+        unroll=unroll,
+        agent=agent,
+        entry=entry,
+    )
+
+
+def _pipeline_bodies(cfg: TrainConfig, tr: Trainer, unroll: int, entry: Payload):
+    """The per-seed bodies of the pipelined stages (the updates to apply arrive packed, one
+    ``entry`` row per learner step; everything else unpacked)."""
+    p, n_sgd = tr.parts, cfg.sgd_steps
+    per_call = unroll * n_sgd
+
+    def actor_body(actor_agent, env_state, obs, fifo, ret, key, env_steps):
         def body(carry, i):
             env_state, obs, fifo, ret, key = carry
             steps = env_steps + i * cfg.num_envs
@@ -150,9 +209,12 @@ def pipeline_stages(cfg: TrainConfig, tr: Trainer, unroll: int) -> PipelineStage
         carry, (transitions, finished, learn_keys) = jax.lax.scan(
             body, (env_state, obs, fifo, ret, key), jnp.arange(unroll)
         )
-        return *carry, transitions, finished, learn_keys
+        return *carry, (transitions, learn_keys), finished
 
-    def replay_fn(rep, transitions, learn_keys, to_apply, env_steps):
+    def replay_body(rep, payload, update_words, env_steps):
+        transitions, learn_keys = payload
+        to_apply = jax.vmap(entry.unpack)(update_words)
+
         def body(rep, u):
             rep = p.insert(rep, jax.tree.map(lambda x: x[u], transitions))
             outs = []
@@ -166,21 +228,15 @@ def pipeline_stages(cfg: TrainConfig, tr: Trainer, unroll: int) -> PipelineStage
 
         rep, (batches, k_updates) = jax.lax.scan(body, rep, jnp.arange(unroll))
         flat = jax.tree.map(lambda x: x.reshape((per_call,) + x.shape[2:]), batches)
-        return rep, flat, k_updates.reshape((per_call,))
+        return rep, (flat, k_updates.reshape((per_call,)))
 
-    def learner_fn(agent_state, batches, k_updates):
+    def learner_body(agent_state, payload):
         def body(agent_state, xs):
             batch, k = xs
             agent_state, prio, metrics = p.train(agent_state, batch, k)
             return agent_state, ((batch.indices, batch.stamps, prio), metrics)
 
-        agent_state, (entries, metrics) = jax.lax.scan(body, agent_state, (batches, k_updates))
+        agent_state, (entries, metrics) = jax.lax.scan(body, agent_state, payload)
         return agent_state, entries, jax.tree.map(jnp.mean, metrics)
 
-    return PipelineStages(
-        actor=jax.jit(vm(actor_fn, in_axes=(0, 0, 0, 0, 0, 0, None)), donate_argnums=(1, 3)),
-        replay=jax.jit(vm(replay_fn, in_axes=(0, 0, 0, 0, None)), donate_argnums=0),
-        learner=jax.jit(vm(learner_fn)),  # not donated: the actors keep the previous params
-        evaluate=jax.jit(vm(p.evaluate)),
-        unroll=unroll,
-    )
+    return actor_body, replay_body, learner_body

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -11,16 +12,16 @@ __all__ = ["UpdateFifo"]
 
 
 class UpdateFifo:
-    """A deque of ``(indices, stamps, priorities)`` arrays ``[seeds, n, B]`` (n learner steps
-    each, oldest first), so that taking the oldest ones never waits for the learner stage in
-    flight.
+    """A deque of updates, each a pytree of arrays ``[seeds, n, ...]`` (n learner steps, oldest
+    first; the unpacked ``(indices, stamps, priorities)`` or one packed word array), so that
+    taking the oldest ones never waits for the learner stage in flight.
 
     Made with ``k`` empty entries (stamp -1: `drlhet.replay.delayed` drops them), then pushed
-    one learner stage's ``S`` entries at a time while each replay stage takes ``S``: the j-th
+    one learner stage's ``P`` entries at a time while each replay stage takes ``P``: the j-th
     update taken is the one learner step j - k produced (a delay of exactly k learner steps,
     Zhang, Meng, Prasanna, TPDS 2023, Sec. 5)."""
 
-    def __init__(self, first: tuple[jax.Array, jax.Array, jax.Array]):
+    def __init__(self, first: Any):
         self._q: collections.deque = collections.deque([first])
 
     @staticmethod
@@ -29,29 +30,32 @@ class UpdateFifo:
         shape = (seeds, n, batch)
         return jnp.zeros(shape, jnp.int32), jnp.full(shape, -1, jnp.int32), jnp.ones(shape)
 
-    def __len__(self) -> int:
-        return sum(int(head[0].shape[1]) for head in self._q)
+    @staticmethod
+    def _n(item: Any) -> int:
+        return int(jax.tree.leaves(item)[0].shape[1])
 
-    def push(self, entries: tuple[jax.Array, jax.Array, jax.Array]) -> None:
-        """Appends the newest entries (``[seeds, n, B]`` each)."""
+    def __len__(self) -> int:
+        return sum(self._n(item) for item in self._q)
+
+    def push(self, entries: Any) -> None:
+        """Appends the newest entries (``[seeds, n, ...]`` each leaf)."""
         self._q.append(entries)
 
-    def take(self, n: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """Removes and returns the ``n`` oldest entries (``[seeds, n, B]`` each)."""
+    def take(self, n: int) -> Any:
+        """Removes and returns the ``n`` oldest entries (``[seeds, n, ...]`` each leaf)."""
         if n > len(self):
             raise ValueError(f"the update queue holds {len(self)} entries; {n} were asked for")
         parts = []
         while n:
             head = self._q[0]
-            m = int(head[0].shape[1])
+            m = self._n(head)
             if m <= n:
                 parts.append(self._q.popleft())
                 n -= m
             else:
-                parts.append(tuple(x[:, :n] for x in head))
-                self._q[0] = tuple(x[:, n:] for x in head)
+                parts.append(jax.tree.map(lambda x, n=n: x[:, :n], head))
+                self._q[0] = jax.tree.map(lambda x, n=n: x[:, n:], head)
                 n = 0
         if len(parts) == 1:
             return parts[0]
-        idx, stamps, prio = (jnp.concatenate(xs, axis=1) for xs in zip(*parts, strict=True))
-        return idx, stamps, prio
+        return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *parts)

@@ -1,0 +1,107 @@
+"""Stage threads and the bounded channels between them, stopped together on the first error.
+
+The pipelined host loop (`drlhet.runtime.pipeline`) runs each device group's stage loop on its
+own host thread (docs/design.md section 6). A `Crew` owns those threads: every blocking
+operation of a channel wakes up when the crew stops, a thread that raises stops the crew, and
+`Crew.join` re-raises the first error (with the stage it came from) after every thread ended.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Crew", "Channel", "Stopped", "THREAD_PREFIX"]
+
+THREAD_PREFIX = "drlhet-stage-"
+"""Name prefix of every stage thread (``drlhet-stage-actors``, ...)."""
+_POLL_S = 0.05
+
+
+class Stopped(Exception):
+    """Raised inside a blocked channel operation when the crew stops (another thread failed)."""
+
+
+class Channel:
+    """A bounded FIFO between two stage threads (``maxsize`` items) that gives up when ``stop``
+    is set instead of blocking forever."""
+
+    def __init__(self, maxsize: int, stop: threading.Event):
+        if maxsize < 1:
+            raise ValueError(f"a channel holds at least one item, got maxsize {maxsize}")
+        self._q: queue.Queue = queue.Queue(maxsize)
+        self._stop = stop
+
+    def put(self, item: Any) -> None:
+        """Appends ``item``, waiting while the channel is full. Raises `Stopped`."""
+        while True:
+            if self._stop.is_set():
+                raise Stopped
+            try:
+                self._q.put(item, timeout=_POLL_S)
+                return
+            except queue.Full:
+                continue
+
+    def get(self) -> Any:
+        """Removes the oldest item, waiting while the channel is empty. Raises `Stopped`."""
+        while True:
+            try:
+                return self._q.get(timeout=_POLL_S)
+            except queue.Empty:
+                if self._stop.is_set():
+                    raise Stopped from None
+
+    def drain(self) -> list[Any]:
+        """Every item left, oldest first (after the threads ended)."""
+        items = []
+        while True:
+            try:
+                items.append(self._q.get_nowait())
+            except queue.Empty:
+                return items
+
+
+class Crew:
+    """The stage threads of one run. ``start(name, fn)`` runs ``fn()`` on a thread named
+    ``THREAD_PREFIX + name``; its return value lands in ``results[name]``."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+        self.results: dict[str, Any] = {}
+        self._threads: list[threading.Thread] = []
+        self._errors: list[tuple[str, BaseException]] = []
+        self._lock = threading.Lock()
+
+    def channel(self, maxsize: int) -> Channel:
+        return Channel(maxsize, self.stop)
+
+    def start(self, name: str, fn: Callable[[], Any]) -> None:
+        t = threading.Thread(target=self._guard, args=(name, fn), name=THREAD_PREFIX + name)
+        self._threads.append(t)
+        t.start()
+
+    def _guard(self, name: str, fn: Callable[[], Any]) -> None:
+        try:
+            self.results[name] = fn()
+        except Stopped:
+            pass
+        except BaseException as e:  # noqa: BLE001 - handed to the caller by join()
+            self.fail(name, e)
+
+    def fail(self, name: str, error: BaseException) -> None:
+        """Records ``error`` of stage ``name`` (the first one wins) and stops every thread."""
+        with self._lock:
+            self._errors.append((name, error))
+        self.stop.set()
+
+    def join(self) -> None:
+        """Waits for every thread, then re-raises the first recorded error (noting its stage)."""
+        for t in self._threads:
+            t.join()
+        if self._errors:
+            name, error = self._errors[0]
+            error.add_note(f"(raised in the {name} stage of the pipelined host loop)")
+            raise error

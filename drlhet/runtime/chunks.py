@@ -22,12 +22,19 @@ def check_replay_error(error: Any) -> None:
 
 
 def chunk_row(
-    cfg: TrainConfig, iterations: int, summary: dict, chunk: int, t0: float, last: float
+    cfg: TrainConfig,
+    iterations: int,
+    summary: dict,
+    chunk: int,
+    t0: float,
+    last: float,
+    now: float | None = None,
 ) -> dict:
     """One chunk's row: the per-seed summary as lists, plus ``env_steps`` (seed 0), ``chunk``,
     ``wall_s`` (since ``t0``), ``chunk_s`` (since ``last``) and the chunk's measured
-    throughput, ``env_steps_per_s`` and ``trained_samples_per_s`` (all seeds together)."""
-    now = time.perf_counter()
+    throughput, ``env_steps_per_s`` and ``trained_samples_per_s`` (all seeds together); ``now``
+    is when the chunk's work ended (default: the time of the call)."""
+    now = time.perf_counter() if now is None else now
     dt = now - last
     row = {k: np.asarray(v).tolist() for k, v in summary.items() if k != "replay_error"}
     row.update(

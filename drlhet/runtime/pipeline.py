@@ -23,6 +23,7 @@ thread and is raised once they all ended.
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,7 +34,7 @@ import jax.numpy as jnp
 from drlhet.runtime.chunks import check_replay_error, chunk_row, host_summary, split_keys
 from drlhet.runtime.host_loop import LoopState, final_state, place_state
 from drlhet.runtime.stages import PipelineStages, pipeline_stages, unroll_of
-from drlhet.runtime.threads import Channel, Crew
+from drlhet.runtime.threads import Channel, Clock, Crew
 from drlhet.runtime.trainer import Trainer, TrainState
 from drlhet.runtime.update_fifo import UpdateFifo
 
@@ -73,12 +74,13 @@ def run_pipeline(
     ch["params"].put(pack(loop.actor_agent))  # actors call 0: the state's actor agent
     ch["params"].put(loop.move("learner", "actors")(pack(loop.agent)))  # call 1
     calls = tr.iterations // st.unroll
+    t_start = time.perf_counter()
     crew.start("actors", lambda: _actors(tr, st, loop, ch, calls))
     crew.start("replay", lambda: _replay(tr, st, loop, ch, calls))
     crew.start("learner", lambda: _learner(tr, st, loop, ch, calls))
     extra = {**(extra or {}), "iterations_per_stage_call": st.unroll, "host_threads": 3}
     try:
-        rows = _report(tr, st, ch["reports"], t0, on_chunk, extra)
+        rows = _report(tr, st, ch["reports"], t0, t_start, on_chunk, extra)
     except BaseException:
         crew.stop.set()
         crew.join()  # a stage's error, if one came first, wins over the host's
@@ -87,20 +89,51 @@ def run_pipeline(
     return _finish(cfg, st, loop, crew, ch), rows
 
 
+class _InFlight:
+    """At most ``depth`` calls of one thread dispatched and not finished: JAX's dispatch is
+    asynchronous, so without this bound a thread would queue the whole run's calls at once
+    (memory grows, and the chunk rows would time dispatch instead of work)."""
+
+    def __init__(self, depth: int = 2):
+        self._outputs: collections.deque = collections.deque()
+        self._depth = depth
+
+    def push(self, output: Any) -> None:
+        """Records a call's output; waits for the call ``depth`` calls back to finish."""
+        self._outputs.append(output)
+        if len(self._outputs) > self._depth:
+            jax.block_until_ready(self._outputs.popleft())
+
+
 def _actors(tr: Trainer, st: PipelineStages, loop: LoopState, ch: dict[str, Channel], calls: int):
     """The actors' thread: ``calls`` calls per chunk, then the chunk's evaluation key."""
     cfg, env, steps = tr.config, list(loop.env), loop.env_steps
     to_r, to_l = loop.move("actors", "replay"), loop.move("actors", "learner")
+    window, clock = _InFlight(), Clock()
     for i in range(tr.chunks):
         finished = []
         for _ in range(calls):
-            *env, words, done = st.actor(ch["params"].get(), *env, steps)
-            ch["transitions"].put(to_r(words))
+            agent_words = ch["params"].get()
+            clock.mark("wait")
+            *env, words, done = st.actor(agent_words, *env, steps)
+            clock.mark("dispatch")
+            window.push(words)
+            clock.mark("sync")
+            _send(ch["transitions"], to_r, words, clock)
             finished.append(done)
             steps += st.unroll * cfg.num_envs
         env[4], k_eval = split_keys(env[4])
-        ch["reports"].put(("actors", i, (finished, to_l(k_eval), steps)))
+        ch["reports"].put(("actors", i, (finished, to_l(k_eval), steps, clock.take())))
     return tuple(env), steps
+
+
+def _send(channel: Channel, move, x, clock: Clock) -> None:
+    """Puts ``x`` on the consumer's device (``move``) and in ``channel``, timed."""
+    x = move(x)
+    clock.mark("transfer")
+    channel.put(x)
+    clock.mark("wait")
+    clock.call()
 
 
 def _replay(tr: Trainer, st: PipelineStages, loop: LoopState, ch: dict[str, Channel], calls: int):
@@ -108,18 +141,23 @@ def _replay(tr: Trainer, st: PipelineStages, loop: LoopState, ch: dict[str, Chan
     cfg, rep, steps = tr.config, loop.rep, loop.env_steps
     per_call, to_l = st.unroll * cfg.sgd_steps, loop.move("replay", "learner")
     pack = jax.jit(jax.vmap(jax.vmap(st.entry.pack)))
-    fifo = UpdateFifo(
-        pack(loop.move("learner", "replay")(UpdateFifo.empty(cfg.seeds, cfg.delay, cfg.batch_size)))
-    )
+    empty = UpdateFifo.empty(cfg.seeds, cfg.delay, cfg.batch_size)
+    fifo = UpdateFifo(pack(loop.move("learner", "replay")(empty)))
+    window, clock = _InFlight(), Clock()
     for i in range(tr.chunks):
         for _ in range(calls):
             words = ch["transitions"].get()
             while len(fifo) < per_call:
                 fifo.push(ch["updates"].get())
+            clock.mark("wait")
             rep, batches = st.replay(rep, words, fifo.take(per_call), steps)
-            ch["batches"].put(to_l(batches))
+            clock.mark("dispatch")
+            window.push(batches)
+            clock.mark("sync")
+            _send(ch["batches"], to_l, batches, clock)
             steps += st.unroll * cfg.num_envs
-        ch["reports"].put(("replay", i, jnp.copy(rep.error)))  # the next call donates rep
+        # the next call donates rep: report a copy of the flags
+        ch["reports"].put(("replay", i, (jnp.copy(rep.error), clock.take())))
     return rep, fifo
 
 
@@ -127,32 +165,46 @@ def _learner(tr: Trainer, st: PipelineStages, loop: LoopState, ch: dict[str, Cha
     """The learner's thread: P SGD steps per call; updates to the replay, agent to the actors."""
     agent = loop.agent
     to_r, to_a = loop.move("learner", "replay"), loop.move("learner", "actors")
+    window, clock = _InFlight(), Clock()
     for i in range(tr.chunks):
         metrics = []
         for _ in range(calls):
-            agent, updates, words, m = st.learner(agent, ch["batches"].get())
-            ch["updates"].put(to_r(updates))
-            ch["params"].put(to_a(words))
+            batches = ch["batches"].get()
+            clock.mark("wait")
+            agent, updates, words, m = st.learner(agent, batches)
+            clock.mark("dispatch")
+            window.push(words)
+            clock.mark("sync")
+            updates, words = to_r(updates), to_a(words)
+            clock.mark("transfer")
+            ch["updates"].put(updates)
+            ch["params"].put(words)
+            clock.mark("wait")
+            clock.call()
             metrics.append(m)
-        ch["reports"].put(("learner", i, (agent, metrics)))
+        jax.block_until_ready(agent)  # the chunk's last learner step: its work is done
+        done_at = time.perf_counter()
+        ch["reports"].put(("learner", i, (agent, metrics, done_at, clock.take())))
     return agent
 
 
-def _report(tr, st: PipelineStages, reports: Channel, t0: float, on_chunk, extra) -> list[dict]:
+def _report(tr, st: PipelineStages, reports: Channel, t0, t_start, on_chunk, extra) -> list[dict]:
     """The host thread: per chunk, waits for the three groups' reports, evaluates the learner's
     agent on the actors' key, checks the buffer's flags and makes the row."""
-    cfg, rows, got, last = tr.config, [], {}, time.perf_counter()
+    cfg, rows, got, last = tr.config, [], {}, t_start
     for i in range(tr.chunks):
         while not all((g, i) in got for g in _GROUPS):
             group, chunk, payload = reports.get()
             got[(group, chunk)] = payload
-        finished, k_eval, steps = got.pop(("actors", i))
-        agent, metrics = got.pop(("learner", i))
-        error = got.pop(("replay", i))
+        finished, k_eval, steps, clocks = got.pop(("actors", i))
+        agent, metrics, done_at, l_clock = got.pop(("learner", i))
+        error, r_clock = got.pop(("replay", i))
+        threads = {"actors": clocks, "replay": r_clock, "learner": l_clock}
         summary = host_summary(cfg, metrics, finished, st.evaluate(agent, k_eval), steps)
         check_replay_error(error)
-        rows.append({**chunk_row(cfg, tr.iterations, summary, i, t0, last), **extra})
-        last = time.perf_counter()
+        row = chunk_row(cfg, tr.iterations, summary, i, t0, last, done_at)
+        rows.append({**row, **extra, "threads": threads})
+        last = done_at  # timed by the learner's thread: the host thread may lag behind
         if on_chunk:
             on_chunk(rows[-1])
     return rows

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Crew", "Channel", "Stopped", "THREAD_PREFIX"]
+__all__ = ["Crew", "Channel", "Clock", "Stopped", "THREAD_PREFIX"]
 
 THREAD_PREFIX = "drlhet-stage-"
 """Name prefix of every stage thread (``drlhet-stage-actors``, ...)."""
@@ -62,6 +63,38 @@ class Channel:
                 items.append(self._q.get_nowait())
             except queue.Empty:
                 return items
+
+
+class Clock:
+    """Where one stage thread's time goes, per call: ``dispatch`` (the jitted stage returning;
+    the whole run when it executes on the calling thread), ``transfer`` (device puts),
+    ``wait`` (blocked on a channel: another group is the bottleneck) and ``sync`` (waiting for
+    its own device to finish an earlier call). `mark` charges the time since the last mark."""
+
+    KINDS = ("dispatch", "transfer", "wait", "sync")
+
+    def __init__(self):
+        self._t = time.perf_counter()
+        self._seconds = dict.fromkeys(self.KINDS, 0.0)
+        self._calls = 0
+
+    def mark(self, kind: str) -> None:
+        now = time.perf_counter()
+        self._seconds[kind] += now - self._t
+        self._t = now
+
+    def call(self) -> None:
+        """Counts one stage call."""
+        self._calls += 1
+
+    def take(self) -> dict[str, float]:
+        """Milliseconds per call of each kind since the last `take` (and ``calls``); resets."""
+        n = max(self._calls, 1)
+        out = {f"{k}_ms": 1e3 * v / n for k, v in self._seconds.items()}
+        out["calls"] = self._calls
+        self._seconds = dict.fromkeys(self.KINDS, 0.0)
+        self._calls = 0
+        return out
 
 
 class Crew:

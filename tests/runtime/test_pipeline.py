@@ -1,0 +1,124 @@
+"""The threaded pipeline: stage threads, bounded channels, errors that stop every thread."""
+
+from __future__ import annotations
+
+import threading
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from drlhet.runtime import pipeline
+from drlhet.runtime.config import TrainConfig
+from drlhet.runtime.payload import payload_of
+from drlhet.runtime.run import run
+from drlhet.runtime.threads import THREAD_PREFIX, Crew
+from tests.runtime.test_run import SMALL
+
+SPLIT = "actors=cpu:0,replay=jax@cpu:1,learner=cpu:0"
+
+
+def stage_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX)]
+
+
+def with_learner(monkeypatch, wrap):
+    """Runs the pipeline with its learner stage replaced by ``wrap(learner)``."""
+    build = pipeline.pipeline_stages
+
+    def patched(*args, **kwargs):
+        st = build(*args, **kwargs)
+        return st._replace(learner=wrap(st.learner))
+
+    monkeypatch.setattr(pipeline, "pipeline_stages", patched)
+
+
+def test_pipeline_runs_one_thread_per_group_and_reports_where_time_goes():
+    cfg = TrainConfig(**{**SMALL.__dict__, "delay": 4})
+    state, rows = run(cfg, SPLIT)
+    assert rows[-1]["host_threads"] == 3 and rows[-1]["iterations_per_stage_call"] == 1
+    for group in ("actors", "replay", "learner"):
+        clock = rows[-1]["threads"][group]
+        assert clock["calls"] == 200 // cfg.num_envs
+        assert all(clock[f"{k}_ms"] >= 0 for k in ("dispatch", "transfer", "wait", "sync"))
+    assert state.pending.indices.shape == (cfg.seeds, 4, cfg.batch_size)
+    assert stage_threads() == []
+
+
+def test_a_stage_that_raises_stops_the_run_and_leaves_no_thread(monkeypatch):
+    calls = []
+
+    def wrap(learner):
+        def failing(*args):
+            calls.append(1)
+            if len(calls) == 3:
+                raise RuntimeError("learner broke")
+            return learner(*args)
+
+        return failing
+
+    with_learner(monkeypatch, wrap)
+    with pytest.raises(RuntimeError, match="learner broke") as info:
+        run(TrainConfig(**{**SMALL.__dict__, "delay": 4}), SPLIT)
+    assert any("learner stage" in note for note in info.value.__notes__)
+    assert stage_threads() == []
+
+
+def test_a_nan_priority_is_refused_and_stops_every_thread(monkeypatch):
+    # the learner's updates carry NaN priorities: the buffer refuses them (error flag), and the
+    # host thread's check at the chunk's end stops the run while the stages still run
+    def wrap(learner):
+        def nan_priorities(agent, batches):
+            agent, updates, words, metrics = learner(agent, batches)
+            b = SMALL.batch_size
+            nan = np.float32(np.nan).view(np.uint32)
+            return agent, updates.at[..., 2 * b :].set(nan), words, metrics
+
+        return nan_priorities
+
+    with_learner(monkeypatch, wrap)
+    with pytest.raises(ValueError, match="replay refused an operation"):
+        run(TrainConfig(**{**SMALL.__dict__, "delay": 4}), SPLIT)
+    assert stage_threads() == []
+
+
+def test_an_error_in_the_callback_stops_the_threads():
+    def stop(row):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(TrainConfig(**{**SMALL.__dict__, "delay": 2}), SPLIT, on_chunk=stop)
+    assert stage_threads() == []
+
+
+def test_crew_raises_the_first_error_after_every_thread_ended():
+    crew = Crew()
+    ch = crew.channel(1)
+    crew.start("waits", ch.get)  # blocked until the crew stops
+    crew.start("fails", lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        crew.join()
+    assert stage_threads() == []
+
+
+def test_payload_packs_every_leaf_bit_for_bit():
+    import jax
+
+    tree = {
+        "f": jnp.array([[np.nan, -0.0, 1e-45]], jnp.float32),
+        "i": jnp.array([-1, 2**31 - 1], jnp.int32),
+        "b": jnp.array([True, False]),
+        "k": jax.random.split(jax.random.key(3), 2),
+    }
+    layout = payload_of(tree)
+    words = jax.jit(layout.pack)(tree)
+    assert words.dtype == jnp.uint32 and words.shape == (layout.size,) == (11,)
+    back = jax.jit(layout.unpack)(words)
+    np.testing.assert_array_equal(
+        np.asarray(back["f"]).view(np.uint32), np.asarray(tree["f"]).view(np.uint32)
+    )
+    np.testing.assert_array_equal(np.asarray(back["i"]), np.asarray(tree["i"]))
+    assert back["b"].dtype == jnp.bool_ and np.asarray(back["b"]).tolist() == [True, False]
+    np.testing.assert_array_equal(jax.random.key_data(back["k"]), jax.random.key_data(tree["k"]))
+    with pytest.raises(ValueError, match="float16"):
+        payload_of(jnp.zeros(2, jnp.float16))

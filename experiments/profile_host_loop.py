@@ -65,7 +65,7 @@ def profile_loop(args: Args) -> dict:
     import jax
 
     from drlhet.agents.dqn import DQNConfig
-    from drlhet.runtime import host_loop, stages
+    from drlhet.runtime import host_loop, pipeline, stages
     from drlhet.runtime.config import TrainConfig
     from drlhet.runtime.run import run
 
@@ -83,7 +83,7 @@ def profile_loop(args: Args) -> dict:
         return build
 
     host_loop.iteration_stages = timed_stages(stages.iteration_stages)  # type: ignore[assignment]
-    host_loop.pipeline_stages = timed_stages(stages.pipeline_stages)  # type: ignore[assignment]
+    pipeline.pipeline_stages = timed_stages(stages.pipeline_stages)  # type: ignore[assignment]
     jax.device_put = timers.wrap("device_put", jax.device_put)
     cfg = TrainConfig(
         batch_size=args.batch_size,

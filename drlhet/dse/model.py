@@ -19,10 +19,11 @@ Iteration time of a mapping (groups: actors A, replay R, learner L):
   waiting for its input (blocking latency of a call: dispatch + run + completion),
   ``call(A) + hop(transitions) + call(insert+sample) + S call(L) + (S-1) call(update+sample) +
   call(update) + S hop(batch) + S hop(priorities) + hop(params)``;
-* relaxed (``delay >= 1``): the slowest resource: each device's stage calls (streamed: dispatch
-  overlaps the previous call), each link's hops, the CPU cores shared by all CPU devices of
-  the machine, and the host thread (which runs every CPU stage and CPU-to-CPU hop itself and
-  dispatches the accelerators' stages).
+* relaxed (``delay >= 1``): the slowest resource. From ``delay >= S`` the threaded pipeline
+  (one host thread per group, U iterations per call): each group's thread, each device's
+  compute, the host work all threads share (Python's lock), the CPU cores (compute and host
+  work), and the dependency cycle between replay and learner; below it the per-iteration host
+  loop, one host thread that runs every CPU stage and hop itself.
 
 This module is pure: it imports no JAX and nothing of the training stack.
 """
@@ -36,6 +37,7 @@ from collections.abc import Mapping
 
 from drlhet.backends.base import CPU, GROUPS, BackendUnavailable, Placement, get, providing
 from drlhet.dse.devices import MODELS, DeviceModel, link_seconds
+from drlhet.dse.pipelined import pipelined_busy
 from drlhet.dse.shapes import Shapes
 
 __all__ = ["Shapes", "Place", "Prediction", "Model"]
@@ -55,7 +57,6 @@ _STAGES = {
 }
 """Host-loop stage -> (its group, the primitives one call runs)."""
 _REPLAY_STAGES = tuple(st for st, (g, _) in _STAGES.items() if g == "replay")
-_PER_STEP_HOPS = ("hop_batch", "hop_priorities")
 
 
 Place = Placement
@@ -211,37 +212,21 @@ class Model:
         hops: dict[str, float],
     ) -> tuple[float, str, dict[str, float]]:
         """Slowest resource per iteration with ``delay >= 1`` (docs/design.md section 6): the
-        per-iteration host loop below ``2 S``; from ``2 S`` up the pipelined host loop, whose
-        stages run ``U = delay // (2 S)`` iterations per call (one dispatch and one hop of each
-        payload per call, shared by ``U`` iterations). A host replay is never pipelined.
+        per-iteration host loop below ``S`` learner steps; from ``S`` up the threaded pipeline
+        (`drlhet.dse.pipelined`). A host replay is never pipelined.
 
         Returns ``(seconds, bottleneck, busy seconds of every resource)``."""
         n_sgd = self.s.sgd_steps
-        if delay >= 2 * n_sgd and not get(places["replay"].backend).host:
-            u = delay // (2 * n_sgd)
-            ca, cr, cl = (self.compute(g, places[g]) for g in GROUPS)
-            over = {
-                "actors": self.call("actors", places["actors"]) - ca["actors"],
-                "replay": self.call("replay_in", places["replay"]) - cr["insert"] - cr["sample"],
-                "learner": self.call("learner", places["learner"]) - cl["train"],
-            }
-            work = {
-                "actors": ca["actors"],
-                "replay": cr["insert"] + n_sgd * (cr["sample"] + cr["update"]),
-                "learner": n_sgd * cl["train"],
-            }
-            stage = {g: max(0.0, over[g]) / u + work[g] for g in work}
-            per_hop = {h: v / (n_sgd if h in _PER_STEP_HOPS else 1) / u for h, v in hops.items()}
-            n_calls = {g: 1 / u for g in GROUPS}  # stage calls per iteration
+        if delay >= n_sgd and not get(places["replay"].backend).host:
+            busy = pipelined_busy(self, places, delay, hops)
         else:
             stage = {
                 "actors": calls["actors"],
                 "replay": calls["replay_in"] + calls["replay_next"] + calls["apply"],
                 "learner": calls["learner"],
             }
-            per_hop = dict(hops)
-            n_calls = {"actors": 1, "replay": n_sgd + 1, "learner": n_sgd}
-        busy = self._busy(places, stage, per_hop, n_calls)
+            n_calls = {"actors": 1.0, "replay": n_sgd + 1.0, "learner": float(n_sgd)}
+            busy = self._busy(places, stage, dict(hops), n_calls)
         bottleneck = max(busy, key=lambda d: busy[d])
         return busy[bottleneck], bottleneck, busy
 
@@ -252,12 +237,10 @@ class Model:
         per_hop: dict[str, float],
         n_calls: dict[str, float],
     ) -> dict[str, float]:
-        """Busy seconds per iteration of each resource: each device (its stages), each link
-        (its hops), the CPU cores all CPU devices share, and the *host thread* that drives the
-        loop. An XLA CPU device runs a host-loop call on the thread that dispatches it
-        (measured here: the Python thread is busy 80-90% of a split mapping's wall time), so
-        the host thread pays the whole of every CPU stage and every hop between CPU devices,
-        and only the dispatch of a stage on an accelerator."""
+        """Busy seconds per iteration of each resource of the per-iteration host loop: each
+        device (its stages), each link (its hops), the CPU cores all CPU devices share, and the
+        *host thread* that drives the loop alone: it pays the whole of every CPU stage and every
+        hop between CPU devices, and only the dispatch of a stage on an accelerator."""
         stage_dev = {g: places[g].device for g in GROUPS}
         on_cpu = {d: self.kind(d) == CPU for d in stage_dev.values()}
         busy: dict[str, float] = {}

@@ -83,7 +83,7 @@ def _leaf_of(x: Any) -> _Leaf:
     shape, dtype = tuple(x.shape), x.dtype
     n = math.prod(shape)
     if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
-        impl = jax.config.jax_default_prng_impl  # the run's keys: jax.random.key(seed)
+        impl = jax.config.jax_default_prng_impl  # type: ignore[attr-defined]
         key_words = math.prod(jax.eval_shape(jax.random.key_data, x).shape[len(shape) :])
         return _Leaf(shape, dtype, n * key_words, impl)
     np_dtype = np.dtype(dtype)

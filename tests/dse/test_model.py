@@ -154,16 +154,20 @@ def test_relaxed_is_the_slowest_resource():
     assert p.terms["busy cpu:1"] == pytest.approx(590 * US)
     assert p.terms["busy cpu cores"] == pytest.approx(320 * US)
     assert p.bottleneck == "host thread" and p.iteration_s == pytest.approx(705 * US)
-    # k >= 2 S: pipelined stages of U = k // (2 S) iterations per call; dispatch = call - compute,
-    # shared by U iterations, as is each hop: actors (50 - 10) / U + 10; replay (80 - 20 - 30) / U
-    # + 20 + 2 (30 + 20); learner (200 - 100) / U + 2 x 100; hops (5 + 60) / U
-    for k, u in ((4, 1), (8, 2)):
+    # k >= S: the threaded pipeline, U = max(1, k // (2 S)) iterations per call, lead
+    # ceil(k / (U S)) = 2 calls. Per iteration: dispatch (call - compute) / U: actors 40, replay
+    # 80 - 20 - 30 = 30, learner 100; hops / U: transitions 5 (actors), params 60 (learner);
+    # compute: actors 10 on cpu:0, replay 20 + 2 (30 + 20) = 120 and learner 200 on cpu:1
+    for k, u in ((2, 1), (4, 1), (8, 2)):
         p = m.predict(two, delay=k)
-        assert p.terms["busy cpu:1"] == pytest.approx((30 / u + 120 + 100 / u + 200) * US)
-        assert p.bottleneck == "host thread"
-        assert p.iteration_s == pytest.approx(
-            (40 / u + 10 + 30 / u + 120 + 100 / u + 200 + 65 / u) * US
-        )
+        assert p.terms["busy cpu:1"] == pytest.approx(320 * US)
+        assert p.terms["busy thread learner"] == pytest.approx(160 / u * US)
+        assert p.terms["busy host"] == pytest.approx(235 / u * US)
+        assert p.terms["busy cpu cores"] == pytest.approx((330 + 235 / u) / 2 * US)
+        lead = 1 if k == 2 else 2  # k = 2 = S: the replay waits for the learner's last call
+        cycle = (120 + 30 / u + 200 + 160 / u) / lead
+        assert p.terms["busy dependency cycle"] == pytest.approx(cycle * US)
+        assert p.iteration_s == pytest.approx(max(320, cycle) * US)
     # an accelerator runs on its own: the host thread only dispatches it. A slow GPU learner
     # (1 GFLOP/s: 2 x 5 x 100 x 1000 FLOP = 1 ms a step) is the bottleneck: per step 10 us
     # dispatch + 34 launches of 1 us + 1000 us

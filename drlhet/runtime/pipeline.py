@@ -72,12 +72,13 @@ def run_pipeline(
     }
     pack = jax.jit(jax.vmap(st.agent.pack))
     ch["params"].put(pack(loop.actor_agent))  # actors call 0: the state's actor agent
-    ch["params"].put(loop.move("learner", "actors")(pack(loop.agent)))  # call 1
+    agent_words = pack(loop.agent)
+    ch["params"].put(loop.move("learner", "actors")(agent_words))  # call 1
     calls = tr.iterations // st.unroll
     t_start = time.perf_counter()
     crew.start("actors", lambda: _actors(tr, st, loop, ch, calls))
     crew.start("replay", lambda: _replay(tr, st, loop, ch, calls))
-    crew.start("learner", lambda: _learner(tr, st, loop, ch, calls))
+    crew.start("learner", lambda: _learner(tr, st, agent_words, loop, ch, calls))
     extra = {**(extra or {}), "iterations_per_stage_call": st.unroll, "host_threads": 3}
     try:
         rows = _report(tr, st, ch["reports"], t0, t_start, on_chunk, extra)
@@ -161,9 +162,9 @@ def _replay(tr: Trainer, st: PipelineStages, loop: LoopState, ch: dict[str, Chan
     return rep, fifo
 
 
-def _learner(tr: Trainer, st: PipelineStages, loop: LoopState, ch: dict[str, Channel], calls: int):
-    """The learner's thread: P SGD steps per call; updates to the replay, agent to the actors."""
-    agent = loop.agent
+def _learner(tr, st: PipelineStages, agent, loop: LoopState, ch: dict[str, Channel], calls: int):
+    """The learner's thread: P SGD steps per call on the packed agent ``agent``; updates to the
+    replay, the agent to the actors."""
     to_r, to_a = loop.move("learner", "replay"), loop.move("learner", "actors")
     window, clock = _InFlight(), Clock()
     for i in range(tr.chunks):
@@ -171,11 +172,11 @@ def _learner(tr: Trainer, st: PipelineStages, loop: LoopState, ch: dict[str, Cha
         for _ in range(calls):
             batches = ch["batches"].get()
             clock.mark("wait")
-            agent, updates, words, m = st.learner(agent, batches)
+            agent, updates, m = st.learner(agent, batches)
             clock.mark("dispatch")
-            window.push(words)
+            window.push(agent)
             clock.mark("sync")
-            updates, words = to_r(updates), to_a(words)
+            updates, words = to_r(updates), to_a(agent)
             clock.mark("transfer")
             ch["updates"].put(updates)
             ch["params"].put(words)
@@ -215,7 +216,7 @@ def _finish(cfg, st: PipelineStages, loop: LoopState, crew: Crew, ch: dict[str, 
     actors' next agent and the k updates not applied yet."""
     loop.env, loop.env_steps = crew.results["actors"]
     loop.rep, fifo = crew.results["replay"]
-    loop.agent = crew.results["learner"]
+    loop.agent = jax.jit(jax.vmap(st.agent.unpack))(crew.results["learner"])
     for updates in ch["updates"].drain():
         fifo.push(updates)
     loop.actor_agent = jax.jit(jax.vmap(st.agent.unpack))(ch["params"].drain()[0])

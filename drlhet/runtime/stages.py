@@ -67,9 +67,10 @@ class PipelineStages(NamedTuple):
       replay: ``(replay, transition_words, update_words [S, P, We], env_steps) -> (replay,
         batch_words [S, Wb])``: U inserts and ``P = U * sgd`` samples, each followed by the
         update (`entry`) of row p of ``update_words``.
-      learner: ``(agent, batch_words) -> (agent, update_words [S, P, We], agent_words [S, Wa],
-        metrics)``: P SGD steps; ``agent_words`` packs the agent after them (for the actors).
-      evaluate: ``(agent, key [S]) -> mean greedy return [S]``.
+      learner: ``(agent_words, batch_words) -> (agent_words, update_words [S, P, We],
+        metrics)``: P SGD steps; the agent's state travels packed (one array in and out of
+        each call instead of ~35 leaves; the same array goes to the actors).
+      evaluate: ``(agent_words, key [S]) -> mean greedy return [S]``.
       unroll: U, iterations per call.
       agent: the layout of ``agent_words`` (one seed's agent state).
       entry: the layout of one priority update, ``(indices [B], stamps [B], priorities [B])``.
@@ -178,15 +179,19 @@ def pipeline_stages(cfg: TrainConfig, tr: Trainer, unroll: int, example: Any) ->
         rep, out = replay_body(rep, trans.unpack(trans_words), update_words, env_steps)
         return rep, batch.pack(out)
 
-    def learner_fn(agent_state, batch_words):
+    def learner_fn(agent_words, batch_words):
+        agent_state = agent.unpack(agent_words)
         agent_state, entries, metrics = learner_body(agent_state, batch.unpack(batch_words))
-        return agent_state, jax.vmap(entry.pack)(entries), agent.pack(agent_state), metrics
+        return agent.pack(agent_state), jax.vmap(entry.pack)(entries), metrics
+
+    def evaluate_fn(agent_words, key):
+        return p.evaluate(agent.unpack(agent_words), key)
 
     return PipelineStages(
         actor=jax.jit(vm(actor_fn, in_axes=(0, 0, 0, 0, 0, 0, None)), donate_argnums=(1, 3)),
         replay=jax.jit(vm(replay_fn, in_axes=(0, 0, 0, None)), donate_argnums=0),
         learner=jax.jit(vm(learner_fn)),  # not donated: the actors keep the previous params
-        evaluate=jax.jit(vm(p.evaluate)),
+        evaluate=jax.jit(vm(evaluate_fn)),
         unroll=unroll,
         agent=agent,
         entry=entry,

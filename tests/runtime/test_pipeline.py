@@ -69,10 +69,10 @@ def test_a_nan_priority_is_refused_and_stops_every_thread(monkeypatch):
     # host thread's check at the chunk's end stops the run while the stages still run
     def wrap(learner):
         def nan_priorities(agent, batches):
-            agent, updates, words, metrics = learner(agent, batches)
+            agent, updates, metrics = learner(agent, batches)
             b = SMALL.batch_size
             nan = np.float32(np.nan).view(np.uint32)
-            return agent, updates.at[..., 2 * b :].set(nan), words, metrics
+            return agent, updates.at[..., 2 * b :].set(nan), metrics
 
         return nan_priorities
 

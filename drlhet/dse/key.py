@@ -68,6 +68,7 @@ class ProfileKey:
             backend=self.backend,
             delay=delay,
             warmup=max(1_000, self.batch),
+            eval_every=self.num_envs * max(1, 5_000 // self.num_envs),  # a multiple of the envs
             dqn=DQNConfig(hidden=self.hidden),
             ddpg=DDPGConfig(hidden=self.hidden),
         )

@@ -6,7 +6,6 @@ import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from drlhet.runtime.config import TrainConfig
@@ -55,10 +54,13 @@ def host_summary(
 ) -> dict:
     """A chunk's per-seed summary (as the fused chunk returns it) from the host loops'
     accumulated per-call outputs: ``finished`` pairs ``(return sum [S], episodes [S])``."""
-    metrics = jax.tree.map(lambda *x: jnp.mean(jnp.stack(x), axis=0), *metrics_acc)
+    # one fetch of everything, then NumPy: stacking hundreds of device arrays with jnp would
+    # compile a program per chunk length and dispatch on the host thread while stages run
+    metrics_acc, finished_acc = jax.device_get((metrics_acc, finished_acc))
+    metrics = jax.tree.map(lambda *x: np.mean(np.stack(x), axis=0), *metrics_acc)
     ret_sum = sum(np.asarray(f[0]) for f in finished_acc)
     n_done = sum(np.asarray(f[1]) for f in finished_acc)
-    summary = dict(jax.device_get(metrics))
+    summary = dict(metrics)
     summary["eval_return"] = jax.device_get(eval_return)
     summary["train_return"] = ret_sum / np.maximum(n_done, 1)
     summary["env_steps"] = np.full((cfg.seeds,), env_steps)

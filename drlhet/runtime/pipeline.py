@@ -75,6 +75,11 @@ def run_pipeline(
     agent_words = pack(loop.agent)
     ch["params"].put(loop.move("learner", "actors")(agent_words))  # call 1
     calls = tr.iterations // st.unroll
+    # the host thread evaluates while the stages run: compile it now, not in chunk 1
+    k_eval = jax.ShapeDtypeStruct(
+        loop.env[4].shape, loop.env[4].dtype, sharding=agent_words.sharding
+    )
+    st = st._replace(evaluate=st.evaluate.lower(agent_words, k_eval).compile())
     t_start = time.perf_counter()
     crew.start("actors", lambda: _actors(tr, st, loop, ch, calls))
     crew.start("replay", lambda: _replay(tr, st, loop, ch, calls))

@@ -120,8 +120,8 @@ def _rounds(args: Args, key: ProfileKey, cache_path: Path) -> tuple[list, dict, 
                 "round": rnd,
                 "profiles": {
                     b: {
-                        g: {n: v["median"] for n, v in prof[g].items()}
-                        for g in ("compute", "call", "latency", "transfer")
+                        g: {n: v["median"] for n, v in prof.get(g, {}).items()}
+                        for g in ("compute", "call", "latency", "transfer", "pipeline")
                     }
                     for b, prof in got["model"].profiles.items()
                 },

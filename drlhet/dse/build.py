@@ -96,7 +96,7 @@ def build_model(
 def _median_profile(profiles: list[dict]) -> dict:
     """One profile whose every measured figure is the median over ``profiles``."""
     out = copy.deepcopy(profiles[0])
-    for group in ("compute", "call", "latency", "transfer"):
+    for group in ("compute", "call", "latency", "transfer", "pipeline"):
         for name in out.get(group, {}):
             for s in ("median", "min", "max"):
                 out[group][name][s] = statistics.median(d[group][name][s] for d in profiles)

@@ -144,11 +144,11 @@ class Model:
         prims = _PRIMITIVES[group]
         if self.kind(place.device) == CPU:
             backend = place.backend if group == "replay" else None
-            return {p: self._figure("compute", p, backend) for p in prims}
+            return {p: self.figure("compute", p, backend) for p in prims}
         model, sheet = self._device_model(place.device), self.sheets[place.device]
         return {p: model.seconds(p, sheet, self.s) for p in prims}
 
-    def _figure(self, group: str, name: str, backend: str | None) -> float:
+    def figure(self, group: str, name: str, backend: str | None) -> float:
         """A measured CPU figure (median seconds): ``profiles[backend][group][name]``; with
         ``backend`` None (actors, learner, transfers: they do not depend on the replay
         backend) the median over every backend's profile, which were measured apart."""
@@ -179,7 +179,7 @@ class Model:
             return self.host_costs[place.backend][stage]
         if kind == CPU:
             own = place.backend if stage in _REPLAY_STAGES else None
-            return self._figure("latency" if waits else "call", stage, own)
+            return self.figure("latency" if waits else "call", stage, own)
         group, prims = _STAGES[stage]
         c = self.compute(group, place)
         return self.host_overhead(place.device) + sum(c[p] for p in prims)
@@ -196,7 +196,7 @@ class Model:
         if self.kind(src) == CPU and self.kind(dst) == CPU:
             if not any(payload in p.get("transfer", {}) for p in self.profiles.values()):
                 raise ValueError("the CPU profile has no transfer figures (profiled on 1 device)")
-            return self._figure("transfer", payload, None)
+            return self.figure("transfer", payload, None)
         t = 0.0
         for dev in (src, dst):  # through the host: one link per accelerator end
             if self.kind(dev) != CPU:

@@ -41,22 +41,13 @@ def pipelined_busy(
         "replay": cr["insert"] + n_sgd * (cr["sample"] + cr["update"]),
         "learner": n_sgd * cl["train"],
     }
-    first = {
-        "actors": ("actors", "actors"),
-        "replay": ("replay_in", "insert"),
-        "learner": ("learner", "train"),
-    }
-    over = {}
-    for g, (stage, prim) in first.items():
-        c = {**ca, **cr, **cl}
-        over[g] = (
-            max(
-                0.0,
-                model.call(stage, places[g]) - c[prim] - (c["sample"] if g == "replay" else 0.0),
-            )
-            / u
-        )
+    over = {g: _dispatch(model, g, places[g]) / u for g in GROUPS}
     per_hop = {h: v / (n_sgd if h in PER_STEP_HOPS else 1) / u for h, v in hops.items()}
+    if _profiled(model):  # a packed payload between CPU devices costs one put
+        put = model.figure("pipeline", "put", None)
+        per_hop = {
+            h: put / u if v and _cpu_hop(model, places, h) else v for h, v in per_hop.items()
+        }
     out_hops = {
         "actors": ("hop_transitions",),
         "replay": ("hop_batch",),
@@ -77,3 +68,40 @@ def pipelined_busy(
     latency = {g: work[g] + busy[f"thread {g}"] for g in ("replay", "learner")}
     busy["dependency cycle"] = (latency["replay"] + latency["learner"]) / lead
     return busy
+
+
+_HOP_ENDS = {
+    "hop_transitions": ("actors", "replay"),
+    "hop_batch": ("replay", "learner"),
+    "hop_priorities": ("learner", "replay"),
+    "hop_params": ("learner", "actors"),
+}
+_FIRST_STAGE = {
+    "actors": ("actors", ("actors",)),
+    "replay": ("replay_in", ("insert", "sample")),
+    "learner": ("learner", ("train",)),
+}
+"""Each group's first stage of the strict loop and the primitives it runs (the fallback)."""
+
+
+def _profiled(model: Any) -> bool:
+    """Whether the CPU profiles hold the pipeline's own host figures (`profile_pipeline`)."""
+    return bool(model.profiles) and all(p.get("pipeline") for p in model.profiles.values())
+
+
+def _cpu_hop(model: Any, places: dict[str, Placement], hop: str) -> bool:
+    return all(model.kind(places[g].device) == CPU for g in _HOP_ENDS[hop])
+
+
+def _dispatch(model: Any, group: str, place: Placement) -> float:
+    """Host seconds per pipeline stage call of ``group``: measured in the pipeline itself where
+    the profile has it, else the strict loop's first stage of the group (profiled call time
+    less its compute); an accelerator's dispatch from its sheet."""
+    if model.kind(place.device) != CPU:
+        return float(model.host_overhead(place.device))
+    if _profiled(model):
+        backend = place.backend if group == "replay" else None
+        return float(model.figure("pipeline", f"dispatch_{group}", backend))
+    stage, prims = _FIRST_STAGE[group]
+    c = model.compute(group, place)
+    return max(0.0, model.call(stage, place) - sum(c[p] for p in prims))

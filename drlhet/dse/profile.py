@@ -20,6 +20,9 @@ fed by per-primitive measurements on the devices that exist). For one training c
 * ``transfer``: the time per ``device_put`` of each payload between two XLA devices (transitions,
   sampled batch, priorities, actor parameters), from a dependent chain across the two devices
   less the same chain on one device; only when two devices exist.
+* ``pipeline``: the threaded pipeline's host seconds per stage call of each group and per packed
+  payload put, from a short pipelined run over the two devices
+  (`drlhet.dse.profile_pipeline`); only when two devices exist.
 
 Every figure is the median of ``repeats`` timed repeats after a warm-up that compiles; min and max
 are kept beside it. `drlhet.dse.cache.ProfileCache` keeps them.
@@ -38,6 +41,7 @@ import jax.numpy as jnp
 
 from drlhet.backends.base import CPU
 from drlhet.dse.key import ProfileKey
+from drlhet.dse.profile_pipeline import profile_pipeline
 from drlhet.runtime.parts import Batch
 from drlhet.runtime.stages import IterationStages, iteration_stages
 from drlhet.runtime.trainer import Trainer, make_trainer
@@ -314,7 +318,7 @@ def profile_config(
 
     Returns:
       ``{"compute": {primitive: stats}, "call": {stage: stats}, "latency": {stage: stats},
-      "transfer": {payload: stats}, "bytes": {payload: int}, "device": str, ...}``; stats are
+      "transfer": {payload: stats}, "pipeline": {figure: stats}, "bytes": {payload: int}, "device": str, ...}``; stats are
       seconds per call (``median``, ``min``, ``max``).
     """
     device = device or jax.devices(CPU)[0]
@@ -329,9 +333,10 @@ def profile_config(
         "priorities": su.entry,
         "params": su.state.agent,
     }
-    transfer = {}
+    transfer, pipeline = {}, {}
     if other_device is not None:
         transfer = _transfers(payloads, device, other_device, repeats, calls)
+        pipeline = profile_pipeline(key, (device, other_device))
     return {
         "key": dataclasses.asdict(key),
         "device": str(device),
@@ -340,6 +345,7 @@ def profile_config(
         "call": call,
         "latency": latency,
         "transfer": transfer,
+        "pipeline": pipeline,
         "bytes": {name: _nbytes(x) for name, x in payloads.items()},
         "repeats": repeats,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),

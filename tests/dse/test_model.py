@@ -292,3 +292,26 @@ def test_the_model_imports_no_jax_and_no_training_stack():
     assert not loaded & jax_stack, loaded & jax_stack
     stack = {"drlhet.runtime", "drlhet.agents", "drlhet.envs", "drlhet.replay", "drlhet.cli"}
     assert not loaded & stack, loaded & stack
+
+
+def test_pipeline_figures_measured_in_the_pipeline_replace_the_strict_loops():
+    # with the pipeline's own host figures (drlhet.dse.profile_pipeline) the threads pay those
+    # dispatches, and every CPU-to-CPU hop costs one put of a packed payload (8 us here)
+    pipe = {
+        "dispatch_actors": stats(30),
+        "dispatch_replay": stats(25),
+        "dispatch_learner": stats(20),
+        "put": stats(8),
+    }
+    profiles = {b: {**p, "pipeline": pipe} for b, p in (("jax", PROFILE), ("native", NATIVE))}
+    m = Model(SHAPES, toy_sheets(), profiles, cpu_cores=2)
+    two = places("jax@cpu:0", "jax@cpu:1", "jax@cpu:1")
+    for k, u in ((4, 1), (8, 2)):
+        p = m.predict(two, delay=k)
+        # actors: dispatch 30 + transitions put 8; learner: 20 + params put 8 (priorities stay
+        # on cpu:1); replay: 25 (its batches stay on cpu:1)
+        assert p.terms["busy thread actors"] == pytest.approx(38 / u * US)
+        assert p.terms["busy thread learner"] == pytest.approx(28 / u * US)
+        assert p.terms["busy host"] == pytest.approx(91 / u * US)
+        assert p.terms["busy cpu cores"] == pytest.approx((330 + 91 / u) / 2 * US)
+        assert p.iteration_s == pytest.approx(320 * US)  # cpu:1's compute

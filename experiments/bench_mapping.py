@@ -31,17 +31,21 @@ from pathlib import Path
 import tyro
 
 CONFIGS = {
-    "jax-b256": dict(backend="jax", batch_size=256, buffer_size=1 << 20, num_envs=4, sgd_steps=2),
+    "jax-b256": dict(backend="jax", batch_size=256, buffer_size=1 << 20, num_envs=4, sgd_steps=1),
     "native-b256": dict(
-        backend="native", batch_size=256, buffer_size=1 << 20, num_envs=4, sgd_steps=2
+        backend="native", batch_size=256, buffer_size=1 << 20, num_envs=4, sgd_steps=1
     ),
-    "jax-b64": dict(backend="jax", batch_size=64, buffer_size=1 << 20, num_envs=4, sgd_steps=2),
+    "jax-b64": dict(backend="jax", batch_size=64, buffer_size=1 << 20, num_envs=4, sgd_steps=1),
     "jax-envs64": dict(
-        backend="jax", batch_size=256, buffer_size=1 << 20, num_envs=64, sgd_steps=2
+        backend="jax", batch_size=256, buffer_size=1 << 20, num_envs=64, sgd_steps=1
+    ),
+    "jax-b256-s2": dict(
+        backend="jax", batch_size=256, buffer_size=1 << 20, num_envs=4, sgd_steps=2
     ),
 }
-"""Named configurations: the replay-heavy jax reference, the native replay, a large buffer at a
-small batch, many environments per iteration."""
+"""Named configurations (one SGD step per iteration unless ``-s2``): the replay-heavy jax
+reference, the native replay, a large buffer at a small batch, many environments per iteration.
+With S SGD steps per iteration a pipelined stage call runs ``U = k // (2 S)`` iterations."""
 
 MAPPINGS = {
     "fused": "actors=cpu:0,replay={b}@cpu:0,learner=cpu:0",
@@ -60,7 +64,7 @@ DEVICE_GROUPS = {  # the groups on each device of a split: for its ideal
 class Args:
     configs: tuple[str, ...] = tuple(CONFIGS)
     mappings: tuple[str, ...] = tuple(MAPPINGS)
-    delays: tuple[int, ...] = (0, 4, 8, 16)
+    delays: tuple[int, ...] = (0, 2, 4, 8, 16)
     rounds: int = 2
     chunks: int = 3
     """Chunks per run; the first (compilation) is not counted."""
@@ -91,12 +95,13 @@ def _config(name: str, args: Args, delay: int):
 
     fields = dict(CONFIGS[name])
     fields.pop("backend")
+    every = fields["num_envs"] * max(1, args.chunk_steps // fields["num_envs"])
     return TrainConfig(
         env="CartPole-v1",
         warmup=5_000,
-        eval_every=args.chunk_steps,
+        eval_every=every,
         eval_envs=2,
-        steps=5_000 + args.chunks * args.chunk_steps,
+        steps=5_000 + args.chunks * every,
         dqn=DQNConfig(hidden=(64, 64)),
         delay=delay,
         **fields,

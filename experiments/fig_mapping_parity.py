@@ -7,7 +7,7 @@ returns, measured) and ``results/mapping_parity.png``, and prints how many seeds
 the target and when.
 
 Usage:
-  python experiments/fig_mapping_parity.py                  # k = 8, 5 seeds (~4 min, 2 cores)
+  python experiments/fig_mapping_parity.py                  # k = 16, 5 seeds (~4 min, 2 cores)
   python experiments/fig_mapping_parity.py --delay 4 \
       --split "actors=cpu:0,replay=native@cpu:1,learner=cpu:1"
 """
@@ -24,12 +24,13 @@ import tyro
 
 @dataclasses.dataclass
 class Args:
-    delay: int = 8
+    delay: int = 16
     seeds: int = 5
     steps: int = 100_000
     target: float = 475.0
-    fused: str = "actors=cpu:0,replay=native@cpu:0,learner=cpu:0"
-    split: str = "actors=cpu:0,replay=native@cpu:0,learner=cpu:1"
+    fused: str = "actors=cpu:0,replay=jax@cpu:0,learner=cpu:0"
+    split: str = "actors=cpu:0,replay=jax@cpu:0,learner=cpu:1"
+    """The best split measured by experiments/bench_mapping.py (2026-11-23, k = 16)."""
     out: Path = Path("results")
 
 

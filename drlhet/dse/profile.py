@@ -318,8 +318,8 @@ def profile_config(
 
     Returns:
       ``{"compute": {primitive: stats}, "call": {stage: stats}, "latency": {stage: stats},
-      "transfer": {payload: stats}, "pipeline": {figure: stats}, "bytes": {payload: int}, "device": str, ...}``; stats are
-      seconds per call (``median``, ``min``, ``max``).
+      "transfer": {payload: stats}, "pipeline": {figure: stats}, "bytes": {payload: int},
+      "device": str, ...}``; stats are seconds per call (``median``, ``min``, ``max``).
     """
     device = device or jax.devices(CPU)[0]
     fill = min(key.capacity, max(fill, key.batch))

@@ -39,7 +39,6 @@ def profile_pipeline(
     from drlhet.runtime.run import run
 
     d0, d1 = (f"{d.platform}:{d.id}" for d in devices)
-    backend = key.backend or "jax"
     every = key.num_envs * max(1, chunk_steps // key.num_envs)
     warmup = max(1_000, key.batch)
     cfg = key.train_config(
@@ -49,7 +48,8 @@ def profile_pipeline(
         warmup=warmup,
         steps=warmup + chunks * every,
     )
-    mapping = f"actors={d0},replay={backend}@{d1},learner={d0}"
+    replay = f"{key.backend}@{d1}" if key.backend else d1  # a bare device: its fastest
+    mapping = f"actors={d0},replay={replay},learner={d0}"
     _, rows = run(cfg, mapping)
     samples: dict[str, list[float]] = {f: [] for f in PIPELINE_FIGURES}
     for row in rows[1:]:

@@ -79,7 +79,8 @@ def run_pipeline(
     k_eval = jax.ShapeDtypeStruct(
         loop.env[4].shape, loop.env[4].dtype, sharding=agent_words.sharding
     )
-    st = st._replace(evaluate=st.evaluate.lower(agent_words, k_eval).compile())
+    evaluate: Any = st.evaluate  # a jitted function
+    st = st._replace(evaluate=evaluate.lower(agent_words, k_eval).compile())
     t_start = time.perf_counter()
     crew.start("actors", lambda: _actors(tr, st, loop, ch, calls))
     crew.start("replay", lambda: _replay(tr, st, loop, ch, calls))

@@ -13,6 +13,7 @@ from drlhet.dse.build import build_model, replay_backends_here
 from drlhet.dse.cache import ProfileCache
 from drlhet.dse.key import ProfileKey
 from drlhet.dse.profile import profile_config
+from drlhet.dse.profile_pipeline import PIPELINE_FIGURES
 from drlhet.dse.search import search
 
 TINY = ProfileKey(hidden=(8,), batch=16, capacity=1024, num_envs=2, sgd_steps=2)
@@ -61,8 +62,12 @@ def test_profile_measures_every_primitive_stage_and_hop():
         # where it did not counts as 0: all repeats so is a defect), and well under 0.1 s
         assert 0 < s["median"] < 0.1, (name, s)
         assert s["min"] <= s["median"] <= s["max"], name
-    # a host-loop call pays dispatch on top of the compiled work
-    assert prof["call"]["learner"]["median"] > prof["compute"]["train"]["median"]
+    # (which of a host-loop call and the compiled work is slower is a speed: not asserted here;
+    # a 2-repeat profile of a tiny network had them within 3% either way)
+    # the pipeline's own host costs, from a short pipelined run over the two devices
+    assert set(prof["pipeline"]) == set(PIPELINE_FIGURES)
+    for name, s in prof["pipeline"].items():
+        assert 0 < s["min"] <= s["median"] <= s["max"] < 0.1, (name, s)
     assert prof["bytes"]["batch"] > prof["bytes"]["priorities"] > 0
 
 

@@ -54,7 +54,13 @@ def run_pipeline(
     """Runs ``tr`` (``delay >= sgd_steps``) with each group's stage loop on its own thread.
 
     Same arguments, rows and final state as `drlhet.runtime.host_loop.run_iteration_loop`;
-    rows add ``iterations_per_stage_call`` (U) and ``host_threads``.
+    rows add ``iterations_per_stage_call`` (U), ``host_threads`` (3) and ``threads``: per group,
+    ms per stage call of ``dispatch``, ``transfer``, ``wait`` (blocked on a channel) and ``sync``
+    (waiting for its own device), and ``calls`` (`drlhet.runtime.threads.Clock`).
+
+    Raises:
+      the first error of any stage thread (with a note naming the stage), of the evaluation or
+      of ``on_chunk``, after every stage thread has ended.
     """
     cfg = tr.config
     example = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), states)

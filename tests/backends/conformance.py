@@ -43,7 +43,8 @@ def load_or_skip(name: str) -> st.TreeOps:
     except backends.BackendUnavailable as e:
         if name in MUST_LOAD:
             pytest.fail(f"backend {name!r} must load here: {e}")
-        pytest.skip(f"backend {name!r} lacks a library or device here: {e}")
+        needs = backends.get(name).needs  # the library or device, as the registry names it
+        pytest.skip(f"backend {name!r} needs {needs}, missing here ({e})")
 
 
 @pytest.fixture(params=REPLAY)

@@ -52,7 +52,7 @@ def lib() -> ctypes.CDLL:
     path = _find_library()
     if path is None:
         pytest.skip(
-            "libdrlhet_cpu (the native CPU kernel library) is not built; "
+            "missing library: libdrlhet_cpu (the native CPU kernels) is not built; "
             "`pip install -e .` builds it"
         )
     cdll = ctypes.CDLL(str(path))
@@ -388,7 +388,9 @@ def _compile(cmd, cwd):
 def test_header_compiles_as_cuda_device_code(tmp_path):
     nvcc = _nvcc()
     if nvcc is None:
-        pytest.skip("nvcc (the CUDA toolkit's compiler) is not on PATH or in /usr/local/cuda/bin")
+        pytest.skip(
+            "missing compiler: nvcc (the CUDA toolkit) is not on PATH or in /usr/local/cuda"
+        )
     (tmp_path / "probe.cu").write_text(DEVICE_PROBE)
     _compile(
         [nvcc, "-std=c++17", "-arch=sm_80", "-Werror", "all-warnings", f"-I{INCLUDE}"]
@@ -401,7 +403,7 @@ def test_header_compiles_as_cuda_device_code(tmp_path):
 def test_header_compiles_as_plain_cxx17_for_hls(tmp_path):
     gxx = shutil.which("g++")
     if gxx is None:
-        pytest.skip("g++ not found")
+        pytest.skip("missing compiler: g++ (the GNU C++ compiler) is not on PATH")
     (tmp_path / "probe.cc").write_text(HOST_PROBE)
     _compile(
         [gxx, "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-pedantic"]

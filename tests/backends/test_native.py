@@ -18,7 +18,7 @@ from drlhet.replay import sum_tree as st
 try:
     native.library_path()
 except BackendUnavailable as e:  # the conformance suite fails on this; these tests skip
-    pytest.skip(f"the native kernel library is not built: {e}", allow_module_level=True)
+    pytest.skip(f"missing library: libdrlhet_cpu is not built ({e})", allow_module_level=True)
 
 
 @pytest.mark.parametrize(

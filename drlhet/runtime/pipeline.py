@@ -155,7 +155,7 @@ def _replay(tr: Trainer, st: PipelineStages, loop: LoopState, ch: dict[str, Chan
     per_call, to_l = st.unroll * cfg.sgd_steps, loop.move("replay", "learner")
     pack = jax.jit(jax.vmap(jax.vmap(st.entry.pack)))
     empty = UpdateFifo.empty(cfg.seeds, cfg.delay, cfg.batch_size)
-    fifo = UpdateFifo(pack(loop.move("learner", "replay")(empty)))
+    fifo = UpdateFifo(pack(jax.device_put(empty, loop.devices["replay"])))
     window, clock = _InFlight(), Clock()
     for i in range(tr.chunks):
         for _ in range(calls):

@@ -39,6 +39,9 @@ CONFIGS = {
     "jax-envs64": dict(
         backend="jax", batch_size=256, buffer_size=1 << 20, num_envs=64, sgd_steps=1
     ),
+    "jax-b1024": dict(
+        backend="jax", batch_size=1024, buffer_size=1 << 20, num_envs=16, sgd_steps=1
+    ),
     "jax-b256-s2": dict(
         backend="jax", batch_size=256, buffer_size=1 << 20, num_envs=4, sgd_steps=2
     ),

@@ -3,8 +3,9 @@
 docs/design.md sections 5 and 6. The pipeline's threads time themselves (`drlhet.runtime.threads
 .Clock`); this runs the pipeline for a few chunks on a split mapping of the two XLA CPU devices in
 which every payload but the parameters crosses devices (actors and learner on one device, the
-replay on the other) and keeps, per chunk after the first, each group's dispatch time per call
-and the time per `device_put` of a packed payload. `drlhet.dse.pipelined` charges them to the
+replay on the other) and keeps, per chunk after the first, each stage's dispatch time per call
+(the actors and the learner share a thread, each dispatch timed apart) and the time per
+`device_put` of a packed payload. `drlhet.dse.pipelined` charges them to the
 threads, the host and the cores.
 """
 
@@ -53,12 +54,13 @@ def profile_pipeline(
     _, rows = run(cfg, mapping)
     samples: dict[str, list[float]] = {f: [] for f in PIPELINE_FIGURES}
     for row in rows[1:]:
-        threads = row["threads"]
         put_s, puts = 0.0, 0
-        for group, clock in threads.items():
-            samples[f"dispatch_{group}"].append(clock["dispatch_ms"] / 1e3)
+        for clock in row["threads"].values():  # actors+learner, replay
+            for group in _PUTS:
+                if f"dispatch_{group}_ms" in clock:
+                    samples[f"dispatch_{group}"].append(clock[f"dispatch_{group}_ms"] / 1e3)
+                    puts += _PUTS[group] * clock["calls"]
             put_s += clock["transfer_ms"] / 1e3 * clock["calls"]
-            puts += _PUTS[group] * clock["calls"]
         samples["put"].append(put_s / max(puts, 1))
     return {
         f: {"median": statistics.median(v), "min": min(v), "max": max(v)}

@@ -69,7 +69,9 @@ class Clock:
     """Where one stage thread's time goes, per call: ``dispatch`` (the jitted stage returning;
     the whole run when it executes on the calling thread), ``transfer`` (device puts),
     ``wait`` (blocked on a channel: another group is the bottleneck) and ``sync`` (waiting for
-    its own device to finish an earlier call). `mark` charges the time since the last mark."""
+    its own device to finish an earlier call). `mark` charges the time since the last mark;
+    ``mark("dispatch", stage)`` also keeps the dispatch of each stage apart (``dispatch_<stage>``:
+    one thread may dispatch two stages)."""
 
     KINDS = ("dispatch", "transfer", "wait", "sync")
 
@@ -78,13 +80,16 @@ class Clock:
         self._seconds = dict.fromkeys(self.KINDS, 0.0)
         self._calls = 0
 
-    def mark(self, kind: str) -> None:
+    def mark(self, kind: str, stage: str | None = None) -> None:
         now = time.perf_counter()
         self._seconds[kind] += now - self._t
+        if stage is not None:
+            key = f"{kind}_{stage}"
+            self._seconds[key] = self._seconds.get(key, 0.0) + now - self._t
         self._t = now
 
     def call(self) -> None:
-        """Counts one stage call."""
+        """Counts one call (of every stage the thread runs)."""
         self._calls += 1
 
     def take(self) -> dict[str, float]:

@@ -157,16 +157,19 @@ def test_relaxed_is_the_slowest_resource():
     # k >= S: the threaded pipeline, U = max(1, k // (2 S)) iterations per call, lead
     # ceil(k / (U S)) = 2 calls. Per iteration: dispatch (call - compute) / U: actors 40, replay
     # 80 - 20 - 30 = 30, learner 100; hops / U: transitions 5 (actors), params 60 (learner);
-    # compute: actors 10 on cpu:0, replay 20 + 2 (30 + 20) = 120 and learner 200 on cpu:1
+    # compute: actors 10 on cpu:0, replay 20 + 2 (30 + 20) = 120 and learner 200 on cpu:1;
+    # one thread per device: replay and learner share cpu:1's
     for k, u in ((2, 1), (4, 1), (8, 2)):
         p = m.predict(two, delay=k)
         assert p.terms["busy cpu:1"] == pytest.approx(320 * US)
-        assert p.terms["busy thread learner"] == pytest.approx(160 / u * US)
+        assert p.terms["busy thread replay+learner"] == pytest.approx((30 + 160) / u * US)
         assert p.terms["busy host"] == pytest.approx(235 / u * US)
         cores = 330 / 2 + 235 / u  # the host's work does not overlap the compute
         assert p.terms["busy cpu cores"] == pytest.approx(cores * US)
         lead = 1 if k == 2 else 2  # k = 2 = S: the replay waits for the learner's last call
-        cycle = (120 + 30 / u + 200 + 160 / u) / lead
+        actors, replay, learner = 10 + 45 / u, 120 + 30 / u, 200 + 160 / u
+        # replay call c waits for learner call c - lead, actors call c for learner call c - 2
+        cycle = max((replay + learner) / lead, (actors + replay + learner) / 2)
         assert p.terms["busy dependency cycle"] == pytest.approx(cycle * US)
         assert p.iteration_s == pytest.approx(max(320, cycle, cores) * US)
     # an accelerator runs on its own: the host thread only dispatches it. A slow GPU learner
@@ -312,7 +315,7 @@ def test_pipeline_figures_measured_in_the_pipeline_replace_the_strict_loops():
         # actors: dispatch 30 + transitions put 8; learner: 20 + params put 8 (priorities stay
         # on cpu:1); replay: 25 (its batches stay on cpu:1)
         assert p.terms["busy thread actors"] == pytest.approx(38 / u * US)
-        assert p.terms["busy thread learner"] == pytest.approx(28 / u * US)
+        assert p.terms["busy thread replay+learner"] == pytest.approx((25 + 28) / u * US)
         assert p.terms["busy host"] == pytest.approx(91 / u * US)
         assert p.terms["busy cpu cores"] == pytest.approx((330 / 2 + 91 / u) * US)
         assert p.iteration_s == pytest.approx(320 * US)  # cpu:1's compute

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.payload import payload_of
 from drlhet.runtime.run import run
 from drlhet.runtime.threads import THREAD_PREFIX, Crew
-from tests.runtime.test_run import SMALL
+from tests.runtime.test_run import SMALL, SPLITS
 
 SPLIT = "actors=cpu:0,replay=jax@cpu:1,learner=cpu:0"
 
@@ -33,16 +34,35 @@ def with_learner(monkeypatch, wrap):
     monkeypatch.setattr(pipeline, "pipeline_stages", patched)
 
 
-def test_pipeline_runs_one_thread_per_group_and_reports_where_time_goes():
+@pytest.mark.parametrize(
+    "split,threads",
+    [
+        ("A+L|R", {"actors+learner": ["actors", "learner"], "replay": ["replay"]}),
+        ("A+R|L", {"actors+replay": ["actors+replay"], "learner": ["learner"]}),
+        ("A|R+L", {"actors": ["actors"], "replay+learner": ["replay+learner"]}),
+    ],
+)
+def test_pipeline_runs_one_thread_per_device_group_and_reports_where_time_goes(split, threads):
+    # two stages on one device: one program per call (A+R, R+L) or two loops on one thread (A+L)
     cfg = TrainConfig(**{**SMALL.__dict__, "delay": 4})
-    state, rows = run(cfg, SPLIT)
-    assert rows[-1]["host_threads"] == 3 and rows[-1]["iterations_per_stage_call"] == 1
-    for group in ("actors", "replay", "learner"):
-        clock = rows[-1]["threads"][group]
+    state, rows = run(cfg, SPLITS[split])
+    assert rows[-1]["host_threads"] == 2 and rows[-1]["iterations_per_stage_call"] == 1
+    assert set(rows[-1]["threads"]) == set(threads)
+    for name, dispatched in threads.items():
+        clock = rows[-1]["threads"][name]
         assert clock["calls"] == 200 // cfg.num_envs
         assert all(clock[f"{k}_ms"] >= 0 for k in ("dispatch", "transfer", "wait", "sync"))
+        assert all(clock[f"dispatch_{s}_ms"] > 0 for s in dispatched)
     assert state.pending.indices.shape == (cfg.seeds, 4, cfg.batch_size)
     assert stage_threads() == []
+
+
+def test_device_groups_one_thread_per_device():
+    cpu = jax.devices("cpu")
+    spread = {"actors": cpu[0], "replay": cpu[1], "learner": cpu[0]}
+    assert pipeline.device_groups(spread) == [("actors", "learner"), ("replay",)]
+    with pytest.raises(ValueError, match="split across devices"):
+        pipeline.device_groups(dict.fromkeys(("actors", "replay", "learner"), cpu[0]))
 
 
 def test_a_stage_that_raises_stops_the_run_and_leaves_no_thread(monkeypatch):

@@ -73,9 +73,6 @@ class PipelineStages(NamedTuple):
       actor_replay: ``actor`` then ``replay`` in one program (actors and replay on one device):
         ``(agent_words, env_state, obs, fifo, ret, key, env_steps, replay, update_words) ->
         (env_state, obs, fifo, ret, key, finished, replay, batch_words)``.
-      replay_learner: ``replay`` then ``learner`` in one program (replay and learner on one
-        device): ``(replay, transition_words, update_words, env_steps, agent_words) ->
-        (replay, agent_words, update_words, metrics)``.
       evaluate: ``(agent_words, key [S]) -> mean greedy return [S]``.
       unroll: U, iterations per call.
       agent: the layout of ``agent_words`` (one seed's agent state).
@@ -86,7 +83,6 @@ class PipelineStages(NamedTuple):
     replay: Callable[..., Any]
     learner: Callable[..., Any]
     actor_replay: Callable[..., Any]
-    replay_learner: Callable[..., Any]
     evaluate: Callable[..., Any]
     unroll: int
     agent: Payload
@@ -196,10 +192,6 @@ def pipeline_stages(cfg: TrainConfig, tr: Trainer, unroll: int, example: Any) ->
         *env, words, finished = actor_fn(agent_words, env_state, obs, fifo, ret, key, env_steps)
         return *env, finished, *replay_fn(rep, words, updates, env_steps)
 
-    def replay_learner_fn(rep, trans_words, update_words, env_steps, agent_words):
-        rep, batch_words = replay_fn(rep, trans_words, update_words, env_steps)
-        return rep, *learner_fn(agent_words, batch_words)
-
     def evaluate_fn(agent_words, key):
         return p.evaluate(agent.unpack(agent_words), key)
 
@@ -209,7 +201,6 @@ def pipeline_stages(cfg: TrainConfig, tr: Trainer, unroll: int, example: Any) ->
         replay=jax.jit(vm(replay_fn, in_axes=(0, 0, 0, None)), donate_argnums=0),
         learner=jax.jit(vm(learner_fn)),  # not donated: the actors keep the previous params
         actor_replay=jax.jit(vm(actor_replay_fn, in_axes=ar_axes), donate_argnums=(1, 3, 7)),
-        replay_learner=jax.jit(vm(replay_learner_fn, in_axes=(0, 0, 0, None, 0)), donate_argnums=0),
         evaluate=jax.jit(vm(evaluate_fn)),
         unroll=unroll,
         agent=agent,

@@ -39,11 +39,11 @@ def with_learner(monkeypatch, wrap):
     [
         ("A+L|R", {"actors+learner": ["actors", "learner"], "replay": ["replay"]}),
         ("A+R|L", {"actors+replay": ["actors+replay"], "learner": ["learner"]}),
-        ("A|R+L", {"actors": ["actors"], "replay+learner": ["replay+learner"]}),
+        ("A|R+L", {"actors": ["actors"], "replay+learner": ["replay", "learner"]}),
     ],
 )
 def test_pipeline_runs_one_thread_per_device_group_and_reports_where_time_goes(split, threads):
-    # two stages on one device: one program per call (A+R, R+L) or two loops on one thread (A+L)
+    # two stages on one device: one program per call (A+R) or two loops on one thread
     cfg = TrainConfig(**{**SMALL.__dict__, "delay": 4})
     state, rows = run(cfg, SPLITS[split])
     assert rows[-1]["host_threads"] == 2 and rows[-1]["iterations_per_stage_call"] == 1

@@ -33,13 +33,15 @@ SPLITS = {
 
 
 @pytest.mark.parametrize(
-    "delay,split", [(0, "A|R+L"), (1, "A|R+L"), (3, "A|R+L"), (3, "A+R|L"), (3, "A+L|R")]
+    "delay,split",
+    [(0, "A|R+L"), (1, "A|R+L"), (2, "A|R+L"), (3, "A|R+L"), (3, "A+R|L"), (3, "A+L|R")],
 )
 def test_host_loop_equals_fused_scan(delay, split):
     # k = 0 is the acceptance line; for 1 <= k < 2 x sgd_steps the per-iteration host loop keeps
-    # its queue on the host but must apply every update exactly where the fused scan does; k = 3
-    # (sgd_steps 2) runs the threaded pipeline with one iteration per call, whose threads
-    # differ by split (two stages in one program, or two stage loops on one thread)
+    # its queue on the host but must apply every update exactly where the fused scan does; k = 2
+    # and 3 (sgd_steps 2) run the threaded pipeline with one iteration per call, whose threads
+    # differ by split (two stages in one program, or two stage loops on one thread; with k = 2
+    # the replay cannot run a call ahead of the learner on their shared thread)
     cfg = TrainConfig(**{**SMALL.__dict__, "delay": delay})
     fused_state, fused_rows = run(cfg, "actors=cpu:0,replay=jax@cpu:0,learner=cpu:0")
     loop_state, loop_rows = run(cfg, SPLITS[split])

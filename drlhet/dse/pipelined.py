@@ -32,13 +32,13 @@ def pipelined_busy(
     * the *host* (Python's lock): every thread's host work, which runs one at a time;
     * the *CPU cores*: the compute of every CPU device over the cores, plus the host work (the
       host's work does not overlap the compute on the development machine: measured);
-    * the *dependency cycles*: replay call c waits for learner call ``c - ceil(k / P)``, so
+    * the *dependency cycles*: replay call c waits for learner call ``c - floor(k / P)``, so
       one replay call, one learner call and their hops take at most that many calls; actors
       call c waits for learner call ``c - 2``: one call of each group takes at most two calls.
     """
     n_sgd = model.s.sgd_steps
     u = max(1, delay // (2 * n_sgd))
-    lead = -(-delay // (u * n_sgd))
+    lead = max(1, delay // (u * n_sgd))  # its last update is of learner call c - lead
     ca, cr, cl = (model.compute(g, places[g]) for g in GROUPS)
     work = {
         "actors": ca["actors"],

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from drlhet.replay import uint64 as u64
-from drlhet.replay.sum_tree import TreeLayout, layout
+from drlhet.replay.sum_tree import TreeLayout, last_writes, layout
 from drlhet.replay.uint64 import U64
 
 __all__ = [
@@ -209,12 +209,7 @@ def write(
     if indices.shape[0] == 0:
         return state
     q, clamped = quantize(values, state.frac_bits)
-    dropped = jnp.iinfo(jnp.int32).max
-    if keep is not None:
-        indices = jnp.where(jnp.asarray(keep), indices, dropped)
-    order = jnp.argsort(indices, stable=True)
-    s_idx = indices[order]
-    last = jnp.concatenate([s_idx[1:] != s_idx[:-1], jnp.ones((1,), bool)]) & (s_idx != dropped)
+    order, s_idx, last = last_writes(indices, keep)
     leaves = state.leaves.at[jnp.where(last, s_idx, lay.widths[-1])].set(q[order], mode="drop")
     saturated = state.saturated + jnp.sum(last & clamped[order]).astype(jnp.int32)
     hi, lo = state.hi, state.lo

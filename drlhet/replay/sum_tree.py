@@ -42,6 +42,7 @@ __all__ = [
     "find",
     "descend",
     "write",
+    "last_writes",
     "sample",
     "leaves",
     "TreeOps",
@@ -159,6 +160,25 @@ def _seq_sum(children: jax.Array) -> jax.Array:
     return acc
 
 
+def last_writes(
+    indices: jax.Array, keep: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The batch semantics of every tree write: sorts ``indices`` ``[B]`` (stable) and marks the
+    last kept occurrence of each index.
+
+    Returns:
+      ``(order [B], sorted indices [B], last [B] bool)``: entry ``order[j]`` writes iff
+      ``last[j]``; dropped entries (``keep`` False) sort last as ``int32`` max and never write.
+    """
+    dropped = jnp.iinfo(jnp.int32).max
+    if keep is not None:  # dropped entries sort last and never shadow a kept duplicate
+        indices = jnp.where(jnp.asarray(keep), indices, dropped)
+    order = jnp.argsort(indices, stable=True)
+    s_idx = indices[order]
+    last = jnp.concatenate([s_idx[1:] != s_idx[:-1], jnp.ones((1,), bool)]) & (s_idx != dropped)
+    return order, s_idx, last
+
+
 def write(
     state: SumTreeState, indices: jax.Array, values: jax.Array, keep: jax.Array | None = None
 ) -> SumTreeState:
@@ -181,12 +201,7 @@ def write(
     n = indices.shape[0]
     if n == 0:
         return state
-    dropped = jnp.iinfo(jnp.int32).max
-    if keep is not None:  # dropped entries sort last and never shadow a kept duplicate
-        indices = jnp.where(jnp.asarray(keep), indices, dropped)
-    order = jnp.argsort(indices, stable=True)
-    s_idx = indices[order]
-    last = jnp.concatenate([s_idx[1:] != s_idx[:-1], jnp.ones((1,), bool)]) & (s_idx != dropped)
+    order, s_idx, last = last_writes(indices, keep)
     leaf_slot = jnp.where(last, lay.offsets[-1] + s_idx, lay.size)  # out of range -> dropped
     nodes = nodes.at[leaf_slot].set(values[order], mode="drop")
     # Recomputing a node from its children is idempotent, so dropped entries may walk any path.

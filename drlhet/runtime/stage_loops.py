@@ -81,6 +81,12 @@ class _InFlight:
         if len(self._outputs) > self._depth:
             jax.block_until_ready(self._outputs.popleft())
 
+    def dispatched(self, clock: Clock, stage: str, output: Any) -> None:
+        """After a call of ``stage`` returned: charges its dispatch, then `push` (as sync)."""
+        clock.mark("dispatch", stage)
+        self.push(output)
+        clock.mark("sync")
+
 
 def group_loop(r: StageRun, stages: tuple[str, ...], agent_words: Any, clock: Clock) -> dict:
     """Runs the stage loops of one device group (``stages``, in `drlhet.backends.base.GROUPS`
@@ -162,9 +168,7 @@ def _actors(r: StageRun, clock: Clock) -> Loop:
             agent_words = r.ch["params"].get()
             clock.mark("wait")
             *env, words, done = r.st.actor(agent_words, *env, steps)
-            clock.mark("dispatch", "actors")
-            window.push(words)
-            clock.mark("sync")
+            window.dispatched(clock, "actors", words)
             _send(r.ch["transitions"], to_r, words, clock)
             finished.append(done)
             steps += r.env_per_call
@@ -184,9 +188,7 @@ def _replay(r: StageRun, clock: Clock) -> Loop:
             updates = _updates(r, fifo)
             clock.mark("wait")
             rep, batches = r.st.replay(rep, words, updates, steps)
-            clock.mark("dispatch", "replay")
-            window.push(batches)
-            clock.mark("sync")
+            window.dispatched(clock, "replay", batches)
             _send(r.ch["batches"], to_l, batches, clock)
             steps += r.env_per_call
             yield
@@ -206,9 +208,7 @@ def _learner(r: StageRun, clock: Clock, agent: Any) -> Loop:
             batches = r.ch["batches"].get()
             clock.mark("wait")
             agent, updates, m = r.st.learner(agent, batches)
-            clock.mark("dispatch", "learner")
-            window.push(agent)
-            clock.mark("sync")
+            window.dispatched(clock, "learner", agent)
             updates, words = to_r(updates), to_a(agent)
             clock.mark("transfer")
             r.ch["updates"].put(updates)
@@ -233,9 +233,7 @@ def _actors_replay(r: StageRun, clock: Clock) -> Loop:
             updates = _updates(r, fifo)
             clock.mark("wait")
             *env, done, rep, batches = r.st.actor_replay(agent_words, *env, steps, rep, updates)
-            clock.mark("dispatch", "actors+replay")
-            window.push(batches)
-            clock.mark("sync")
+            window.dispatched(clock, "actors+replay", batches)
             _send(r.ch["batches"], to_l, batches, clock)
             finished.append(done)
             steps += r.env_per_call

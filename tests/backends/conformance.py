@@ -44,7 +44,7 @@ def load_or_skip(name: str) -> st.TreeOps:
         if name in MUST_LOAD:
             pytest.fail(f"backend {name!r} must load here: {e}")
         needs = backends.get(name).needs  # the library or device, as the registry names it
-        pytest.skip(f"backend {name!r} needs {needs}, missing here ({e})")
+        pytest.skip(f"missing library or device for backend {name!r}: {needs} ({e})")
 
 
 @pytest.fixture(params=REPLAY)

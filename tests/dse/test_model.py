@@ -155,7 +155,7 @@ def test_relaxed_is_the_slowest_resource():
     assert p.terms["busy cpu cores"] == pytest.approx(320 * US)
     assert p.bottleneck == "host thread" and p.iteration_s == pytest.approx(705 * US)
     # k >= S: the threaded pipeline, U = max(1, k // (2 S)) iterations per call, lead
-    # ceil(k / (U S)) = 2 calls. Per iteration: dispatch (call - compute) / U: actors 40, replay
+    # floor(k / (U S)) = 2 calls. Per iteration: dispatch (call - compute) / U: actors 40, replay
     # 80 - 20 - 30 = 30, learner 100; hops / U: transitions 5 (actors), params 60 (learner);
     # compute: actors 10 on cpu:0, replay 20 + 2 (30 + 20) = 120 and learner 200 on cpu:1;
     # one thread per device: replay and learner share cpu:1's

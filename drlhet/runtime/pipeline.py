@@ -23,17 +23,23 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import numpy as np
 
+from drlhet.backends import channel
+from drlhet.runtime.channel_stages import Links, group_thread, in_program_groups, open_links
 from drlhet.runtime.chunks import check_replay_error, chunk_row, host_summary
 from drlhet.runtime.host_loop import LoopState, final_state, place_state
 from drlhet.runtime.stage_loops import StageRun, group_loop
 from drlhet.runtime.stages import PipelineStages, pipeline_stages, unroll_of
-from drlhet.runtime.threads import Channel, Clock, Crew
+from drlhet.runtime.threads import Clock, Crew
 from drlhet.runtime.trainer import Trainer, TrainState
+from drlhet.runtime.update_fifo import UpdateFifo
 
 __all__ = ["run_pipeline", "device_groups"]
 
 _GROUPS = ("actors", "replay", "learner")
+_FORCE_HOST_CHANNELS = False
+"""Tests set it to run the host-driven loops where in-program channels would run."""
 
 
 def run_pipeline(
@@ -63,18 +69,15 @@ def run_pipeline(
     st = pipeline_stages(cfg, tr, unroll_of(cfg, tr.iterations), example)
     loop = place_state(cfg, states, devices)
     lead = -(-cfg.delay // (st.unroll * cfg.sgd_steps))
+    names = ["+".join(g) for g in groups]
+    in_program = (
+        channel.available(devices.values())
+        and in_program_groups(groups) is not None
+        and not _FORCE_HOST_CHANNELS
+    )
     crew = Crew()
-    ch = {
-        "params": crew.channel(3),
-        "transitions": crew.channel(3),
-        "batches": crew.channel(lead + 1),
-        "updates": crew.channel(lead + 2),
-        "reports": crew.channel((len(_GROUPS) + len(groups)) * tr.chunks),
-    }
-    pack = jax.jit(jax.vmap(st.agent.pack))
-    ch["params"].put(pack(loop.actor_agent))  # actors call 0: the state's actor agent
-    agent_words = pack(loop.agent)
-    ch["params"].put(loop.move("learner", "actors")(agent_words))  # call 1
+    ch = {"reports": crew.channel((len(_GROUPS) + len(names)) * tr.chunks)}
+    agent_words = jax.jit(jax.vmap(st.agent.pack))(loop.agent)
     # the host thread evaluates while the stages run: compile it now, not in chunk 1
     k_eval = jax.ShapeDtypeStruct(
         loop.env[4].shape, loop.env[4].dtype, sharding=agent_words.sharding
@@ -82,19 +85,46 @@ def run_pipeline(
     evaluate: Any = st.evaluate  # a jitted function
     st = st._replace(evaluate=evaluate.lower(agent_words, k_eval).compile())
     r = StageRun(tr, st, loop, ch, tr.iterations // st.unroll)
+    links = open_links(r, lead) if in_program else None
     t_start = time.perf_counter()
-    for g in groups:
-        crew.start("+".join(g), functools.partial(group_loop, r, g, agent_words, Clock()))
-    names = ["+".join(g) for g in groups]
-    extra = {**(extra or {}), "iterations_per_stage_call": st.unroll, "host_threads": len(names)}
+    if links is not None:
+        crew.on_halt(links.close)
+        for n in names:
+            crew.start(n, functools.partial(group_thread, r, links, n, agent_words))
+    else:
+        _host_channels(r, crew, lead, agent_words)
+        for g in groups:
+            crew.start("+".join(g), functools.partial(group_loop, r, g, agent_words, Clock()))
+    extra = {
+        **(extra or {}),
+        "iterations_per_stage_call": st.unroll,
+        "host_threads": len(names),
+        "channels": "in-program" if in_program else "host",
+    }
     try:
         rows = _report(r, names, t0, t_start, on_chunk, extra)
     except BaseException:
-        crew.stop.set()
+        crew.halt()
         crew.join()  # a stage's error, if one came first, wins over the host's
         raise
+    finally:
+        if links is not None:
+            links.close()
     crew.join()
-    return _finish(cfg, st, loop, crew, ch), rows
+    return _finish(cfg, st, loop, crew, ch, links), rows
+
+
+def _host_channels(r: StageRun, crew: Crew, lead: int, agent_words: Any) -> None:
+    """The host-driven loops' channels, seeded: the actors' first two agents."""
+    r.ch.update(
+        params=crew.channel(3),
+        transitions=crew.channel(3),
+        batches=crew.channel(lead + 1),
+        updates=crew.channel(lead + 2),
+    )
+    loop = r.loop
+    r.ch["params"].put(jax.jit(jax.vmap(r.st.agent.pack))(loop.actor_agent))  # actors call 0
+    r.ch["params"].put(loop.move("learner", "actors")(agent_words))  # call 1
 
 
 def device_groups(devices: dict[str, jax.Device]) -> list[tuple[str, ...]]:
@@ -135,7 +165,7 @@ def _report(r: StageRun, names: list[str], t0, t_start, on_chunk, extra) -> list
     return rows
 
 
-def _finish(cfg, st: PipelineStages, loop: LoopState, crew: Crew, ch: dict[str, Channel]):
+def _finish(cfg, st: PipelineStages, loop: LoopState, crew: Crew, ch: dict, links: Links | None):
     """The final `TrainState` from the threads' results and what is left in the channels: the
     actors' next agent and the k updates not applied yet."""
     results: dict[str, Any] = {}
@@ -144,8 +174,18 @@ def _finish(cfg, st: PipelineStages, loop: LoopState, crew: Crew, ch: dict[str, 
     loop.env, loop.env_steps = results["actors"]
     loop.rep, fifo = results["replay"]
     loop.agent = jax.jit(jax.vmap(st.agent.unpack))(results["learner"])
-    for updates in ch["updates"].drain():
-        fifo.push(updates)
-    loop.actor_agent = jax.jit(jax.vmap(st.agent.unpack))(ch["params"].drain()[0])
+    if links is not None:  # per-step messages [S, We] on the host
+        left = links.updates.drain()
+        fifo = UpdateFifo(np.stack(left, axis=1)) if left else None
+        next_agent = links.params.drain()[0]
+        links.destroy()
+    else:
+        for updates in ch["updates"].drain():
+            fifo.push(updates)
+        next_agent = ch["params"].drain()[0]
+    agent_dev = jax.device_put(next_agent, loop.devices["actors"])
+    loop.actor_agent = jax.jit(jax.vmap(st.agent.unpack))(agent_dev)
+    if fifo is None:
+        return final_state(cfg, loop, [])
     pending: Any = jax.jit(jax.vmap(jax.vmap(st.entry.unpack)))(fifo.take(len(fifo)))
     return final_state(cfg, loop, [pending])

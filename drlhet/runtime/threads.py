@@ -112,6 +112,18 @@ class Crew:
         self._threads: list[threading.Thread] = []
         self._errors: list[tuple[str, BaseException]] = []
         self._lock = threading.Lock()
+        self._on_halt: list[Callable[[], None]] = []
+
+    def on_halt(self, fn: Callable[[], None]) -> None:
+        """Calls ``fn()`` when the crew halts (e.g. closes the in-program channels, whose
+        waiting calls then fail: they do not watch ``stop``)."""
+        self._on_halt.append(fn)
+
+    def halt(self) -> None:
+        """Stops every thread: sets ``stop`` and runs the `on_halt` callbacks."""
+        self.stop.set()
+        for fn in self._on_halt:
+            fn()
 
     def channel(self, maxsize: int) -> Channel:
         return Channel(maxsize, self.stop)
@@ -127,13 +139,14 @@ class Crew:
         except Stopped:
             pass
         except BaseException as e:  # noqa: BLE001 - handed to the caller by join()
-            self.fail(name, e)
+            if not self.stop.is_set():  # else: the halt's consequence, not its cause
+                self.fail(name, e)
 
     def fail(self, name: str, error: BaseException) -> None:
-        """Records ``error`` of stage ``name`` (the first one wins) and stops every thread."""
+        """Records ``error`` of stage ``name`` (the first one wins) and halts every thread."""
         with self._lock:
             self._errors.append((name, error))
-        self.stop.set()
+        self.halt()
 
     def join(self) -> None:
         """Waits for every thread, then re-raises the first recorded error (noting its stage)."""

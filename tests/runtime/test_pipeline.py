@@ -14,7 +14,7 @@ from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.payload import payload_of
 from drlhet.runtime.run import run
 from drlhet.runtime.threads import THREAD_PREFIX, Crew
-from tests.runtime.test_run import SMALL, SPLITS
+from tests.runtime.test_run import SMALL, SPLITS, assert_same_state
 
 SPLIT = "actors=cpu:0,replay=jax@cpu:1,learner=cpu:0"
 
@@ -38,15 +38,15 @@ def with_learner(monkeypatch, wrap):
     "split,threads",
     [
         ("A+L|R", {"actors+learner": ["actors", "learner"], "replay": ["replay"]}),
-        ("A+R|L", {"actors+replay": ["actors+replay"], "learner": ["learner"]}),
         ("A|R+L", {"actors": ["actors"], "replay+learner": ["replay", "learner"]}),
     ],
 )
-def test_pipeline_runs_one_thread_per_device_group_and_reports_where_time_goes(split, threads):
-    # two stages on one device: one program per call (A+R) or two loops on one thread
+def test_host_loops_run_one_thread_per_device_group_and_report_where_time_goes(split, threads):
+    # two stages on one device that need a call of skew: two loops on one thread
     cfg = TrainConfig(**{**SMALL.__dict__, "delay": 4})
     state, rows = run(cfg, SPLITS[split])
     assert rows[-1]["host_threads"] == 2 and rows[-1]["iterations_per_stage_call"] == 1
+    assert rows[-1]["channels"] == "host"
     assert set(rows[-1]["threads"]) == set(threads)
     for name, dispatched in threads.items():
         clock = rows[-1]["threads"][name]
@@ -57,6 +57,30 @@ def test_pipeline_runs_one_thread_per_device_group_and_reports_where_time_goes(s
     assert stage_threads() == []
 
 
+def test_in_program_channels_run_one_program_per_device_and_chunk():
+    cfg = TrainConfig(**{**SMALL.__dict__, "delay": 4})
+    state, rows = run(cfg, SPLITS["A+R|L"])
+    assert rows[-1]["channels"] == "in-program" and rows[-1]["host_threads"] == 2
+    assert set(rows[-1]["threads"]) == {"actors+replay", "learner"}
+    for clock in rows[-1]["threads"].values():
+        assert clock["calls"] == 200 // cfg.num_envs
+        assert clock["run_ms"] > 0 and 0 <= clock["wait_ms"] <= clock["run_ms"] * 1.05
+    assert state.pending.indices.shape == (cfg.seeds, 4, cfg.batch_size)
+    assert stage_threads() == []
+
+
+@pytest.mark.parametrize("delay", [2, 5])
+def test_in_program_channels_equal_the_host_loops_bit_for_bit(monkeypatch, delay):
+    cfg = TrainConfig(**{**SMALL.__dict__, "delay": delay})
+    state, rows = run(cfg, SPLITS["A+R|L"])
+    monkeypatch.setattr(pipeline, "_FORCE_HOST_CHANNELS", True)
+    host_state, host_rows = run(cfg, SPLITS["A+R|L"])
+    assert rows[-1]["channels"] == "in-program" and host_rows[-1]["channels"] == "host"
+    assert_same_state(host_state, state)
+    assert [r["eval_return"] for r in rows] == [r["eval_return"] for r in host_rows]
+    assert [r["train_return"] for r in rows] == [r["train_return"] for r in host_rows]
+
+
 def test_device_groups_one_thread_per_device():
     cpu = jax.devices("cpu")
     spread = {"actors": cpu[0], "replay": cpu[1], "learner": cpu[0]}
@@ -65,13 +89,15 @@ def test_device_groups_one_thread_per_device():
         pipeline.device_groups(dict.fromkeys(("actors", "replay", "learner"), cpu[0]))
 
 
-def test_a_stage_that_raises_stops_the_run_and_leaves_no_thread(monkeypatch):
+@pytest.mark.parametrize("split,fail_at", [(SPLIT, 3), (SPLITS["A+R|L"], 1)])
+def test_a_stage_that_raises_stops_the_run_and_leaves_no_thread(monkeypatch, split, fail_at):
+    # host loops: the learner's third call raises; in-program: building its program raises
     calls = []
 
     def wrap(learner):
         def failing(*args):
             calls.append(1)
-            if len(calls) == 3:
+            if len(calls) == fail_at:
                 raise RuntimeError("learner broke")
             return learner(*args)
 
@@ -79,14 +105,16 @@ def test_a_stage_that_raises_stops_the_run_and_leaves_no_thread(monkeypatch):
 
     with_learner(monkeypatch, wrap)
     with pytest.raises(RuntimeError, match="learner broke") as info:
-        run(TrainConfig(**{**SMALL.__dict__, "delay": 4}), SPLIT)
+        run(TrainConfig(**{**SMALL.__dict__, "delay": 4}), split)
     assert any("learner stage" in note for note in info.value.__notes__)
     assert stage_threads() == []
 
 
-def test_a_nan_priority_is_refused_and_stops_every_thread(monkeypatch):
+@pytest.mark.parametrize("split", [SPLIT, SPLITS["A+R|L"]])
+def test_a_nan_priority_is_refused_and_stops_every_thread(monkeypatch, split):
     # the learner's updates carry NaN priorities: the buffer refuses them (error flag), and the
-    # host thread's check at the chunk's end stops the run while the stages still run
+    # host thread's check at the chunk's end stops the run while the stages still run (in
+    # programs: closing the channels cancels them)
     def wrap(learner):
         def nan_priorities(agent, batches):
             agent, updates, metrics = learner(agent, batches)
@@ -98,16 +126,17 @@ def test_a_nan_priority_is_refused_and_stops_every_thread(monkeypatch):
 
     with_learner(monkeypatch, wrap)
     with pytest.raises(ValueError, match="replay refused an operation"):
-        run(TrainConfig(**{**SMALL.__dict__, "delay": 4}), SPLIT)
+        run(TrainConfig(**{**SMALL.__dict__, "delay": 4}), split)
     assert stage_threads() == []
 
 
-def test_an_error_in_the_callback_stops_the_threads():
+@pytest.mark.parametrize("split", [SPLIT, SPLITS["A+R|L"]])
+def test_an_error_in_the_callback_stops_the_threads(split):
     def stop(row):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run(TrainConfig(**{**SMALL.__dict__, "delay": 2}), SPLIT, on_chunk=stop)
+        run(TrainConfig(**{**SMALL.__dict__, "delay": 2}), split, on_chunk=stop)
     assert stage_threads() == []
 
 

@@ -1,0 +1,122 @@
+"""In-program channels: messages between XLA programs that run at the same time."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from drlhet.backends.channel import NativeChannel, available
+
+SPEC = jax.ShapeDtypeStruct((2, 3), jnp.uint32)
+
+
+def run_threads(*fns):
+    """Runs each ``fn()`` on a thread; returns (results, errors) by position."""
+    results, errors = [None] * len(fns), [None] * len(fns)
+
+    def guard(i, fn):
+        try:
+            results[i] = fn()
+        except Exception as e:  # noqa: BLE001 - inspected by the test
+            errors[i] = e
+
+    threads = [threading.Thread(target=guard, args=(i, f)) for i, f in enumerate(fns)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    return results, errors
+
+
+def test_two_programs_pass_messages_in_order_through_a_bounded_channel():
+    cpu = jax.devices("cpu")
+    ch = NativeChannel(2, SPEC)  # smaller than the messages sent: the producer must wait
+    n = 20
+
+    def produce(token):
+        def body(token, i):
+            x = jnp.full(SPEC.shape, i, jnp.uint32) * jnp.arange(6, dtype=jnp.uint32).reshape(2, 3)
+            return ch.send(x, token), None
+
+        return jax.lax.scan(body, token, jnp.arange(n, dtype=jnp.uint32))[0]
+
+    def consume(token):
+        def body(token, _):
+            x = ch.recv(token, 2)  # two messages a call
+            return token, x
+
+        return jax.lax.scan(body, token, None, n // 2)[1]
+
+    tok = [jax.device_put(jnp.int32(0), d) for d in cpu[:2]]
+    (sent, got), errors = run_threads(
+        lambda: jax.jit(produce)(tok[0]).block_until_ready(),
+        lambda: np.asarray(jax.jit(consume)(tok[1])),
+    )
+    assert errors == [None, None]
+    expect = np.arange(n, dtype=np.uint32)[:, None, None] * np.arange(6, dtype=np.uint32).reshape(
+        2, 3
+    )
+    np.testing.assert_array_equal(got.reshape(n, 2, 3), expect)
+    assert int(sent) == n  # the token counts the sends
+    stats = ch.stats()
+    assert (stats.sent, stats.received) == (n, n)
+    ch.destroy()
+
+
+def test_close_wakes_a_waiting_program_with_a_clear_error():
+    ch = NativeChannel(1, SPEC)
+    _, errors = run_threads(
+        lambda: jax.jit(lambda t: ch.recv(t))(jnp.int32(0)).block_until_ready(),
+        lambda: (time.sleep(0.5), ch.close()),
+    )
+    assert "CANCELLED" in str(errors[0]) and "closed" in str(errors[0])
+    with pytest.raises(RuntimeError, match="full or closed"):
+        ch.put(np.zeros(SPEC.shape, np.uint32))
+    ch.destroy()
+
+
+def test_host_put_and_drain_keep_order_and_refuse_bad_input():
+    ch = NativeChannel(2, SPEC)
+    a, b = (np.full(SPEC.shape, v, np.uint32) for v in (7, 9))
+    ch.put(a)
+    ch.put(b)
+    with pytest.raises(RuntimeError, match="full"):
+        ch.put(a)
+    with pytest.raises(ValueError, match=r"carries \(2, 3\)"):
+        ch.put(np.zeros((3, 2), np.uint32))
+    with pytest.raises(ValueError, match="sends"):
+        ch.send(jnp.zeros((2, 3), jnp.float32), jnp.int32(0))
+    out = ch.drain()
+    assert len(out) == 2
+    np.testing.assert_array_equal(out[0], a)
+    np.testing.assert_array_equal(out[1], b)
+    assert ch.drain() == []
+    with pytest.raises(ValueError, match="capacity"):
+        NativeChannel(0, SPEC)
+    ch.destroy()
+
+
+def test_a_message_of_the_wrong_size_is_an_error_not_a_corruption():
+    ch = NativeChannel(2, SPEC)
+    ch.put(np.zeros(SPEC.shape, np.uint32))
+    wrong = jax.ffi.ffi_call(
+        "drlhet_channel_recv", jax.ShapeDtypeStruct((4,), jnp.uint32), has_side_effect=True
+    )
+    with pytest.raises(Exception, match="messages of 24 bytes"):
+        wrong(jnp.int32(0), id=np.int64(ch.id), count=np.int64(1)).block_until_ready()
+    ch.destroy()
+
+
+def test_available_only_for_cpu_devices():
+    assert available(jax.devices("cpu"))
+
+    class Other:
+        platform = "other"
+
+    assert not available([jax.devices("cpu")[0], Other()])

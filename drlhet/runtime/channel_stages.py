@@ -37,6 +37,21 @@ STAGE_INPUTS = {
     "replay": (("transitions", "recv"), ("updates", "recv"), ("batches", "send")),
     "learner": (("batches", "recv"), ("updates", "send"), ("params", "send")),
     "actors+replay": (("params", "recv"), ("updates", "recv"), ("batches", "send")),
+    "actors+learner": (
+        ("params", "recv"),
+        ("transitions", "send"),
+        ("batches", "recv"),
+        ("updates", "send"),
+        ("params", "send"),
+    ),
+    "replay+learner": (
+        ("transitions", "recv"),
+        ("updates", "recv"),
+        ("batches", "send"),
+        ("batches", "recv"),
+        ("updates", "send"),
+        ("params", "send"),
+    ),
 }
 """Each stage's channels and which end of them it holds (for its time spent blocked)."""
 
@@ -84,66 +99,125 @@ def open_links(r: StageRun, lead: int) -> Links:
 
 
 def in_program_groups(groups: list[tuple[str, ...]]) -> list[str] | None:
-    """The threads of in-program channels for these device groups, or None where a group is
-    not supported (actors + learner, replay + learner on one device: they need one call of
-    skew between their stages, which the host-driven loops give)."""
+    """The threads of in-program channels for these device groups (one per device), or None
+    where a device holds a pairing not built (actors + replay + learner is the fused loop)."""
     names = ["+".join(g) for g in groups]
     return names if set(names) <= set(STAGE_INPUTS) else None
 
 
-def _programs(r: StageRun, links: Links) -> dict[str, Any]:
-    """Each stage's chunk program: ``calls`` stage calls, channels in and out."""
-    st, calls, p, n = r.st, r.calls, r.per_call, r.env_per_call
+def _steps(r: StageRun, links: Links) -> dict[str, Any]:
+    """One stage call each, inside a program: ``(carry, steps) -> (carry, outputs)``; the carry
+    holds ``env``, ``rep``, ``agent`` and the ``token`` as the stage needs them."""
+    st, p = r.st, r.per_call
 
-    def actors(env, steps, token):
-        def body(carry, _):
-            env, steps, token = carry
-            words = links.params.recv(token)
-            *env, trans, finished = st.actor(words, *env, steps)
-            return (tuple(env), steps + n, links.transitions.send(trans, token)), finished
+    def updates(token):  # the P updates of the call, one message a learner step: [S, P, We]
+        return jnp.swapaxes(links.updates.recv(token, p), 0, 1)
 
-        (env, _, token), finished = jax.lax.scan(body, (env, steps, token), None, calls)
-        return env, token, finished
+    def actors(c, steps):
+        *env, trans, finished = st.actor(links.params.recv(c["token"]), *c["env"], steps)
+        token = links.transitions.send(trans, c["token"])
+        return {**c, "env": tuple(env), "token": token}, {"finished": finished}
 
-    def replay(rep, steps, token):
-        def body(carry, _):
-            rep, steps, token = carry
-            trans = links.transitions.recv(token)
-            updates = jnp.swapaxes(links.updates.recv(token, p), 0, 1)  # [S, P, We]
-            rep, batches = st.replay(rep, trans, updates, steps)
-            return (rep, steps + n, links.batches.send(batches, token)), None
+    def replay(c, steps):
+        trans = links.transitions.recv(c["token"])
+        rep, batches = st.replay(c["rep"], trans, updates(c["token"]), steps)
+        return {**c, "rep": rep, "token": links.batches.send(batches, c["token"])}, {}
 
-        (rep, _, token), _ = jax.lax.scan(body, (rep, steps, token), None, calls)
-        return rep, token
+    def learner(c, steps):
+        agent, ups, metrics = st.learner(c["agent"], links.batches.recv(c["token"]))
+        token = links.updates.send(jnp.swapaxes(ups, 0, 1), c["token"], p)
+        return {**c, "agent": agent, "token": links.params.send(agent, token)}, {"metrics": metrics}
 
-    def learner(agent, token):
-        def body(carry, _):
-            agent, token = carry
-            agent, updates, metrics = st.learner(agent, links.batches.recv(token))
-            token = links.updates.send(jnp.swapaxes(updates, 0, 1), token, p)
-            return (agent, links.params.send(agent, token)), metrics
-
-        (agent, token), metrics = jax.lax.scan(body, (agent, token), None, calls)
-        return agent, token, metrics
-
-    def actors_replay(env, rep, steps, token):
-        def body(carry, _):
-            env, rep, steps, token = carry
-            words = links.params.recv(token)
-            updates = jnp.swapaxes(links.updates.recv(token, p), 0, 1)
-            *env, finished, rep, batches = st.actor_replay(words, *env, steps, rep, updates)
-            token = links.batches.send(batches, token)
-            return (tuple(env), rep, steps + n, token), finished
-
-        (env, rep, _, token), finished = jax.lax.scan(body, (env, rep, steps, token), None, calls)
-        return env, rep, token, finished
+    def actors_replay(c, steps):
+        words, ups = links.params.recv(c["token"]), updates(c["token"])
+        *env, finished, rep, batches = st.actor_replay(words, *c["env"], steps, c["rep"], ups)
+        token = links.batches.send(batches, c["token"])
+        return {**c, "env": tuple(env), "rep": rep, "token": token}, {"finished": finished}
 
     return {
-        "actors": jax.jit(actors, donate_argnums=0),
-        "replay": jax.jit(replay, donate_argnums=0),
-        "learner": jax.jit(learner),
-        "actors+replay": jax.jit(actors_replay, donate_argnums=(0, 1)),
+        "actors": actors,
+        "replay": replay,
+        "learner": learner,
+        "actors+replay": actors_replay,
     }
+
+
+def skewed(r: StageRun, group: str) -> bool:
+    """Whether ``group``'s first stage runs one call ahead of the learner in its program, so
+    that the other device overlaps them: actors + learner always; replay + learner where replay
+    call c + 1 needs no update of learner call c (lead ``floor(k / P) >= 2``)."""
+    if group == "actors+learner":
+        return True
+    return group == "replay+learner" and r.tr.config.delay // r.per_call >= 2
+
+
+def chunk_program(r: StageRun, links: Links, group: str, first: bool, last: bool):
+    """``group``'s program for one chunk: ``(donated, kept, steps) -> (donated, kept,
+    outputs)`` (carry dicts: ``env`` and ``rep`` donated, ``agent`` and ``token`` kept), its
+    stages' calls of the chunk in order (``first``, ``last``: the run's first or last chunk, which
+    start or end the skew of a `skewed` group). Outputs stack over calls: ``finished``
+    (actors; a skewed chunk has one more or one less than ``calls``), ``metrics``
+    (learner), ``k_eval`` (actors: the evaluation key, split off after the chunk's last
+    actors call as the host-driven loops do)."""
+    step, calls, n = _steps(r, links), r.calls, r.env_per_call
+    stages = [step[s] for s in (group.split("+") if group not in step else [group])]
+
+    def seq(c, steps, fns):  # stage calls one after the other; the outputs merged
+        outs: dict = {}
+        for fn, at in fns:
+            c, o = fn(c, steps + at)
+            outs.update(o)
+        return c, outs
+
+    def split(c):
+        env = list(c["env"])
+        env[4], k_eval = split_keys(env[4])
+        return {**c, "env": tuple(env)}, k_eval
+
+    def run(c, steps):
+        if not skewed(r, group):  # every stage's call c in turn
+            body = lambda c, i: seq(c, steps + i * n, [(f, 0) for f in stages])  # noqa: E731
+            c, outs = jax.lax.scan(body, c, jnp.arange(calls))
+            if "env" in c:
+                c, outs["k_eval"] = split(c)
+            return c, outs
+        ahead, learner = stages
+        pre: list[dict] = []
+        if first:  # the run's first call of the stage ahead
+            c, o = ahead(c, steps)
+            pre.append(o)
+        # then call c + 1 of the stage ahead beside learner call c
+        body = lambda c, i: seq(c, steps + i * n, [(ahead, n), (learner, 0)])  # noqa: E731
+        c, outs = jax.lax.scan(body, c, jnp.arange(calls - 1))
+        post: list[dict] = []
+        if "env" in c:
+            c, k_eval = split(c)
+        fns = [(learner, 0)] if last else [(ahead, n), (learner, 0)]
+        c, o = seq(c, steps + (calls - 1) * n, fns)
+        post.append(o)
+        outs = _stack(pre, outs, post)
+        if "env" in c:
+            outs["k_eval"] = k_eval
+        return c, outs
+
+    def program(donated, kept, steps):  # the env and the buffer are donated, not the agent
+        c, outs = run({**donated, **kept}, steps)
+        return {k: c[k] for k in donated}, {k: c[k] for k in kept}, outs
+
+    return jax.jit(program, donate_argnums=0)
+
+
+def _stack(pre: list[dict], outs: dict, post: list[dict]) -> dict:
+    """Concatenates single calls' outputs before and after a scan's stacked ones."""
+
+    def cat(key):
+        parts = [jax.tree.map(lambda x: x[None], o[key]) for o in pre if key in o]
+        parts.append(outs[key]) if key in outs else None
+        parts += [jax.tree.map(lambda x: x[None], o[key]) for o in post if key in o]
+        return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
+
+    keys = {k for o in (*pre, outs, *post) for k in o}
+    return {k: cat(k) for k in keys}
 
 
 @dataclasses.dataclass
@@ -164,58 +238,51 @@ class _Waits:
 
 
 def group_thread(r: StageRun, links: Links, group: str, agent_words: Any) -> dict:
-    """Runs ``group``'s chunk programs (``actors``, ``replay``, ``learner`` or
-    ``actors+replay``) on the calling thread; after each chunk posts its stages' reports and
-    ``("clock:" + group, chunk, {"run_ms", "wait_ms", "calls"})`` (ms per call; ``wait``:
-    blocked on a channel).
+    """Runs ``group``'s chunk programs (the stages of one device, e.g. ``actors+replay``) on
+    the calling thread; after each chunk posts its stages' reports and ``("clock:" + group,
+    chunk, {"run_ms", "wait_ms", "calls"})`` (ms per call; ``wait``: blocked on a channel).
 
     Returns its stages' results as `drlhet.runtime.stage_loops.group_loop` does."""
-    program = _programs(r, links)[group]
-    token = jax.device_put(jnp.int32(0), r.loop.devices[group.split("+")[-1]])
-    s = _GroupState(list(r.loop.env), r.loop.rep, agent_words, r.loop.env_steps)
+    stages, chunks, loop = group.split("+"), r.tr.chunks, r.loop
+    token = jax.device_put(jnp.int32(0), loop.devices[stages[-1]])
+    c: dict[str, Any] = {"token": token}
+    c.update({"env": tuple(loop.env)} if "actors" in stages else {})
+    c.update({"rep": loop.rep} if "replay" in stages else {})
+    c.update({"agent": agent_words} if "learner" in stages else {})
+    donated = {k: c.pop(k) for k in ("env", "rep") if k in c}
+    # compiled before the run (the last chunk's must not compile while timed); a skewed
+    # group's first and last chunks start and end its skew
+    variants = {(i == 0, i == chunks - 1) if skewed(r, group) else None for i in range(chunks)}
+    programs = {
+        v: chunk_program(r, links, group, *(v or (False, False)))
+        .lower(donated, c, loop.env_steps)
+        .compile()
+        for v in variants
+    }
+    steps, finished = loop.env_steps, []
     waits, t = _Waits(group, links), time.perf_counter()
-    for i in range(r.tr.chunks):
-        if group == "learner":
-            s.agent, token, metrics = program(s.agent, token)
-            jax.block_until_ready(s.agent)
-            m = jax.device_get(metrics)  # [calls, S] each
-            per_call = [jax.tree.map(lambda x, c=c: x[c], m) for c in range(r.calls)]
-            r.report("learner", i, (s.agent, per_call, time.perf_counter()))
-        else:
-            if group == "actors":
-                env, token, finished = program(tuple(s.env), s.steps, token)
-            elif group == "replay":
-                s.rep, token = program(s.rep, s.steps, token)
-            else:
-                env, s.rep, token, finished = program(tuple(s.env), s.rep, s.steps, token)
-            s.steps += r.calls * r.env_per_call
-            if group != "replay":
-                _report_actors(r, s, i, env, finished)
-            if group != "actors":
-                r.report("replay", i, jnp.copy(s.rep.error))  # the next chunk donates rep
-        jax.block_until_ready(token)
+    for i in range(chunks):
+        v = (i == 0, i == chunks - 1) if skewed(r, group) else None
+        donated, c, outs = programs[v](donated, c, steps)
+        steps += r.calls * r.env_per_call
+        if "actors" in stages:
+            f = jax.device_get(outs["finished"])  # [m, S] each: per call (return sum, episodes)
+            finished += [(f[0][j], f[1][j]) for j in range(len(f[0]))]
+            to_l = loop.move("actors", "learner")
+            r.report("actors", i, (finished[: r.calls], to_l(outs["k_eval"]), steps))
+            finished = finished[r.calls :]  # a skewed program's call of the next chunk
+        if "replay" in stages:
+            r.report("replay", i, jnp.copy(donated["rep"].error))  # the next chunk donates rep
+        if "learner" in stages:
+            jax.block_until_ready(c["agent"])
+            m = jax.device_get(outs["metrics"])  # [calls, S] each
+            per_call = [jax.tree.map(lambda x, j=j: x[j], m) for j in range(r.calls)]
+            r.report("learner", i, (c["agent"], per_call, time.perf_counter()))
+        jax.block_until_ready(c["token"])
         now = time.perf_counter()
         clock = {"run_ms": 1e3 * (now - t) / r.calls, "wait_ms": 1e3 * waits.take() / r.calls}
         r.report("clock:" + group, i, {**clock, "calls": r.calls})
         t = now
-    results = {"actors": (tuple(s.env), s.steps), "replay": (s.rep, None), "learner": s.agent}
-    return {g: results[g] for g in group.split("+")}
-
-
-@dataclasses.dataclass
-class _GroupState:
-    """What one group's thread carries from chunk to chunk."""
-
-    env: list
-    rep: Any
-    agent: Any
-    steps: int
-
-
-def _report_actors(r: StageRun, s: _GroupState, chunk: int, env, finished) -> None:
-    """The actors' chunk report: each call's (return sum, episodes), the evaluation key."""
-    s.env = list(env)
-    s.env[4], k_eval = split_keys(s.env[4])
-    f = jax.device_get(finished)  # [calls, S] each
-    rounds = [(f[0][c], f[1][c]) for c in range(r.calls)]
-    r.report("actors", chunk, (rounds, r.loop.move("actors", "learner")(k_eval), s.steps))
+    results = {"actors": (donated.get("env"), steps), "replay": (donated.get("rep"), None)}
+    results["learner"] = c.get("agent")
+    return {g: results[g] for g in stages}

@@ -12,6 +12,7 @@ import pytest
 from drlhet.dse.baselines import baselines
 from drlhet.dse.devices import load_sheets
 from drlhet.dse.model import Model, Place, Shapes
+from drlhet.dse.pipelined import in_program
 from drlhet.dse.search import enumerate_mappings, expand_devices, search
 
 US = 1e-6
@@ -319,3 +320,19 @@ def test_pipeline_figures_measured_in_the_pipeline_replace_the_strict_loops():
         assert p.terms["busy host"] == pytest.approx(91 / u * US)
         assert p.terms["busy cpu cores"] == pytest.approx((330 / 2 + 91 / u) * US)
         assert p.iteration_s == pytest.approx(320 * US)  # cpu:1's compute
+
+
+def test_in_program_channels_charge_no_host_thread_only_their_messages():
+    # actors + replay on cpu:0, learner on cpu:1: in-program channels (drlhet.runtime
+    # .channel_stages). Per iteration (k = 4, S = 2: U = 1, P = 2, lead 2): compute actors 10,
+    # replay 120, learner 200; messages of 5 us: actors 2, replay and learner 2 + P = 4 each
+    m = Model(SHAPES, toy_sheets(), {"jax": PROFILE, "native": NATIVE}, cpu_cores=2)
+    two = places("jax@cpu:0", "jax@cpu:0", "jax@cpu:1")
+    assert in_program(m, two) and not in_program(m, places("jax@cpu:0", "jax@cpu:1", "jax@cpu:1"))
+    p = m.predict(two, delay=4)
+    assert "busy host" not in p.terms
+    assert p.terms["busy thread actors+replay"] == pytest.approx((10 + 10 + 120 + 20) * US)
+    assert p.terms["busy thread learner"] == pytest.approx(220 * US)
+    assert p.terms["busy cpu cores"] == pytest.approx(380 / 2 * US)
+    assert p.terms["busy dependency cycle"] == pytest.approx(max(360 / 2, 380 / 2) * US)
+    assert p.bottleneck == "thread learner" and p.iteration_s == pytest.approx(220 * US)

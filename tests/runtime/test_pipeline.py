@@ -38,11 +38,16 @@ def with_learner(monkeypatch, wrap):
     "split,threads",
     [
         ("A+L|R", {"actors+learner": ["actors", "learner"], "replay": ["replay"]}),
+        ("A+R|L", {"actors+replay": ["actors+replay"], "learner": ["learner"]}),
         ("A|R+L", {"actors": ["actors"], "replay+learner": ["replay", "learner"]}),
     ],
 )
-def test_host_loops_run_one_thread_per_device_group_and_report_where_time_goes(split, threads):
-    # two stages on one device that need a call of skew: two loops on one thread
+def test_host_loops_run_one_thread_per_device_group_and_report_where_time_goes(
+    monkeypatch, split, threads
+):
+    # the host-driven loops (an accelerator's path): two stages on one device, two loops on one
+    # thread (or one program per call for actors + replay)
+    monkeypatch.setattr(pipeline, "_FORCE_HOST_CHANNELS", True)
     cfg = TrainConfig(**{**SMALL.__dict__, "delay": 4})
     state, rows = run(cfg, SPLITS[split])
     assert rows[-1]["host_threads"] == 2 and rows[-1]["iterations_per_stage_call"] == 1
@@ -57,11 +62,19 @@ def test_host_loops_run_one_thread_per_device_group_and_report_where_time_goes(s
     assert stage_threads() == []
 
 
-def test_in_program_channels_run_one_program_per_device_and_chunk():
+@pytest.mark.parametrize(
+    "split,threads",
+    [
+        ("A+L|R", {"actors+learner", "replay"}),
+        ("A+R|L", {"actors+replay", "learner"}),
+        ("A|R+L", {"actors", "replay+learner"}),
+    ],
+)
+def test_in_program_channels_run_one_program_per_device_and_chunk(split, threads):
     cfg = TrainConfig(**{**SMALL.__dict__, "delay": 4})
-    state, rows = run(cfg, SPLITS["A+R|L"])
+    state, rows = run(cfg, SPLITS[split])
     assert rows[-1]["channels"] == "in-program" and rows[-1]["host_threads"] == 2
-    assert set(rows[-1]["threads"]) == {"actors+replay", "learner"}
+    assert set(rows[-1]["threads"]) == threads
     for clock in rows[-1]["threads"].values():
         assert clock["calls"] == 200 // cfg.num_envs
         assert clock["run_ms"] > 0 and 0 <= clock["wait_ms"] <= clock["run_ms"] * 1.05
@@ -69,12 +82,15 @@ def test_in_program_channels_run_one_program_per_device_and_chunk():
     assert stage_threads() == []
 
 
-@pytest.mark.parametrize("delay", [2, 5])
-def test_in_program_channels_equal_the_host_loops_bit_for_bit(monkeypatch, delay):
+@pytest.mark.parametrize("split", list(SPLITS))
+@pytest.mark.parametrize("delay", [4, 5])
+def test_in_program_channels_equal_the_host_loops_bit_for_bit(monkeypatch, delay, split):
+    # k = 4, 5 with P = 2: the replay + learner program runs the replay a call ahead (lead 2),
+    # and with k = 5 the updates of a replay call straddle two learner calls
     cfg = TrainConfig(**{**SMALL.__dict__, "delay": delay})
-    state, rows = run(cfg, SPLITS["A+R|L"])
+    state, rows = run(cfg, SPLITS[split])
     monkeypatch.setattr(pipeline, "_FORCE_HOST_CHANNELS", True)
-    host_state, host_rows = run(cfg, SPLITS["A+R|L"])
+    host_state, host_rows = run(cfg, SPLITS[split])
     assert rows[-1]["channels"] == "in-program" and host_rows[-1]["channels"] == "host"
     assert_same_state(host_state, state)
     assert [r["eval_return"] for r in rows] == [r["eval_return"] for r in host_rows]
@@ -89,9 +105,10 @@ def test_device_groups_one_thread_per_device():
         pipeline.device_groups(dict.fromkeys(("actors", "replay", "learner"), cpu[0]))
 
 
-@pytest.mark.parametrize("split,fail_at", [(SPLIT, 3), (SPLITS["A+R|L"], 1)])
-def test_a_stage_that_raises_stops_the_run_and_leaves_no_thread(monkeypatch, split, fail_at):
+@pytest.mark.parametrize("host,fail_at", [(True, 3), (False, 1)])
+def test_a_stage_that_raises_stops_the_run_and_leaves_no_thread(monkeypatch, host, fail_at):
     # host loops: the learner's third call raises; in-program: building its program raises
+    monkeypatch.setattr(pipeline, "_FORCE_HOST_CHANNELS", host)
     calls = []
 
     def wrap(learner):
@@ -105,13 +122,13 @@ def test_a_stage_that_raises_stops_the_run_and_leaves_no_thread(monkeypatch, spl
 
     with_learner(monkeypatch, wrap)
     with pytest.raises(RuntimeError, match="learner broke") as info:
-        run(TrainConfig(**{**SMALL.__dict__, "delay": 4}), split)
+        run(TrainConfig(**{**SMALL.__dict__, "delay": 4}), SPLIT)
     assert any("learner stage" in note for note in info.value.__notes__)
     assert stage_threads() == []
 
 
-@pytest.mark.parametrize("split", [SPLIT, SPLITS["A+R|L"]])
-def test_a_nan_priority_is_refused_and_stops_every_thread(monkeypatch, split):
+@pytest.mark.parametrize("host", [True, False])
+def test_a_nan_priority_is_refused_and_stops_every_thread(monkeypatch, host):
     # the learner's updates carry NaN priorities: the buffer refuses them (error flag), and the
     # host thread's check at the chunk's end stops the run while the stages still run (in
     # programs: closing the channels cancels them)
@@ -125,18 +142,20 @@ def test_a_nan_priority_is_refused_and_stops_every_thread(monkeypatch, split):
         return nan_priorities
 
     with_learner(monkeypatch, wrap)
+    monkeypatch.setattr(pipeline, "_FORCE_HOST_CHANNELS", host)
     with pytest.raises(ValueError, match="replay refused an operation"):
-        run(TrainConfig(**{**SMALL.__dict__, "delay": 4}), split)
+        run(TrainConfig(**{**SMALL.__dict__, "delay": 4}), SPLIT)
     assert stage_threads() == []
 
 
-@pytest.mark.parametrize("split", [SPLIT, SPLITS["A+R|L"]])
-def test_an_error_in_the_callback_stops_the_threads(split):
+@pytest.mark.parametrize("host", [True, False])
+def test_an_error_in_the_callback_stops_the_threads(monkeypatch, host):
     def stop(row):
         raise KeyboardInterrupt
 
+    monkeypatch.setattr(pipeline, "_FORCE_HOST_CHANNELS", host)
     with pytest.raises(KeyboardInterrupt):
-        run(TrainConfig(**{**SMALL.__dict__, "delay": 2}), split, on_chunk=stop)
+        run(TrainConfig(**{**SMALL.__dict__, "delay": 2}), SPLIT, on_chunk=stop)
     assert stage_threads() == []
 
 

@@ -90,6 +90,8 @@ development VM took 7.7 us per round of two messages (2026-11-24)."""
 _MESSAGES = {"actors": 2, "replay": 2, "learner": 2}
 """Messages per stage call besides the P priority updates (one per learner step) that the
 replay receives and the learner sends."""
+
+
 def in_program(model: Any, places: dict[str, Placement]) -> bool:
     """Whether the pipeline runs this mapping with in-program channels
     (`drlhet.runtime.channel_stages`): every group on a CPU device."""

@@ -1,4 +1,8 @@
-"""The host's cost per stage call of the threaded pipeline, measured from a short real run.
+"""The host's cost per stage call of the host-driven pipeline, measured from a short real run.
+
+Split mappings of CPU devices run with in-program channels (no host work per call); the
+host-driven loops remain the path of any mapping with an accelerator, whose CPU stages pay these
+costs. The profile runs them on the two XLA CPU devices (`drlhet.runtime.pipeline.host_driven`).
 
 docs/design.md sections 5 and 6. The pipeline's threads time themselves (`drlhet.runtime.threads
 .Clock`); this runs the pipeline for a few chunks on a split mapping of the two XLA CPU devices in
@@ -37,6 +41,7 @@ def profile_pipeline(
       ``{figure: {"median", "min", "max"}}`` in seconds over the chunks after the first, for
       each of `PIPELINE_FIGURES`.
     """
+    from drlhet.runtime.pipeline import host_driven
     from drlhet.runtime.run import run
 
     d0, d1 = (f"{d.platform}:{d.id}" for d in devices)
@@ -51,7 +56,8 @@ def profile_pipeline(
     )
     replay = f"{key.backend}@{d1}" if key.backend else d1  # a bare device: its fastest
     mapping = f"actors={d0},replay={replay},learner={d0}"
-    _, rows = run(cfg, mapping)
+    with host_driven():  # the loops an accelerator's mapping runs (CPUs use channels)
+        _, rows = run(cfg, mapping)
     samples: dict[str, list[float]] = {f: [] for f in PIPELINE_FIGURES}
     for row in rows[1:]:
         put_s, puts = 0.0, 0

@@ -1,25 +1,29 @@
-"""The pipelined host loop: one host thread per device group, bounded channels between them.
+"""The pipelined loop: one host thread per device, bounded channels between the stages.
 
 docs/design.md section 6; Zhang, Meng, Prasanna, TPDS 2023, Sec. 5. With priority-update delay
 ``k >= sgd_steps`` the stages (`drlhet.runtime.stages.pipeline_stages`, U iterations and
-``P = U * sgd_steps`` learner steps per call) of each device group run on their own thread
-(`drlhet.runtime.stage_loops`), so a stage that blocks its caller (an XLA CPU program that runs
-inline, an FPGA call) holds up only its own group, and two stages on one device run as one
-program per call (one dispatch, no payload between them).
+``P = U * sgd_steps`` learner steps per call) of each device run on their own thread:
 
-Every payload is one packed word array (`drlhet.runtime.payload`), put to the consumer's device
-on the producer's thread right after the producing call is dispatched (a put does not wait for
-its producer), so a consumer only waits where the data dependency says so. The channels' depths
-follow from k: the replay runs at most ``ceil(k / P)`` calls ahead of the learner, the actors two.
-The first error of any thread (or of the host thread that evaluates and reports) stops every
-thread and is raised once they all ended.
+* every device a CPU device: one program per device and chunk, its stage calls linked to the
+  other device's by in-program channels (`drlhet.runtime.channel_stages`): no Python runs
+  between stage calls;
+* otherwise (an accelerator; or inside `host_driven`): the threads call the stages
+  (`drlhet.runtime.stage_loops`), so a stage that blocks its caller (an FPGA call) holds up
+  only its own device; every payload is one packed word array (`drlhet.runtime.payload`) put
+  to the consumer's device on the producer's thread.
+
+Both compute the same numbers (tested bit for bit). The channels' depths follow from k: the
+replay runs at most ``ceil(k / P)`` calls ahead of the learner, the actors two. The first error
+of any thread (or of the host thread that evaluates and reports) stops every thread and is
+raised once they all ended.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -35,11 +39,24 @@ from drlhet.runtime.threads import Clock, Crew
 from drlhet.runtime.trainer import Trainer, TrainState
 from drlhet.runtime.update_fifo import UpdateFifo
 
-__all__ = ["run_pipeline", "device_groups"]
+__all__ = ["run_pipeline", "device_groups", "host_driven"]
 
 _GROUPS = ("actors", "replay", "learner")
 _FORCE_HOST_CHANNELS = False
-"""Tests set it to run the host-driven loops where in-program channels would run."""
+"""Set by `host_driven`: the host-driven loops run where in-program channels would."""
+
+
+@contextlib.contextmanager
+def host_driven() -> Iterator[None]:
+    """Within it, split mappings of CPU devices run the host-driven loops instead of in-program
+    channels: to profile those loops' host costs on a CPU (they are the path of a mapping with
+    an accelerator, `drlhet.dse.profile_pipeline`) and to compare the two paths (tests)."""
+    global _FORCE_HOST_CHANNELS
+    before, _FORCE_HOST_CHANNELS = _FORCE_HOST_CHANNELS, True
+    try:
+        yield
+    finally:
+        _FORCE_HOST_CHANNELS = before
 
 
 def run_pipeline(

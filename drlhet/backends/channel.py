@@ -113,7 +113,7 @@ class NativeChannel:
 
     def drain(self) -> list[np.ndarray]:
         """Takes every message left, oldest first (also after `close`)."""
-        out = []
+        out: list[np.ndarray] = []
         while True:
             a = np.empty(self.spec.shape, self.spec.dtype)
             got = _library().drlhet_channel_take(self.id, a.ctypes.data, self.nbytes)

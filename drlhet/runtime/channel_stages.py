@@ -283,6 +283,9 @@ def group_thread(r: StageRun, links: Links, group: str, agent_words: Any) -> dic
         clock = {"run_ms": 1e3 * (now - t) / r.calls, "wait_ms": 1e3 * waits.take() / r.calls}
         r.report("clock:" + group, i, {**clock, "calls": r.calls})
         t = now
-    results = {"actors": (donated.get("env"), steps), "replay": (donated.get("rep"), None)}
-    results["learner"] = c.get("agent")
+    results: dict[str, Any] = {
+        "actors": (donated.get("env"), steps),
+        "replay": (donated.get("rep"), None),
+        "learner": c.get("agent"),
+    }
     return {g: results[g] for g in stages}

@@ -105,6 +105,9 @@ class Model:
       host_costs: host backend -> its measured seconds per call of each replay stage,
         ``{"replay_in": s, "replay_next": s, "apply": s}`` (the paper-style Python-level
         buffer, `drlhet.dse.baselines`); a host backend without costs cannot be placed.
+      host_driven: model the pipeline's host-driven loops on CPU-only splits too (as
+        `drlhet.runtime.pipeline.host_driven` runs them); else those run, and are modeled, with
+        in-program channels.
     """
 
     def __init__(
@@ -114,12 +117,14 @@ class Model:
         profiles: dict[str, dict],
         cpu_cores: int = 1,
         host_costs: Mapping[str, dict[str, float]] | None = None,
+        host_driven: bool = False,
     ):
         self.s = shapes
         self.sheets = sheets
         self.profiles = profiles
         self.cpu_cores = max(1, cpu_cores)
         self.host_costs = dict(host_costs or {})
+        self.host_driven = host_driven
 
     # --- per-device costs -----------------------------------------------------------------
     def kind(self, device: str) -> str:

@@ -94,7 +94,10 @@ replay receives and the learner sends."""
 
 def in_program(model: Any, places: dict[str, Placement]) -> bool:
     """Whether the pipeline runs this mapping with in-program channels
-    (`drlhet.runtime.channel_stages`): every group on a CPU device."""
+    (`drlhet.runtime.channel_stages`): every group on a CPU device (unless the model is told
+    the host-driven loops run, ``model.host_driven``)."""
+    if getattr(model, "host_driven", False):
+        return False
     return all(model.kind(places[g].device) == CPU for g in GROUPS)
 
 

@@ -146,7 +146,7 @@ def test_strict_chain_on_two_cpu_devices():
 
 
 def test_relaxed_is_the_slowest_resource():
-    m = model()
+    m = model(host_driven=True)  # the host-driven loops (CPU splits run channels by default)
     two = places("jax@cpu:0", "jax@cpu:1", "jax@cpu:1")
     # 1 <= k < 2 S: the per-iteration host loop. cpu:0 busy 50; cpu:1 busy 80 + 400 + 70 + 40
     # = 590; cores: 640 / 2 = 320; the host thread runs every CPU stage and CPU-CPU hop itself:
@@ -309,7 +309,7 @@ def test_pipeline_figures_measured_in_the_pipeline_replace_the_strict_loops():
         "put": stats(8),
     }
     profiles = {b: {**p, "pipeline": pipe} for b, p in (("jax", PROFILE), ("native", NATIVE))}
-    m = Model(SHAPES, toy_sheets(), profiles, cpu_cores=2)
+    m = Model(SHAPES, toy_sheets(), profiles, cpu_cores=2, host_driven=True)
     two = places("jax@cpu:0", "jax@cpu:1", "jax@cpu:1")
     for k, u in ((4, 1), (8, 2)):
         p = m.predict(two, delay=k)
@@ -328,7 +328,8 @@ def test_in_program_channels_charge_no_host_thread_only_their_messages():
     # replay 120, learner 200; messages of 5 us: actors 2, replay and learner 2 + P = 4 each
     m = Model(SHAPES, toy_sheets(), {"jax": PROFILE, "native": NATIVE}, cpu_cores=2)
     two = places("jax@cpu:0", "jax@cpu:0", "jax@cpu:1")
-    assert in_program(m, two) and not in_program(m, places("jax@cpu:0", "jax@cpu:1", "jax@cpu:1"))
+    host = Model(SHAPES, toy_sheets(), {"jax": PROFILE}, cpu_cores=2, host_driven=True)
+    assert in_program(m, two) and not in_program(host, two)
     p = m.predict(two, delay=4)
     assert "busy host" not in p.terms
     assert p.terms["busy thread actors+replay"] == pytest.approx((10 + 10 + 120 + 20) * US)

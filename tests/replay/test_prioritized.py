@@ -186,17 +186,20 @@ class NumpyModel:
         self.max_p = max(self.max_p, max(prios))
 
 
+# zero, or a priority float32 keeps positive: 2e-211 is positive for the float64 model and 0 in
+# the float32 buffer (what a priority that underflows should do is issue 19's edge cases)
+priority = hst.one_of(hst.just(0.0), hst.floats(1e-6, 10))
 op_strategy = hst.one_of(
     hst.tuples(
         hst.just("add"),
         hst.lists(hst.integers(0, 99), min_size=ADD, max_size=ADD),
         hst.booleans(),
-        hst.lists(hst.floats(0, 10), min_size=ADD, max_size=ADD),
+        hst.lists(priority, min_size=ADD, max_size=ADD),
     ),
     hst.tuples(
         hst.just("update"),
         hst.lists(hst.integers(0, CAP - 1), min_size=UPD, max_size=UPD),
-        hst.lists(hst.floats(0, 10), min_size=UPD, max_size=UPD),
+        hst.lists(priority, min_size=UPD, max_size=UPD),
     ),
     hst.tuples(hst.just("sample"), hst.integers(0, 2**31 - 1)),
 )

@@ -70,11 +70,13 @@ def run_pipeline(
     """Runs ``tr`` (``delay >= sgd_steps``) with each group's stage loop on its own thread.
 
     Same arguments, rows and final state as `drlhet.runtime.host_loop.run_iteration_loop`;
-    rows add ``iterations_per_stage_call`` (U), ``host_threads`` (one per device group) and
-    ``threads``: per thread (named by its stages, ``actors+replay``), ms per call of
+    rows add ``iterations_per_stage_call`` (U), ``host_threads`` (one per device group),
+    ``channels`` (``"in-program"``: every device a CPU device; ``"host"``: the threads call the
+    stages) and ``threads``: per thread (named by its stages, ``actors+replay``), ms per call of
+    ``run`` (wall) and ``wait`` (blocked on a channel) with in-program channels; else of
     ``dispatch`` (and ``dispatch_<stage>`` of each stage or merged program), ``transfer``,
-    ``wait`` (blocked on a channel) and ``sync`` (waiting for its own device), and ``calls``
-    (`drlhet.runtime.threads.Clock`).
+    ``wait`` and ``sync`` (waiting for its own device) (`drlhet.runtime.threads.Clock`); and
+    ``calls``.
 
     Raises:
       the first error of any stage thread (with a note naming the stage), of the evaluation or
@@ -121,12 +123,13 @@ def run_pipeline(
     try:
         rows = _report(r, names, t0, t_start, on_chunk, extra)
     except BaseException:
-        crew.halt()
-        crew.join()  # a stage's error, if one came first, wins over the host's
+        crew.halt()  # closes the channels: a program waiting on one fails, its thread ends
+        try:
+            crew.join()  # a stage's error, if one came first, wins over the host's
+        finally:
+            if links is not None:
+                links.destroy()
         raise
-    finally:
-        if links is not None:
-            links.close()
     crew.join()
     return _finish(cfg, st, loop, crew, ch, links), rows
 

@@ -11,8 +11,8 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 # Reinstall when the package metadata or the native sources change.
-$(STAMP): $(BIN)/python pyproject.toml CMakeLists.txt $(shell find kernels -type f 2>/dev/null)
-	$(BIN)/pip install --quiet "scikit-build-core>=0.10" "cmake>=3.24" ninja "jax>=0.10"
+$(STAMP): $(BIN)/python pyproject.toml CMakeLists.txt $(shell find kernels hls -type f 2>/dev/null)
+	$(BIN)/pip install --quiet "scikit-build-core>=0.10" "cmake>=3.24" ninja "jax>=0.10" "hls4ml>=1.3"
 	$(BIN)/pip install --quiet --no-build-isolation -e ".[test,bench]"
 	touch $(STAMP)
 

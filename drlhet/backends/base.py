@@ -94,6 +94,9 @@ class Backend:
       rank: preference among the backends that load (higher: faster where measured).
       host: runs in the host process outside XLA (one placement: the first CPU device).
       reference: the pure-JAX reference every other backend is tested against.
+      simulation: ``(platform, groups)``: it also runs ``groups`` on ``platform`` as a
+        functional simulation of its hardware (right results, not that hardware's speed);
+        never a default nor a DSE candidate there (`providing` leaves it out unless asked).
       summary: one line for listings.
     """
 
@@ -105,10 +108,14 @@ class Backend:
     rank: int = 0
     host: bool = False
     reference: bool = False
+    simulation: tuple[str, tuple[str, ...]] | None = None
     summary: str = ""
 
     def __post_init__(self) -> None:
         bad = [p for p in self.platforms if p not in PLATFORMS]
+        if self.simulation is not None:
+            sim, groups = self.simulation
+            bad += [x for x in (sim, *groups) if x not in PLATFORMS + self.provides]
         bad += [g for g in self.provides if g not in GROUPS]
         if bad or not self.platforms or not self.provides:
             raise ValueError(f"backend {self.name!r}: bad platforms/groups {bad or '(empty)'}")
@@ -118,7 +125,17 @@ class Backend:
         return self.loader is None
 
     def runs_on(self, platform: str, group: str) -> bool:
-        return platform in self.platforms and group in self.provides
+        """Whether it runs ``group`` on ``platform``, on the hardware or simulated."""
+        return (platform in self.platforms and group in self.provides) or self.simulates(
+            platform, group
+        )
+
+    def simulates(self, platform: str, group: str | None = None) -> bool:
+        """Whether it runs (``group``) on ``platform`` only as a simulation."""
+        if self.simulation is None:
+            return False
+        sim, groups = self.simulation
+        return platform == sim and (group is None or group in groups)
 
 
 _REGISTRY: dict[str, Backend] = {}
@@ -190,16 +207,20 @@ def loads(name: str) -> bool:
     return True
 
 
-def providing(group: str, platform: str | None = None, runnable: bool = False) -> list[Backend]:
+def providing(
+    group: str, platform: str | None = None, runnable: bool = False, simulated: bool = False
+) -> list[Backend]:
     """Backends that provide ``group`` (on ``platform`` if given), best ranked first; with
-    ``runnable``, only those that load here."""
+    ``runnable``, only those that load here; with ``simulated``, also those that only simulate
+    their hardware on ``platform`` (`Backend.simulated`)."""
     if group not in GROUPS:
         raise ValueError(f"unknown group {group!r}; groups: {GROUPS}")
     _discover()
     out = [
         b
         for b in _REGISTRY.values()
-        if group in b.provides and (platform is None or platform in b.platforms)
+        if (group in b.provides and (platform is None or platform in b.platforms))
+        or (simulated and platform is not None and b.simulates(platform, group))
     ]
     if runnable:
         out = [b for b in out if loads(b.name)]
@@ -247,6 +268,7 @@ def describe() -> list[dict[str, Any]]:
                 "platforms": list(b.platforms),
                 "provides": list(b.provides),
                 "rank": b.rank,
+                "simulation": list(b.simulation or ()),
                 "status": status,
                 "summary": b.summary,
             }

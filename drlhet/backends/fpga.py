@@ -1,18 +1,162 @@
-"""The FPGA backend: the replay module and the learner as HLS designs (modeled only so far).
+"""The FPGA backend: the replay-management module (``hls/rmm``), fixed point, bit-exact.
 
-Until the HLS modules and their C-simulation exist, the DSE costs an FPGA from its device sheet
-(`drlhet.dse.devices.fpga`); nothing runs it, and loading it says so.
+docs/design.md section 3. On a CPU device the module runs as its **C-simulation**: the HLS
+sources compiled with g++ (``kernels/fpga_sim``) behind XLA FFI custom calls, inside the jitted
+training program, serving the module's host protocol (command words, buffer layout) on a tree
+kept in XLA buffers (a `drlhet.replay.fixed_point.FixedTreeState`, written in place: donate
+it). It proves function, bit for bit against `drlhet.replay.fixed_point` (tested), not the
+board's speed: the DSE costs the FPGA from the module's cycle model, never from this. The
+learner is modeled only (a device sheet) until its HLS design exists.
 """
 
-from drlhet.backends.base import FPGA, Backend, register
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from drlhet.backends.base import CPU, FPGA, Backend, register
+from drlhet.backends.native import library_path
+from drlhet.replay import fixed_point as fp
+from drlhet.replay.fixed_point import FixedDraw, FixedTreeState
+from drlhet.replay.sum_tree import TreeOps
+from drlhet.replay.uint64 import U64
+
+__all__ = ["write", "draw", "serve", "OPS_NAME", "SUPPORTED_BRANCHING", "MAX_CAPACITY"]
+
+OPS_NAME = "fpga"
+SUPPORTED_BRANCHING = (4, 8, 16, 32, 64)
+"""K the module is built for (one pipeline stage per level, K children read in one cycle)."""
+MAX_CAPACITY = 1 << 31
+"""Leaves the module addresses (int32 indices on the host)."""
+_WHAT = "the FPGA replay module's C-simulation"
+
+
+@functools.cache
+def _library() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(library_path("drlhet_fpga_sim", _WHAT)))
+    for target, symbol in (
+        ("drlhet_rmm_write", lib.DrlhetRmmWrite),
+        ("drlhet_rmm_sample", lib.DrlhetRmmSample),
+    ):
+        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform=CPU)
+    ptr = ctypes.POINTER(ctypes.c_uint32)
+    lib.drlhet_rmm_serve.argtypes = [ctypes.c_int64] * 3 + [ptr] * 6
+    lib.drlhet_rmm_serve.restype = ctypes.c_int
+    return lib
+
+
+def check(tree: FixedTreeState) -> None:
+    """Raises ``ValueError`` for a tree the module cannot hold (K, capacity)."""
+    if tree.branching not in SUPPORTED_BRANCHING:
+        raise ValueError(
+            f"the FPGA replay module supports K in {SUPPORTED_BRANCHING}, got {tree.branching}"
+        )
+    if tree.capacity > MAX_CAPACITY:
+        raise ValueError(
+            f"the FPGA replay module holds <= {MAX_CAPACITY} leaves, got {tree.capacity}"
+        )
+
+
+def _attrs(tree: FixedTreeState) -> dict:
+    return {
+        "capacity": np.int64(tree.capacity),
+        "branching": np.int64(tree.branching),
+        "frac_bits": np.int64(tree.frac_bits),
+    }
+
+
+def write(
+    tree: FixedTreeState, indices: jax.Array, values: jax.Array, keep: jax.Array | None = None
+) -> FixedTreeState:
+    """The module's write command: ``(tree, indices [B], values [B] float v = p^alpha, keep
+    [B] | None) -> tree``, as `drlhet.replay.fixed_point.write` (unchecked: the buffer refuses
+    bad batches before; a kept index out of range is skipped by the module)."""
+    check(tree)
+    _library()
+    indices = jnp.asarray(indices, jnp.int32)
+    if indices.shape[-1:] == (0,):
+        return tree
+    values = jnp.asarray(values, jnp.float32)
+    keep = jnp.ones(indices.shape, bool) if keep is None else jnp.asarray(keep, bool)
+    keep = jnp.broadcast_to(keep, indices.shape)
+    state = (tree.leaves, tree.hi, tree.lo, tree.saturated)
+    call = jax.ffi.ffi_call(
+        "drlhet_rmm_write",
+        tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in state),
+        vmap_method="broadcast_all",
+        input_output_aliases={0: 0, 1: 1, 2: 2, 3: 3},
+    )
+    leaves, hi, lo, saturated = call(*state, indices, values, keep, **_attrs(tree))
+    return FixedTreeState(leaves, hi, lo, saturated, tree.capacity, tree.branching, tree.frac_bits)
+
+
+def draw(tree: FixedTreeState, bits: jax.Array, stratified: bool = True) -> FixedDraw:
+    """The module's sample command: ``(tree, bits [B, 2] uint32) -> FixedDraw``, as
+    `drlhet.replay.fixed_point.draw`."""
+    check(tree)
+    _library()
+    bits = jnp.asarray(bits, jnp.uint32)
+    b = bits.shape[-2]
+    if stratified and b > fp.u64.MAX_DIVISOR:
+        raise ValueError(f"stratified sampling takes B <= {fp.u64.MAX_DIVISOR}, got {b}")
+    lead = bits.shape[:-2]
+    out = (
+        jax.ShapeDtypeStruct(lead + (b,), jnp.int32),
+        jax.ShapeDtypeStruct(lead + (b,), jnp.uint32),
+        jax.ShapeDtypeStruct(lead + (2,), jnp.uint32),
+    )
+    call = jax.ffi.ffi_call("drlhet_rmm_sample", out, vmap_method="broadcast_all")
+    indices, values, root = call(
+        tree.leaves, tree.hi, tree.lo, bits, stratified=np.int64(stratified), **_attrs(tree)
+    )
+    return FixedDraw(indices, values, U64(root[..., 0], root[..., 1]))
+
+
+def serve(
+    capacity: int,
+    branching: int,
+    frac_bits: int,
+    memory: tuple[np.ndarray, np.ndarray, np.ndarray],
+    cmd: np.ndarray,
+    inputs: np.ndarray,
+    out: np.ndarray,
+) -> int:
+    """Serves one command of the host protocol (``hls/rmm/rmm.h``) on a tree held in NumPy
+    ``uint32`` arrays ``memory = (leaves, hi, lo)``, in place: what a board does with its
+    buffers (the drivers' stand-in calls it). Returns 0, -1 for a bad command, -2 for a bad
+    layout."""
+    ptr = ctypes.POINTER(ctypes.c_uint32)
+    arrays = (*memory, cmd, inputs, out)
+    for a in arrays:
+        if a.dtype != np.uint32 or not a.flags.c_contiguous:
+            raise ValueError("the module's buffers are contiguous uint32 arrays")
+    return int(
+        _library().drlhet_rmm_serve(
+            capacity, branching, frac_bits, *(a.ctypes.data_as(ptr) for a in arrays)
+        )
+    )
+
+
+def _load() -> TreeOps:
+    _library()  # BackendUnavailable when the C-simulation was not built
+    return TreeOps(None, write, fp.REFERENCE.init, fp.sampler(draw), "fixed")
+
 
 BACKEND = register(
     Backend(
         name="fpga",
         platforms=(FPGA,),
         provides=("replay", "learner"),
-        needs="the HLS replay and learner modules (not built yet: modeled from device sheets)",
-        loader=None,
-        summary="HLS replay module and learner on an FPGA board; today a device-sheet model",
+        needs="the FPGA replay module's C-simulation built on `pip install` (hls4ml's ap_types "
+        "headers); a board: pynq or pyxrt and a bitstream (the learner: modeled only)",
+        loader=_load,
+        rank=-10,
+        simulation=(CPU, ("replay",)),
+        summary="HLS replay module, fixed point: its C-simulation inside jit on a CPU device "
+        "(function, not speed); on a board modeled by its cycle model",
     )
 )

@@ -38,17 +38,22 @@ MAX_BRANCHING = 256  # kMaxBranching in kernels/include/drlhet/sum_tree.h
 _LIB_NAMES = ("libdrlhet_cpu.so", "libdrlhet_cpu.dylib", "drlhet_cpu.dll")
 
 
-def library_path() -> Path:
-    """Where the built kernel library is (editable or regular install)."""
+def library_path(stem: str = "drlhet_cpu", what: str = "the native CPU kernels") -> Path:
+    """Where the built kernel library ``lib{stem}`` is (editable or regular install).
+
+    Raises:
+      BackendUnavailable: it was not built (naming ``what`` it holds).
+    """
     spec = importlib.util.find_spec("drlhet")
     places = list(spec.submodule_search_locations or []) if spec else []
+    names = _LIB_NAMES if stem == "drlhet_cpu" else (f"lib{stem}.so", f"lib{stem}.dylib")
     for place in places:
-        for name in _LIB_NAMES:
+        for name in names:
             if (Path(place) / name).is_file():
                 return Path(place) / name
     raise BackendUnavailable(
-        "the native CPU kernels are not built (no libdrlhet_cpu in "
-        f"{places}); reinstall with `pip install -e .` (needs CMake, a C++17 compiler, OpenMP)"
+        f"{what} are not built (no lib{stem} in {places}); reinstall with `pip install -e .` "
+        "(needs CMake, a C++17 compiler, OpenMP; the FPGA C-simulation also hls4ml's ap_types)"
     )
 
 

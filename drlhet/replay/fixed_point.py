@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -39,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from drlhet.replay import uint64 as u64
-from drlhet.replay.sum_tree import TreeLayout, last_writes, layout
+from drlhet.replay.sum_tree import TreeLayout, TreeOps, last_writes, layout
 from drlhet.replay.uint64 import U64
 
 __all__ = [
@@ -55,6 +56,10 @@ __all__ = [
     "descend",
     "targets",
     "sample",
+    "draw",
+    "probabilities",
+    "sampler",
+    "REFERENCE",
     "DEFAULT_FRAC_BITS",
     "SUPPORTED_BRANCHING",
     "MAX_CAPACITY",
@@ -80,7 +85,9 @@ class FixedTreeState:
       leaves: ``[widths[-1]]`` uint32 quantized leaves (padding zero).
       hi, lo: ``[offsets[-1]]`` uint32 words of the 64-bit inner nodes in level order (the
         float tree's layout without its leaf level; the root is slot 0).
-      saturated: ``[]`` int32 leaf writes clamped to the format's range so far (wraps).
+      saturated: ``[]`` int32 leaf writes clamped to the format's range so far (wraps; every
+        kept in-range write counts, also one that a later duplicate of the batch overwrites:
+        the hardware applies a batch's writes in order).
       capacity, branching, frac_bits: static N, K and F.
     """
 
@@ -211,7 +218,10 @@ def write(
     q, clamped = quantize(values, state.frac_bits)
     order, s_idx, last = last_writes(indices, keep)
     leaves = state.leaves.at[jnp.where(last, s_idx, lay.widths[-1])].set(q[order], mode="drop")
-    saturated = state.saturated + jnp.sum(last & clamped[order]).astype(jnp.int32)
+    written = (indices >= 0) & (indices < state.capacity)  # every write counts, duplicates too
+    if keep is not None:
+        written = written & jnp.asarray(keep)
+    saturated = state.saturated + jnp.sum(written & clamped).astype(jnp.int32)
     hi, lo = state.hi, state.lo
     node = jnp.clip(s_idx, 0, state.capacity - 1)  # recomputing a node is idempotent
     for level in range(lay.depth - 1, -1, -1):
@@ -299,6 +309,32 @@ def targets(root: U64, bits: jax.Array, stratified: bool = True) -> U64:
     return U64(q1, q0)
 
 
+def draw(state: FixedTreeState, bits: jax.Array, stratified: bool = True) -> FixedDraw:
+    """The replay module's sample command: targets from the root and ``bits`` ``[B, 2]``
+    uint32, then the descent (`targets`, `descend`)."""
+    return descend(state, targets(total(state), bits, stratified))
+
+
+def probabilities(d: FixedDraw) -> jax.Array:
+    """``[B]`` float32 ``float(q_i) / float(T)`` (0 for an empty tree): computed on the host
+    side of the module."""
+    tot = u64.to_float32(d.total)
+    return jnp.where(tot > 0, d.values.astype(jnp.float32) / jnp.where(tot > 0, tot, 1), 0)
+
+
+def sampler(draw_fn: Callable[..., FixedDraw]) -> Callable[..., tuple[jax.Array, jax.Array]]:
+    """The buffer's ``draw`` (`drlhet.replay.sum_tree.TreeOps`) over a module's sample command
+    ``draw_fn(state, bits [B, 2], stratified) -> FixedDraw``: 64 random bits per draw from the
+    caller's key."""
+
+    def sample_draw(state: FixedTreeState, key: jax.Array, batch_size: int, stratified: bool):
+        bits = jax.random.bits(key, (batch_size, 2), jnp.uint32)
+        d = draw_fn(state, bits, stratified)
+        return d.indices, probabilities(d)
+
+    return sample_draw
+
+
 def sample(state: FixedTreeState, key: jax.Array, batch_size: int, stratified: bool = True):
     """Draws ``batch_size`` leaves with probability ``q_i / T``.
 
@@ -315,7 +351,14 @@ def sample(state: FixedTreeState, key: jax.Array, batch_size: int, stratified: b
     if _concrete(root) and int(u64.to_int(root)) == 0:
         raise ValueError("cannot sample from an empty sum tree (total priority is 0)")
     bits = jax.random.bits(key, (batch_size, 2), jnp.uint32)
-    draw = descend(state, targets(root, bits, stratified))
-    tot = u64.to_float32(draw.total)
-    probs = jnp.where(tot > 0, draw.values.astype(jnp.float32) / jnp.where(tot > 0, tot, 1), 0)
-    return draw, probs
+    d = draw(state, bits, stratified)
+    return d, probabilities(d)
+
+
+def _init_ops(capacity: int, branching: int, dtype=None) -> FixedTreeState:
+    """`init` with the buffer's ``(capacity, branching, dtype)`` (the dtype is the host's)."""
+    return init(capacity, branching)
+
+
+REFERENCE = TreeOps(None, write, _init_ops, sampler(draw), "fixed")
+"""The pure-JAX fixed-point primitives: the reference the FPGA module matches bit for bit."""

@@ -50,7 +50,8 @@ class PrioritizedReplayState(NamedTuple):
 
     Attributes:
       storage: pytree of ``[N, ...]`` arrays, the ring buffer.
-      tree: sum tree over ``p ** alpha``, one leaf per slot.
+      tree: sum tree over ``p ** alpha``, one leaf per slot (a `SumTreeState`, or the
+        backend's own tree, e.g. `drlhet.replay.fixed_point.FixedTreeState`).
       stamps: ``[N]`` int32 insertion stamp of each slot; -1 when empty.
       position: ``[]`` int32 next slot to write.
       size: ``[]`` int32 filled slots.
@@ -60,7 +61,7 @@ class PrioritizedReplayState(NamedTuple):
     """
 
     storage: Any
-    tree: SumTreeState
+    tree: Any
     stamps: jax.Array
     position: jax.Array
     size: jax.Array
@@ -199,7 +200,7 @@ def _init(spec: _Spec, example_transition: Any) -> PrioritizedReplayState:
     )
     return PrioritizedReplayState(
         storage=storage,
-        tree=sum_tree.init(spec.capacity, spec.branching, spec.dtype),
+        tree=spec.ops.init(spec.capacity, spec.branching, spec.dtype),
         stamps=jnp.full((spec.capacity,), -1, jnp.int32),
         position=jnp.zeros((), jnp.int32),
         size=jnp.zeros((), jnp.int32),
@@ -270,22 +271,34 @@ def _sample(
     """Draws ``batch_size`` slots with ``P(i) = p_i^alpha / total`` and their IS weights."""
     if _concrete(state.size) and int(state.size) == 0:
         raise ValueError("cannot sample from an empty replay buffer (size 0)")
+    dtype = spec.dtype
+    if spec.ops.draw is not None:  # a tree that draws on its own (fixed point)
+        indices, probs = spec.ops.draw(state.tree, key, spec.batch_size, spec.stratified)
+        probs = probs.astype(dtype)
+    else:
+        indices, probs = _float_draw(spec, state.tree, key)
+    size = state.size.astype(dtype)
+    raw_w = jnp.where(probs > 0, jnp.power(size * jnp.where(probs > 0, probs, 1), -beta), 0)
+    weights = raw_w / jnp.maximum(jnp.max(raw_w), jnp.finfo(dtype).tiny)
+    data = jax.tree.map(lambda buf: buf[indices], state.storage)
+    return PrioritizedSample(indices, state.stamps[indices], data, probs, weights)
+
+
+def _float_draw(spec: _Spec, tree: SumTreeState, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Float targets (stratified or i.i.d.) and the descent: ``(indices [B], P(i) [B])``."""
     dtype, b = spec.dtype, spec.batch_size
-    tot = sum_tree.total(state.tree)
+    tot = sum_tree.total(tree)
     uniform = jax.random.uniform(key, (b,), dtype)
     if spec.stratified:
         targets = (jnp.arange(b, dtype=dtype) + uniform) * (tot / b)
     else:
         targets = uniform * tot
     # Probabilities use the root read during the descent (see sum_tree.descend).
-    indices, values, tot = spec.ops.find(state.tree, targets)
+    if spec.ops.find is None:
+        raise ValueError("the tree primitives have neither `find` nor `draw`")
+    indices, values, tot = spec.ops.find(tree, targets)
     nonempty = tot > 0
-    probs = jnp.where(nonempty, values / jnp.where(nonempty, tot, 1), 0)
-    size = state.size.astype(dtype)
-    raw_w = jnp.where(probs > 0, jnp.power(size * jnp.where(probs > 0, probs, 1), -beta), 0)
-    weights = raw_w / jnp.maximum(jnp.max(raw_w), jnp.finfo(dtype).tiny)
-    data = jax.tree.map(lambda buf: buf[indices], state.storage)
-    return PrioritizedSample(indices, state.stamps[indices], data, probs, weights)
+    return indices, jnp.where(nonempty, values / jnp.where(nonempty, tot, 1), 0)
 
 
 def _update_priorities(

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -340,13 +340,22 @@ class TreeOps(NamedTuple):
     """The tree primitives a replay buffer is built on (a backend provides them).
 
     Attributes:
-      find: ``(tree, targets [B]) -> (indices [B] int32, values [B], total [])``, as `descend`.
+      find: ``(tree, targets [B]) -> (indices [B] int32, values [B], total [])``, as `descend`
+        (None where ``draw`` replaces it: a tree whose targets are not floats).
       write: ``(tree, indices [B], values [B], keep [B] | None) -> tree``, as `write` (the last
-        kept duplicate wins; dropped entries write nothing).
+        kept duplicate wins; dropped entries write nothing); ``values`` are ``p ** alpha``.
+      init: ``(capacity, branching, dtype) -> tree``, an empty tree.
+      draw: None (float trees: the buffer computes targets and calls ``find``), or ``(tree,
+        key, batch_size, stratified) -> (indices [B] int32, probabilities [B] float32)``.
+      numbers: ``"float"`` (matches `REFERENCE`) or ``"fixed"`` (matches
+        `drlhet.replay.fixed_point.REFERENCE`), the reference it is tested against.
     """
 
-    find: Callable[..., tuple[jax.Array, jax.Array, jax.Array]]
-    write: Callable[..., SumTreeState]
+    find: Callable[..., tuple[jax.Array, jax.Array, jax.Array]] | None
+    write: Callable[..., Any]
+    init: Callable[..., Any] = init
+    draw: Callable[..., tuple[jax.Array, jax.Array]] | None = None
+    numbers: str = "float"
 
 
 REFERENCE = TreeOps(descend, write)

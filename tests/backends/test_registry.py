@@ -26,13 +26,26 @@ def test_lookups_name_what_is_missing():
     with pytest.raises(backends.BackendUnavailable, match="no backend 'nope'; registered"):
         backends.get("nope")
     with pytest.raises(backends.BackendUnavailable, match="modeled only"):
-        backends.load("fpga")
+        backends.load("python")
     with pytest.raises(backends.BackendUnavailable, match="does not implement the replay"):
         _learner_only_tree_ops()
     with pytest.raises(ValueError, match="unknown group"):
         backends.providing("planner")
     with pytest.raises(ValueError, match="bad platforms"):
         base.Backend("x", ("tpu",), ("replay",), "-", None)
+
+
+def test_a_simulation_runs_but_is_never_a_default_nor_a_candidate():
+    fpga = backends.get("fpga")
+    assert fpga.runs_on(backends.CPU, "replay") and fpga.simulates(backends.CPU, "replay")
+    assert not fpga.runs_on(backends.CPU, "learner")  # the FPGA learner is modeled only
+    assert fpga.runs_on(backends.FPGA, "learner") and not fpga.simulates(backends.FPGA)
+    assert "fpga" not in [b.name for b in backends.providing("replay", backends.CPU)]
+    simulated = backends.providing("replay", backends.CPU, simulated=True)
+    assert "fpga" in [b.name for b in simulated]
+    assert backends.default("replay", backends.CPU) == "native"
+    with pytest.raises(ValueError, match="bad platforms"):
+        base.Backend("x", (backends.FPGA,), ("replay",), "-", None, simulation=("tpu", ()))
 
 
 def _learner_only_tree_ops():

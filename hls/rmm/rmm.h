@@ -1,0 +1,322 @@
+// The replay-management module (RMM): a fixed-point K-ary sum tree as a chain of dataflow
+// stages, one per tree level. Kernel logic only: no Vitis header (ap_uint comes from the open
+// ap_types headers, the FIFOs from stream.h), so the same source is synthesized by Vitis HLS
+// (rmm_top.cpp), run by the g++ testbench (rmm_tb.cpp) and served inside XLA programs as the
+// C-simulation (kernels/fpga_sim/rmm_ffi.cc).
+//
+// Numbers and batch semantics are those of drlhet/replay/fixed_point.py, bit for bit:
+//   * leaves: uint32 q = round_half_even(v * 2^F) of a float32 v = p^alpha; a positive normal v
+//     below half a step -> 1, v >= 2^(32-F) -> 2^32 - 1 (both counted as clamped);
+//   * inner nodes: exact integer sums (ap_uint<64> here; the synthesized design declares the
+//     narrower widths of level_bits() per level);
+//   * targets: integers from the root T and 64 random bits r_j per draw, stratified
+//     t_j = floor((j T + floor(T r_j / 2^64)) / B), i.i.d. t_j = floor(T r_j / 2^64);
+//   * a descent step takes the child c with prefix(c) <= t < prefix(c + 1), t -= prefix(c);
+//     a target at or past the node's sum (an empty tree) takes the last non-zero child, else 0.
+//
+// Dataflow (docs/design.md section 3, "The FPGA replay module"): everything flows from the root
+// to the leaves, so each level's memory belongs to one stage.
+//   front  : holds the root and the leaf table. A write reads the old leaf, stores the new one,
+//            adds the exact difference (mod 2^64) to the root and sends (index, difference, q)
+//            down. A sample turns the random words into targets and sends (node 0, t) down.
+//   level l: holds the nodes of level l + 1 (the children of level l). A write adds the
+//            difference to the ancestor of the leaf on level l + 1 (the last stage stores q).
+//            A sample reads the K children of its node in one cycle (the array is partitioned
+//            by K), picks one, and sends (child, t - prefix) down.
+// Writes are applied one after the other in batch order, so among duplicates the last write
+// wins, and the tree is the exact sum of its leaves after every write (no truncated
+// differences, no drift). Improvements over the authors' design (Zhang et al., TPDS 2023,
+// Sec. 4): exact integer differences, any K in {4..64}, random words from the caller (no LFSR
+// whose successive draws are correlated), writes to any leaf (not only the last sampled batch).
+#ifndef DRLHET_RMM_H_
+#define DRLHET_RMM_H_
+
+#include <ap_int.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "stream.h"
+
+namespace drlhet {
+namespace rmm {
+
+typedef ap_uint<32> leaf_t;
+typedef ap_uint<64> node_t;
+typedef ap_uint<128> wide_t;
+
+const int kMaxDepth = 16;             // levels below the root: K = 4 and 2^31 leaves
+const int64_t kMaxCapacity = 1LL << 31;  // indices are int32 on the host
+const uint32_t kDropped = 0xFFFFFFFFu;  // an index the module skips (>= every capacity)
+const int kMaxStratifiedBatch = 1 << 16;
+
+// Host protocol (the same words for the C-simulation, pynq and pyxrt):
+//   cmd[0] op, cmd[1] batch B, cmd[2] flags (bit 0: stratified targets)
+//   kWrite : in  = indices u32[B] (kDropped: skipped), then float32 bits of v u32[B]
+//            out = [clamped writes in this batch]
+//   kSample: in  = random words u32[2B] (draw j: in[2j] high, in[2j + 1] low)
+//            out = indices u32[B], values u32[B], root high, root low
+enum Op { kWrite = 1, kSample = 2 };
+const int kCmdWords = 3;
+const uint32_t kStratified = 1u;
+
+inline bool SupportedBranching(int k) { return k == 4 || k == 8 || k == 16 || k == 32 || k == 64; }
+
+inline int Log2(int k) {
+  int s = 0;
+  while ((1 << s) < k) ++s;
+  return s;
+}
+
+// The level layout of drlhet/replay/sum_tree.py::layout: level 0 is the root's level (K slots,
+// the root in slot 0), level `depth` the leaves; each level's width is its node count rounded
+// up to a multiple of K; offsets index the level-order array of the inner levels.
+struct Layout {
+  int branching;
+  int depth;
+  int64_t capacity;
+  int64_t offsets[kMaxDepth + 1];
+  int64_t widths[kMaxDepth + 1];
+};
+
+// Fills `lay`; false when K is not supported or the capacity is outside [1, kMaxCapacity].
+inline bool MakeLayout(int64_t capacity, int branching, Layout* lay) {
+  if (!SupportedBranching(branching) || capacity < 1 || capacity > kMaxCapacity) return false;
+  int64_t counts[kMaxDepth + 2];
+  int n = 0;
+  counts[n++] = capacity;
+  while (counts[n - 1] > 1 || n == 1) {
+    if (n > kMaxDepth) return false;
+    counts[n] = (counts[n - 1] + branching - 1) / branching;
+    ++n;
+  }
+  lay->branching = branching;
+  lay->capacity = capacity;
+  lay->depth = n - 1;
+  int64_t offset = 0;
+  for (int level = 0; level <= lay->depth; ++level) {
+    const int64_t c = counts[lay->depth - level];
+    lay->widths[level] = (c + branching - 1) / branching * branching;
+    lay->offsets[level] = offset;
+    offset += lay->widths[level];
+  }
+  return true;
+}
+
+// Bits a node of `level` needs: 32 + (depth - level) * log2 K, at most 64.
+inline int LevelBits(const Layout& lay, int level) {
+  const int bits = 32 + (lay.depth - level) * Log2(lay.branching);
+  return bits < 64 ? bits : 64;
+}
+
+struct Quantized {
+  leaf_t q;
+  bool clamped;
+};
+
+// v (float32) -> the leaf word; a negative, NaN or infinite v gives 0 (the host refuses them).
+inline Quantized Quantize(float v, int frac_bits) {
+#pragma HLS INLINE
+  const float scaled = std::nearbyint(v * std::ldexp(1.0f, frac_bits));  // exact scaling
+  const bool ok = std::isfinite(v) && v >= 0.0f;
+  const bool high = scaled >= 4294967296.0f;
+  const bool low = v >= 1.17549435e-38f && scaled == 0.0f;  // a positive normal v: never 0
+  Quantized out;
+  if (!ok) {
+    out.q = 0;
+  } else if (high) {
+    out.q = 0xFFFFFFFFu;
+  } else if (low) {
+    out.q = 1;
+  } else {
+    out.q = static_cast<uint32_t>(scaled);
+  }
+  out.clamped = ok && (high || low);
+  return out;
+}
+
+inline float BitsToFloat(uint32_t bits) {
+  float v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+// The item a write sends down the levels.
+struct Delta {
+  uint32_t index;
+  node_t delta;  // q - old leaf, mod 2^64
+  leaf_t q;
+};
+
+// The item a sample sends down the levels.
+struct Probe {
+  uint32_t node;  // node of the stage's level
+  node_t t;       // target within that node
+  leaf_t value;   // the leaf's word, after the last stage
+};
+
+// One descent step over the K children of a node (read together: a partitioned array).
+// Written as the serial prefix sum for clarity; the synthesized stage computes the same
+// prefix sums as a log2(K)-deep adder tree (sums are exact integers: any order is equal).
+template <int K>
+inline void DescendStep(const node_t children[K], node_t* t, int* child, leaf_t* value) {
+#pragma HLS INLINE
+  node_t acc = 0, left = 0, left_nz = 0;
+  int count = 0, last_nz = 0;
+  for (int j = 0; j < K; ++j) {
+#pragma HLS UNROLL
+    const node_t c = children[j];
+    if (c != 0) {
+      left_nz = acc;
+      last_nz = j;
+    }
+    acc += c;
+    if (acc <= *t) {
+      ++count;
+      left = acc;
+    }
+  }
+  const bool past = count >= K;
+  *child = past ? last_nz : count;
+  *t -= past ? left_nz : left;
+  *value = children[*child].range(31, 0);
+}
+
+// The target of draw j of B from the root and its random words (r = hi * 2^32 + lo).
+inline node_t Target(node_t root, uint32_t hi, uint32_t lo, uint32_t j, uint32_t b,
+                     bool stratified) {
+#pragma HLS INLINE
+  const node_t r = (node_t(hi) << 32) | node_t(lo);
+  const node_t u = (wide_t(root) * wide_t(r)) >> 64;  // floor(T r / 2^64) in [0, T)
+  if (!stratified) return u;
+  return (wide_t(j) * wide_t(root) + wide_t(u)) / wide_t(b);  // in stratum j
+}
+
+// --- The stages, over a tree memory `Tree` (the synthesized design's on-chip arrays, or the
+// C-simulation's view of XLA buffers). Tree provides:
+//   node_t root(); void set_root(node_t);
+//   leaf_t table(uint32_t i); void set_table(uint32_t i, leaf_t q);      (the front's copy)
+//   void add(int level, int64_t slot, node_t d);    (1 <= level < depth)
+//   void set_leaf(uint32_t i, leaf_t q);            (the last stage's copy)
+//   void children(int level, int64_t node, node_t out[K]);  (children on level + 1)
+
+// Front of a write: n entries in batch order; returns the number of clamped writes.
+template <class Tree>
+int WriteFront(Tree& tree, const Layout& lay, int frac_bits, const uint32_t* indices,
+               const uint32_t* vbits, int n, Stream<Delta>& out) {
+  int clamped = 0;
+  node_t root = tree.root();
+write_front:
+  for (int j = 0; j < n; ++j) {
+#pragma HLS PIPELINE II = 1
+    const uint32_t i = indices[j];
+    if (int64_t(i) >= lay.capacity) continue;  // dropped (kDropped) or out of range
+    const Quantized z = Quantize(BitsToFloat(vbits[j]), frac_bits);
+    const leaf_t old = tree.table(i);
+    tree.set_table(i, z.q);
+    Delta d;
+    d.index = i;
+    d.delta = node_t(z.q) - node_t(old);
+    d.q = z.q;
+    root += d.delta;
+    clamped += z.clamped ? 1 : 0;
+    out.write(d);
+  }
+  tree.set_root(root);
+  return clamped;
+}
+
+// Level `level` of a write: the ancestor on level + 1 of each leaf gets its difference.
+template <int K, class Tree>
+void WriteLevel(Tree& tree, const Layout& lay, int level, int n, Stream<Delta>& in,
+                Stream<Delta>& out, bool last) {
+  const int shift = Log2(K) * (lay.depth - level - 1);
+write_level:
+  for (int j = 0; j < n; ++j) {
+#pragma HLS PIPELINE II = 1
+    const Delta d = in.read();
+    if (level + 1 == lay.depth) {
+      tree.set_leaf(d.index, d.q);
+    } else {
+      tree.add(level + 1, int64_t(d.index >> shift), d.delta);
+    }
+    if (!last) out.write(d);
+  }
+}
+
+// Front of a sample: B targets from the root.
+template <class Tree>
+node_t SampleFront(Tree& tree, const uint32_t* words, int b, bool stratified,
+                   Stream<Probe>& out) {
+  const node_t root = tree.root();
+sample_front:
+  for (int j = 0; j < b; ++j) {
+#pragma HLS PIPELINE II = 1
+    Probe p;
+    p.node = 0;
+    p.t = Target(root, words[2 * j], words[2 * j + 1], uint32_t(j), uint32_t(b), stratified);
+    p.value = 0;
+    out.write(p);
+  }
+  return root;
+}
+
+// Level `level` of a sample: one descent step per probe.
+template <int K, class Tree>
+void SampleLevel(Tree& tree, int level, int b, Stream<Probe>& in, Stream<Probe>& out) {
+sample_level:
+  for (int j = 0; j < b; ++j) {
+#pragma HLS PIPELINE II = 1
+    Probe p = in.read();
+    node_t ch[K];
+#pragma HLS ARRAY_PARTITION variable = ch complete
+    tree.children(level, int64_t(p.node), ch);
+    int child;
+    DescendStep<K>(ch, &p.t, &child, &p.value);
+    p.node = p.node * K + uint32_t(child);
+    out.write(p);
+  }
+}
+
+// Serves one command with the levels run one after the other (the C-simulation's order:
+// Vitis runs a dataflow region's stages so too). Returns 0, or -1 for a bad command.
+template <int K, class Tree>
+int Serve(Tree& tree, const Layout& lay, int frac_bits, const uint32_t* cmd, const uint32_t* in,
+          uint32_t* out) {
+  const int b = int(cmd[1]);
+  if (b < 0) return -1;
+  if (cmd[0] == kWrite) {
+    Stream<Delta> s[2];
+    const int clamped = WriteFront(tree, lay, frac_bits, in, in + b, b, s[0]);
+    const int n = int(s[0].size());
+    for (int level = 0; level < lay.depth; ++level)
+      WriteLevel<K>(tree, lay, level, n, s[level % 2], s[(level + 1) % 2],
+                    level + 1 == lay.depth);
+    out[0] = uint32_t(clamped);
+    return 0;
+  }
+  if (cmd[0] == kSample) {
+    const bool stratified = (cmd[2] & kStratified) != 0;
+    if (stratified && b > kMaxStratifiedBatch) return -1;
+    Stream<Probe> s[2];
+    const node_t root = SampleFront(tree, in, b, stratified, s[0]);
+    for (int level = 0; level < lay.depth; ++level)
+      SampleLevel<K>(tree, level, b, s[level % 2], s[(level + 1) % 2]);
+    Stream<Probe>& done = s[lay.depth % 2];
+    for (int j = 0; j < b; ++j) {
+      const Probe p = done.read();
+      out[j] = p.node;
+      out[b + j] = uint32_t(p.value);
+    }
+    out[2 * b] = uint32_t(root >> 32);
+    out[2 * b + 1] = uint32_t(root & 0xFFFFFFFFu);
+    return 0;
+  }
+  return -1;
+}
+
+}  // namespace rmm
+}  // namespace drlhet
+
+#endif  // DRLHET_RMM_H_

@@ -61,9 +61,9 @@ enum Op { kWrite = 1, kSample = 2 };
 const int kCmdWords = 3;
 const uint32_t kStratified = 1u;
 
-inline bool SupportedBranching(int k) { return k == 4 || k == 8 || k == 16 || k == 32 || k == 64; }
+constexpr bool SupportedBranching(int k) { return k == 4 || k == 8 || k == 16 || k == 32 || k == 64; }
 
-inline int Log2(int k) {
+constexpr int Log2(int k) {
   int s = 0;
   while ((1 << s) < k) ++s;
   return s;
@@ -80,28 +80,34 @@ struct Layout {
   int64_t widths[kMaxDepth + 1];
 };
 
-// Fills `lay`; false when K is not supported or the capacity is outside [1, kMaxCapacity].
-inline bool MakeLayout(int64_t capacity, int branching, Layout* lay) {
-  if (!SupportedBranching(branching) || capacity < 1 || capacity > kMaxCapacity) return false;
-  int64_t counts[kMaxDepth + 2];
+// The layout of `capacity` leaves (a constant expression: the synthesized design's sizes);
+// depth -1 when K is not supported or the capacity is outside [1, kMaxCapacity].
+constexpr Layout LayoutOf(int64_t capacity, int branching) {
+  Layout lay{branching, -1, capacity, {}, {}};
+  if (!SupportedBranching(branching) || capacity < 1 || capacity > kMaxCapacity) return lay;
+  int64_t counts[kMaxDepth + 2] = {};
   int n = 0;
   counts[n++] = capacity;
   while (counts[n - 1] > 1 || n == 1) {
-    if (n > kMaxDepth) return false;
+    if (n > kMaxDepth) return lay;
     counts[n] = (counts[n - 1] + branching - 1) / branching;
     ++n;
   }
-  lay->branching = branching;
-  lay->capacity = capacity;
-  lay->depth = n - 1;
+  lay.depth = n - 1;
   int64_t offset = 0;
-  for (int level = 0; level <= lay->depth; ++level) {
-    const int64_t c = counts[lay->depth - level];
-    lay->widths[level] = (c + branching - 1) / branching * branching;
-    lay->offsets[level] = offset;
-    offset += lay->widths[level];
+  for (int level = 0; level <= lay.depth; ++level) {
+    const int64_t c = counts[lay.depth - level];
+    lay.widths[level] = (c + branching - 1) / branching * branching;
+    lay.offsets[level] = offset;
+    offset += lay.widths[level];
   }
-  return true;
+  return lay;
+}
+
+// Fills `lay`; false when K is not supported or the capacity is outside [1, kMaxCapacity].
+inline bool MakeLayout(int64_t capacity, int branching, Layout* lay) {
+  *lay = LayoutOf(capacity, branching);
+  return lay->depth >= 0;
 }
 
 // Bits a node of `level` needs: 32 + (depth - level) * log2 K, at most 64.
@@ -201,6 +207,48 @@ inline node_t Target(node_t root, uint32_t hi, uint32_t lo, uint32_t j, uint32_t
 //   void set_leaf(uint32_t i, leaf_t q);            (the last stage's copy)
 //   void children(int level, int64_t node, node_t out[K]);  (children on level + 1)
 
+// Front of a write, one entry: false when it is skipped (kDropped or out of range), else the
+// leaf table holds q, the root its new sum, and `d` goes down the levels.
+template <class Tree>
+bool WriteFrontItem(Tree& tree, const Layout& lay, int frac_bits, uint32_t i, uint32_t vbits,
+                    node_t* root, Delta* d, bool* clamped) {
+#pragma HLS INLINE
+  if (int64_t(i) >= lay.capacity) return false;
+  const Quantized z = Quantize(BitsToFloat(vbits), frac_bits);
+  const leaf_t old = tree.table(i);
+  tree.set_table(i, z.q);
+  d->index = i;
+  d->delta = node_t(z.q) - node_t(old);
+  d->q = z.q;
+  *root += d->delta;
+  *clamped = z.clamped;
+  return true;
+}
+
+// Level `level` of a write, one entry: the leaf's ancestor on level + 1 gets the difference
+// (the last level stores q).
+template <int K, class Tree>
+void WriteLevelItem(Tree& tree, const Layout& lay, int level, const Delta& d) {
+#pragma HLS INLINE
+  if (level + 1 == lay.depth) {
+    tree.set_leaf(d.index, d.q);
+  } else {
+    tree.add(level + 1, int64_t(d.index >> (Log2(K) * (lay.depth - level - 1))), d.delta);
+  }
+}
+
+// Level `level` of a sample, one probe: the K children of its node, one descent step.
+template <int K, class Tree>
+void SampleLevelItem(Tree& tree, int level, Probe* p) {
+#pragma HLS INLINE
+  node_t ch[K];
+#pragma HLS ARRAY_PARTITION variable = ch complete
+  tree.children(level, int64_t(p->node), ch);
+  int child = 0;
+  DescendStep<K>(ch, &p->t, &child, &p->value);
+  p->node = p->node * K + uint32_t(child);
+}
+
 // Front of a write: n entries in batch order; returns the number of clamped writes.
 template <class Tree>
 int WriteFront(Tree& tree, const Layout& lay, int frac_bits, const uint32_t* indices,
@@ -210,37 +258,26 @@ int WriteFront(Tree& tree, const Layout& lay, int frac_bits, const uint32_t* ind
 write_front:
   for (int j = 0; j < n; ++j) {
 #pragma HLS PIPELINE II = 1
-    const uint32_t i = indices[j];
-    if (int64_t(i) >= lay.capacity) continue;  // dropped (kDropped) or out of range
-    const Quantized z = Quantize(BitsToFloat(vbits[j]), frac_bits);
-    const leaf_t old = tree.table(i);
-    tree.set_table(i, z.q);
     Delta d;
-    d.index = i;
-    d.delta = node_t(z.q) - node_t(old);
-    d.q = z.q;
-    root += d.delta;
-    clamped += z.clamped ? 1 : 0;
-    out.write(d);
+    bool c = false;
+    if (WriteFrontItem(tree, lay, frac_bits, indices[j], vbits[j], &root, &d, &c)) {
+      clamped += c ? 1 : 0;
+      out.write(d);
+    }
   }
   tree.set_root(root);
   return clamped;
 }
 
-// Level `level` of a write: the ancestor on level + 1 of each leaf gets its difference.
+// Level `level` of a write over n entries.
 template <int K, class Tree>
 void WriteLevel(Tree& tree, const Layout& lay, int level, int n, Stream<Delta>& in,
                 Stream<Delta>& out, bool last) {
-  const int shift = Log2(K) * (lay.depth - level - 1);
 write_level:
   for (int j = 0; j < n; ++j) {
 #pragma HLS PIPELINE II = 1
     const Delta d = in.read();
-    if (level + 1 == lay.depth) {
-      tree.set_leaf(d.index, d.q);
-    } else {
-      tree.add(level + 1, int64_t(d.index >> shift), d.delta);
-    }
+    WriteLevelItem<K>(tree, lay, level, d);
     if (!last) out.write(d);
   }
 }
@@ -262,19 +299,14 @@ sample_front:
   return root;
 }
 
-// Level `level` of a sample: one descent step per probe.
+// Level `level` of a sample over b probes.
 template <int K, class Tree>
 void SampleLevel(Tree& tree, int level, int b, Stream<Probe>& in, Stream<Probe>& out) {
 sample_level:
   for (int j = 0; j < b; ++j) {
 #pragma HLS PIPELINE II = 1
     Probe p = in.read();
-    node_t ch[K];
-#pragma HLS ARRAY_PARTITION variable = ch complete
-    tree.children(level, int64_t(p.node), ch);
-    int child;
-    DescendStep<K>(ch, &p.t, &child, &p.value);
-    p.node = p.node * K + uint32_t(child);
+    SampleLevelItem<K>(tree, level, &p);
     out.write(p);
   }
 }

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "rmm.h"
-#include "tree_view.h"
+#include "word_tree.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -40,7 +40,7 @@ ffi::Error CheckLayout(int64_t capacity, int64_t branching, int64_t leaves, int6
   return ffi::Error::Success();
 }
 
-int ServeAny(rmm::XlaTreeView& tree, const rmm::Layout& lay, int frac_bits, const uint32_t* cmd,
+int ServeAny(rmm::WordTree& tree, const rmm::Layout& lay, int frac_bits, const uint32_t* cmd,
              const uint32_t* in, uint32_t* out) {
   switch (lay.branching) {
     case 4: return rmm::Serve<4>(tree, lay, frac_bits, cmd, in, out);
@@ -85,7 +85,7 @@ ffi::Error WriteImpl(ffi::Buffer<ffi::U32> leaves, ffi::Buffer<ffi::U32> hi,
     std::memcpy(in.data() + b, values.typed_data() + v * b, sizeof(float) * size_t(b));
     const uint32_t cmd[rmm::kCmdWords] = {rmm::kWrite, uint32_t(b), 0};
     uint32_t out[1] = {0};
-    rmm::XlaTreeView tree(lay, leaves_out->typed_data() + v * n_leaves,
+    rmm::WordTree tree(lay, leaves_out->typed_data() + v * n_leaves,
                           hi_out->typed_data() + v * n_inner, lo_out->typed_data() + v * n_inner);
     if (ServeAny(tree, lay, int(frac_bits), cmd, in.data(), out) != 0) {
       return ffi::Error::InvalidArgument("rmm: write command refused");
@@ -116,7 +116,7 @@ ffi::Error SampleImpl(ffi::Buffer<ffi::U32> leaves, ffi::Buffer<ffi::U32> hi,
   std::vector<uint32_t> out(size_t(2 * b + 2));
   for (int64_t v = 0; v < trees; ++v) {
     // The module only reads the tree when it samples; the view needs writable pointers.
-    rmm::XlaTreeView tree(lay, const_cast<uint32_t*>(leaves.typed_data()) + v * n_leaves,
+    rmm::WordTree tree(lay, const_cast<uint32_t*>(leaves.typed_data()) + v * n_leaves,
                           const_cast<uint32_t*>(hi.typed_data()) + v * n_inner,
                           const_cast<uint32_t*>(lo.typed_data()) + v * n_inner);
     const uint32_t cmd[rmm::kCmdWords] = {rmm::kSample, uint32_t(b),
@@ -174,7 +174,7 @@ int drlhet_rmm_serve(int64_t capacity, int64_t branching, int64_t frac_bits, uin
                      uint32_t* out) {
   rmm::Layout lay;
   if (!rmm::MakeLayout(capacity, int(branching), &lay)) return -2;
-  rmm::XlaTreeView tree(lay, leaves, hi, lo);
+  rmm::WordTree tree(lay, leaves, hi, lo);
   return ServeAny(tree, lay, int(frac_bits), cmd, in, out);
 }
 }

@@ -1,9 +1,11 @@
-// The replay module's tree memory as views of the XLA buffers of a FixedTreeState
+// The replay module's tree memory as plain 32-bit word arrays, the layout of a FixedTreeState
 // (drlhet/replay/fixed_point.py): leaves u32[widths[depth]], inner nodes as u32 word pairs
-// hi/lo [offsets[depth]] in level order. The front's leaf table and the last stage's leaves
-// are one buffer here (two on the chip, always equal: writing q twice is idempotent).
-#ifndef DRLHET_FPGA_SIM_TREE_VIEW_H_
-#define DRLHET_FPGA_SIM_TREE_VIEW_H_
+// hi/lo [offsets[depth]] in level order. The C-simulation serves commands on it (views of
+// XLA buffers), and so does the testbench's model of the module. The front's leaf table and
+// the last stage's leaves are one array here (two on the chip, always equal: writing q twice
+// is idempotent).
+#ifndef DRLHET_RMM_WORD_TREE_H_
+#define DRLHET_RMM_WORD_TREE_H_
 
 #include <cstdint>
 
@@ -12,9 +14,9 @@
 namespace drlhet {
 namespace rmm {
 
-class XlaTreeView {
+class WordTree {
  public:
-  XlaTreeView(const Layout& lay, uint32_t* leaves, uint32_t* hi, uint32_t* lo)
+  WordTree(const Layout& lay, uint32_t* leaves, uint32_t* hi, uint32_t* lo)
       : lay_(lay), leaves_(leaves), hi_(hi), lo_(lo) {}
 
   node_t root() const { return Word(0); }
@@ -53,4 +55,4 @@ class XlaTreeView {
 }  // namespace rmm
 }  // namespace drlhet
 
-#endif  // DRLHET_FPGA_SIM_TREE_VIEW_H_
+#endif  // DRLHET_RMM_WORD_TREE_H_

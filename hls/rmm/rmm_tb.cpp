@@ -1,0 +1,109 @@
+// The replay module's g++ testbench: runs the synthesized top (rmm_top.cpp, as Vitis HLS
+// C-simulation would) and the C-simulation's path (rmm::Serve on a WordTree, what the XLA FFI
+// handlers run) on the same random commands, and requires the same words out of both, the
+// exact sums in every node, and the leaves' quantization; also the stepped cycle count
+// (cycles.h). Built and run by tests/hls/test_rmm_testbench.py for several RMM_K and
+// RMM_CAPACITY; usable alone:
+//   g++ -std=c++17 -O2 -I hls/rmm -isystem $AP_TYPES -DRMM_K=16 -DRMM_CAPACITY=100003
+//     hls/rmm/rmm_tb.cpp -o rmm_tb && ./rmm_tb [commands] [seed]
+#include <cstdio>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "rmm.h"
+#include "rmm_top.cpp"  // the synthesized design itself, one translation unit
+#include "word_tree.h"
+
+namespace rmm = drlhet::rmm;
+
+namespace {
+
+int Fail(const char* what, int command, int at) {
+  std::printf("FAIL %s (command %d, word %d)\n", what, command, at);
+  return 1;
+}
+
+// Every inner node equals the sum of its K children (as exact 128-bit integers).
+bool ExactSums(const rmm::Layout& lay, const std::vector<uint32_t>& leaves,
+               const std::vector<uint32_t>& hi, const std::vector<uint32_t>& lo) {
+  auto node = [&](int level, int64_t i) -> unsigned __int128 {
+    if (level == lay.depth) return leaves[size_t(i)];
+    const size_t at = size_t(lay.offsets[level] + i);
+    return (static_cast<unsigned __int128>(hi[at]) << 32) | lo[at];
+  };
+  for (int level = 0; level < lay.depth; ++level) {
+    for (int64_t i = 0; i < lay.widths[level]; ++i) {
+      unsigned __int128 sum = 0;
+      if (i * lay.branching < lay.widths[level + 1]) {
+        for (int j = 0; j < lay.branching; ++j) sum += node(level + 1, i * lay.branching + j);
+      }
+      if (sum != node(level, i)) return false;
+    }
+  }
+  return true;
+}
+
+uint32_t RandomValueBits(std::mt19937_64& rng) {
+  static const float kSpecial[] = {0.0f, 1e-9f, 9.5367431640625e-7f, 4096.0f, 1e-40f, 1e30f};
+  float v;
+  if (rng() % 8 == 0) {
+    v = kSpecial[rng() % 6];
+  } else {
+    v = float(std::pow(10.0, -6.0 + 9.0 * double(rng() % 1000000) / 1e6));
+  }
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return bits;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int commands = argc > 1 ? std::atoi(argv[1]) : 200;
+  std::mt19937_64 rng(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1);
+  const rmm::Layout lay = rmm::top::kLay;
+  std::vector<uint32_t> leaves(size_t(lay.widths[lay.depth])), hi(size_t(lay.offsets[lay.depth])),
+      lo(hi.size());
+  rmm::WordTree model(lay, leaves.data(), hi.data(), lo.data());
+  const int64_t pool = lay.capacity < 64 ? lay.capacity : 64;  // few indices: many duplicates
+  std::vector<uint32_t> hot(static_cast<size_t>(pool));
+  for (auto& i : hot) i = uint32_t(rng() % uint64_t(lay.capacity));
+  for (int c = 0; c < commands; ++c) {
+    const bool write = c < 2 || rng() % 2 == 0;
+    const uint32_t b = 1 + uint32_t(rng() % 256);
+    const uint32_t cmd[rmm::kCmdWords] = {write ? uint32_t(rmm::kWrite) : uint32_t(rmm::kSample),
+                                          b, uint32_t(rng() % 2)};
+    std::vector<uint32_t> in(2 * size_t(b));
+    for (uint32_t j = 0; j < b; ++j) {
+      if (write) {
+        const uint64_t r = rng() % 16;
+        in[j] = r == 0 ? rmm::kDropped : r == 1 ? uint32_t(rng()) : hot[size_t(rng() % hot.size())];
+        in[b + j] = RandomValueBits(rng);
+      } else {
+        in[2 * j] = uint32_t(rng());
+        in[2 * j + 1] = uint32_t(rng());
+      }
+    }
+    std::vector<uint32_t> want(2 * size_t(b) + 2), got(2 * size_t(b) + 2);
+    if (rmm::Serve<RMM_K>(model, lay, RMM_FRAC_BITS, cmd, in.data(), want.data()) != 0) {
+      return Fail("Serve refused a valid command", c, 0);
+    }
+    rmm_top(cmd, in.data(), got.data());
+    const size_t words = write ? 1 : 2 * size_t(b) + 2;
+    for (size_t w = 0; w < words; ++w) {
+      if (want[w] != got[w]) return Fail("rmm_top and Serve differ", c, int(w));
+    }
+    if (!write) {
+      for (uint32_t j = 0; j < b && model.root() != 0; ++j) {
+        if (leaves[got[j]] == 0 || got[b + j] != leaves[got[j]]) return Fail("drew a 0", c, j);
+      }
+    }
+  }
+  if (!ExactSums(lay, leaves, hi, lo)) return Fail("inexact sums", commands, 0);
+  std::printf("PASS K=%d capacity=%lld depth=%d commands=%d\n", RMM_K,
+              static_cast<long long>(lay.capacity), lay.depth, commands);
+  return 0;
+}

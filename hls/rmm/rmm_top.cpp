@@ -1,0 +1,197 @@
+// The synthesized replay-management module: rmm_top, one dataflow region of
+//   Front -> Level<0> -> ... -> Level<depth - 1> -> Back
+// joined by FIFOs. Each process owns its memory (on-chip, static: it persists between
+// commands): Front the root and the leaf table, Level<L> the nodes of level L + 1 as
+// ap_uint of that level's width (level_bits), partitioned cyclically by K so that the K
+// children of a node are read in one cycle. Every process is pipelined at II = 1 and handles
+// writes and samples in one stream of items, so a level's memory has one owner; a command ends
+// with an end item that carries the root and the clamped count to Back.
+//
+// Configuration (compile time): RMM_K in {4, 8, 16, 32, 64}, RMM_CAPACITY leaves (default 2^22,
+// on chip on an Alveo U250: docs/design.md section 3 has the memory budget), RMM_FRAC_BITS.
+// Host protocol: rmm.h (the same words the C-simulation serves). Vitis HLS: run_hls.tcl; v++:
+// u250.cfg. The g++ testbench (rmm_tb.cpp) runs this file as it is.
+#include "rmm.h"
+
+#ifndef RMM_K
+#define RMM_K 16
+#endif
+#ifndef RMM_CAPACITY
+#define RMM_CAPACITY 4194304
+#endif
+#ifndef RMM_FRAC_BITS
+#define RMM_FRAC_BITS 20
+#endif
+
+namespace drlhet {
+namespace rmm {
+namespace top {
+
+constexpr int K = RMM_K;
+constexpr Layout kLay = LayoutOf(RMM_CAPACITY, K);
+constexpr int kDepth = kLay.depth;
+static_assert(kDepth > 0, "RMM_K must be in {4, 8, 16, 32, 64}, RMM_CAPACITY in [2, 2^31]");
+
+// Bits of a node of `level` (level_bits in drlhet/replay/fixed_point.py).
+constexpr int LevelWidth(int level) {
+  return 32 + (kDepth - level) * Log2(K) < 64 ? 32 + (kDepth - level) * Log2(K) : 64;
+}
+
+enum ItemOp { kItemWrite = 0, kItemSample = 1, kItemEnd = 2 };
+
+// What flows between the processes: a write (leaf index, difference, new leaf), a probe (node
+// on the receiving level, target, the leaf's word at the end) or the end of a command (index:
+// the clamped count, x: the root).
+struct Item {
+  ap_uint<2> op;
+  uint32_t index;
+  node_t x;
+  leaf_t q;
+};
+
+// The front's memory: the root and its copy of the leaves.
+struct FrontMem {
+  node_t root_;
+  leaf_t table_[kLay.widths[kDepth]];
+  node_t root() const { return root_; }
+  void set_root(node_t v) { root_ = v; }
+  leaf_t table(uint32_t i) const { return table_[i]; }
+  void set_table(uint32_t i, leaf_t q) { table_[i] = q; }
+};
+
+// Level L's memory: the nodes of level L + 1 (the leaves, for the last level).
+template <int L>
+struct LevelMem {
+  ap_uint<LevelWidth(L + 1)> mem[kLay.widths[L + 1]];
+  void add(int, int64_t slot, node_t d) { mem[slot] = mem[slot] + d; }  // exact mod 2^width
+  void set_leaf(uint32_t i, leaf_t q) { mem[i] = q; }
+  void children(int, int64_t node, node_t* out) const {
+    for (int j = 0; j < K; ++j) {
+#pragma HLS UNROLL
+      out[j] = mem[node * K + j];
+    }
+  }
+};
+
+void Front(const uint32_t* cmd, const uint32_t* in, Stream<Item>& out) {
+  static FrontMem mem;
+#pragma HLS BIND_STORAGE variable = mem.table_ type = ram_2p impl = uram
+  const uint32_t op = cmd[0], b = (op == kWrite || op == kSample) ? cmd[1] : 0;
+  const bool stratified = (cmd[2] & kStratified) != 0;
+  node_t root = mem.root();
+  uint32_t clamped = 0;
+front:
+  for (uint32_t j = 0; j < b; ++j) {
+#pragma HLS PIPELINE II = 1
+    Item it;
+    if (op == kWrite) {
+      Delta d;
+      bool c = false;
+      if (!WriteFrontItem(mem, kLay, RMM_FRAC_BITS, in[j], in[b + j], &root, &d, &c)) continue;
+      clamped += c ? 1 : 0;
+      it.op = kItemWrite;
+      it.index = d.index;
+      it.x = d.delta;
+      it.q = d.q;
+    } else {
+      it.op = kItemSample;
+      it.index = 0;
+      it.x = Target(root, in[2 * j], in[2 * j + 1], j, b, stratified);
+      it.q = 0;
+    }
+    out.write(it);
+  }
+  mem.set_root(root);
+  Item end;
+  end.op = kItemEnd;
+  end.index = clamped;
+  end.x = root;
+  end.q = 0;
+  out.write(end);
+}
+
+template <int L>
+void Level(Stream<Item>& in, Stream<Item>& out) {
+  static LevelMem<L> mem;
+#pragma HLS ARRAY_PARTITION variable = mem.mem cyclic factor = K
+#pragma HLS BIND_STORAGE variable = mem.mem type = ram_2p impl = uram
+level:
+  for (;;) {
+#pragma HLS PIPELINE II = 1
+    Item it = in.read();
+    if (it.op == kItemWrite) {
+      Delta d;
+      d.index = it.index;
+      d.delta = it.x;
+      d.q = it.q;
+      WriteLevelItem<K>(mem, kLay, L, d);
+    } else if (it.op == kItemSample) {
+      Probe p;
+      p.node = it.index;
+      p.t = it.x;
+      p.value = it.q;
+      SampleLevelItem<K>(mem, L, &p);
+      it.index = p.node;
+      it.x = p.t;
+      it.q = p.value;
+    }
+    out.write(it);
+    if (it.op == kItemEnd) break;
+  }
+}
+
+template <int L>
+struct Levels {
+  static void Run(Stream<Item>* s) {
+#pragma HLS INLINE
+    Level<L>(s[L], s[L + 1]);
+    Levels<L + 1>::Run(s);
+  }
+};
+template <>
+struct Levels<kDepth> {
+  static void Run(Stream<Item>*) {}
+};
+
+void Back(const uint32_t* cmd, Stream<Item>& in, uint32_t* out) {
+  const uint32_t b = cmd[1];
+  uint32_t j = 0;
+back:
+  for (;;) {
+#pragma HLS PIPELINE II = 1
+    const Item it = in.read();
+    if (it.op == kItemEnd) {
+      if (cmd[0] == kWrite) {
+        out[0] = it.index;
+      } else if (cmd[0] == kSample) {
+        out[2 * b] = uint32_t(it.x >> 32);
+        out[2 * b + 1] = uint32_t(it.x & 0xFFFFFFFFu);
+      }
+      break;
+    }
+    if (it.op == kItemSample) {
+      out[j] = it.index;
+      out[b + j] = uint32_t(it.q);
+      ++j;
+    }
+  }
+}
+
+}  // namespace top
+}  // namespace rmm
+}  // namespace drlhet
+
+// A command with an unknown op does nothing; a stratified B > 65536 is refused by the host.
+extern "C" void rmm_top(const uint32_t* cmd, const uint32_t* in, uint32_t* out) {
+#pragma HLS INTERFACE m_axi port = cmd offset = slave bundle = gmem0 depth = 3
+#pragma HLS INTERFACE m_axi port = in offset = slave bundle = gmem0 depth = 8192
+#pragma HLS INTERFACE m_axi port = out offset = slave bundle = gmem1 depth = 8194
+#pragma HLS INTERFACE s_axilite port = return
+  using namespace drlhet::rmm;
+#pragma HLS DATAFLOW
+  Stream<top::Item> s[top::kDepth + 1];
+#pragma HLS STREAM variable = s depth = 64
+  top::Front(cmd, in, s[0]);
+  top::Levels<0>::Run(s);
+  top::Back(cmd, s[top::kDepth], out);
+}

@@ -57,7 +57,10 @@ const int kMaxStratifiedBatch = 1 << 16;
 //            out = [clamped writes in this batch]
 //   kSample: in  = random words u32[2B] (draw j: in[2j] high, in[2j + 1] low)
 //            out = indices u32[B], values u32[B], root high, root low
-enum Op { kWrite = 1, kSample = 2 };
+//   kRead  : cmd[2] = a level (0: the root's, depth: the leaves), in = B slots of that level
+//            out = their values u32[2B] (slot j: out[2j] high, out[2j + 1] low): a host reads
+//            the tree back (checkpoints, tests); the leaves alone determine every sum
+enum Op { kWrite = 1, kSample = 2, kRead = 3 };
 const int kCmdWords = 3;
 const uint32_t kStratified = 1u;
 
@@ -206,6 +209,7 @@ inline node_t Target(node_t root, uint32_t hi, uint32_t lo, uint32_t j, uint32_t
 //   void add(int level, int64_t slot, node_t d);    (1 <= level < depth)
 //   void set_leaf(uint32_t i, leaf_t q);            (the last stage's copy)
 //   void children(int level, int64_t node, node_t out[K]);  (children on level + 1)
+//   node_t node(int level, int64_t slot);           (a read-back; 1 <= level <= depth)
 
 // Front of a write, one entry: false when it is skipped (kDropped or out of range), else the
 // leaf table holds q, the root its new sum, and `d` goes down the levels.
@@ -311,6 +315,13 @@ sample_level:
   }
 }
 
+// The value of slot `i` of `level` (0 past the level's width).
+template <class Tree>
+node_t ReadNode(Tree& tree, const Layout& lay, int level, uint32_t i) {
+  if (int64_t(i) >= lay.widths[level]) return 0;
+  return level == 0 ? (i == 0 ? tree.root() : node_t(0)) : tree.node(level, int64_t(i));
+}
+
 // Serves one command with the levels run one after the other (the C-simulation's order:
 // Vitis runs a dataflow region's stages so too). Returns 0, or -1 for a bad command.
 template <int K, class Tree>
@@ -343,6 +354,16 @@ int Serve(Tree& tree, const Layout& lay, int frac_bits, const uint32_t* cmd, con
     }
     out[2 * b] = uint32_t(root >> 32);
     out[2 * b + 1] = uint32_t(root & 0xFFFFFFFFu);
+    return 0;
+  }
+  if (cmd[0] == kRead) {
+    const int level = int(cmd[2]);
+    if (level < 0 || level > lay.depth) return -1;
+    for (int j = 0; j < b; ++j) {
+      const node_t v = ReadNode(tree, lay, level, in[j]);
+      out[2 * j] = uint32_t(v >> 32);
+      out[2 * j + 1] = uint32_t(v & 0xFFFFFFFFu);
+    }
     return 0;
   }
   return -1;

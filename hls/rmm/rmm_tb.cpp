@@ -103,6 +103,20 @@ int main(int argc, char** argv) {
     }
   }
   if (!ExactSums(lay, leaves, hi, lo)) return Fail("inexact sums", commands, 0);
+  // every node of the synthesized design's memories equals the model's
+  for (int level = 0; level <= lay.depth; ++level) {
+    const uint32_t width = uint32_t(lay.widths[level]);
+    std::vector<uint32_t> slots(width), want(2 * size_t(width)), got(2 * size_t(width));
+    for (uint32_t i = 0; i < width; ++i) slots[i] = i;
+    const uint32_t cmd[rmm::kCmdWords] = {rmm::kRead, width, uint32_t(level)};
+    if (rmm::Serve<RMM_K>(model, lay, RMM_FRAC_BITS, cmd, slots.data(), want.data()) != 0) {
+      return Fail("Serve refused a read", commands, level);
+    }
+    rmm_top(cmd, slots.data(), got.data());
+    for (size_t w = 0; w < got.size(); ++w) {
+      if (want[w] != got[w]) return Fail("a node of rmm_top differs", commands + level, int(w));
+    }
+  }
   std::printf("PASS K=%d capacity=%lld depth=%d commands=%d\n", RMM_K,
               static_cast<long long>(lay.capacity), lay.depth, commands);
   return 0;

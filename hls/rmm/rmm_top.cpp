@@ -37,13 +37,14 @@ constexpr int LevelWidth(int level) {
   return 32 + (kDepth - level) * Log2(K) < 64 ? 32 + (kDepth - level) * Log2(K) : 64;
 }
 
-enum ItemOp { kItemWrite = 0, kItemSample = 1, kItemEnd = 2 };
+enum ItemOp { kItemWrite = 0, kItemSample = 1, kItemEnd = 2, kItemRead = 3 };
 
 // What flows between the processes: a write (leaf index, difference, new leaf), a probe (node
 // on the receiving level, target, the leaf's word at the end) or the end of a command (index:
 // the clamped count, x: the root).
 struct Item {
   ap_uint<2> op;
+  ap_uint<5> level;  // a read: the level of the slot in `index`
   uint32_t index;
   node_t x;
   leaf_t q;
@@ -65,6 +66,7 @@ struct LevelMem {
   ap_uint<LevelWidth(L + 1)> mem[kLay.widths[L + 1]];
   void add(int, int64_t slot, node_t d) { mem[slot] = mem[slot] + d; }  // exact mod 2^width
   void set_leaf(uint32_t i, leaf_t q) { mem[i] = q; }
+  node_t node(int, int64_t slot) const { return mem[slot]; }
   void children(int, int64_t node, node_t* out) const {
     for (int j = 0; j < K; ++j) {
 #pragma HLS UNROLL
@@ -76,7 +78,7 @@ struct LevelMem {
 void Front(const uint32_t* cmd, const uint32_t* in, Stream<Item>& out) {
   static FrontMem mem;
 #pragma HLS BIND_STORAGE variable = mem.table_ type = ram_2p impl = uram
-  const uint32_t op = cmd[0], b = (op == kWrite || op == kSample) ? cmd[1] : 0;
+  const uint32_t op = cmd[0], b = (op >= kWrite && op <= kRead) ? cmd[1] : 0;
   const bool stratified = (cmd[2] & kStratified) != 0;
   node_t root = mem.root();
   uint32_t clamped = 0;
@@ -90,11 +92,19 @@ front:
       if (!WriteFrontItem(mem, kLay, RMM_FRAC_BITS, in[j], in[b + j], &root, &d, &c)) continue;
       clamped += c ? 1 : 0;
       it.op = kItemWrite;
+      it.level = 0;
       it.index = d.index;
       it.x = d.delta;
       it.q = d.q;
+    } else if (op == kRead) {
+      it.op = kItemRead;
+      it.level = cmd[2];
+      it.index = in[j];
+      it.x = (cmd[2] == 0 && in[j] == 0) ? root : node_t(0);
+      it.q = 0;
     } else {
       it.op = kItemSample;
+      it.level = 0;
       it.index = 0;
       it.x = Target(root, in[2 * j], in[2 * j + 1], j, b, stratified);
       it.q = 0;
@@ -104,6 +114,7 @@ front:
   mem.set_root(root);
   Item end;
   end.op = kItemEnd;
+  end.level = 0;
   end.index = clamped;
   end.x = root;
   end.q = 0;
@@ -134,6 +145,8 @@ level:
       it.index = p.node;
       it.x = p.t;
       it.q = p.value;
+    } else if (it.op == kItemRead && it.level == L + 1 && it.index < kLay.widths[L + 1]) {
+      it.x = mem.node(L + 1, it.index);
     }
     out.write(it);
     if (it.op == kItemEnd) break;
@@ -172,6 +185,10 @@ back:
     if (it.op == kItemSample) {
       out[j] = it.index;
       out[b + j] = uint32_t(it.q);
+      ++j;
+    } else if (it.op == kItemRead) {
+      out[2 * j] = uint32_t(it.x >> 32);
+      out[2 * j + 1] = uint32_t(it.x & 0xFFFFFFFFu);
       ++j;
     }
   }

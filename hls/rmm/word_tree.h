@@ -24,6 +24,9 @@ class WordTree {
   leaf_t table(uint32_t i) const { return leaves_[i]; }
   void set_table(uint32_t i, leaf_t q) { leaves_[i] = uint32_t(q); }
   void set_leaf(uint32_t i, leaf_t q) { leaves_[i] = uint32_t(q); }
+  node_t node(int level, int64_t slot) const {
+    return level == lay_.depth ? node_t(leaves_[slot]) : Word(lay_.offsets[level] + slot);
+  }
   void add(int level, int64_t slot, node_t d) {
     const int64_t at = lay_.offsets[level] + slot;
     SetWord(at, Word(at) + d);

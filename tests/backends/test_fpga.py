@@ -161,6 +161,14 @@ def test_the_host_protocol_serves_the_same_tree():
         np.testing.assert_array_equal(out[:64], np.asarray(d.indices))
         np.testing.assert_array_equal(out[64:128], np.asarray(d.values))
         np.testing.assert_array_equal(out[128:], [int(d.total.hi), int(d.total.lo)])
+    lay = tree.layout
+    slots = np.arange(lay.widths[1], dtype=np.uint32)  # read back level 1: the exact sums
+    out = np.zeros(2 * slots.size, np.uint32)
+    assert fpga.serve(n, k, 20, memory, np.uint32([3, slots.size, 1]), slots, out) == 0
+    level_1 = slice(lay.offsets[1], lay.offsets[1] + lay.widths[1])
+    np.testing.assert_array_equal(out[0::2], np.asarray(tree.hi[level_1]))
+    np.testing.assert_array_equal(out[1::2], np.asarray(tree.lo[level_1]))
+    assert out[1::2].any()
     assert fpga.serve(n, k, 20, memory, np.uint32([9, 1, 0]), inputs, out) == -1
     assert fpga.serve(n, 3, 20, memory, cmd, inputs, out) == -2
 

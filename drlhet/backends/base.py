@@ -94,6 +94,8 @@ class Backend:
       rank: preference among the backends that load (higher: faster where measured).
       host: runs in the host process outside XLA (one placement: the first CPU device).
       reference: the pure-JAX reference every other backend is tested against.
+      numbers: the replay tree's numbers, ``"float"`` or ``"fixed"``: which reference it
+        matches bit for bit (`drlhet.replay.sum_tree` or `drlhet.replay.fixed_point`).
       simulation: ``(platform, groups)``: it also runs ``groups`` on ``platform`` as a
         functional simulation of its hardware (right results, not that hardware's speed);
         never a default nor a DSE candidate there (`providing` leaves it out unless asked).
@@ -108,6 +110,7 @@ class Backend:
     rank: int = 0
     host: bool = False
     reference: bool = False
+    numbers: str = "float"
     simulation: tuple[str, tuple[str, ...]] | None = None
     summary: str = ""
 

@@ -155,6 +155,7 @@ BACKEND = register(
         "headers); a board: pynq or pyxrt and a bitstream (the learner: modeled only)",
         loader=_load,
         rank=-10,
+        numbers="fixed",
         simulation=(CPU, ("replay",)),
         summary="HLS replay module, fixed point: its C-simulation inside jit on a CPU device "
         "(function, not speed); on a board modeled by its cycle model",

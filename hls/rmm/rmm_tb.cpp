@@ -14,8 +14,14 @@
 #include <vector>
 
 #include "rmm.h"
-#include "rmm_top.cpp"  // the synthesized design itself, one translation unit
+#include "rmm_top.h"
 #include "word_tree.h"
+#ifndef RMM_TB_INCLUDES_TOP
+#define RMM_TB_INCLUDES_TOP 1  // g++ alone: the design in this translation unit (Vitis links it)
+#endif
+#if RMM_TB_INCLUDES_TOP
+#include "rmm_top.cpp"
+#endif
 
 namespace rmm = drlhet::rmm;
 

@@ -11,26 +11,11 @@
 // on chip on an Alveo U250: docs/design.md section 3 has the memory budget), RMM_FRAC_BITS.
 // Host protocol: rmm.h (the same words the C-simulation serves). Vitis HLS: run_hls.tcl; v++:
 // u250.cfg. The g++ testbench (rmm_tb.cpp) runs this file as it is.
-#include "rmm.h"
-
-#ifndef RMM_K
-#define RMM_K 16
-#endif
-#ifndef RMM_CAPACITY
-#define RMM_CAPACITY 4194304
-#endif
-#ifndef RMM_FRAC_BITS
-#define RMM_FRAC_BITS 20
-#endif
+#include "rmm_top.h"
 
 namespace drlhet {
 namespace rmm {
 namespace top {
-
-constexpr int K = RMM_K;
-constexpr Layout kLay = LayoutOf(RMM_CAPACITY, K);
-constexpr int kDepth = kLay.depth;
-static_assert(kDepth > 0, "RMM_K must be in {4, 8, 16, 32, 64}, RMM_CAPACITY in [2, 2^31]");
 
 // Bits of a node of `level` (level_bits in drlhet/replay/fixed_point.py).
 constexpr int LevelWidth(int level) {

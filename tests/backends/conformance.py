@@ -30,7 +30,10 @@ from drlhet.runtime.run import run
 # Backends that must load on every machine that runs `make test` (a failure, never a skip).
 MUST_LOAD = ("jax", "native")
 
-REPLAY = [b.name for b in backends.providing("replay") if not b.modeled_only]
+# float trees here; fixed-point trees against their own reference (test_fpga.py)
+REPLAY = [
+    b.name for b in backends.providing("replay") if not b.modeled_only and b.numbers == "float"
+]
 OTHERS = [name for name in REPLAY if name != backends.reference()]
 CASES = [(2, 1000), (3, 100), (4, 1000), (16, 5000), (64, 5000), (16, 1), (3, 7)]
 

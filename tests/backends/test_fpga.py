@@ -33,6 +33,7 @@ VALUES = st.floats(2.0**-23, 2.0**13, width=32) | st.sampled_from(
 def module_loads():
     """The C-simulation must load wherever `make test` runs (hls4ml is a build dependency)."""
     backends.load("fpga")
+    assert backends.get("fpga").numbers == backends.tree_ops("fpga").numbers == "fixed"
 
 
 def assert_same(a, b) -> None:

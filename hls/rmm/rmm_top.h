@@ -1,0 +1,34 @@
+// The replay module's compile-time configuration and its top function (rmm_top.cpp).
+#ifndef DRLHET_RMM_TOP_H_
+#define DRLHET_RMM_TOP_H_
+
+#include <cstdint>
+
+#include "rmm.h"
+
+#ifndef RMM_K
+#define RMM_K 16
+#endif
+#ifndef RMM_CAPACITY
+#define RMM_CAPACITY 4194304
+#endif
+#ifndef RMM_FRAC_BITS
+#define RMM_FRAC_BITS 20
+#endif
+
+namespace drlhet {
+namespace rmm {
+namespace top {
+
+constexpr int K = RMM_K;
+constexpr Layout kLay = LayoutOf(RMM_CAPACITY, K);
+constexpr int kDepth = kLay.depth;
+static_assert(kDepth > 0, "RMM_K must be in {4, 8, 16, 32, 64}, RMM_CAPACITY in [2, 2^31]");
+
+}  // namespace top
+}  // namespace rmm
+}  // namespace drlhet
+
+extern "C" void rmm_top(const uint32_t* cmd, const uint32_t* in, uint32_t* out);
+
+#endif  // DRLHET_RMM_TOP_H_

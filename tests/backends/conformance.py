@@ -192,19 +192,23 @@ def test_a_learner_step_does_not_copy_the_tree(ops, k):
     assert changed == set(np.asarray(drawn[: 6 - k]).ravel().tolist())
 
 
-def test_prioritized_buffer_equals_the_reference(other):
+def buffer_trace(tree_ops: st.TreeOps):
+    """A jitted buffer on ``tree_ops``: 6 rounds of add, sample, update (with stamps).
+    Returns ``(final state, [samples])``; any backend's trace must equal its reference's."""
     example = {"obs": jnp.zeros(3), "act": jnp.int32(0)}
-    outs = []
-    for tree_ops in (backends.tree_ops(other), st.REFERENCE):
-        fns = make_prioritized_replay(50, 16, branching=4, tree_ops=tree_ops)
-        add, upd, sample = jax.jit(fns.add), jax.jit(fns.update_priorities), jax.jit(fns.sample)
-        s, trace = fns.init(example), []
-        for i in range(6):
-            s = add(s, {"obs": jnp.full((12, 3), i, jnp.float32), "act": jnp.arange(12) + 12 * i})
-            b = sample(s, jax.random.key(i))
-            trace.append(b)
-            s = upd(s, b.indices, jnp.abs(b.data["obs"][:, 0] - 2.5) + 0.1, b.stamps)
-        outs.append((s, trace))
+    fns = make_prioritized_replay(50, 16, branching=4, tree_ops=tree_ops)
+    add, upd, sample = jax.jit(fns.add), jax.jit(fns.update_priorities), jax.jit(fns.sample)
+    s, trace = fns.init(example), []
+    for i in range(6):
+        s = add(s, {"obs": jnp.full((12, 3), i, jnp.float32), "act": jnp.arange(12) + 12 * i})
+        b = sample(s, jax.random.key(i))
+        trace.append(b)
+        s = upd(s, b.indices, jnp.abs(b.data["obs"][:, 0] - 2.5) + 0.1, b.stamps)
+    return s, trace
+
+
+def test_prioritized_buffer_equals_the_reference(other):
+    outs = [buffer_trace(ops) for ops in (backends.tree_ops(other), st.REFERENCE)]
     for a, b in zip(jax.tree.leaves(outs[0]), jax.tree.leaves(outs[1]), strict=True):
         np.testing.assert_array_equal(a, b)
 

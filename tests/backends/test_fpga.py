@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conformance import buffer_trace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
@@ -94,18 +95,7 @@ def test_scan_and_vmap_equal_the_reference():
 
 
 def test_a_buffer_on_the_module_equals_the_buffer_on_the_reference():
-    example = {"obs": jnp.zeros(3), "act": jnp.int32(0)}
-    outs = []
-    for ops in (backends.tree_ops("fpga"), fp.REFERENCE):
-        fns = make_prioritized_replay(50, 16, branching=4, tree_ops=ops)
-        add, upd, sample = jax.jit(fns.add), jax.jit(fns.update_priorities), jax.jit(fns.sample)
-        s, trace = fns.init(example), []
-        for i in range(6):
-            s = add(s, {"obs": jnp.full((12, 3), i, jnp.float32), "act": jnp.arange(12) + 12 * i})
-            b = sample(s, jax.random.key(i))
-            trace.append(b)
-            s = upd(s, b.indices, jnp.abs(b.data["obs"][:, 0] - 2.5) + 0.1, b.stamps)
-        outs.append((s, trace))
+    outs = [buffer_trace(ops) for ops in (backends.tree_ops("fpga"), fp.REFERENCE)]
     assert_same(outs[0], outs[1])
     weights = np.asarray(outs[0][1][-1].weights)
     assert weights.max() == 1 and weights.min() > 0  # IS weights, not zeros

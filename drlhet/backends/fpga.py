@@ -20,6 +20,7 @@ import numpy as np
 
 from drlhet.backends.base import CPU, FPGA, Backend, register
 from drlhet.backends.native import library_path
+from drlhet.backends.rmm_spec import BRANCHING, MAX_CAPACITY
 from drlhet.replay import fixed_point as fp
 from drlhet.replay.fixed_point import FixedDraw, FixedTreeState
 from drlhet.replay.sum_tree import TreeOps
@@ -28,10 +29,8 @@ from drlhet.replay.uint64 import U64
 __all__ = ["write", "draw", "serve", "OPS_NAME", "SUPPORTED_BRANCHING", "MAX_CAPACITY"]
 
 OPS_NAME = "fpga"
-SUPPORTED_BRANCHING = (4, 8, 16, 32, 64)
+SUPPORTED_BRANCHING = BRANCHING
 """K the module is built for (one pipeline stage per level, K children read in one cycle)."""
-MAX_CAPACITY = 1 << 31
-"""Leaves the module addresses (int32 indices on the host)."""
 _WHAT = "the FPGA replay module's C-simulation"
 
 

@@ -136,15 +136,16 @@ def _print_ranking(
         f"({len(feasible)} feasible, {len(runnable)} runnable here)"
     )
     print(
-        "basis: profiled = predicted from costs measured on this machine; modeled = predicted "
-        "with device sheets (drlhet/dse/sheets); measured = run here"
+        "basis: profiled = predicted from costs measured on this machine; modeled (sheet) = "
+        "predicted with device sheets (drlhet/dse/sheets); modeled (cycle model) = the FPGA "
+        "replay module's cycle model (hls/rmm); measured = run here"
     )
-    head = f"{'#':>3} {'mapping':<64} {'trained/s':>11} {'basis':>9} {'bottleneck':>16}"
+    head = f"{'#':>3} {'mapping':<64} {'trained/s':>11} {'basis':>28} {'bottleneck':>16}"
     print(head + (f" {'measured':>11}" if measured is not None else ""))
     for i, p in enumerate(feasible[:top]):
         line = (
             f"{i + 1:>3} {p.mapping_text():<64} {p.trained_samples_per_s:>11,.0f} "
-            f"{p.basis:>9} {p.bottleneck:>16}"
+            f"{p.basis:>28} {p.bottleneck:>16}"
         )
         if measured is not None and p.mapping_text() in measured:
             line += f" {measured[p.mapping_text()]:>11,.0f}"

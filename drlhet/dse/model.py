@@ -72,7 +72,8 @@ class Prediction:
       iteration_s: predicted seconds per iteration.
       trained_samples_per_s: ``sgd_steps * batch / iteration_s``.
       env_steps_per_s: ``num_envs / iteration_s``.
-      basis: ``profiled`` (costs measured on this machine) or ``modeled`` (device sheets).
+      basis: ``profiled`` (costs measured on this machine) or ``modeled (...)`` naming its
+        sources (``sheet``: device sheets; ``cycle model``: the FPGA replay module's).
       runnable: every device and backend is present here.
       bottleneck: the term that sets the time (a resource, or ``chain``/``fused``).
       terms: the cost terms (seconds) the time was built from.
@@ -318,8 +319,7 @@ class Model:
     def predict(self, places: dict[str, Place], delay: int = 0) -> Prediction:
         """Predicted time per iteration of ``places`` at priority-update delay ``delay``."""
         s = self.s
-        modeled = any(self.kind(p.device) != CPU for p in places.values())
-        basis = "modeled" if modeled else "profiled"
+        basis = self.basis(places)
         why = self.infeasible(places)
         if why:
             return Prediction(places, math.inf, 0.0, 0.0, basis, False, "infeasible", {}, why)
@@ -339,6 +339,16 @@ class Model:
         return Prediction(
             places, t, s.sgd_steps * s.batch / t, s.num_envs / t, basis, False, bottleneck, terms
         )
+
+    def basis(self, places: dict[str, Place]) -> str:
+        """``profiled`` when every group runs on this machine's CPU, else ``modeled (...)``
+        naming what the modeled costs rest on (``sheet``, ``cycle model``)."""
+        sources = {
+            self._device_model(p.device).source(g)
+            for g, p in places.items()
+            if self.kind(p.device) != CPU
+        }
+        return f"modeled ({', '.join(sorted(sources))})" if sources else "profiled"
 
     def _fused(self, places: dict[str, Place]) -> dict[str, float]:
         """The terms of one fused scan: compute times, no dispatch, no hop."""

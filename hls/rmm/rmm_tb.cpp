@@ -6,13 +6,19 @@
 // RMM_CAPACITY; usable alone:
 //   g++ -std=c++17 -O2 -I hls/rmm -isystem $AP_TYPES -DRMM_K=16 -DRMM_CAPACITY=100003
 //     hls/rmm/rmm_tb.cpp -o rmm_tb && ./rmm_tb [commands] [seed]
+// The cycle count of one command (cycles.h), its stages' "ii depth" pairs on stdin (front, one
+// per level, back: what drlhet/dse/devices/rmm_cycles.py derives from the design):
+//   ./rmm_tb --cycles write|sample|read B skipped_percent seed axi_read axi_write < stages
+// prints "CYCLES <n> ITEMS <items through the levels>".
 #include <cstdio>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "cycles.h"
 #include "rmm.h"
 #include "rmm_top.h"
 #include "word_tree.h"
@@ -65,9 +71,56 @@ uint32_t RandomValueBits(std::mt19937_64& rng) {
   return bits;
 }
 
+// The stepped cycle count of one command on random inputs (a write skips ~skipped% of its
+// entries: indices past the capacity, which the front iterates over and drops).
+int CycleMode(int argc, char** argv) {
+  if (argc != 8) {
+    std::printf("usage: rmm_tb --cycles write|sample|read B skipped%% seed axi_read axi_write\n");
+    return 2;
+  }
+  const std::string op = argv[2];
+  const uint32_t b = uint32_t(std::atoi(argv[3]));
+  const int skipped = std::atoi(argv[4]);
+  std::mt19937_64 rng(std::strtoull(argv[5], nullptr, 10));
+  const rmm::Layout lay = rmm::top::kLay;
+  std::vector<rmm::StageTiming> stages(size_t(lay.depth) + 2);
+  for (auto& s : stages) {
+    if (std::scanf("%d %d", &s.ii, &s.depth) != 2 || s.ii < 1 || s.depth < 0) {
+      std::printf("FAIL want %d 'ii depth' pairs on stdin (front, levels, back)\n", lay.depth + 2);
+      return 2;
+    }
+  }
+  std::vector<uint32_t> in(2 * size_t(b)), out(2 * size_t(b) + 2);
+  std::vector<bool> emits(b, true);
+  uint32_t cmd[rmm::kCmdWords] = {rmm::kSample, b, 1};
+  if (op == "write") {
+    cmd[0] = rmm::kWrite;
+    for (uint32_t j = 0; j < b; ++j) {
+      const bool skip = int(rng() % 100) < skipped;
+      in[j] = skip ? rmm::kDropped : uint32_t(rng() % uint64_t(lay.capacity));
+      in[b + j] = RandomValueBits(rng);
+      emits[j] = int64_t(in[j]) < lay.capacity;  // WriteFrontItem's test
+    }
+  } else if (op == "read") {
+    cmd[0] = rmm::kRead;
+    cmd[2] = uint32_t(lay.depth);
+    for (uint32_t j = 0; j < b; ++j) in[j] = uint32_t(rng() % uint64_t(lay.widths[lay.depth]));
+  } else {
+    for (auto& w : in) w = uint32_t(rng());
+  }
+  rmm_top(cmd, in.data(), out.data());  // the command itself runs through the design
+  int64_t items = 0;
+  for (bool e : emits) items += e ? 1 : 0;
+  const int64_t n = rmm::SteppedCycles(stages, emits, RMM_FIFO_DEPTH, std::atoi(argv[6]),
+                                       std::atoi(argv[7]));
+  std::printf("CYCLES %lld ITEMS %lld\n", static_cast<long long>(n), static_cast<long long>(items));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--cycles") return CycleMode(argc, argv);
   const int commands = argc > 1 ? std::atoi(argv[1]) : 200;
   std::mt19937_64 rng(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1);
   const rmm::Layout lay = rmm::top::kLay;

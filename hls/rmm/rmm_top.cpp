@@ -192,7 +192,7 @@ extern "C" void rmm_top(const uint32_t* cmd, const uint32_t* in, uint32_t* out) 
   using namespace drlhet::rmm;
 #pragma HLS DATAFLOW
   Stream<top::Item> s[top::kDepth + 1];
-#pragma HLS STREAM variable = s depth = 64
+#pragma HLS STREAM variable = s depth = RMM_FIFO_DEPTH
   top::Front(cmd, in, s[0]);
   top::Levels<0>::Run(s);
   top::Back(cmd, s[top::kDepth], out);

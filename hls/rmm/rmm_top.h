@@ -12,6 +12,9 @@
 #ifndef RMM_CAPACITY
 #define RMM_CAPACITY 4194304
 #endif
+#ifndef RMM_FIFO_DEPTH
+#define RMM_FIFO_DEPTH 64  // the items each FIFO between two stages holds (rmm_top.cpp)
+#endif
 #ifndef RMM_FRAC_BITS
 #define RMM_FRAC_BITS 20
 #endif

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 
 import pytest
 
 from drlhet.dse.baselines import baselines
-from drlhet.dse.devices import load_sheets
+from drlhet.dse.devices import load_sheets, rmm_cycles
 from drlhet.dse.model import Model, Place, Shapes
 from drlhet.dse.pipelined import in_program
 from drlhet.dse.search import enumerate_mappings, expand_devices, search
@@ -98,7 +99,7 @@ def toy_sheets() -> dict:
                 "sram_mb": v(1),
                 "ddr_bw_gbs": v(1e9),
                 "invocation_us": v(5.0),
-                "tree_stage_cycles": v(4),
+                "ddr_gb": v(0.01),
                 "dsp_per_mac": v(1),
                 "learner_efficiency": v(1.0),
             },
@@ -205,37 +206,56 @@ def test_gpu_learner_is_launch_bound_and_pays_the_link():
     # gpu <-> fpga goes through the host: two links
     assert m.hop("batch", "gpu", "fpga") == pytest.approx(2 * (2 * US + 10_000 / 1e9))
     p = m.predict(places("jax@cpu:0", "native@cpu:0", "jax@gpu"), delay=0)
-    assert p.basis == "modeled" and not p.runnable
+    assert p.basis == "modeled (sheet)" and not p.runnable
     chain = 70 + 100 + 2 * 44 + 90 + 60  # cpu latencies + gpu learner calls
     hops = 2 * (2 + 10) + 2 * (2 + 1) + (2 + 100)  # batch, priorities, params (us)
     assert p.iteration_s == pytest.approx((chain + hops) * US, rel=1e-6)
 
 
-def test_fpga_replay_is_a_pipeline_of_levels():
+def test_fpga_replay_costs_the_modules_cycle_model():
     m = model()
     c = m.compute("replay", Place("fpga", "fpga"))
-    clock = 100e6
-    # depth = levels x stage cycles = 12; the batch streams at II = 1
-    assert c["sample"] == pytest.approx((12 + 100 - 1) / clock + 100 * 40 / 1e18)
-    assert c["update"] == pytest.approx((12 + 100 - 1) / clock)
-    assert c["insert"] == pytest.approx((12 + 4 - 1) / clock + 4 * 40 / 1e18)
+    mhz, rows = 100, 40 / 1e18  # toy clock; rows over the toy DDR: ~free
+
+    def cycles(op, n, **kw):
+        return rmm_cycles.cycles(op, 16, 4096, n, **kw) / (mhz * 1e6)
+
+    assert c["sample"] == pytest.approx(cycles("sample", 100) + 100 * rows)
+    assert c["update"] == pytest.approx(cycles("write", 100))
+    assert c["insert"] == pytest.approx(cycles("write", 4) + 4 * rows)
     assert m.call("apply", Place("fpga", "fpga")) == pytest.approx(5 * US + c["update"])
+    p = m.predict(places("jax@cpu:0", "fpga@fpga", "jax@cpu:0"))
+    assert p.basis == "modeled (cycle model)"
+    assert m.predict(places("jax@cpu:0", "fpga@fpga", "jax@fpga")).basis == (
+        "modeled (cycle model, sheet)"
+    )
     # learner: 5 MAC passes per sample over 1000 DSPs at 1 MAC per cycle
     t = m.compute("learner", Place("fpga", "fpga"))["train"]
-    assert t == pytest.approx(5 * 100 * 1000 / (1000 * clock) + 2 * 2 * 20 / clock)
+    assert t == pytest.approx(5 * 100 * 1000 / (1000 * mhz * 1e6) + 2 * 2 * 20 / (mhz * 1e6))
+
+
+def test_fpga_leaves_beyond_on_chip_live_in_ddr_and_beyond_ddr_are_refused():
+    def sized(capacity, branching=16):
+        shapes = Shapes(**{**SHAPES.__dict__, "capacity": capacity, "branching": branching})
+        return Model(shapes, toy_sheets(), {"jax": PROFILE})
+
+    on_chip = sized(4096).compute("replay", Place("fpga", "fpga"))["update"]
+    ddr = sized(1 << 17)  # 1 MiB of leaves: past the toy's 1 MB on chip, inside its 10 MB DDR
+    assert ddr.infeasible(places("jax@cpu:0", "fpga@fpga", "jax@cpu:0")) == ""
+    assert ddr.compute("replay", Place("fpga", "fpga"))["update"] > 10 * on_chip
+    for capacity, branching, why in (
+        (1 << 21, 16, "exceed the board's on-chip .* and DDR"),
+        (4096, 2, "supports K in"),
+        ((1 << 31) + 1, 64, "holds <= 2147483648 leaves"),
+    ):
+        p = sized(capacity, branching).predict(places("jax@cpu:0", "fpga@fpga", "jax@cpu:0"))
+        assert math.isinf(p.iteration_s) and re.search(why, p.note), p.note
 
 
 def test_infeasible_mappings_say_why():
     m = model()
     assert "FPGA" in m.infeasible(places("jax@fpga", "fpga@fpga", "fpga@fpga"))
     assert "CPU only" in m.infeasible(places("jax@cpu:0", "native@gpu", "jax@cpu:0"))
-    big = Model(
-        Shapes(**{**SHAPES.__dict__, "tree_bytes": 2_000_000}),
-        toy_sheets(),
-        {"jax": PROFILE},
-    )
-    p = big.predict(places("jax@cpu:0", "fpga@fpga", "jax@cpu:0"))
-    assert math.isinf(p.iteration_s) and "exceeds fpga SRAM" in p.note
     with pytest.raises(ValueError, match="no sheet"):
         m.kind("tpu")
 

@@ -30,16 +30,19 @@ class DeviceModel(NamedTuple):
       host_overhead: ``(sheet) -> s`` of the host thread per call of a stage (dispatch or
         invocation; the run itself is asynchronous).
       infeasible: ``(group, sheet, shapes) -> why`` the group cannot run there (empty: it can).
+      source: ``(group) -> what`` its costs for that group rest on (``sheet``, ``cycle
+        model``): a prediction is labelled *modeled (sources)*.
     """
 
     seconds: Callable[[str, dict, Shapes], float]
     host_overhead: Callable[[dict], float]
     infeasible: Callable[[str, dict, Shapes], str]
+    source: Callable[[str], str]
 
 
 MODELS: dict[str, DeviceModel] = {
-    GPU: DeviceModel(gpu.seconds, gpu.host_overhead, gpu.infeasible),
-    FPGA: DeviceModel(fpga.seconds, fpga.host_overhead, fpga.infeasible),
+    GPU: DeviceModel(gpu.seconds, gpu.host_overhead, gpu.infeasible, gpu.source),
+    FPGA: DeviceModel(fpga.seconds, fpga.host_overhead, fpga.infeasible, fpga.source),
 }
 """Kind of device -> its cost model."""
 

@@ -1,43 +1,58 @@
 """Analytical cost of the loop's primitives on an FPGA board, from its sheet and the HLS design.
 
-docs/design.md section 5: the sum tree is a pipeline with one stage per level and the batch
-streamed at initiation interval 1, ``(levels x stage cycles + n - 1) / clock``, with rows read
-from DDR; the tree must fit in on-chip SRAM. The learner costs its MACs over the DSPs (DSPs per
-MAC, efficiency) plus a fill per layer. The host pays the sheet's ``invocation_us`` per call.
+docs/design.md sections 3 and 5: the replay module's commands cost what its cycle model
+(`drlhet.dse.devices.rmm_cycles`, derived from ``hls/rmm``) says at the board's clock, with its
+leaves on chip or, beyond the on-chip memory, in DDR; a prediction resting on it is labelled
+*modeled (cycle model)*. The learner (no HLS design yet) costs its MACs over the DSPs (DSPs per
+MAC, efficiency) plus a fill per layer: *modeled (sheet)*. The host pays the sheet's
+``invocation_us`` per call.
 """
 
 from __future__ import annotations
 
+from drlhet.dse.devices import rmm_cycles
 from drlhet.dse.shapes import Shapes
 
-__all__ = ["seconds", "host_overhead", "infeasible"]
+__all__ = ["seconds", "host_overhead", "infeasible", "leaves_at", "source"]
 
 
 def _v(sheet: dict, name: str) -> float:
     return float(sheet["values"][name]["value"])
 
 
+def leaves_at(sheet: dict, s: Shapes) -> str:
+    """Where the replay module keeps its leaves on this board (`rmm_cycles.placement`)."""
+    return rmm_cycles.placement(
+        s.capacity, s.branching, _v(sheet, "sram_mb") * 1e6, _v(sheet, "ddr_gb") * 1e9
+    )
+
+
 def seconds(prim: str, sheet: dict, s: Shapes) -> float:
     """Seconds of one call of primitive ``prim`` (``insert``, ``sample``, ``update``,
-    ``train``) on the board of ``sheet``."""
-    clock = _v(sheet, "clock_mhz") * 1e6
-    stage = _v(sheet, "tree_stage_cycles")
+    ``train``) on the board of ``sheet``: the replay module's commands from its cycle model
+    (an insert writes E leaves, an update B; a sample draws B and reads its B rows from the
+    board's DDR), the learner from its MACs over the DSPs."""
+    clock = _v(sheet, "clock_mhz")
     ddr = _v(sheet, "ddr_bw_gbs") * 1e9
-    depth = s.levels * stage
-    if prim == "sample":
-        return (depth + s.batch - 1) / clock + s.batch * s.row_bytes / ddr
-    if prim == "update":
-        return (depth + s.batch - 1) / clock
-    if prim == "insert":
-        return (depth + s.num_envs - 1) / clock + s.num_envs * s.row_bytes / ddr
+    if prim in ("insert", "sample", "update"):
+        n = s.num_envs if prim == "insert" else s.batch
+        op = "sample" if prim == "sample" else "write"
+        leaves = leaves_at(sheet, s)
+        t = rmm_cycles.seconds(op, s.branching, s.capacity, n, clock, leaves=leaves)
+        return t + (0.0 if prim == "update" else n * s.row_bytes / ddr)
     if prim == "train":
         macs = 5 * s.batch * s.macs_per_sample
         per_cycle = _v(sheet, "dsp") / _v(sheet, "dsp_per_mac")
-        return (
-            macs / (per_cycle * _v(sheet, "learner_efficiency") * clock)
-            + (s.layers * 2 * 20) / clock
-        )
+        return macs / (per_cycle * _v(sheet, "learner_efficiency") * clock * 1e6) + (
+            s.layers * 2 * 20
+        ) / (clock * 1e6)
     raise ValueError(f"{prim} does not run on an FPGA in this model")
+
+
+def source(group: str) -> str:
+    """What the costs of ``group`` on a board rest on: the replay module's cycle model, else
+    the sheet."""
+    return "cycle model" if group == "replay" else "sheet"
 
 
 def host_overhead(sheet: dict) -> float:
@@ -46,10 +61,16 @@ def host_overhead(sheet: dict) -> float:
 
 
 def infeasible(group: str, sheet: dict, s: Shapes) -> str:
-    """Why ``group`` cannot run on this board (empty: it can): the replay's sum tree must fit
-    in the on-chip SRAM."""
-    if group == "replay":
-        sram = _v(sheet, "sram_mb") * 1e6
-        if s.tree_bytes > sram:
-            return f"the sum tree ({s.tree_bytes / 1e6:.1f} MB) exceeds {sheet['name']} SRAM"
+    """Why ``group`` cannot run on this board (empty: it can): the replay module is built for
+    some K and at most 2^31 leaves, and its memories must fit on chip or (the leaves) in DDR."""
+    if group != "replay":
+        return ""
+    if s.branching not in rmm_cycles.BRANCHING:
+        return f"the FPGA replay module supports K in {rmm_cycles.BRANCHING}, not {s.branching}"
+    if s.capacity > rmm_cycles.MAX_CAPACITY:
+        return f"the FPGA replay module holds <= {rmm_cycles.MAX_CAPACITY} leaves"
+    try:
+        leaves_at(sheet, s)
+    except ValueError as e:
+        return f"{sheet['name']}: {e}"
     return ""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from drlhet.dse.shapes import Shapes
 
-__all__ = ["seconds", "host_overhead", "infeasible"]
+__all__ = ["seconds", "host_overhead", "infeasible", "source"]
 
 
 def _v(sheet: dict, name: str) -> float:
@@ -41,6 +41,11 @@ def seconds(prim: str, sheet: dict, s: Shapes) -> float:
         kernels = 3 * s.layers + 20
         return kernels * launch + 2 * s.num_envs * s.macs_per_sample / flops
     raise ValueError(f"no GPU cost for primitive {prim!r}")
+
+
+def source(group: str) -> str:
+    """What the costs of ``group`` on a GPU rest on: its sheet (no GPU kernel measured)."""
+    return "sheet"
 
 
 def host_overhead(sheet: dict) -> float:

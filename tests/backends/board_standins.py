@@ -1,0 +1,151 @@
+"""Stand-ins for an FPGA board behind pynq's and pyxrt's call shapes: each kernel run executes
+the replay module's C-simulation (`drlhet.backends.fpga.serve`) on the board's memory.
+
+Host and device copies of every buffer are kept apart, as on a board: a driver that forgets a
+sync (to the device before a run, from it after) reads stale words, and its tests fail.
+"""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import numpy as np
+
+from drlhet.backends import fpga
+from drlhet.replay import fixed_point as fp
+
+
+class Memory:
+    """The module's on-chip memories (``leaves, hi, lo``) and its build (capacity, K, F)."""
+
+    def __init__(self, capacity: int, branching: int, frac_bits: int = fp.DEFAULT_FRAC_BITS):
+        tree = fp.init(capacity, branching, frac_bits)
+        self.words = tuple(
+            np.zeros(np.shape(x), np.uint32) for x in (tree.leaves, tree.hi, tree.lo)
+        )
+        self.build = (capacity, branching, frac_bits)
+        self.runs = 0
+
+    def run(self, cmd: np.ndarray, inputs: np.ndarray, out: np.ndarray) -> None:
+        self.runs += 1
+        assert fpga.serve(*self.build, self.words, cmd, inputs, out) == 0, "bad command"
+
+
+def _bitstream_ok(path: str) -> None:
+    if not Path(path).is_file():
+        raise FileNotFoundError(path)
+
+
+# --- pynq -------------------------------------------------------------------------------------
+
+
+class _PynqBuffer(np.ndarray):
+    """``pynq.allocate``'s buffer: a host array with a device copy."""
+
+    on_board: np.ndarray
+
+    def sync_to_device(self) -> None:
+        self.on_board[:] = self
+
+    def sync_from_device(self) -> None:
+        self[:] = self.on_board
+
+
+def pynq_module(memory: Memory, boards: int = 1) -> types.ModuleType:
+    """A ``pynq`` whose ``Overlay`` holds one kernel, ``rmm_top_1``, run by ``call``."""
+    mod = types.ModuleType("pynq")
+
+    def allocate(shape, dtype, target=None):
+        buf = np.zeros(shape, dtype).view(_PynqBuffer)
+        buf.on_board = np.zeros(shape, dtype)
+        return buf
+
+    class Kernel:
+        def call(self, cmd, inputs, out):
+            memory.run(cmd.on_board, inputs.on_board, out.on_board)
+
+    class Overlay:
+        def __init__(self, path):
+            _bitstream_ok(path)
+            self.rmm_top_1 = Kernel()
+
+    mod.allocate = allocate  # type: ignore[attr-defined]
+    mod.Overlay = Overlay  # type: ignore[attr-defined]
+    mod.Device = types.SimpleNamespace(devices=[object()] * boards)  # type: ignore[attr-defined]
+    return mod
+
+
+# --- pyxrt ------------------------------------------------------------------------------------
+
+
+def pyxrt_module(memory: Memory, boards: int = 1) -> types.ModuleType:
+    """A ``pyxrt`` with ``device``, ``xclbin``, ``kernel`` (called with its buffer objects,
+    returning a run to ``wait`` for) and ``bo`` (``write``/``read`` on the host copy, ``sync``
+    between the copies)."""
+    mod = types.ModuleType("pyxrt")
+    to_device, from_device = 0, 1
+    mod.xclBOSyncDirection = types.SimpleNamespace(  # type: ignore[attr-defined]
+        XCL_BO_SYNC_BO_TO_DEVICE=to_device, XCL_BO_SYNC_BO_FROM_DEVICE=from_device
+    )
+
+    class device:  # noqa: N801  (pyxrt's names)
+        def __init__(self, index):
+            if index >= boards:
+                raise RuntimeError(f"No such device {index}")
+            self.loaded = None
+
+        def load_xclbin(self, xclbin):
+            self.loaded = xclbin.path
+            return "uuid"
+
+    class xclbin:  # noqa: N801
+        def __init__(self, path):
+            _bitstream_ok(path)
+            self.path = path
+
+    class bo:  # noqa: N801
+        normal = 0
+
+        def __init__(self, dev, size, flags, group):
+            assert dev.loaded and size % 4 == 0
+            self.host = bytearray(size)
+            self.device = np.zeros(size // 4, np.uint32)
+
+        def write(self, data, offset):
+            self.host[offset : offset + len(data)] = data
+
+        def read(self, size, offset):
+            return np.frombuffer(bytes(self.host[offset : offset + size]), np.uint8)
+
+        def sync(self, direction, size, offset):
+            view = self.device.view(np.uint8)
+            if direction == to_device:
+                view[offset : offset + size] = np.frombuffer(
+                    bytes(self.host[offset : offset + size]), np.uint8
+                )
+            else:
+                self.host[offset : offset + size] = view[offset : offset + size].tobytes()
+
+    class Run:
+        def __init__(self, bos):
+            self.bos = bos
+
+        def wait(self):
+            memory.run(*(b.device for b in self.bos))
+            return 0
+
+    class kernel:  # noqa: N801
+        shared = 1
+
+        def __init__(self, dev, uuid, name, mode):
+            assert uuid == "uuid" and name == "rmm_top"
+
+        def group_id(self, arg):
+            return arg
+
+        def __call__(self, *bos):
+            return Run(bos)
+
+    mod.device, mod.xclbin, mod.bo, mod.kernel = device, xclbin, bo, kernel  # type: ignore[attr-defined]
+    return mod

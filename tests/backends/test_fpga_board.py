@@ -1,0 +1,123 @@
+"""The FPGA board drivers (pynq, pyxrt) and `BoardTree`, on stand-ins that run the module's
+C-simulation behind each library's call shapes (board_standins.py): the tree on the board equals
+the fixed-point reference, every missing piece is named, bad input is refused before a word is
+sent."""
+
+from __future__ import annotations
+
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from board_standins import Memory, pynq_module, pyxrt_module
+
+from drlhet import backends
+from drlhet.backends.base import BackendUnavailable
+from drlhet.backends.fpga_board import BoardTree, PynqBoard, XrtBoard, open_board
+from drlhet.replay import fixed_point as fp
+
+N, K = 3000, 16
+STANDINS = {"pynq": pynq_module, "pyxrt": pyxrt_module}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_loads():
+    backends.load("fpga")
+
+
+@pytest.fixture
+def bitstream(tmp_path):
+    path = tmp_path / "rmm_u250.xclbin"
+    path.write_bytes(b"xclbin2\0")
+    return path
+
+
+def board_for(driver, monkeypatch, bitstream, memory, boards=1, **kw):
+    monkeypatch.setitem(sys.modules, driver, STANDINS[driver](memory, boards))
+    return open_board(bitstream, driver, **kw)
+
+
+@pytest.mark.parametrize("driver", ["pynq", "pyxrt"])
+def test_a_tree_on_the_board_equals_the_reference(driver, monkeypatch, bitstream):
+    memory = Memory(N, K)
+    tree = BoardTree(board_for(driver, monkeypatch, bitstream, memory, max_batch=256), N, K)
+    ref = fp.init(N, K)
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        idx = rng.integers(0, N, 200)
+        idx[:20] = idx[20]  # duplicates: the last write wins
+        v = (10.0 ** rng.uniform(-6, 3, 200)).astype(np.float32)
+        v[:3] = [0.0, 1e-9, 1e30]  # zero, below half a step, saturating
+        clamped = tree.write(idx, v)
+        ref, before = fp.write(ref, jnp.asarray(idx, jnp.int32), jnp.asarray(v)), ref
+        assert clamped == int(ref.saturated) - int(before.saturated)
+        bits = rng.integers(0, 2**32, (128, 2), dtype=np.uint64).astype(np.uint32)
+        for stratified in (True, False):
+            got, want = tree.sample(bits, stratified), fp.draw(ref, jnp.asarray(bits), stratified)
+            np.testing.assert_array_equal(got[0], np.asarray(want.indices))
+            np.testing.assert_array_equal(got[1], np.asarray(want.values))
+            assert got[2] == (int(want.total.hi) << 32) | int(want.total.lo)
+    np.testing.assert_array_equal(tree.leaves(), np.asarray(ref.leaves)[:N])
+    lay = ref.layout
+    level = slice(lay.offsets[1], lay.offsets[1] + lay.widths[1])
+    sums = (np.asarray(ref.hi[level], np.uint64) << np.uint64(32)) | np.asarray(ref.lo[level])
+    np.testing.assert_array_equal(tree.read(1, np.arange(lay.widths[1])), sums)
+    assert tree.read(0, [0])[0] == got[2] and tree.read(1, []).size == 0
+    assert memory.runs > 0
+
+
+@pytest.mark.parametrize("driver", ["pynq", "pyxrt"])
+def test_what_is_missing_is_named(driver, monkeypatch, bitstream, tmp_path):
+    cls = {"pynq": PynqBoard, "pyxrt": XrtBoard}[driver]
+    monkeypatch.setitem(sys.modules, driver, None)  # the library is not installed
+    with pytest.raises(BackendUnavailable, match=f"no {driver}"):
+        cls(bitstream)
+    memory = Memory(N, K)
+    with pytest.raises(BackendUnavailable, match="no board"):
+        board_for(driver, monkeypatch, bitstream, memory, boards=0)
+    with pytest.raises(BackendUnavailable, match="no bitstream at"):
+        board_for(driver, monkeypatch, tmp_path / "missing.xclbin", memory)
+    if driver == "pynq":
+        with pytest.raises(BackendUnavailable, match="no kernel 'rmm_top_2'"):
+            board_for(driver, monkeypatch, bitstream, memory, kernel="rmm_top_2")
+
+
+def test_auto_takes_the_first_driver_that_opens(monkeypatch, bitstream):
+    memory = Memory(N, K)
+    monkeypatch.setitem(sys.modules, "pyxrt", None)
+    monkeypatch.setitem(sys.modules, "pynq", pynq_module(memory))
+    assert isinstance(open_board(bitstream), PynqBoard)
+    monkeypatch.setitem(sys.modules, "pynq", None)
+    with pytest.raises(BackendUnavailable, match="no pyxrt.*; no pynq"):
+        open_board(bitstream)
+    with pytest.raises(ValueError, match="driver must be"):
+        open_board(bitstream, "opencl")
+
+
+def test_bad_input_is_refused_before_a_word_is_sent(monkeypatch, bitstream):
+    memory = Memory(N, K)
+    tree = BoardTree(board_for("pyxrt", monkeypatch, bitstream, memory, max_batch=64), N, K)
+    with pytest.raises(ValueError, match="cannot sample from an empty replay buffer"):
+        tree.sample(np.zeros((4, 2), np.uint32))
+    runs = memory.runs
+    for idx, v, match in (
+        ([0, 1], [1.0, -1.0], "finite and >= 0, got -1.0"),
+        ([0, 1], [1.0, np.nan], "finite and >= 0, got nan"),
+        ([0, 1], [np.inf, 1.0], "finite and >= 0, got inf"),
+        ([0, N], [1.0, 1.0], f"index {N} outside"),
+        ([-1], [1.0], "index -1 outside"),
+        ([0, 1], [1.0], "must both be"),
+        (np.arange(65), np.ones(65), "1..64 entries, got 65"),
+        ([], [], "1..64 entries, got 0"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            tree.write(idx, v)
+    with pytest.raises(ValueError, match="bits must be"):
+        tree.sample(np.zeros((4, 3), np.uint32))
+    with pytest.raises(ValueError, match="level must be"):
+        tree.read(tree.depth + 1, [0])
+    assert memory.runs == runs and not memory.words[0].any()
+    for k, n, match in ((2, N, "supports K in"), (K, 0, "holds 1.."), (K, (1 << 31) + 1, "holds")):
+        with pytest.raises(ValueError, match=match):
+            BoardTree(tree.board, n, k)

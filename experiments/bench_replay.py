@@ -98,6 +98,7 @@ def main(args: Args) -> list[dict]:
     import jax.numpy as jnp
     import numpy as np
 
+    from drlhet import backends as backends_api
     from drlhet.backends import BackendUnavailable
     from drlhet.replay.prioritized import make_prioritized_replay
     from drlhet.replay.sum_tree import layout
@@ -167,7 +168,9 @@ def main(args: Args) -> list[dict]:
 
     # ---------------------------------------------------------------- drlhet
     def drlhet_ops(capacity: int, batch: int, k: int, steps: int, backend: str) -> dict:
-        fns = make_prioritized_replay(capacity, batch, branching=k, backend=backend)
+        fns = make_prioritized_replay(
+            capacity, batch, branching=k, tree_ops=backends_api.tree_ops(backend)
+        )
         example = jax.tree.map(lambda x: x[0], transitions(1))
         state = fns.init(example)
         state = jax.jit(fns.add, donate_argnums=0)(
@@ -296,7 +299,7 @@ def main(args: Args) -> list[dict]:
     backends: list[str] = []
     for name in args.backends:
         try:
-            make_prioritized_replay(2, 1, backend=name)
+            backends_api.tree_ops(name)
             backends.append(name)
         except BackendUnavailable as e:
             print(f"note: backend {name} unavailable: {e}")

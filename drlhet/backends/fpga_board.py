@@ -23,7 +23,7 @@ from typing import Protocol
 import numpy as np
 
 from drlhet.backends.base import BackendUnavailable
-from drlhet.backends.rmm_spec import BRANCHING, MAX_CAPACITY
+from drlhet.backends.rmm_spec import BRANCHING, MAX_CAPACITY, placement
 from drlhet.replay.sum_tree import layout
 
 __all__ = ["Board", "PynqBoard", "XrtBoard", "BoardTree", "open_board", "DRIVERS"]
@@ -72,11 +72,10 @@ def _words(max_batch: int) -> tuple[int, int]:
 
 class PynqBoard:
     """The module on a board through pynq: ``Overlay(bitstream)``, buffers from
-    ``pynq.allocate``, ``sync_to_device``/``sync_from_device`` and the kernel's ``call``."""
+    ``pynq.allocate``, ``sync_to_device``/``sync_from_device`` and the kernel's ``call``;
+    ``kernel`` is the compute unit's name (``rmm`` in ``hls/rmm/u250.cfg``)."""
 
-    def __init__(
-        self, bitstream: str | Path, kernel: str = "rmm_top_1", max_batch: int = 4096
-    ) -> None:
+    def __init__(self, bitstream: str | Path, kernel: str = "rmm", max_batch: int = 4096) -> None:
         pynq = _library("pynq")
         path = _bitstream(bitstream)
         if not list(getattr(pynq.Device, "devices", [])):
@@ -169,15 +168,25 @@ class BoardTree:
       capacity, branching: the leaves and K the bitstream was built with (``RMM_CAPACITY``,
         ``RMM_K``).
       frac_bits: the fraction bits of its leaves (``RMM_FRAC_BITS``).
+      memory: the board's ``(on-chip bytes, DDR bytes)`` (its device sheet): a capacity whose
+        memories fit in neither is refused (`drlhet.backends.rmm_spec.placement`).
     """
 
-    def __init__(self, board: Board, capacity: int, branching: int = 16, frac_bits: int = 20):
+    def __init__(
+        self,
+        board: Board,
+        capacity: int,
+        branching: int = 16,
+        frac_bits: int = 20,
+        memory: tuple[float, float] | None = None,
+    ):
         if branching not in BRANCHING:
             raise ValueError(f"the FPGA replay module supports K in {BRANCHING}, got {branching}")
         if not 1 <= capacity <= MAX_CAPACITY:
             raise ValueError(
                 f"the FPGA replay module holds 1..{MAX_CAPACITY} leaves, got {capacity}"
             )
+        self.leaves_at = placement(capacity, branching, *memory) if memory else None
         self.board, self.capacity, self.branching = board, capacity, branching
         self.frac_bits = frac_bits
         self.depth = layout(capacity, branching).depth

@@ -53,7 +53,8 @@ class _PynqBuffer(np.ndarray):
 
 
 def pynq_module(memory: Memory, boards: int = 1) -> types.ModuleType:
-    """A ``pynq`` whose ``Overlay`` holds one kernel, ``rmm_top_1``, run by ``call``."""
+    """A ``pynq`` whose ``Overlay`` holds one compute unit, ``rmm`` (hls/rmm/u250.cfg), run by
+    ``call``."""
     mod = types.ModuleType("pynq")
 
     def allocate(shape, dtype, target=None):
@@ -68,7 +69,7 @@ def pynq_module(memory: Memory, boards: int = 1) -> types.ModuleType:
     class Overlay:
         def __init__(self, path):
             _bitstream_ok(path)
-            self.rmm_top_1 = Kernel()
+            self.rmm = Kernel()
 
     mod.allocate = allocate  # type: ignore[attr-defined]
     mod.Overlay = Overlay  # type: ignore[attr-defined]

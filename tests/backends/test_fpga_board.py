@@ -15,6 +15,7 @@ from board_standins import Memory, pynq_module, pyxrt_module
 from drlhet import backends
 from drlhet.backends.base import BackendUnavailable
 from drlhet.backends.fpga_board import BoardTree, PynqBoard, XrtBoard, open_board
+from drlhet.dse.devices import load_sheets
 from drlhet.replay import fixed_point as fp
 
 N, K = 3000, 16
@@ -79,8 +80,8 @@ def test_what_is_missing_is_named(driver, monkeypatch, bitstream, tmp_path):
     with pytest.raises(BackendUnavailable, match="no bitstream at"):
         board_for(driver, monkeypatch, tmp_path / "missing.xclbin", memory)
     if driver == "pynq":
-        with pytest.raises(BackendUnavailable, match="no kernel 'rmm_top_2'"):
-            board_for(driver, monkeypatch, bitstream, memory, kernel="rmm_top_2")
+        with pytest.raises(BackendUnavailable, match="no kernel 'rmm_2'"):
+            board_for(driver, monkeypatch, bitstream, memory, kernel="rmm_2")
 
 
 def test_auto_takes_the_first_driver_that_opens(monkeypatch, bitstream):
@@ -121,3 +122,11 @@ def test_bad_input_is_refused_before_a_word_is_sent(monkeypatch, bitstream):
     for k, n, match in ((2, N, "supports K in"), (K, 0, "holds 1.."), (K, (1 << 31) + 1, "holds")):
         with pytest.raises(ValueError, match=match):
             BoardTree(tree.board, n, k)
+    u250 = load_sheets()["u250"]["values"]
+    memory = (u250["sram_mb"]["value"] * 1e6, u250["ddr_gb"]["value"] * 1e9)
+    assert BoardTree(tree.board, 1 << 22, 16, memory=memory).leaves_at == "on-chip"
+    assert BoardTree(tree.board, 1 << 23, 16, memory=memory).leaves_at == "ddr"
+    with pytest.raises(ValueError, match="inner nodes .* exceed the board's on-chip memory"):
+        BoardTree(tree.board, 1 << 31, 16, memory=memory)
+    with pytest.raises(ValueError, match="leaves .* exceed the board's on-chip .* and DDR"):
+        BoardTree(tree.board, 1 << 23, 16, memory=(memory[0], 1e6))

@@ -29,7 +29,15 @@ import dataclasses
 import math
 from typing import NamedTuple
 
-from drlhet.backends.rmm_spec import BRANCHING, MAX_CAPACITY
+from drlhet.backends.rmm_spec import (
+    BRANCHING,
+    DDR,
+    MAX_CAPACITY,
+    ON_CHIP,
+    depth_of,
+    memory_bytes,
+    placement,
+)
 
 __all__ = [
     "BRANCHING",
@@ -47,7 +55,6 @@ __all__ = [
 
 OPS = ("write", "sample", "read")
 """The module's commands (host protocol ``hls/rmm/rmm.h``)."""
-ON_CHIP, DDR = "on-chip", "ddr"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,60 +102,6 @@ class Stage(NamedTuple):
     depth: int
     iterations: int
     emits: int
-
-
-def depth_of(capacity: int, branching: int) -> int:
-    """Levels below the root (``LayoutOf`` in ``hls/rmm/rmm.h``): at least one."""
-    depth, count = 0, capacity
-    while count > 1 or depth == 0:
-        count = -(-count // branching)
-        depth += 1
-    return depth
-
-
-def _widths(capacity: int, branching: int) -> list[int]:
-    """Slots of each level 0..depth (node counts rounded up to a multiple of K)."""
-    counts, c = [capacity], capacity
-    for _ in range(depth_of(capacity, branching)):
-        c = -(-c // branching)
-        counts.append(c)
-    return [-(-c // branching) * branching for c in reversed(counts)]
-
-
-def memory_bytes(capacity: int, branching: int) -> tuple[int, int]:
-    """``(leaf bytes, inner bytes)`` of the module's memories: the leaves twice (the front's
-    table and the last level, 32 bits each), the inner levels 1..D-1 at their widths of
-    ``32 + (D - level) log2 K`` bits (at most 64)."""
-    widths, depth = _widths(capacity, branching), depth_of(capacity, branching)
-    step = int(math.log2(branching))
-    inner = sum(widths[lv] * min(64, 32 + (depth - lv) * step) // 8 for lv in range(1, depth))
-    return 2 * 4 * widths[depth], inner
-
-
-def placement(capacity: int, branching: int, sram_bytes: float, ddr_bytes: float) -> str:
-    """Where the leaves live: ``"on-chip"`` when every memory fits in ``sram_bytes``, else
-    ``"ddr"`` (the inner levels stay on chip).
-
-    Raises:
-      ValueError: the leaves do not fit in ``ddr_bytes`` either, or the inner levels not on
-        chip.
-    """
-    leaves, inner = memory_bytes(capacity, branching)
-    if leaves + inner <= sram_bytes:
-        return ON_CHIP
-    mib = 2**20
-    if inner > sram_bytes:
-        raise ValueError(
-            f"capacity {capacity} (K {branching}): its inner nodes ({inner / mib:,.0f} MiB) "
-            f"exceed the board's on-chip memory ({sram_bytes / mib:,.0f} MiB)"
-        )
-    if leaves > ddr_bytes:
-        raise ValueError(
-            f"capacity {capacity} (K {branching}): its leaves ({leaves / mib:,.0f} MiB) exceed "
-            f"the board's on-chip ({sram_bytes / mib:,.0f} MiB) and DDR "
-            f"({ddr_bytes / mib:,.0f} MiB) memory"
-        )
-    return DDR
 
 
 def _front(op: str, batch: int, kept: int, stratified: bool, leaves: str, t: Timing) -> Stage:

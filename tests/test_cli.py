@@ -54,6 +54,8 @@ def test_train_command_writes_a_run_directory(tmp_path, capsys):
         (["--mapping", "actors=cpu:0,replay=bogus@cpu:1,learner=cpu:1"], "no backend 'bogus'"),
         (["--mapping", "actors=cpu:0,replay=python@cpu:0,learner=cpu:0"], "modeled only"),
         (["--backend", "nope", "--steps", "1000"], "no backend 'nope'"),
+        (["--buffer-size", "3000000000"], "buffer_size must be <= 2147483647"),
+        (["--backend", "fpga", "--branching", "2", "--steps", "1000"], "supports K in"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, message):

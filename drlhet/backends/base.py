@@ -99,6 +99,8 @@ class Backend:
       simulation: ``(platform, groups)``: it also runs ``groups`` on ``platform`` as a
         functional simulation of its hardware (right results, not that hardware's speed);
         never a default nor a DSE candidate there (`providing` leaves it out unless asked).
+      accepts: ``(capacity, K) -> why`` its replay cannot hold such a tree (empty: it can),
+        asked before a run starts; None: any tree.
       summary: one line for listings.
     """
 
@@ -112,6 +114,7 @@ class Backend:
     reference: bool = False
     numbers: str = "float"
     simulation: tuple[str, tuple[str, ...]] | None = None
+    accepts: Callable[[int, int], str] | None = None
     summary: str = ""
 
     def __post_init__(self) -> None:

@@ -48,16 +48,20 @@ def _library() -> ctypes.CDLL:
     return lib
 
 
+def accepts(capacity: int, branching: int) -> str:
+    """Why the module cannot hold ``capacity`` leaves at K ``branching`` (empty: it can)."""
+    if branching not in SUPPORTED_BRANCHING:
+        return f"the FPGA replay module supports K in {SUPPORTED_BRANCHING}, got {branching}"
+    if capacity > MAX_CAPACITY:
+        return f"the FPGA replay module holds <= {MAX_CAPACITY} leaves, got {capacity}"
+    return ""
+
+
 def check(tree: FixedTreeState) -> None:
     """Raises ``ValueError`` for a tree the module cannot hold (K, capacity)."""
-    if tree.branching not in SUPPORTED_BRANCHING:
-        raise ValueError(
-            f"the FPGA replay module supports K in {SUPPORTED_BRANCHING}, got {tree.branching}"
-        )
-    if tree.capacity > MAX_CAPACITY:
-        raise ValueError(
-            f"the FPGA replay module holds <= {MAX_CAPACITY} leaves, got {tree.capacity}"
-        )
+    why = accepts(tree.capacity, tree.branching)
+    if why:
+        raise ValueError(why)
 
 
 def _attrs(tree: FixedTreeState) -> dict:
@@ -156,6 +160,7 @@ BACKEND = register(
         rank=-10,
         numbers="fixed",
         simulation=(CPU, ("replay",)),
+        accepts=accepts,
         summary="HLS replay module, fixed point: its C-simulation inside jit on a CPU device "
         "(function, not speed); on a board modeled by its cycle model",
     )

@@ -7,7 +7,7 @@ from typing import Literal
 
 from drlhet.agents.ddpg import DDPGConfig
 from drlhet.agents.dqn import DQNConfig
-from drlhet.backends import default
+from drlhet.backends import default, get, names
 
 __all__ = ["TrainConfig", "check", "n_step_of", "with_backend"]
 
@@ -52,6 +52,10 @@ class TrainConfig:
     ddpg: DDPGConfig = DDPGConfig()
 
 
+MAX_BUFFER = (1 << 31) - 1
+"""Slots a buffer can have: its indices are int32 inside the jitted program."""
+
+
 def check(cfg: TrainConfig) -> None:
     """Raises ``ValueError`` naming the first bad field of ``cfg``."""
     if cfg.n_step is not None and cfg.n_step < 1:
@@ -68,6 +72,10 @@ def check(cfg: TrainConfig) -> None:
     ):
         if getattr(cfg, name) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.buffer_size > MAX_BUFFER:
+        raise ValueError(
+            f"buffer_size must be <= {MAX_BUFFER} (int32 slots), got {cfg.buffer_size}"
+        )
     if cfg.eval_every % cfg.num_envs:
         raise ValueError(f"eval_every ({cfg.eval_every}) must be a multiple of num_envs")
     if cfg.warmup < cfg.batch_size:
@@ -76,6 +84,10 @@ def check(cfg: TrainConfig) -> None:
         raise ValueError(f"delay must be >= 0, got {cfg.delay}")
     if cfg.algo not in ("dqn", "ddpg"):
         raise ValueError(f"algo must be 'dqn' or 'ddpg', got {cfg.algo!r}")
+    accepts = get(cfg.backend).accepts if cfg.backend in names() else None
+    why = accepts(cfg.buffer_size, cfg.branching) if accepts else ""
+    if why:
+        raise ValueError(why)
 
 
 def n_step_of(cfg: TrainConfig) -> int:

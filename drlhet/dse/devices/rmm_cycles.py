@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from drlhet.backends.rmm_spec import (
     BRANCHING,
@@ -162,28 +162,10 @@ def stages(
     return [front, *mid, back]
 
 
-def cycles(
-    op: str,
-    branching: int,
-    capacity: int,
-    batch: int,
-    *,
-    kept: int | None = None,
-    stratified: bool = True,
-    leaves: str = ON_CHIP,
-    timing: Timing = Timing(),
-) -> int:
-    """Cycles of one command (the closed form above); arguments as for `stages`."""
-    chain = stages(
-        op,
-        branching,
-        capacity,
-        batch,
-        kept=kept,
-        stratified=stratified,
-        leaves=leaves,
-        timing=timing,
-    )
+def cycles(op: str, branching: int, capacity: int, batch: int, **kw: Any) -> int:
+    """Cycles of one command (the closed form above); keywords as for `stages`."""
+    timing = kw.get("timing") or Timing()
+    chain = stages(op, branching, capacity, batch, **kw)
     fill = sum(s.depth for s in chain) + len(chain) - 1
     stream = max(s.ii * (s.iterations - 1) for s in chain)
     return timing.axi_read + fill + stream + timing.axi_write

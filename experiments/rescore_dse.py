@@ -1,0 +1,80 @@
+"""Re-scores a DSE validation with the model as it is now, without running anything again.
+
+`experiments/validate_dse.py` keeps, for every round, the profile it measured and every
+mapping's measurement. Here each round's predictions are rebuilt from that round's profile with
+the current `drlhet.dse.model.Model` and paired with that round's measurement, as the validation
+pairs them: so a change to the model can be fitted on one validation's measurements and checked
+on another's (docs/results.md says which was fitted on which). The host baseline's costs are
+not kept; mappings that need them are not runnable and are not scored.
+
+Usage:
+  python experiments/rescore_dse.py results/dse_validation_in_program_k4.json [more.json ...]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+from drlhet.dse.devices import load_sheets
+from drlhet.dse.key import ProfileKey
+from drlhet.dse.model import Model, Place
+from drlhet.dse.trace import shapes_of
+
+
+def _profile(medians: dict) -> dict:
+    """A profile from the medians a validation keeps (min and max set to the median)."""
+    return {
+        group: {n: {"median": v, "min": v, "max": v} for n, v in names.items()}
+        for group, names in medians.items()
+    }
+
+
+def _places(text: str) -> dict[str, Place]:
+    """``actors=jax@cpu:0,...`` -> group -> Place."""
+    out = {}
+    for part in text.split(","):
+        group, where = part.split("=")
+        backend, device = where.split("@")
+        out[group] = Place(backend, device)
+    return out
+
+
+def rescore(path: Path) -> list[float]:
+    """Prints the old and new paired errors of every row of ``path``; returns the new ones."""
+    data = json.loads(Path(path).read_text())
+    sheets, errors = load_sheets(), []
+    print(f"\n== {path} ==")
+    print(f"{'B':>4} {'capacity':>9} {'mapping':<62} {'before':>7} {'now':>7}  per round")
+    for row in data["rows"]:
+        key = ProfileKey(batch=row["batch"], capacity=row["capacity"])
+        rounds = [
+            r for r in data["round_profiles"]
+            if r["batch"] == row["batch"] and r["capacity"] == row["capacity"]
+        ]  # fmt: skip
+        paired = []
+        for rnd, rec in zip(rounds, row["rounds"], strict=True):
+            profiles = {b: _profile(p) for b, p in rnd["profiles"].items()}
+            model = Model(shapes_of(key), sheets, profiles, cpu_cores=os.cpu_count() or 1)
+            pred = model.predict(_places(row["mapping"]), row["delay"])
+            paired.append(pred.trained_samples_per_s / rec["measured"] - 1)
+        err = statistics.median(paired)
+        errors.append(err)
+        print(
+            f"{row['batch']:>4} {row['capacity']:>9} {row['mapping']:<62} {row['error']:>+7.1%} "
+            f"{err:>+7.1%}  " + " ".join(f"{e:+.0%}" for e in paired)
+        )
+    return errors
+
+
+def main(paths: list[str]) -> None:
+    for path in paths:
+        errors = [abs(e) for e in rescore(Path(path))]
+        print(f"median |error| {statistics.median(errors):.1%}, max {max(errors):.1%}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -218,7 +218,7 @@ def providing(
 ) -> list[Backend]:
     """Backends that provide ``group`` (on ``platform`` if given), best ranked first; with
     ``runnable``, only those that load here; with ``simulated``, also those that only simulate
-    their hardware on ``platform`` (`Backend.simulated`)."""
+    their hardware on ``platform`` (`Backend.simulates`)."""
     if group not in GROUPS:
         raise ValueError(f"unknown group {group!r}; groups: {GROUPS}")
     _discover()

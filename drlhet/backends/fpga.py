@@ -20,7 +20,7 @@ import numpy as np
 
 from drlhet.backends.base import CPU, FPGA, Backend, register
 from drlhet.backends.native import library_path
-from drlhet.backends.rmm_spec import BRANCHING, MAX_CAPACITY
+from drlhet.backends.rmm_spec import BRANCHING, MAX_CAPACITY, accepts
 from drlhet.replay import fixed_point as fp
 from drlhet.replay.fixed_point import FixedDraw, FixedTreeState
 from drlhet.replay.sum_tree import TreeOps
@@ -46,15 +46,6 @@ def _library() -> ctypes.CDLL:
     lib.drlhet_rmm_serve.argtypes = [ctypes.c_int64] * 3 + [ptr] * 6
     lib.drlhet_rmm_serve.restype = ctypes.c_int
     return lib
-
-
-def accepts(capacity: int, branching: int) -> str:
-    """Why the module cannot hold ``capacity`` leaves at K ``branching`` (empty: it can)."""
-    if branching not in SUPPORTED_BRANCHING:
-        return f"the FPGA replay module supports K in {SUPPORTED_BRANCHING}, got {branching}"
-    if capacity > MAX_CAPACITY:
-        return f"the FPGA replay module holds <= {MAX_CAPACITY} leaves, got {capacity}"
-    return ""
 
 
 def check(tree: FixedTreeState) -> None:

@@ -23,7 +23,7 @@ from typing import Protocol
 import numpy as np
 
 from drlhet.backends.base import BackendUnavailable
-from drlhet.backends.rmm_spec import BRANCHING, MAX_CAPACITY, placement
+from drlhet.backends.rmm_spec import accepts, placement
 from drlhet.replay.sum_tree import layout
 
 __all__ = ["Board", "PynqBoard", "XrtBoard", "BoardTree", "open_board", "DRIVERS"]
@@ -180,12 +180,13 @@ class BoardTree:
         frac_bits: int = 20,
         memory: tuple[float, float] | None = None,
     ):
-        if branching not in BRANCHING:
-            raise ValueError(f"the FPGA replay module supports K in {BRANCHING}, got {branching}")
-        if not 1 <= capacity <= MAX_CAPACITY:
-            raise ValueError(
-                f"the FPGA replay module holds 1..{MAX_CAPACITY} leaves, got {capacity}"
-            )
+        why = (
+            accepts(capacity, branching)
+            if capacity >= 1
+            else f"capacity must be >= 1, got {capacity}"
+        )
+        if why:
+            raise ValueError(why)
         self.leaves_at = placement(capacity, branching, *memory) if memory else None
         self.board, self.capacity, self.branching = board, capacity, branching
         self.frac_bits = frac_bits

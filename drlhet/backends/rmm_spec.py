@@ -11,6 +11,7 @@ __all__ = [
     "MAX_CAPACITY",
     "ON_CHIP",
     "DDR",
+    "accepts",
     "depth_of",
     "memory_bytes",
     "placement",
@@ -22,6 +23,15 @@ MAX_CAPACITY = 1 << 31
 """Leaves the module addresses (int32 indices on the host)."""
 ON_CHIP, DDR = "on-chip", "ddr"
 """Where the leaves live (`placement`)."""
+
+
+def accepts(capacity: int, branching: int) -> str:
+    """Why the module cannot hold ``capacity`` leaves at K ``branching`` (empty: it can)."""
+    if branching not in BRANCHING:
+        return f"the FPGA replay module supports K in {BRANCHING}, got {branching}"
+    if capacity > MAX_CAPACITY:
+        return f"the FPGA replay module holds <= {MAX_CAPACITY} leaves, got {capacity}"
+    return ""
 
 
 def depth_of(capacity: int, branching: int) -> int:

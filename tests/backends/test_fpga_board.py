@@ -119,7 +119,11 @@ def test_bad_input_is_refused_before_a_word_is_sent(monkeypatch, bitstream):
     with pytest.raises(ValueError, match="level must be"):
         tree.read(tree.depth + 1, [0])
     assert memory.runs == runs and not memory.words[0].any()
-    for k, n, match in ((2, N, "supports K in"), (K, 0, "holds 1.."), (K, (1 << 31) + 1, "holds")):
+    for k, n, match in (
+        (2, N, "supports K in"),
+        (K, 0, "capacity must be >= 1"),
+        (K, (1 << 31) + 1, "holds"),
+    ):
         with pytest.raises(ValueError, match=match):
             BoardTree(tree.board, n, k)
     u250 = load_sheets()["u250"]["values"]

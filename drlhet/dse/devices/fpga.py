@@ -10,6 +10,7 @@ MAC, efficiency) plus a fill per layer: *modeled (sheet)*. The host pays the she
 
 from __future__ import annotations
 
+from drlhet.backends.rmm_spec import accepts
 from drlhet.dse.devices import rmm_cycles
 from drlhet.dse.shapes import Shapes
 
@@ -65,10 +66,9 @@ def infeasible(group: str, sheet: dict, s: Shapes) -> str:
     some K and at most 2^31 leaves, and its memories must fit on chip or (the leaves) in DDR."""
     if group != "replay":
         return ""
-    if s.branching not in rmm_cycles.BRANCHING:
-        return f"the FPGA replay module supports K in {rmm_cycles.BRANCHING}, not {s.branching}"
-    if s.capacity > rmm_cycles.MAX_CAPACITY:
-        return f"the FPGA replay module holds <= {rmm_cycles.MAX_CAPACITY} leaves"
+    why = accepts(s.capacity, s.branching)
+    if why:
+        return why
     try:
         leaves_at(sheet, s)
     except ValueError as e:

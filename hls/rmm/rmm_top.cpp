@@ -3,9 +3,11 @@
 // joined by FIFOs. Each process owns its memory (on-chip, static: it persists between
 // commands): Front the root and the leaf table, Level<L> the nodes of level L + 1 as
 // ap_uint of that level's width (level_bits), partitioned cyclically by K so that the K
-// children of a node are read in one cycle. Every process is pipelined at II = 1 and handles
-// writes and samples in one stream of items, so a level's memory has one owner; a command ends
-// with an end item that carries the root and the clamped count to Back.
+// children of a node are read in one cycle. Every process's loop is pipelined (the pragmas ask
+// for II = 1; the read-modify-writes of the memories and the 32-bit AXI ports hold it at 3 and 2:
+// drlhet/dse/devices/rmm_cycles.py) and handles writes and samples in one stream of items, so a
+// level's memory has one owner; a command ends with an end item that carries the root and the
+// clamped count to Back.
 //
 // Configuration (compile time): RMM_K in {4, 8, 16, 32, 64}, RMM_CAPACITY leaves (default 2^22,
 // on chip on an Alveo U250: docs/design.md section 3 has the memory budget), RMM_FRAC_BITS.

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import multiprocessing
 import os
 import platform
@@ -40,7 +41,7 @@ from drlhet.dse.baselines import baselines
 from drlhet.dse.build import build_model, merge_models, replay_backends_here
 from drlhet.dse.cache import ProfileCache
 from drlhet.dse.key import ProfileKey
-from drlhet.dse.measure import measure_mapping
+from drlhet.dse.measure import measure_mapping, speed_probe
 from drlhet.dse.model import Model, Prediction
 from drlhet.dse.search import search
 
@@ -118,6 +119,7 @@ def _rounds(args: Args, key: ProfileKey, cache_path: Path) -> tuple[list, dict, 
                 "batch": key.batch,
                 "capacity": key.capacity,
                 "round": rnd,
+                "probe": got["profile_probe"],
                 "profiles": {
                     b: {
                         g: {n: v["median"] for n, v in prof.get(g, {}).items()}
@@ -243,6 +245,10 @@ def _summary(machine: str, rows: list[dict], configs: list[dict], profiles: list
         "median_abs_error_unpaired": statistics.median(abs(r["error_unpaired"]) for r in rows),
         "max_abs_error_unpaired": max(abs(r["error_unpaired"]) for r in rows),
         "picks_within_5pct": all(c["pick_within"] >= 0.95 for c in configs),
+        "speed_protocol": f"measurements retaken while the machine's speed was not within "
+        f"{SPEED_BAND}x of the profile's (speed_probe before and after), at most {TRIES} tries",
+        "retakes": sum(rec["tries"] - 1 for r in rows for rec in r["rounds"]),
+        "out_of_band": sum(not rec["in_band"] for r in rows for rec in r["rounds"]),
         "configs": configs,
         "rows": rows,
         "round_profiles": profiles,
@@ -252,16 +258,21 @@ def _summary(machine: str, rows: list[dict], configs: list[dict], profiles: list
         f"{summary['median_abs_error']:.1%}, max {summary['max_abs_error']:.1%} (unpaired: "
         f"{summary['median_abs_error_unpaired']:.1%}, {summary['max_abs_error_unpaired']:.1%}); "
         f"DSE pick within 5% of the best measured in every config: {summary['picks_within_5pct']}"
+        f"; {summary['retakes']} measurements retaken for the machine's speed, "
+        f"{summary['out_of_band']} kept out of band"
     )
     return summary
 
 
 def _round(key, rnd: int, delay: int, chunks: int, chunk_steps: int, cache_dir: Path) -> dict:
     """One round: profile ``key`` afresh, predict every mapping from that profile alone, then
-    measure every runnable mapping (in an order rotated by ``rnd``). Returns ``{"model": the
-    round's Model, "records": mapping text -> {predicted, measured, per_chunk, terms_s}}``."""
+    measure every runnable mapping (in an order rotated by ``rnd``), each at the speed the
+    machine had while profiling (`_at_speed`). Returns ``{"model": the round's Model,
+    "records": mapping text -> {predicted, measured, per_chunk, terms_s, speed, tries}}``."""
     jax.config.update("jax_num_cpu_devices", 2)
-    model = build_model(key, cache=ProfileCache(Path(cache_dir)), reprofile=True, log=_silent)
+    model, ref = _at_speed(
+        lambda: build_model(key, cache=ProfileCache(Path(cache_dir)), reprofile=True, log=_silent)
+    )
     preds = search(model, DEVICES, delay, present=DEVICES, backends_here=replay_backends_here())
     # cpu:0 and cpu:1 are the same two cores: a mapping and its relabeling (cpu:0 <-> cpu:1) are
     # the same hardware and get the same prediction; each such pair is measured once (its form
@@ -270,14 +281,52 @@ def _round(key, rnd: int, delay: int, chunks: int, chunk_steps: int, cache_dir: 
     shift = rnd % len(runnable)
     records = {}
     for p in runnable[shift:] + runnable[:shift]:
-        m = measure_mapping(key, p.mapping_text(), delay, chunks, chunk_steps)
-        records[p.mapping_text()] = {
+        text = p.mapping_text()
+        m, probe = _at_speed(
+            lambda t=text: measure_mapping(key, t, delay, chunks, chunk_steps), ref["probe_s"]
+        )
+        records[text] = {
             "predicted": p.trained_samples_per_s,
             "measured": m["trained_samples_per_s"],
             "per_chunk": m["per_chunk"],
             "terms_s": p.terms,
+            "speed": ref["probe_s"] / probe["probe_s"],
+            "tries": probe["tries"],
+            "in_band": probe["in_band"],
         }
-    return {"model": model, "records": records}
+    return {"model": model, "records": records, "profile_probe": ref}
+
+
+SPEED_BAND = 1.25
+"""A measurement is kept when the machine's speed (`speed_probe` before and after it) stayed
+within this factor, either way, of the speed the profile was taken at (a profile, when its two
+probes agree within it); else it is retaken after a pause, at most `TRIES` times, keeping the
+closest. The development VM's speed halves for minutes at a time (docs/results.md): a profile
+taken at one speed says nothing of a measurement taken at the other."""
+TRIES = 4
+
+
+def _at_speed(work, ref_s: float | None = None) -> tuple:
+    """Runs ``work()`` between two speed probes until both probes are within `SPEED_BAND` of
+    ``ref_s`` (of each other when None). Returns ``(result, {"probe_s", "tries", "in_band"})``:
+    the result whose probes were the closest, their mean, the tries, whether it was in band."""
+    best: tuple | None = None
+    tries = 0
+    while tries < TRIES:
+        tries += 1
+        before = speed_probe()
+        out = work()
+        after = speed_probe()
+        ref = ref_s or before
+        worst = max(abs(math.log(p / ref)) for p in (before, after))
+        if best is None or worst < best[0]:
+            best = (worst, out, (before + after) / 2)
+        if worst <= math.log(SPEED_BAND):
+            break
+        time.sleep(30)
+    assert best is not None
+    worst, out, probe = best
+    return out, {"probe_s": probe, "tries": tries, "in_band": worst <= math.log(SPEED_BAND)}
 
 
 def _silent(_: str) -> None:

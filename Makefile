@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.drlhet-installed
 
-.PHONY: run test bench lint install clean
+.PHONY: run test gpu-test bench lint install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,12 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# On a machine with an NVIDIA GPU: JAX's CUDA plugin and CuPy, then the tests that need them
+# (the CUDA kernels against the reference, conformance on the GPU; they skip without a GPU).
+gpu-test: $(STAMP)
+	$(BIN)/pip install --quiet "jax[cuda13]" "cupy-cuda13x>=14.0"
+	$(BIN)/python -m pytest -q tests/backends/test_cuda.py tests/backends/conformance.py -k cuda
 
 # Benchmarks write under results/raw/ (not committed), never over the committed, pinned results.
 bench: $(STAMP)

@@ -19,6 +19,8 @@ Usage:
   python experiments/bench_replay.py                   # capacity x batch at K=16, K sweep
   python experiments/bench_replay.py --full            # the full product grid
   python experiments/bench_replay.py --threading-study # default vs pinned vs single-thread XLA
+  python experiments/bench_replay.py --device gpu      # cuda vs jax on the GPU vs native on the
+                                                       # host CPU, 2^14..2^22 x B 32..65536
 
 Threading (``--threading``): ``default`` (XLA's own thread pool over all cores), ``pin1`` (the
 process pinned to core 0, like ``taskset -c 0``), ``xla1`` (XLA intra-op threading off).
@@ -68,6 +70,9 @@ class Args:
     threading: Literal["default", "pin1", "xla1"] = "default"
     threading_study: bool = False
     """Run the fused step at 2^20/K16/B256 under each threading setting, in subprocesses."""
+    device: Literal["cpu", "gpu"] = "cpu"
+    """``gpu``: the XLA backends (``jax``, ``cuda``) run on the first GPU, ``native`` on the host
+    CPU; the grid becomes capacities 2^14..2^22 x batches 32..65536 at K = 16 (unless given)."""
     out: Path = Path("results/bench_replay.json")
 
 
@@ -166,6 +171,11 @@ def main(args: Args) -> list[dict]:
             runners[(op, "percall")] = run_percall
         return runners
 
+    def device_of(backend: str):
+        """Where a backend's buffer lives: the GPU for XLA backends with ``--device gpu``."""
+        on_gpu = args.device == "gpu" and backends_api.GPU in backends_api.get(backend).platforms
+        return jax.devices(backends_api.GPU if on_gpu else backends_api.CPU)[0]
+
     # ---------------------------------------------------------------- drlhet
     def drlhet_ops(capacity: int, batch: int, k: int, steps: int, backend: str) -> dict:
         fns = make_prioritized_replay(
@@ -179,6 +189,7 @@ def main(args: Args) -> list[dict]:
             jnp.asarray(np.random.default_rng(1).random(capacity, np.float32) + 1e-3),
         )
         new = jax.tree.map(jnp.asarray, transitions(batch, 2))
+        state, new = jax.device_put((state, new), device_of(backend))  # the jits run there
 
         def insert(s, key):
             return fns.add(s, new), jnp.float32(0)
@@ -279,6 +290,13 @@ def main(args: Args) -> list[dict]:
         }
 
     # ---------------------------------------------------------------- grid
+    if args.device == "gpu":
+        if args.backends == Args.backends:
+            args.backends = ("cuda", "jax", "native")
+        if args.capacities == Args.capacities:
+            args.capacities = tuple(2**e for e in range(14, 23, 2))
+        if args.batches == Args.batches:
+            args.batches = (32, 256, 1024, 4096, 16384, 65536)
     if args.quick:
         grid = [(2**20, 256, 16)]
     elif args.full:
@@ -376,6 +394,15 @@ def main(args: Args) -> list[dict]:
                 t = time.perf_counter()
                 impls[key[0]][key[1:]]()
                 times[key].append(time.perf_counter() - t)
+
+        def where(impl: str) -> dict:
+            """The row's device and what its speed is the speed of."""
+            name = impl.removeprefix("drlhet-").removesuffix("-1t")
+            if not impl.startswith("drlhet-") or device_of(name).platform == backends_api.CPU:
+                return {"device": "cpu", "speed_of": speed_of(impl)}
+            dev = device_of(name)
+            return {"device": str(dev), "speed_of": f"this GPU ({dev.device_kind})"}
+
         for key in keys:
             impl, op, mode = key
             rates = sorted(batch * steps / t for t in times[key])
@@ -395,7 +422,7 @@ def main(args: Args) -> list[dict]:
                     "threading": args.threading,
                     "machine": machine(),
                     "measured": True,
-                    "speed_of": speed_of(impl),
+                    **where(impl),
                 }
             )
         print_table(

@@ -3,6 +3,10 @@
 // (tests/backends/test_kernel_header.py). Not used by the kernels themselves.
 //   drlhet_choose_child  ChooseChild on one node of k children, and NextTarget after it
 //   drlhet_seq_sum       SeqSum of k >= 1 children
+//   drlhet_descend_one   DescendOne for each of n targets, one after the other (what each GPU
+//                        thread of kernels/cuda does for its target)
+//   drlhet_update_phases the GPU update's three phases (WinnerMerge, IsWinner, RecomputeNode),
+//                        run serially on the host
 #include <cstdint>
 
 #include "drlhet/sum_tree.h"
@@ -25,5 +29,46 @@ int drlhet_choose_child(const float* children, int k, float u, int32_t* child, f
 }
 
 float drlhet_seq_sum(const float* c, int k) { return drlhet::SeqSum(c, k); }
+
+// Returns 0, or -1 for a bad (capacity, k).
+int drlhet_descend_one(const float* tree, int64_t capacity, int k, const float* targets, int64_t n,
+                       int32_t* indices, float* values, float* total) {
+  drlhet::TreeLayout lay;
+  if (!drlhet::MakeLayout(capacity, k, &lay)) return -1;
+  for (int64_t i = 0; i < n; ++i) {
+    indices[i] = k == 16 ? drlhet::DescendOne<16>(tree, lay, targets[i], values + i, total)
+                         : drlhet::DescendOne<0>(tree, lay, targets[i], values + i, total);
+  }
+  return 0;
+}
+
+// Returns 0 (tree updated), 1 (an invalid entry: batch refused, tree unchanged) or -1 (bad
+// layout). `winner` is scratch of `capacity` slots.
+int drlhet_update_phases(float* tree, int64_t capacity, int k, const int32_t* indices,
+                         const float* values, const bool* keep, int32_t n, int32_t* winner) {
+  drlhet::TreeLayout lay;
+  if (!drlhet::MakeLayout(capacity, k, &lay)) return -1;
+  for (int32_t b = 0; b < n; ++b) {
+    if (keep[b] && !drlhet::ValidEntry(indices[b], values[b], capacity)) return 1;
+  }
+  for (int64_t i = 0; i < capacity; ++i) winner[i] = -1;
+  for (int32_t b = n - 1; b >= 0; --b) {  // any order gives the same winners
+    if (keep[b]) winner[indices[b]] = drlhet::WinnerMerge(winner[indices[b]], b);
+  }
+  const int64_t leaf0 = lay.offsets[lay.depth];
+  for (int32_t b = 0; b < n; ++b) {
+    if (keep[b] && drlhet::IsWinner(winner[indices[b]], b, keep[b])) {
+      tree[leaf0 + indices[b]] = values[b];
+    }
+  }
+  for (int level = lay.depth - 1; level >= 0; --level) {
+    for (int32_t b = 0; b < n; ++b) {
+      if (keep[b] && drlhet::IsWinner(winner[indices[b]], b, keep[b])) {
+        drlhet::RecomputeNode(tree, lay, level, drlhet::AncestorAt(indices[b], lay, level));
+      }
+    }
+  }
+  return 0;
+}
 
 }  // extern "C"

@@ -265,8 +265,9 @@ def test_search_ranks_and_knows_the_bottleneck_mapping():
     devs = expand_devices("cpu,gpu,fpga", cpu_devices=2)
     assert devs == ["cpu:0", "cpu:1", "gpu", "fpga"]
     maps = enumerate_mappings(m, devs)
-    # actors: cpu:0, cpu:1, gpu; replay: 2 x (jax, native), gpu jax, fpga, python; learner: 4
-    assert len(maps) == 3 * 7 * 4
+    # actors: cpu:0, cpu:1, gpu; replay: 2 x (jax, native), gpu (jax, cuda), fpga, python;
+    # learner: 4
+    assert len(maps) == 3 * 8 * 4
     preds = search(m, devs, 0, present=["cpu:0", "cpu:1"], backends_here=["jax", "native"])
     rates = [p.trained_samples_per_s for p in preds]
     assert rates == sorted(rates, reverse=True)

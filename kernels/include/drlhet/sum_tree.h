@@ -39,8 +39,9 @@ struct TreeLayout {
   int k = 0;
 };
 
-// Same algorithm as drlhet.replay.sum_tree.layout; returns false for bad arguments.
-inline bool MakeLayout(int64_t capacity, int64_t k, TreeLayout* out) {
+// Same algorithm as drlhet.replay.sum_tree.layout; returns false for bad arguments. Cheap enough
+// (one pass over the levels) for a GPU thread to compute it from (capacity, K) itself.
+DRLHET_HD inline bool MakeLayout(int64_t capacity, int64_t k, TreeLayout* out) {
   if (capacity < 1 || k < 2 || k > kMaxBranching) return false;
   int64_t counts[kMaxLevels];
   int n = 0;
@@ -166,6 +167,57 @@ DRLHET_HD inline Choice ChooseChild(const float* children, int k_dynamic, float 
   out.value = ChosenValue(children[out.child]);
   out.total = acc;
   return out;
+}
+
+// ---- One sample, one whole descent -----------------------------------------------------------
+// What one GPU thread does for one target (the CPU kernel runs the same steps in blocks of
+// lanes): ChooseChild level by level from the root's K children down to a leaf. A target that
+// is not > 0 (0, negative, NaN) descends as 0. Returns the leaf index; `value` is the leaf's
+// value, `level1_total` the sum of the root's K children (the tree's total).
+template <int KStatic>
+DRLHET_HD inline int32_t DescendOne(const float* tree, const TreeLayout& lay, float target,
+                                    float* value, float* level1_total) {
+  const int k = KStatic > 0 ? KStatic : lay.k;
+  float u = target > 0.0f ? target : 0.0f;
+  int64_t node = 0;
+  for (int level = 1; level <= lay.depth; ++level) {
+    const Choice c = ChooseChild<KStatic>(tree + lay.offsets[level] + node * k, k, u);
+    if (level == 1) *level1_total = c.total;
+    *value = c.value;
+    u = NextTarget(u, c.left);
+    node = node * k + c.child;
+  }
+  return static_cast<int32_t>(node);
+}
+
+// ---- One update batch, entry by entry ---------------------------------------------------------
+// Duplicates: the last kept entry of an index wins. Phase 1 merges each kept entry's position b
+// into its leaf's `winner` slot (all slots start at -1) with WinnerMerge, in any order (a GPU
+// uses atomicMax, a serial loop a plain max: the same result); phase 2 writes the leaves of the
+// entries IsWinner says won; phase 3, level by level from the leaves' parents up, recomputes each
+// ancestor of a winning leaf from its K children (RecomputeNode: the sequential sum, as the
+// reference recomputes it; two entries sharing an ancestor recompute the same bits). An entry
+// whose index or priority is invalid (ValidEntry) makes the whole batch refused, tree unchanged.
+DRLHET_HD inline int32_t WinnerMerge(int32_t winner, int32_t b) { return b > winner ? b : winner; }
+
+DRLHET_HD inline bool IsWinner(int32_t winner, int32_t b, bool keep) {
+  return keep && winner == b;
+}
+
+DRLHET_HD inline bool ValidEntry(int32_t index, float value, int64_t capacity) {
+  // !(value >= 0) is true for NaN; value - value != 0 for +inf (inf - inf is NaN)
+  return index >= 0 && index < capacity && value >= 0.0f && value - value == 0.0f;
+}
+
+// The index, at `level` (0 = root level), of the ancestor of leaf `leaf`.
+DRLHET_HD inline int64_t AncestorAt(int64_t leaf, const TreeLayout& lay, int level) {
+  for (int l = lay.depth; l > level; --l) leaf /= lay.k;
+  return leaf;
+}
+
+// parents[node] = SeqSum of its K children, node at `level` (< depth).
+DRLHET_HD inline void RecomputeNode(float* tree, const TreeLayout& lay, int level, int64_t node) {
+  tree[lay.offsets[level] + node] = SeqSum(tree + lay.offsets[level + 1] + node * lay.k, lay.k);
 }
 
 }  // namespace drlhet

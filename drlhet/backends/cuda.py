@@ -1,0 +1,130 @@
+"""The CUDA backend: the sum tree as CUDA kernels, XLA FFI custom calls inside ``jit`` on a GPU.
+
+The kernels (``kernels/cuda/sum_tree_kernels.cuh``, FFI handlers in ``kernels/cuda/sum_tree.cu``,
+built by CMake on ``pip install`` where ``nvcc`` works) implement the reference's ``find`` and
+``update`` bit for bit (Zhang, Meng, Prasanna, TPDS 2023, Sec. 5.2: the replay on the GPU). One
+thread descends per target; an update resolves duplicates (the last kept entry wins), writes the
+winners' leaves, then recomputes their ancestors one level per launch, each node the sequential
+sum of its K children as the reference sums it. ``update`` writes the tree in place
+(``input_output_aliases``; donate the buffer state) and never waits on the host: a batch with a
+bad index or priority is refused whole on the device, as the reference refuses it inside jit.
+
+Lookup raises `BackendUnavailable` naming what is missing: the library (no CUDA compiler at
+install) or a GPU (none visible to JAX).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from drlhet.backends.base import GPU, Backend, BackendUnavailable, register
+from drlhet.backends.native import library_path
+from drlhet.replay.sum_tree import SumTreeState, TreeOps
+
+__all__ = ["FFI_SYMBOLS", "find", "update", "gpu_devices"]
+
+FFI_SYMBOLS = ("DrlhetCudaFind", "DrlhetCudaUpdate")
+"""The FFI handlers the library exports (registered as ``drlhet_cuda_find``/``_update``)."""
+MAX_BRANCHING = 256  # kMaxBranching in kernels/include/drlhet/sum_tree.h
+MAX_CAPACITY = 2**31 - 1  # leaf indices are int32
+
+
+def gpu_devices() -> list:
+    """JAX's GPU devices (empty when JAX has no GPU backend here)."""
+    try:
+        return jax.devices(GPU)
+    except RuntimeError:
+        return []
+
+
+@functools.cache
+def _library() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(library_path("drlhet_cuda", "the CUDA kernels (built where nvcc works)")))
+    for symbol in FFI_SYMBOLS:
+        target = "drlhet_cuda_" + symbol.removeprefix("DrlhetCuda").lower()
+        capsule = jax.ffi.pycapsule(getattr(lib, symbol))
+        jax.ffi.register_ffi_target(target, capsule, platform="CUDA")
+    return lib
+
+
+def _check(tree: SumTreeState) -> None:
+    _library()
+    if tree.branching > MAX_BRANCHING:
+        raise ValueError(f"the cuda backend supports K <= {MAX_BRANCHING}, got {tree.branching}")
+    if tree.capacity > MAX_CAPACITY:
+        raise ValueError(f"the cuda backend supports capacity <= 2^31 - 1, got {tree.capacity}")
+    if tree.nodes.dtype != jnp.float32:
+        raise ValueError(f"the cuda backend supports float32 trees, got {tree.nodes.dtype}")
+
+
+def _attrs(tree: SumTreeState) -> dict:
+    return {"branching": np.int64(tree.branching), "capacity": np.int64(tree.capacity)}
+
+
+def find(tree: SumTreeState, targets: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """CUDA `find`: ``(tree, targets [B]) -> (indices [B] int32, values [B], total [])``.
+
+    Same contract as `drlhet.replay.sum_tree.descend`; a target that is not > 0 descends as 0.
+    """
+    _check(tree)
+    targets = jnp.asarray(targets, jnp.float32)
+    out = (
+        jax.ShapeDtypeStruct(targets.shape, jnp.int32),
+        jax.ShapeDtypeStruct(targets.shape, jnp.float32),
+        jax.ShapeDtypeStruct(targets.shape[:-1], jnp.float32),
+    )
+    call = jax.ffi.ffi_call("drlhet_cuda_find", out, vmap_method="broadcast_all")
+    indices, values, total = call(tree.nodes, targets, **_attrs(tree))
+    return indices, values, total
+
+
+def update(
+    tree: SumTreeState, indices: jax.Array, values: jax.Array, keep: jax.Array | None = None
+) -> SumTreeState:
+    """CUDA `update`: ``(tree, indices [B], values [B], keep [B] | None) -> tree``.
+
+    Same contract as `drlhet.replay.sum_tree.write` (last kept duplicate wins, dropped entries
+    write nothing). A kept index outside ``[0, capacity)`` or a negative, NaN or infinite value
+    refuses the whole batch on the device: the tree comes back unchanged.
+    """
+    _check(tree)
+    indices = jnp.asarray(indices, jnp.int32)
+    values = jnp.asarray(values, jnp.float32)
+    keep = jnp.ones(indices.shape, bool) if keep is None else jnp.asarray(keep, bool)
+    if indices.shape[-1:] == (0,):
+        return tree
+    trees = tree.nodes.shape[:-1]  # the vmapped leading dimensions
+    out = (
+        jax.ShapeDtypeStruct(tree.nodes.shape, jnp.float32),
+        jax.ShapeDtypeStruct((*trees, tree.capacity + 1), jnp.int32),  # winners, refused flag
+    )
+    call = jax.ffi.ffi_call(
+        "drlhet_cuda_update", out, vmap_method="broadcast_all", input_output_aliases={0: 0}
+    )
+    nodes, _ = call(tree.nodes, indices, values, keep, **_attrs(tree))
+    return SumTreeState(nodes, tree.capacity, tree.branching)
+
+
+def _load() -> TreeOps:
+    _library()  # BackendUnavailable when the library was not built
+    if not gpu_devices():
+        raise BackendUnavailable("no GPU: JAX sees no CUDA device here (jax[cuda] and a driver)")
+    return TreeOps(find, update)
+
+
+BACKEND = register(
+    Backend(
+        name="cuda",
+        platforms=(GPU,),
+        provides=("replay",),
+        needs="a GPU, and the CUDA kernel library built on `pip install` where nvcc works",
+        loader=_load,
+        rank=-1,  # not the GPU's default replay until measured faster than jax there
+        summary="CUDA sum tree as XLA FFI custom calls inside jit (float32 trees)",
+    )
+)

@@ -1,0 +1,127 @@
+"""The CUDA backend's kernels through CuPy: the same kernels, on CuPy arrays, outside XLA.
+
+CMake compiles ``kernels/cuda/sum_tree_kernels.cuh`` twice where ``nvcc`` works: into the FFI
+library JAX calls (`drlhet.backends.cuda`) and into ``drlhet_cuda_kernels.fatbin``, which
+`CupyTree` loads with ``cupy.RawModule`` and launches on CuPy's current stream. Arrays cross
+between JAX and CuPy without a copy through DLPack (`to_cupy`, `to_jax`). For use outside a jitted
+program: profiling the GPU's replay primitives, or a replay driven from host code.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from drlhet.backends.base import BackendUnavailable
+
+__all__ = ["FATBIN", "fatbin_path", "CupyTree", "to_cupy", "to_jax"]
+
+FATBIN = "drlhet_cuda_kernels.fatbin"
+_THREADS = 256
+
+
+def fatbin_path() -> Path:
+    """Where the kernels' fatbin is installed.
+
+    Raises:
+      BackendUnavailable: it was not built (no CUDA compiler at install).
+    """
+    spec = importlib.util.find_spec("drlhet")
+    for place in list(spec.submodule_search_locations or []) if spec else []:
+        if (Path(place) / FATBIN).is_file():
+            return Path(place) / FATBIN
+    raise BackendUnavailable(f"the CUDA kernels' {FATBIN} is not built (no nvcc at install)")
+
+
+def _cupy() -> Any:
+    try:
+        import cupy
+    except ImportError as e:
+        raise BackendUnavailable(f"no cupy (pip install drlhet[cuda]): {e}") from e
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            raise BackendUnavailable("no GPU: CuPy sees no CUDA device")
+    except cupy.cuda.runtime.CUDARuntimeError as e:
+        raise BackendUnavailable(f"no GPU: {e}") from e
+    return cupy
+
+
+@functools.cache
+def _module() -> Any:
+    return _cupy().RawModule(path=str(fatbin_path()))
+
+
+def to_cupy(x: Any) -> Any:
+    """A JAX array on a GPU as a CuPy array (the same memory)."""
+    return _cupy().from_dlpack(x)
+
+
+def to_jax(x: Any) -> Any:
+    """A CuPy array as a JAX array (the same memory)."""
+    import jax.dlpack
+
+    return jax.dlpack.from_dlpack(x)
+
+
+class CupyTree:
+    """One or more K-ary sum trees in a CuPy array, operated on by the CUDA kernels.
+
+    Args:
+      nodes: float32 ``[T]`` or ``[V, T]`` (V trees), laid out as `drlhet.replay.sum_tree`.
+      capacity: leaves per tree (C).
+      branching: K.
+    """
+
+    def __init__(self, nodes: Any, capacity: int, branching: int):
+        cp = _cupy()
+        self.nodes = cp.ascontiguousarray(nodes, dtype=cp.float32)
+        self.capacity, self.branching = int(capacity), int(branching)
+        self.trees = 1 if self.nodes.ndim == 1 else int(self.nodes.shape[0])
+
+    def _launch(self, name: str, n: int, *args: Any) -> None:
+        kernel = _module().get_function(name)
+        kernel(((n + _THREADS - 1) // _THREADS,), (_THREADS,), args)
+
+    def find(self, targets: Any) -> tuple[Any, Any, Any]:
+        """``targets [B]`` (``[V, B]``) -> ``(indices int32, values float32, totals [V])``."""
+        cp = _cupy()
+        t = cp.ascontiguousarray(targets, dtype=cp.float32)
+        n = int(t.size)
+        indices, values = cp.empty(t.shape, cp.int32), cp.empty(t.shape, cp.float32)
+        totals = cp.empty(t.shape[:-1], cp.float32)
+        if n:
+            name = "drlhet_cuda_find_k16" if self.branching == 16 else "drlhet_cuda_find"
+            self._launch(name, n, self.nodes, *self._shape(), t, np.int64(n // self.trees),
+                         np.int64(n), indices, values, totals)  # fmt: skip
+        return indices, values, totals
+
+    def update(self, indices: Any, values: Any, keep: Any = None) -> bool:
+        """Writes ``values`` at ``indices`` (last kept duplicate wins) in place. Returns False,
+        the trees unchanged, when a kept index or value was invalid (checked on the device)."""
+        cp = _cupy()
+        idx = cp.ascontiguousarray(indices, dtype=cp.int32)
+        val = cp.ascontiguousarray(values, dtype=cp.float32)
+        kp = cp.ones(idx.shape, bool) if keep is None else cp.ascontiguousarray(keep, dtype=bool)
+        n, batch = int(idx.size), np.int64(idx.size // self.trees)
+        winner = cp.full(self.trees * self.capacity, -1, cp.int32)
+        bad = cp.zeros(self.trees, cp.int32)
+        if n == 0:
+            return True
+        cap, k = self._shape()
+        self._launch("drlhet_cuda_update_claim", n, idx, val, kp, batch, np.int64(n), cap,
+                     winner, bad)  # fmt: skip
+        self._launch("drlhet_cuda_update_leaves", n, self.nodes, cap, k, idx, val, kp, batch,
+                     np.int64(n), winner, bad)  # fmt: skip
+        from drlhet.replay.sum_tree import layout
+
+        for level in range(layout(self.capacity, self.branching).depth - 1, -1, -1):
+            self._launch("drlhet_cuda_update_level", n, self.nodes, cap, k, idx, kp, batch,
+                         np.int64(n), winner, bad, np.int32(level))  # fmt: skip
+        return not bool(bad.any())
+
+    def _shape(self) -> tuple[np.int64, np.int32]:
+        return np.int64(self.capacity), np.int32(self.branching)

@@ -1,0 +1,102 @@
+// CUDA kernels of the K-ary sum tree: one thread per target (find) or per update entry. Scalar
+// arguments only (each thread derives the tree's layout from capacity and K with MakeLayout), so
+// that the same kernels run inside XLA (sum_tree.cu, the FFI handlers) and through CuPy
+// (drlhet/backends/cuda_cupy.py loads the fatbin CMake builds from this file). The per-element
+// logic is drlhet/sum_tree.h's, tested on the CPU (kernels/cpu/header_probe.cc).
+//
+// V trees of the same layout lie one after the other in `nodes` (leading dimensions from vmap);
+// `batch` entries per tree, `n = V * batch` in all; entry i belongs to tree i / batch.
+// Zhang, Meng, Prasanna, IEEE TPDS 2023, Sec. 4 (K-ary sum tree) and Sec. 5.2 (the GPU kernel).
+#pragma once
+
+#include "drlhet/sum_tree.h"
+
+namespace drlhet_cuda {
+
+template <int KStatic>
+__device__ inline void Find(const float* nodes, int64_t capacity, int32_t k, const float* targets,
+                            int64_t batch, int64_t n, int32_t* indices, float* values,
+                            float* totals) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  drlhet::TreeLayout lay;
+  drlhet::MakeLayout(capacity, k, &lay);
+  const int64_t v = i / batch;
+  float value = 0.0f, total = 0.0f;
+  indices[i] = drlhet::DescendOne<KStatic>(nodes + v * lay.size, lay, targets[i], &value, &total);
+  values[i] = value;
+  if (i % batch == 0) totals[v] = total;
+}
+
+// The entry's tree, and whether it is its leaf's winner in a batch that was not refused.
+__device__ inline bool Wins(const int32_t* indices, const bool* keep, int64_t batch, int64_t i,
+                            int64_t capacity, const int32_t* winner, const int32_t* bad,
+                            int64_t* v) {
+  *v = i / batch;
+  if (!keep[i] || bad[*v]) return false;
+  const int32_t b = static_cast<int32_t>(i % batch);
+  return drlhet::IsWinner(winner[*v * capacity + indices[i]], b, keep[i]);
+}
+
+}  // namespace drlhet_cuda
+
+extern "C" {
+
+// indices/values [n], totals [V]: the descent of every target.
+__global__ void drlhet_cuda_find(const float* nodes, int64_t capacity, int32_t k,
+                                 const float* targets, int64_t batch, int64_t n, int32_t* indices,
+                                 float* values, float* totals) {
+  drlhet_cuda::Find<0>(nodes, capacity, k, targets, batch, n, indices, values, totals);
+}
+
+__global__ void drlhet_cuda_find_k16(const float* nodes, int64_t capacity, int32_t k,
+                                     const float* targets, int64_t batch, int64_t n,
+                                     int32_t* indices, float* values, float* totals) {
+  drlhet_cuda::Find<16>(nodes, capacity, k, targets, batch, n, indices, values, totals);
+}
+
+// Phase 1. winner [V, capacity] all -1 and bad [V] all 0 before: each kept entry merges its
+// position into its leaf's winner, or marks its tree's batch bad (refused whole).
+__global__ void drlhet_cuda_update_claim(const int32_t* indices, const float* values,
+                                         const bool* keep, int64_t batch, int64_t n,
+                                         int64_t capacity, int32_t* winner, int32_t* bad) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n || !keep[i]) return;
+  const int64_t v = i / batch;
+  if (!drlhet::ValidEntry(indices[i], values[i], capacity)) {
+    atomicOr(bad + v, 1);
+    return;
+  }
+  // atomicMax is WinnerMerge done atomically: the largest kept position wins
+  atomicMax(winner + v * capacity + indices[i], static_cast<int32_t>(i % batch));
+}
+
+// Phase 2: the winners' leaves.
+__global__ void drlhet_cuda_update_leaves(float* nodes, int64_t capacity, int32_t k,
+                                          const int32_t* indices, const float* values,
+                                          const bool* keep, int64_t batch, int64_t n,
+                                          const int32_t* winner, const int32_t* bad) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t v = 0;
+  if (i >= n || !drlhet_cuda::Wins(indices, keep, batch, i, capacity, winner, bad, &v)) return;
+  drlhet::TreeLayout lay;
+  drlhet::MakeLayout(capacity, k, &lay);
+  nodes[v * lay.size + lay.offsets[lay.depth] + indices[i]] = values[i];
+}
+
+// Phase 3, one launch per level from depth - 1 up to 0: the winners' ancestors at `level`,
+// each recomputed from its children (written by the previous launch).
+__global__ void drlhet_cuda_update_level(float* nodes, int64_t capacity, int32_t k,
+                                         const int32_t* indices, const bool* keep, int64_t batch,
+                                         int64_t n, const int32_t* winner, const int32_t* bad,
+                                         int32_t level) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t v = 0;
+  if (i >= n || !drlhet_cuda::Wins(indices, keep, batch, i, capacity, winner, bad, &v)) return;
+  drlhet::TreeLayout lay;
+  drlhet::MakeLayout(capacity, k, &lay);
+  drlhet::RecomputeNode(nodes + v * lay.size, lay, level,
+                        drlhet::AncestorAt(indices[i], lay, level));
+}
+
+}  // extern "C"

@@ -1,0 +1,241 @@
+"""The CUDA backend (kernels/cuda, drlhet.backends.cuda, drlhet.backends.cuda_cupy).
+
+On any machine with nvcc: the library and the CuPy fatbin are built by the install and export
+the FFI handlers; each GPU thread's logic (`DescendOne`; the update's phases `ValidEntry`,
+`WinnerMerge`, `IsWinner`, `RecomputeNode` from kernels/include/drlhet/sum_tree.h) runs on the
+CPU through kernels/cpu/header_probe.cc and equals the NumPy oracle bit for bit on whole trees.
+On a GPU: the kernels equal the reference (the conformance suite runs them too), for K up to 64,
+capacities that are not powers of K, duplicates, inside a jitted scan, and through CuPy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import oracle
+import pytest
+from conformance import random_tree, random_updates
+
+from drlhet import backends
+from drlhet.backends import cuda
+from drlhet.backends.native import library_path
+from drlhet.replay import sum_tree as st
+
+F32 = np.float32
+KS_CAPACITIES = [(2, 1000), (3, 100), (16, 5000), (32, 3000), (64, 5000), (16, 1), (3, 7)]
+NO_GPU = "no GPU: JAX sees no CUDA device here"
+
+
+def _ptr(a, ctype):
+    return a.ctypes.data_as(ctypes.POINTER(ctype))
+
+
+@pytest.fixture(scope="module")
+def probe() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(library_path()))  # the CPU library (always built by `make test`)
+    lib.drlhet_descend_one.restype = ctypes.c_int
+    lib.drlhet_update_phases.restype = ctypes.c_int
+    return lib
+
+
+def descend_one(lib, nodes, capacity, k, targets):
+    """Every target through `DescendOne` on the host: (indices, values, total)."""
+    nodes, t = np.ascontiguousarray(nodes, F32), np.ascontiguousarray(targets, F32)
+    idx, val, total = np.zeros(t.size, np.int32), np.zeros(t.size, F32), np.zeros(1, F32)
+    rc = lib.drlhet_descend_one(
+        _ptr(nodes, ctypes.c_float), ctypes.c_int64(capacity), ctypes.c_int(k),
+        _ptr(t, ctypes.c_float), ctypes.c_int64(t.size), _ptr(idx, ctypes.c_int32),
+        _ptr(val, ctypes.c_float), _ptr(total, ctypes.c_float),
+    )  # fmt: skip
+    assert rc == 0
+    return idx, val, total[0]
+
+
+def update_phases(lib, nodes, capacity, k, indices, values, keep):
+    """The GPU update's phases, serially on the host: (return code, nodes)."""
+    out = np.array(nodes, F32)
+    idx = np.ascontiguousarray(indices, np.int32)
+    val = np.ascontiguousarray(values, F32)
+    kp = np.ascontiguousarray(keep, np.bool_)
+    winner = np.empty(capacity, np.int32)
+    rc = lib.drlhet_update_phases(
+        _ptr(out, ctypes.c_float), ctypes.c_int64(capacity), ctypes.c_int(k),
+        _ptr(idx, ctypes.c_int32), _ptr(val, ctypes.c_float), _ptr(kp, ctypes.c_bool),
+        ctypes.c_int32(idx.size), _ptr(winner, ctypes.c_int32),
+    )  # fmt: skip
+    return rc, out
+
+
+def bits(x):
+    return np.asarray(x, F32).view(np.uint32)
+
+
+# ---- on every machine: the build, and each thread's logic on the CPU --------------------------
+
+
+def test_library_and_fatbin_are_built_where_nvcc_works():
+    if shutil.which("nvcc") is None:
+        pytest.skip("missing library: the CUDA toolkit (no nvcc on PATH), so no CUDA build")
+    path = library_path("drlhet_cuda", "the CUDA kernels")  # BackendUnavailable fails the test
+    lib = ctypes.CDLL(str(path))
+    for symbol in cuda.FFI_SYMBOLS:
+        assert hasattr(lib, symbol), f"{path} does not export {symbol}"
+    from drlhet.backends.cuda_cupy import fatbin_path
+
+    fatbin = fatbin_path().read_bytes()
+    for kernel in (b"drlhet_cuda_find", b"drlhet_cuda_update_claim", b"drlhet_cuda_update_level"):
+        assert kernel in fatbin, f"the fatbin has no kernel {kernel!r}"
+
+
+def test_lookup_names_what_is_missing():
+    if cuda.gpu_devices():
+        pytest.skip("this machine has a GPU: the backend loads (tested below)")
+    with pytest.raises(backends.BackendUnavailable, match="no GPU|not built"):
+        backends.load("cuda")
+    assert backends.default("replay", backends.GPU) == "jax"  # unmeasured: not the default
+
+
+@pytest.mark.parametrize("k, capacity", KS_CAPACITIES)
+def test_each_thread_descends_as_the_reference(probe, k, capacity):
+    tree = np.asarray(random_tree(capacity, k, seed=k).nodes)
+    total = float(st.total(st.SumTreeState(jnp.asarray(tree), capacity, k)))
+    rng = np.random.default_rng(capacity)
+    targets = np.concatenate(
+        [rng.random(300) * total, [0.0, -1.0, np.nan, total, total * 1.5, np.nextafter(total, 0)]]
+    ).astype(F32)
+    got = descend_one(probe, tree, capacity, k, targets)
+    want = oracle.descend(tree, capacity, k, np.nan_to_num(targets, nan=0.0))
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(bits(got[1]), bits(want[1]))
+    assert bits(got[2]) == bits(want[2])
+
+
+def test_descent_at_prefix_boundaries_never_takes_a_zero(probe):
+    k, capacity = 4, 64
+    leaves = np.zeros(capacity, F32)
+    leaves[[0, 5, 6, 63]] = [1.0, 2.0, 0.5, 0.25]
+    tree = np.asarray(st.update(st.init(capacity, k), np.arange(capacity), leaves).nodes)
+    prefix = np.cumsum(leaves[leaves > 0], dtype=F32)
+    targets = np.concatenate([[0.0], prefix, np.nextafter(prefix, 0)]).astype(F32)
+    idx, val, _ = descend_one(probe, tree, capacity, k, targets)
+    assert (leaves[idx] > 0).all() and (val > 0).all()
+    np.testing.assert_array_equal(idx, oracle.descend(tree, capacity, k, targets)[0])
+
+
+@pytest.mark.parametrize("k, capacity", KS_CAPACITIES)
+def test_the_update_phases_equal_the_reference_write(probe, k, capacity):
+    tree = np.asarray(random_tree(capacity, k, seed=1).nodes)
+    for seed in range(3):
+        idx, vals = (np.asarray(x) for x in random_updates(capacity, 257, seed))
+        keep = np.random.default_rng(seed).random(257) < 0.8
+        rc, got = update_phases(probe, tree, capacity, k, idx, vals, keep)
+        assert rc == 0
+        np.testing.assert_array_equal(
+            bits(got), bits(oracle.write(tree, capacity, k, idx, vals, keep))
+        )
+
+
+def test_last_kept_duplicate_wins_and_dropped_entries_write_nothing(probe):
+    k, capacity = 3, 10
+    tree = np.asarray(st.init(capacity, k).nodes)
+    idx = np.array([4, 4, 4, 2, 2], np.int32)
+    vals = np.array([1.0, 2.0, 3.0, 5.0, 7.0], F32)
+    keep = np.array([True, True, False, True, False])
+    _, got = update_phases(probe, tree, capacity, k, idx, vals, keep)
+    leaves = got[st.layout(capacity, k).offsets[-1] :][:capacity]
+    assert leaves[4] == 2.0 and leaves[2] == 5.0  # the last *kept* of each index
+    assert (
+        got[st.layout(capacity, k).offsets[1] : st.layout(capacity, k).offsets[1] + k].sum() == 7.0
+    )
+
+
+@pytest.mark.parametrize(
+    "index, value", [(-1, 1.0), (10, 1.0), (3, -1.0), (3, np.nan), (3, np.inf)]
+)
+def test_an_invalid_entry_refuses_the_whole_batch(probe, index, value):
+    k, capacity = 3, 10
+    tree = np.asarray(random_tree(capacity, k).nodes)
+    idx = np.array([1, index, 2], np.int32)
+    vals = np.array([0.5, value, 0.25], F32)
+    rc, got = update_phases(probe, tree, capacity, k, idx, vals, np.ones(3, bool))
+    assert rc == 1
+    np.testing.assert_array_equal(bits(got), bits(tree))
+    # a dropped invalid entry is not looked at
+    rc, _ = update_phases(probe, tree, capacity, k, idx, vals, np.array([True, False, True]))
+    assert rc == 0
+
+
+# ---- on a GPU -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    if not cuda.gpu_devices():
+        pytest.skip(NO_GPU)
+    return backends.tree_ops("cuda")
+
+
+@pytest.mark.parametrize("k, capacity", KS_CAPACITIES)
+def test_gpu_trees_and_samples_equal_jax_on_the_same_gpu(gpu, k, capacity):
+    tree = random_tree(capacity, k)
+    rng = np.random.default_rng(k)
+    targets = jnp.asarray(rng.random(4096) * float(st.total(tree)), jnp.float32)
+    for got, want in zip(gpu.find(tree, targets), st.REFERENCE.find(tree, targets), strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    idx, vals = random_updates(capacity, 4096, seed=k)
+    got = gpu.write(tree, idx, vals, None).nodes
+    want = st.REFERENCE.write(tree, idx, vals, None).nodes
+    np.testing.assert_array_equal(bits(got), bits(want))
+
+
+def test_gpu_scan_of_sample_and_update_equals_jax(gpu):
+    k, capacity, steps = 32, 3000, 20
+
+    def run(ops):
+        def body(tree, key):
+            k1, k2 = jax.random.split(key)
+            targets = jax.random.uniform(k1, (256,)) * st.total(tree)
+            idx, _, _ = ops.find(tree, targets)
+            return ops.write(tree, idx, jax.random.uniform(k2, (256,)), None), idx
+
+        keys = jax.random.split(jax.random.key(0), steps)
+        return jax.jit(lambda t: jax.lax.scan(body, t, keys), donate_argnums=0)(
+            random_tree(capacity, k)
+        )
+
+    (tree_g, idx_g), (tree_j, idx_j) = run(gpu), run(st.REFERENCE)
+    np.testing.assert_array_equal(np.asarray(idx_g), np.asarray(idx_j))
+    np.testing.assert_array_equal(bits(tree_g.nodes), bits(tree_j.nodes))
+
+
+def test_gpu_refuses_a_bad_batch_on_the_device(gpu):
+    tree = random_tree(100, 4)
+    bad = gpu.write(tree, jnp.asarray([1, 2]), jnp.asarray([1.0, jnp.nan]), None)
+    np.testing.assert_array_equal(bits(bad.nodes), bits(tree.nodes))
+
+
+def test_cupy_kernels_equal_the_reference(gpu):
+    from drlhet.backends import cuda_cupy
+
+    try:
+        cuda_cupy.fatbin_path()
+        import cupy  # noqa: F401
+    except (ImportError, backends.BackendUnavailable) as e:
+        pytest.skip(f"missing library: cupy or the fatbin ({e})")
+    k, capacity = 16, 5000
+    tree = random_tree(capacity, k)
+    ct = cuda_cupy.CupyTree(cuda_cupy.to_cupy(jnp.array(tree.nodes)), capacity, k)
+    targets = np.random.default_rng(0).random(1000).astype(F32) * float(st.total(tree))
+    got = ct.find(cuda_cupy.to_cupy(jnp.asarray(targets)))
+    want = oracle.descend(np.asarray(tree.nodes), capacity, k, targets)
+    np.testing.assert_array_equal(np.asarray(cuda_cupy.to_jax(got[0])), want[0])
+    idx, vals = random_updates(capacity, 1000, seed=3)
+    assert ct.update(cuda_cupy.to_cupy(idx), cuda_cupy.to_cupy(vals))
+    want_nodes = oracle.write(
+        np.asarray(tree.nodes), capacity, k, np.asarray(idx), np.asarray(vals)
+    )
+    np.testing.assert_array_equal(bits(np.asarray(cuda_cupy.to_jax(ct.nodes))), bits(want_nodes))

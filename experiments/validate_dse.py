@@ -10,7 +10,9 @@ are the same hardware: measured once), in rounds (profile, measure all; again; e
 fresh process) so that the machine's drift hits prediction and measurement alike and each
 round samples the state a process keeps. A mapping's error is the median over the rounds of
 (prediction from that round's profiles / that round's measurement - 1); the unpaired error
-(prediction from the median profiles / median of all chunks - 1) is kept beside it. Then report
+(prediction from the median profiles / median of all chunks - 1) is kept beside it. A speed
+probe before and after the profile and every measurement pairs them at the same machine speed
+(a measurement taken at another speed is retaken; the counts are reported). Then report
 the model's error, whether the DSE's pick is within 5% of the best measured mapping, and the
 pick's speedup over the worst runnable mapping and over the baselines (measured where runnable,
 modeled otherwise).

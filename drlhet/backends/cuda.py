@@ -20,10 +20,9 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from drlhet.backends.base import GPU, Backend, BackendUnavailable, register
-from drlhet.backends.native import library_path
+from drlhet.backends.native import ffi_find, ffi_update, library_path
 from drlhet.replay.sum_tree import SumTreeState, TreeOps
 
 __all__ = ["FFI_SYMBOLS", "find", "update", "gpu_devices"]
@@ -62,25 +61,13 @@ def _check(tree: SumTreeState) -> None:
         raise ValueError(f"the cuda backend supports float32 trees, got {tree.nodes.dtype}")
 
 
-def _attrs(tree: SumTreeState) -> dict:
-    return {"branching": np.int64(tree.branching), "capacity": np.int64(tree.capacity)}
-
-
 def find(tree: SumTreeState, targets: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """CUDA `find`: ``(tree, targets [B]) -> (indices [B] int32, values [B], total [])``.
 
     Same contract as `drlhet.replay.sum_tree.descend`; a target that is not > 0 descends as 0.
     """
     _check(tree)
-    targets = jnp.asarray(targets, jnp.float32)
-    out = (
-        jax.ShapeDtypeStruct(targets.shape, jnp.int32),
-        jax.ShapeDtypeStruct(targets.shape, jnp.float32),
-        jax.ShapeDtypeStruct(targets.shape[:-1], jnp.float32),
-    )
-    call = jax.ffi.ffi_call("drlhet_cuda_find", out, vmap_method="broadcast_all")
-    indices, values, total = call(tree.nodes, targets, **_attrs(tree))
-    return indices, values, total
+    return ffi_find("drlhet_cuda_find", tree, targets)
 
 
 def update(
@@ -90,24 +77,11 @@ def update(
 
     Same contract as `drlhet.replay.sum_tree.write` (last kept duplicate wins, dropped entries
     write nothing). A kept index outside ``[0, capacity)`` or a negative, NaN or infinite value
-    refuses the whole batch on the device: the tree comes back unchanged.
+    refuses the whole batch on the device: the tree comes back unchanged. The handler's
+    workspace is each leaf's winning entry and the tree's refused flag (C + 1 int32 per tree).
     """
     _check(tree)
-    indices = jnp.asarray(indices, jnp.int32)
-    values = jnp.asarray(values, jnp.float32)
-    keep = jnp.ones(indices.shape, bool) if keep is None else jnp.asarray(keep, bool)
-    if indices.shape[-1:] == (0,):
-        return tree
-    trees = tree.nodes.shape[:-1]  # the vmapped leading dimensions
-    out = (
-        jax.ShapeDtypeStruct(tree.nodes.shape, jnp.float32),
-        jax.ShapeDtypeStruct((*trees, tree.capacity + 1), jnp.int32),  # winners, refused flag
-    )
-    call = jax.ffi.ffi_call(
-        "drlhet_cuda_update", out, vmap_method="broadcast_all", input_output_aliases={0: 0}
-    )
-    nodes, _ = call(tree.nodes, indices, values, keep, **_attrs(tree))
-    return SumTreeState(nodes, tree.capacity, tree.branching)
+    return ffi_update("drlhet_cuda_update", tree, indices, values, keep, tree.capacity + 1)
 
 
 def _load() -> TreeOps:

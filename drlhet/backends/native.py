@@ -30,6 +30,8 @@ __all__ = [
     "get_num_threads",
     "find",
     "update",
+    "ffi_find",
+    "ffi_update",
     "probe_memory",
     "MemoryLimits",
 ]
@@ -87,23 +89,61 @@ def _check(tree: SumTreeState) -> None:
         raise ValueError(f"the native backend supports float32 trees, got {tree.nodes.dtype}")
 
 
-def find(tree: SumTreeState, targets: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Native `find`: ``(tree, targets [B]) -> (indices [B] int32, values [B], total [])``.
-
-    Same contract as `drlhet.replay.sum_tree.descend`; non-finite targets are an FFI error.
-    """
-    _check(tree)
+def ffi_find(
+    target: str, tree: SumTreeState, targets: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """`find` through the registered FFI handler ``target`` (this module's and
+    `drlhet.backends.cuda`'s): operands ``(nodes, targets [B])``, results ``(indices [B] int32,
+    values [B], total [])``, attributes ``branching`` and ``capacity``."""
     targets = jnp.asarray(targets, jnp.float32)
     out = (
         jax.ShapeDtypeStruct(targets.shape, jnp.int32),
         jax.ShapeDtypeStruct(targets.shape, jnp.float32),
         jax.ShapeDtypeStruct(targets.shape[:-1], jnp.float32),
     )
-    call = jax.ffi.ffi_call("drlhet_find", out, vmap_method="broadcast_all")
-    indices, values, total = call(
-        tree.nodes, targets, branching=np.int64(tree.branching), capacity=np.int64(tree.capacity)
-    )
+    call = jax.ffi.ffi_call(target, out, vmap_method="broadcast_all")
+    indices, values, total = call(tree.nodes, targets, **_attrs(tree))
     return indices, values, total
+
+
+def ffi_update(
+    target: str,
+    tree: SumTreeState,
+    indices: jax.Array,
+    values: jax.Array,
+    keep: jax.Array | None,
+    workspace: int = 0,
+) -> SumTreeState:
+    """`update` through the registered FFI handler ``target``: operands ``(nodes, indices [B],
+    values [B], keep [B])``, the nodes aliased to the first result (updated in place when
+    donated); with ``workspace > 0`` a second result of that many int32 slots per tree, scratch
+    for the handler (XLA allocates it)."""
+    indices = jnp.asarray(indices, jnp.int32)
+    values = jnp.asarray(values, jnp.float32)
+    keep = jnp.ones(indices.shape, bool) if keep is None else jnp.asarray(keep, bool)
+    if indices.shape[-1:] == (0,):
+        return tree
+    out = [jax.ShapeDtypeStruct(tree.nodes.shape, jnp.float32)]
+    if workspace:  # one row per tree (the vmapped leading dimensions)
+        out.append(jax.ShapeDtypeStruct((*tree.nodes.shape[:-1], workspace), jnp.int32))
+    call = jax.ffi.ffi_call(
+        target, tuple(out), vmap_method="broadcast_all", input_output_aliases={0: 0}
+    )
+    nodes = call(tree.nodes, indices, values, keep, **_attrs(tree))[0]
+    return SumTreeState(nodes, tree.capacity, tree.branching)
+
+
+def _attrs(tree: SumTreeState) -> dict:
+    return {"branching": np.int64(tree.branching), "capacity": np.int64(tree.capacity)}
+
+
+def find(tree: SumTreeState, targets: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Native `find`: ``(tree, targets [B]) -> (indices [B] int32, values [B], total [])``.
+
+    Same contract as `drlhet.replay.sum_tree.descend`; non-finite targets are an FFI error.
+    """
+    _check(tree)
+    return ffi_find("drlhet_find", tree, targets)
 
 
 def update(
@@ -116,26 +156,7 @@ def update(
     infinite value is an FFI error, raised before anything is written.
     """
     _check(tree)
-    indices = jnp.asarray(indices, jnp.int32)
-    values = jnp.asarray(values, jnp.float32)
-    keep = jnp.ones(indices.shape, bool) if keep is None else jnp.asarray(keep, bool)
-    if indices.shape[-1:] == (0,):
-        return tree
-    call = jax.ffi.ffi_call(
-        "drlhet_update",
-        jax.ShapeDtypeStruct(tree.nodes.shape, jnp.float32),
-        vmap_method="broadcast_all",
-        input_output_aliases={0: 0},
-    )
-    nodes = call(
-        tree.nodes,
-        indices,
-        values,
-        keep,
-        branching=np.int64(tree.branching),
-        capacity=np.int64(tree.capacity),
-    )
-    return SumTreeState(nodes, tree.capacity, tree.branching)
+    return ffi_update("drlhet_update", tree, indices, values, keep)
 
 
 def _load() -> TreeOps:

@@ -27,7 +27,7 @@ from drlhet.replay import sum_tree as st
 
 F32 = np.float32
 KS_CAPACITIES = [(2, 1000), (3, 100), (16, 5000), (32, 3000), (64, 5000), (16, 1), (3, 7)]
-NO_GPU = "no GPU: JAX sees no CUDA device here"
+NO_GPU = "missing device: no GPU (JAX sees no CUDA device here)"
 
 
 def _ptr(a, ctype):
@@ -79,7 +79,7 @@ def bits(x):
 
 def test_library_and_fatbin_are_built_where_nvcc_works():
     if shutil.which("nvcc") is None:
-        pytest.skip("missing library: the CUDA toolkit (no nvcc on PATH), so no CUDA build")
+        pytest.skip("missing library: the CUDA toolkit (nvcc is not on PATH)")
     path = library_path("drlhet_cuda", "the CUDA kernels")  # BackendUnavailable fails the test
     lib = ctypes.CDLL(str(path))
     for symbol in cuda.FFI_SYMBOLS:
@@ -91,11 +91,12 @@ def test_library_and_fatbin_are_built_where_nvcc_works():
         assert kernel in fatbin, f"the fatbin has no kernel {kernel!r}"
 
 
-def test_lookup_names_what_is_missing():
+def test_lookup_loads_with_a_gpu_and_names_what_is_missing_without():
     if cuda.gpu_devices():
-        pytest.skip("this machine has a GPU: the backend loads (tested below)")
-    with pytest.raises(backends.BackendUnavailable, match="no GPU|not built"):
-        backends.load("cuda")
+        assert backends.tree_ops("cuda").find is cuda.find
+    else:
+        with pytest.raises(backends.BackendUnavailable, match="no GPU|not built"):
+            backends.load("cuda")
     assert backends.default("replay", backends.GPU) == "jax"  # unmeasured: not the default
 
 
@@ -221,11 +222,8 @@ def test_gpu_refuses_a_bad_batch_on_the_device(gpu):
 def test_cupy_kernels_equal_the_reference(gpu):
     from drlhet.backends import cuda_cupy
 
-    try:
-        cuda_cupy.fatbin_path()
-        import cupy  # noqa: F401
-    except (ImportError, backends.BackendUnavailable) as e:
-        pytest.skip(f"missing library: cupy or the fatbin ({e})")
+    pytest.importorskip("cupy", reason="missing library: cupy (pip install drlhet[cuda])")
+    cuda_cupy.fatbin_path()  # built with the library wherever nvcc works: its absence fails
     k, capacity = 16, 5000
     tree = random_tree(capacity, k)
     ct = cuda_cupy.CupyTree(cuda_cupy.to_cupy(jnp.array(tree.nodes)), capacity, k)

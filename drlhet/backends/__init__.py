@@ -8,7 +8,7 @@ from drlhet.backends import base
 from drlhet.backends.base import *  # noqa: F403  (the registry's API)
 from drlhet.backends.base import BackendUnavailable, get, load
 
-__all__ = [*base.__all__, "tree_ops"]
+__all__ = [*base.__all__, "tree_ops", "learner_step"]
 
 
 def tree_ops(name: str):
@@ -20,3 +20,19 @@ def tree_ops(name: str):
     if "replay" not in get(name).provides:
         raise BackendUnavailable(f"backend {name!r} does not implement the replay buffer")
     return load(name)
+
+
+def learner_step(name: str):
+    """How learner backend ``name`` trains: ``wrap(algo, config, agent, obs_shape, outputs, batch)
+    -> AgentFns`` (its own step in place of the agent's), or None (the agent's JAX step).
+
+    Raises:
+      BackendUnavailable: ``name`` is unknown, does not provide the learner, or cannot load here.
+    """
+    b = get(name)
+    if "learner" not in b.provides:
+        raise BackendUnavailable(f"backend {name!r} does not implement the learner")
+    if b.learner is None:
+        return None
+    load(name)  # BackendUnavailable names what is missing
+    return b.learner()

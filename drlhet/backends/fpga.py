@@ -6,18 +6,21 @@ training program, serving the module's host protocol (command words, buffer layo
 kept in XLA buffers (a `drlhet.replay.fixed_point.FixedTreeState`, written in place: donate
 it). It proves function, bit for bit against `drlhet.replay.fixed_point` (tested), not the
 board's speed: the DSE costs the FPGA from the module's cycle model, never from this. The
-learner is modeled only (a device sheet) until its HLS design exists.
+learner module (``hls/learner``, float32) runs DQN's learner step the same way
+(`drlhet.backends.fpga_learner`; ``learner=fpga@cpu:0`` in a mapping).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from drlhet.backends import fpga_learner
 from drlhet.backends.base import CPU, FPGA, Backend, register
 from drlhet.backends.native import library_path
 from drlhet.backends.rmm_spec import BRANCHING, MAX_CAPACITY, accepts
@@ -40,6 +43,7 @@ def _library() -> ctypes.CDLL:
     for target, symbol in (
         ("drlhet_rmm_write", lib.DrlhetRmmWrite),
         ("drlhet_rmm_sample", lib.DrlhetRmmSample),
+        ("drlhet_learner_dqn", lib.DrlhetLearnerDqn),
     ):
         jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform=CPU)
     ptr = ctypes.POINTER(ctypes.c_uint32)
@@ -135,6 +139,23 @@ def serve(
     )
 
 
+def _learner_call(out_types: tuple) -> Callable:
+    """The learner module's DQN step as an FFI call (`drlhet.backends.fpga_learner`); the
+    parameter memories and Adam's count are written in place (donate the learner state)."""
+    _library()
+    return jax.ffi.ffi_call(
+        "drlhet_learner_dqn",
+        out_types,
+        vmap_method="broadcast_all",
+        input_output_aliases={0: 0, 1: 1, 2: 2, 3: 3, 4: 4},
+    )
+
+
+def _load_learner() -> Callable:
+    _library()  # BackendUnavailable when the C-simulation was not built
+    return functools.partial(fpga_learner.wrap, call=_learner_call)
+
+
 def _load() -> TreeOps:
     _library()  # BackendUnavailable when the C-simulation was not built
     return TreeOps(None, write, fp.REFERENCE.init, fp.sampler(draw), "fixed")
@@ -145,14 +166,16 @@ BACKEND = register(
         name="fpga",
         platforms=(FPGA,),
         provides=("replay", "learner"),
-        needs="the FPGA replay module's C-simulation built on `pip install` (hls4ml's ap_types "
-        "headers); a board: pynq or pyxrt and a bitstream (the learner: modeled only)",
+        needs="the FPGA modules' C-simulation built on `pip install` (hls4ml's ap_types "
+        "headers); a board: pynq or pyxrt and a bitstream",
         loader=_load,
+        learner=_load_learner,
         rank=-10,
         numbers="fixed",
-        simulation=(CPU, ("replay",)),
+        simulation=(CPU, ("replay", "learner")),
         accepts=accepts,
-        summary="HLS replay module, fixed point: its C-simulation inside jit on a CPU device "
-        "(function, not speed); on a board modeled by its cycle model",
+        summary="HLS replay module (fixed point) and learner module (float32, DQN): their "
+        "C-simulation inside jit on a CPU device (function, not speed); on a board modeled by "
+        "their cycle models",
     )
 )

@@ -21,6 +21,9 @@ class Shapes:
       macs_per_sample: multiply-accumulates of one forward pass for one sample.
       layers: dense layers of the network.
       bytes: payload bytes per hop (``transitions``, ``batch``, ``priorities``, ``params``).
+      algo: ``dqn`` or ``ddpg``.
+      net: the network's widths ``(input, hidden..., outputs)`` (DQN: outputs = actions).
+      dueling, double: DQN's dueling head and double-Q targets.
     """
 
     batch: int
@@ -35,3 +38,7 @@ class Shapes:
     macs_per_sample: int
     layers: int
     bytes: dict[str, int]
+    algo: str = "dqn"
+    net: tuple[int, ...] = ()
+    dueling: bool = True
+    double: bool = True

@@ -45,4 +45,13 @@ def shapes_of(key: ProfileKey) -> Shapes:
             "priorities": key.batch * 12,
             "params": _nbytes(state.agent),  # the scheduler moves the whole agent state
         },
+        algo=key.algo,
+        net=(int(np.prod(tr.env.obs_shape)), *key.hidden, _outputs(tr)),
+        dueling=tr.config.dqn.dueling,
+        double=tr.config.dqn.double,
     )
+
+
+def _outputs(tr: Any) -> int:
+    """The network's outputs: DQN's actions, DDPG's action dimensions."""
+    return int(tr.env.num_actions if tr.config.algo == "dqn" else tr.env.action_dim)

@@ -40,6 +40,9 @@ class TrainConfig:
     backend: str | None = None
     """Replay backend (`drlhet.backends`; ``drlhet backends`` lists them); None: the fastest one
     that loads on the device the replay runs on."""
+    learner: str | None = None
+    """Learner backend (a mapping's ``learner=NAME@device`` sets it); None: the agents' JAX
+    step. ``fpga`` runs the FPGA learner module's C-simulation (DQN)."""
     uniform: bool = False
     """Uniform replay instead of PER (the baseline)."""
     delay: int = 0

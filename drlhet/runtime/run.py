@@ -21,7 +21,7 @@ import jax
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.fused import run_fused
 from drlhet.runtime.host_loop import run_iteration_loop
-from drlhet.runtime.mapping import Mapping, segments
+from drlhet.runtime.mapping import Mapping, Placement, segments
 from drlhet.runtime.pipeline import run_pipeline
 from drlhet.runtime.trainer import TrainState, make_trainer
 
@@ -58,7 +58,7 @@ def run(
     if mapping is None:
         mapping = default_mapping(cfg)
     devices = mapping.validate()
-    cfg = dataclasses.replace(cfg, backend=mapping.replay.backend)
+    cfg = dataclasses.replace(cfg, backend=mapping.replay.backend, learner=mapping.learner.backend)
     tr = make_trainer(cfg)
     segs = segments(mapping)
     extra = {"mapping": str(mapping), "segments": [[d, list(n)] for d, n in segs]}
@@ -76,6 +76,9 @@ def run(
 
 def default_mapping(cfg: TrainConfig) -> Mapping:
     """Every group fused on JAX's default device, the replay on ``cfg.backend`` (None: the
-    fastest that loads there)."""
+    fastest that loads there), the learner on ``cfg.learner`` (None: the agents' JAX step)."""
     device = jax.devices()[0]
-    return Mapping.fused(f"{device.platform}:0", cfg.backend)
+    mapping = Mapping.fused(f"{device.platform}:0", cfg.backend)
+    if cfg.learner is None:
+        return mapping
+    return dataclasses.replace(mapping, learner=Placement(cfg.learner, mapping.learner.device))

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from drlhet.agents.base import AgentFns
 from drlhet.agents.ddpg import make_ddpg
 from drlhet.agents.dqn import make_dqn
-from drlhet.backends import tree_ops
+from drlhet.backends import learner_step, tree_ops
 from drlhet.envs import EnvFns, make_env
 from drlhet.replay.delayed import DelayedUpdates, make_delayed_updates
 from drlhet.replay.nstep import NStepFns, make_nstep
@@ -117,14 +117,22 @@ def make_trainer(cfg: TrainConfig, platform: str | None = None) -> Trainer:
 
 
 def _make_agent(cfg: TrainConfig, env: EnvFns) -> tuple[AgentFns, float]:
+    """The agent of ``cfg.algo``, its step run by the learner backend ``cfg.learner``."""
     if cfg.algo == "dqn":
         if not env.discrete:
             raise ValueError(f"DQN needs discrete actions; {cfg.env} is continuous (use ddpg)")
-        return make_dqn(cfg.dqn, env.obs_shape, env.num_actions), cfg.dqn.gamma
-    if env.discrete:
-        raise ValueError(f"DDPG needs continuous actions; {cfg.env} is discrete (use dqn)")
-    agent = make_ddpg(cfg.ddpg, env.obs_shape, env.action_dim, env.action_low, env.action_high)
-    return agent, cfg.ddpg.gamma
+        agent = make_dqn(cfg.dqn, env.obs_shape, env.num_actions)
+        config: Any = cfg.dqn
+        outputs = env.num_actions
+    else:
+        if env.discrete:
+            raise ValueError(f"DDPG needs continuous actions; {cfg.env} is discrete (use dqn)")
+        agent = make_ddpg(cfg.ddpg, env.obs_shape, env.action_dim, env.action_low, env.action_high)
+        config, outputs = cfg.ddpg, env.action_dim
+    wrap = learner_step(cfg.learner) if cfg.learner is not None else None
+    if wrap is not None:
+        agent = wrap(cfg.algo, config, agent, env.obs_shape, outputs, cfg.batch_size)
+    return agent, config.gamma
 
 
 def _make_replay(cfg: TrainConfig) -> ReplayFns:

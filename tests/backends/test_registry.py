@@ -38,7 +38,9 @@ def test_lookups_name_what_is_missing():
 def test_a_simulation_runs_but_is_never_a_default_nor_a_candidate():
     fpga = backends.get("fpga")
     assert fpga.runs_on(backends.CPU, "replay") and fpga.simulates(backends.CPU, "replay")
-    assert not fpga.runs_on(backends.CPU, "learner")  # the FPGA learner is modeled only
+    assert fpga.runs_on(backends.CPU, "learner") and fpga.simulates(backends.CPU, "learner")
+    assert "fpga" not in [b.name for b in backends.providing("learner", backends.CPU)]
+    assert backends.default("learner", backends.CPU) == "jax"
     assert fpga.runs_on(backends.FPGA, "learner") and not fpga.simulates(backends.FPGA)
     assert "fpga" not in [b.name for b in backends.providing("replay", backends.CPU)]
     simulated = backends.providing("replay", backends.CPU, simulated=True)
@@ -46,6 +48,13 @@ def test_a_simulation_runs_but_is_never_a_default_nor_a_candidate():
     assert backends.default("replay", backends.CPU) == "native"
     with pytest.raises(ValueError, match="bad platforms"):
         base.Backend("x", (backends.FPGA,), ("replay",), "-", None, simulation=("tpu", ()))
+
+
+def test_a_learner_backend_says_how_it_trains():
+    assert backends.learner_step("jax") is None  # the agents' own JAX step
+    assert callable(backends.learner_step("fpga"))
+    with pytest.raises(backends.BackendUnavailable, match="does not implement the learner"):
+        backends.learner_step("native")
 
 
 def _learner_only_tree_ops():

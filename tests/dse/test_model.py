@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from drlhet.dse.baselines import baselines
-from drlhet.dse.devices import load_sheets, rmm_cycles
+from drlhet.dse.devices import learner_cycles, load_sheets, rmm_cycles
 from drlhet.dse.model import Model, Place, Shapes
 from drlhet.dse.pipelined import in_program
 from drlhet.dse.search import enumerate_mappings, expand_devices, search
@@ -36,6 +36,7 @@ SHAPES = Shapes(
     macs_per_sample=1000,
     layers=2,
     bytes={"transitions": 1_000, "batch": 10_000, "priorities": 1_000, "params": 100_000},
+    net=(4, 64, 64, 2),
 )
 
 # A CPU profile with round numbers (microseconds).
@@ -95,13 +96,11 @@ def toy_sheets() -> dict:
             "link": "link",
             "values": {
                 "clock_mhz": v(100),
-                "dsp": v(1000),
+                "dsp": v(2000),
                 "sram_mb": v(1),
                 "ddr_bw_gbs": v(1e9),
                 "invocation_us": v(5.0),
                 "ddr_gb": v(0.01),
-                "dsp_per_mac": v(1),
-                "learner_efficiency": v(1.0),
             },
         },
         "link": {
@@ -225,12 +224,18 @@ def test_fpga_replay_costs_the_modules_cycle_model():
     assert m.call("apply", Place("fpga", "fpga")) == pytest.approx(5 * US + c["update"])
     p = m.predict(places("jax@cpu:0", "fpga@fpga", "jax@cpu:0"))
     assert p.basis == "modeled (cycle model)"
-    assert m.predict(places("jax@cpu:0", "fpga@fpga", "jax@fpga")).basis == (
-        "modeled (cycle model, sheet)"
-    )
-    # learner: 5 MAC passes per sample over 1000 DSPs at 1 MAC per cycle
+    on_fpga = places("jax@cpu:0", "fpga@fpga", "fpga@fpga")
+    assert m.predict(on_fpga).basis == "modeled (cycle model)"
+    # learner: the learner module's cycle model at the toy's clock
     t = m.compute("learner", Place("fpga", "fpga"))["train"]
-    assert t == pytest.approx(5 * 100 * 1000 / (1000 * mhz * 1e6) + 2 * 2 * 20 / (mhz * 1e6))
+    assert t == pytest.approx(learner_cycles.dqn_step_cycles(4, (64, 64), 2, 100) / (mhz * 1e6))
+    for change, why in (
+        ({"algo": "ddpg"}, "DQN's step only"),
+        ({"net": (4, 512, 2)}, "1..256 wide"),
+        ({"batch": 512}, "batches of 1..256"),
+    ):
+        shapes = Shapes(**{**SHAPES.__dict__, **change})
+        assert why in Model(shapes, toy_sheets(), {"jax": PROFILE}).infeasible(on_fpga)
 
 
 def test_fpga_leaves_beyond_on_chip_live_in_ddr_and_beyond_ddr_are_refused():

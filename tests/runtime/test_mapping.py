@@ -45,7 +45,7 @@ def test_per_primitive_keys_must_agree_with_their_group():
         ("actors=cpu:0,replay=cpu:7,learner=cpu:0", BackendUnavailable, "not present"),
         ("actors=cpu:0,replay=nope@cpu:0,learner=cpu:0", BackendUnavailable, "no backend 'nope'"),
         ("actors=cpu:0,replay=cpu:0,learner=native@cpu:0", ValueError, "not the learner"),
-        ("actors=cpu:0,replay=cpu:0,learner=fpga@cpu:0", ValueError, "not the learner on 'cpu'"),
+        ("actors=fpga@cpu:0,replay=cpu:0,learner=cpu:0", ValueError, "not the actors on 'cpu'"),
         ("actors=cpu:0,replay=python@cpu:0,learner=cpu:0", BackendUnavailable, "modeled only"),
         ("actors=gpu:0,replay=cpu:0,learner=cpu:0", BackendUnavailable, "gpu"),
         ("actors=tpu:0,replay=cpu:0,learner=cpu:0", ValueError, "kind must be one of"),

@@ -3,18 +3,27 @@
 docs/design.md sections 3 and 5: the replay module's commands cost what its cycle model
 (`drlhet.dse.devices.rmm_cycles`, derived from ``hls/rmm``) says at the board's clock, with its
 leaves on chip or, beyond the on-chip memory, in DDR; a prediction resting on it is labelled
-*modeled (cycle model)*. The learner (no HLS design yet) costs its MACs over the DSPs (DSPs per
-MAC, efficiency) plus a fill per layer: *modeled (sheet)*. The host pays the sheet's
-``invocation_us`` per call.
+*modeled (cycle model)*. The learner module's DQN step costs what its cycle model
+(`drlhet.dse.devices.learner_cycles`, derived from ``hls/learner``) says at the board's clock,
+also *modeled (cycle model)*; a network or algorithm the module does not run cannot be placed
+there. The host pays the sheet's ``invocation_us`` per call.
 """
 
 from __future__ import annotations
 
+from drlhet.backends.learner_spec import why_not
 from drlhet.backends.rmm_spec import accepts
-from drlhet.dse.devices import rmm_cycles
+from drlhet.dse.devices import learner_cycles, rmm_cycles
 from drlhet.dse.shapes import Shapes
 
-__all__ = ["seconds", "host_overhead", "infeasible", "leaves_at", "source"]
+__all__ = ["seconds", "host_overhead", "infeasible", "leaves_at", "source", "learner_why_not"]
+
+
+def learner_why_not(s: Shapes) -> str:
+    """Why the learner module cannot run this step (empty: it can)."""
+    if len(s.net) < 2:
+        return "the network's sizes are unknown"
+    return why_not(s.algo, s.net[1:-1], s.net[:1], s.net[-1], s.batch)
 
 
 def _v(sheet: dict, name: str) -> float:
@@ -32,7 +41,7 @@ def seconds(prim: str, sheet: dict, s: Shapes) -> float:
     """Seconds of one call of primitive ``prim`` (``insert``, ``sample``, ``update``,
     ``train``) on the board of ``sheet``: the replay module's commands from its cycle model
     (an insert writes E leaves, an update B; a sample draws B and reads its B rows from the
-    board's DDR), the learner from its MACs over the DSPs."""
+    board's DDR), the learner's step from the learner module's cycle model."""
     clock = _v(sheet, "clock_mhz")
     ddr = _v(sheet, "ddr_bw_gbs") * 1e9
     if prim in ("insert", "sample", "update"):
@@ -42,18 +51,18 @@ def seconds(prim: str, sheet: dict, s: Shapes) -> float:
         t = rmm_cycles.seconds(op, s.branching, s.capacity, n, clock, leaves=leaves)
         return t + (0.0 if prim == "update" else n * s.row_bytes / ddr)
     if prim == "train":
-        macs = 5 * s.batch * s.macs_per_sample
-        per_cycle = _v(sheet, "dsp") / _v(sheet, "dsp_per_mac")
-        return macs / (per_cycle * _v(sheet, "learner_efficiency") * clock * 1e6) + (
-            s.layers * 2 * 20
-        ) / (clock * 1e6)
+        obs_dim, *hidden, outputs = s.net
+        cycles = learner_cycles.dqn_step_cycles(
+            obs_dim, tuple(hidden), outputs, s.batch, s.dueling, s.double
+        )
+        return learner_cycles.seconds(cycles, clock)
     raise ValueError(f"{prim} does not run on an FPGA in this model")
 
 
 def source(group: str) -> str:
-    """What the costs of ``group`` on a board rest on: the replay module's cycle model, else
-    the sheet."""
-    return "cycle model" if group == "replay" else "sheet"
+    """What the costs of ``group`` on a board rest on: the modules' cycle models."""
+    del group  # the replay and the learner module each have one
+    return "cycle model"
 
 
 def host_overhead(sheet: dict) -> float:
@@ -63,7 +72,13 @@ def host_overhead(sheet: dict) -> float:
 
 def infeasible(group: str, sheet: dict, s: Shapes) -> str:
     """Why ``group`` cannot run on this board (empty: it can): the replay module is built for
-    some K and at most 2^31 leaves, and its memories must fit on chip or (the leaves) in DDR."""
+    some K and at most 2^31 leaves, and its memories must fit on chip or (the leaves) in DDR;
+    the learner module runs DQN's step on networks and batches within its sizes."""
+    if group == "learner":
+        need, have = learner_cycles.dsps(), _v(sheet, "dsp")
+        if need > have:
+            return f"{sheet['name']}: the learner module needs {need} DSPs, it has {have:.0f}"
+        return learner_why_not(s)
     if group != "replay":
         return ""
     why = accepts(s.capacity, s.branching)

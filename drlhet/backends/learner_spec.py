@@ -1,0 +1,32 @@
+"""What the FPGA learner module (``hls/learner``) can train: its sizes, in plain Python.
+
+Shared by the backend (`drlhet.backends.fpga_learner`, before a run) and the DSE's cost model
+(`drlhet.dse.devices.fpga`, which imports no JAX).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["MAX_WIDTH", "MAX_HIDDEN", "MAX_BATCH", "why_not"]
+
+MAX_WIDTH, MAX_HIDDEN, MAX_BATCH = 256, 3, 256
+"""The module's sizes (hls/learner/mlp.h): neurons per layer, hidden layers, batch."""
+
+
+def why_not(
+    algo: str, hidden: Sequence[int], obs_shape: tuple[int, ...], outputs: int, batch: int
+) -> str:
+    """Why the learner module cannot train this network (empty: it can)."""
+    if algo != "dqn":
+        return f"the FPGA learner module runs DQN's step only (not {algo!r} yet)"
+    if len(obs_shape) != 1:
+        return f"the FPGA learner module takes flat observations, got shape {obs_shape}"
+    if len(hidden) > MAX_HIDDEN:
+        return f"the FPGA learner module holds at most {MAX_HIDDEN} hidden layers, got {hidden}"
+    widths = (*obs_shape, *hidden, outputs)
+    if max(widths) > MAX_WIDTH or min(widths) < 1:
+        return f"the FPGA learner module's layers are 1..{MAX_WIDTH} wide, got {widths}"
+    if not 1 <= batch <= MAX_BATCH:
+        return f"the FPGA learner module trains batches of 1..{MAX_BATCH}, got {batch}"
+    return ""

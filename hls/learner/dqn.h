@@ -1,0 +1,185 @@
+// The learner module's DQN step on one mini-batch (docs/design.md section 3, "The FPGA
+// learner"), as drlhet.agents.dqn computes it with flax and optax: online and target
+// Q-networks (optionally dueling: value + advantages - mean advantage), double-Q targets
+// r + discount * Q_target(s', argmax_a Q_online(s', a)) (or max_a Q_target), the
+// importance-weighted Huber loss mean(w * huber(td)), its gradient through the online network,
+// the optimizer step (mlp.h), the target update (Polyak every step, or a copy every `period`
+// steps) and the new priorities |td| + eps.
+//
+// Stages in order (each one loop nest of mlp.h, or one pipelined pass over the batch):
+// forward online(s), forward target(s'), forward online(s') when double; TD, loss and dQ;
+// backward through the heads and the hidden layers (weight gradients of every layer, input
+// gradients of all but the first); the optimizer step over the parameter memory.
+#ifndef DRLHET_LEARNER_DQN_H_
+#define DRLHET_LEARNER_DQN_H_
+
+#include <cmath>
+#include <cstdint>
+
+#include "mlp.h"
+
+namespace drlhet {
+namespace learner {
+
+struct DqnConfig {
+  bool dueling = true;
+  bool double_q = true;
+  double huber_delta = 1.0;
+  double priority_eps = 1e-6;
+  double tau = 0.01;   // Polyak step of the target network (period 0)
+  int32_t period = 0;  // > 0: the target is a copy of the online network every `period` steps
+  Adam opt;
+};
+
+// Activations of one forward pass: each hidden layer's output, then each head's.
+struct Activations {
+  float hidden[kMaxHidden][kMaxBatch * kMaxWidth];
+  float head[2][kMaxBatch * kMaxWidth];
+};
+
+// On-chip scratch of one step (the C-simulation allocates it once per thread).
+struct DqnScratch {
+  Activations online;       // online(s), kept for the backward pass
+  Activations target_next;  // target(s')
+  Activations online_next;  // online(s') (double Q)
+  float td[kMaxBatch];
+  float dq[2][kMaxBatch * kMaxWidth];   // gradient at each head's output
+  float dh[2][kMaxBatch * kMaxWidth];   // gradient at a hidden layer's output (ping-pong)
+  float grads[int64_t(kMaxHidden + 2) * (kMaxWidth + 1) * kMaxWidth];
+};
+
+// Forward pass of `net` with parameters `p` on x [batch][in]; `act` receives every layer's
+// output (row stride kMaxWidth).
+inline void Forward(const Net& net, const float* p, const float* x, int batch, Activations* act) {
+  const float* in = x;
+  int ld = net.layer[0].in;
+  for (int l = 0; l < net.hidden; ++l) {
+    DenseForward(net.layer[l], p, in, ld, batch, true, act->hidden[l], kMaxWidth);
+    in = act->hidden[l];
+    ld = kMaxWidth;
+  }
+  for (int h = 0; h < net.heads; ++h) {
+    DenseForward(net.layer[net.hidden + h], p, in, ld, batch, false, act->head[h], kMaxWidth);
+  }
+}
+
+// Q(row, a) from the heads: the single head, or value + advantage - mean(advantage).
+inline float QValue(const Net& net, const Activations& act, int row, int a) {
+  const float* h0 = act.head[0] + int64_t(row) * kMaxWidth;
+  if (net.heads == 1) return h0[a];
+  const float* adv = act.head[1] + int64_t(row) * kMaxWidth;
+  const int actions = net.layer[net.hidden + 1].out;
+  float sum = 0.0f;
+  for (int k = 0; k < actions; ++k) sum += adv[k];
+  return (h0[0] + adv[a]) - sum / float(actions);
+}
+
+// TD errors (s->td), the loss (returned) and its gradient at the heads' outputs (s->dq), from
+// s->online, s->target_next and (double Q) s->online_next.
+inline float TdAndLoss(const Net& net, const DqnConfig& cfg, const int32_t* action,
+                       const float* reward, const float* discount, const float* weights,
+                       int batch, DqnScratch* s) {
+  const int actions = net.layer[net.hidden + net.heads - 1].out;
+  const float delta = float(cfg.huber_delta), inv_b = float(1.0 / batch);
+  const Activations& pick = cfg.double_q ? s->online_next : s->target_next;
+  float loss = 0.0f;
+  for (int row = 0; row < batch; ++row) {
+#pragma HLS PIPELINE II = 1
+    int best = 0;  // argmax, the first on ties (jnp.argmax)
+    float best_q = QValue(net, pick, row, 0);
+    for (int a = 1; a < actions; ++a) {
+      const float q = QValue(net, pick, row, a);
+      if (q > best_q) best_q = q, best = a;
+    }
+    const float target = reward[row] + discount[row] * QValue(net, s->target_next, row, best);
+    const float t = target - QValue(net, s->online, row, action[row]);
+    s->td[row] = t;
+    const float ax = std::fabs(t);
+    loss += weights[row] * (ax <= delta ? 0.5f * (t * t) : delta * (ax - 0.5f * delta));
+    // d loss / d td = w / B * huber'(td); dQ(s, a) = -that.
+    const float dh = weights[row] * inv_b;
+    const float dtd = ax <= delta ? dh * t : dh * (t > 0.0f ? delta : (t < 0.0f ? -delta : 0.0f));
+    float* d0 = s->dq[0] + int64_t(row) * kMaxWidth;
+    float* d1 = s->dq[1] + int64_t(row) * kMaxWidth;
+    if (net.heads == 1) {
+      for (int k = 0; k < actions; ++k) d0[k] = 0.0f;
+      d0[action[row]] = -dtd;
+    } else {  // the value gets dQ; each advantage its own dQ minus the mean's dQ / A
+      d0[0] = -dtd;
+      for (int k = 0; k < actions; ++k) d1[k] = dtd / float(actions);
+      d1[action[row]] += -dtd;
+    }
+  }
+  return loss / float(batch);
+}
+
+// Gradients of the online network into s->grads (the parameter memory's layout), from dQ at the
+// heads (s->dq) and the activations of online(s) (s->online) on x = s.
+inline void Backward(const Net& net, const float* p, const float* x, int batch, DqnScratch* s) {
+  const float* top = net.hidden ? s->online.hidden[net.hidden - 1] : x;
+  const int ld_top = net.hidden ? kMaxWidth : net.layer[0].in;
+  float* dh = s->dh[0];
+  for (int h = 0; h < net.heads; ++h) {
+    const Dense& d = net.layer[net.hidden + h];
+    DenseWeightGrad(d, top, ld_top, s->dq[h], kMaxWidth, batch, s->grads);
+    if (net.hidden == 0) continue;
+    float* into = h == 0 ? dh : s->dh[1];
+    DenseInputGrad(d, p, s->dq[h], kMaxWidth, batch, into, kMaxWidth);
+  }
+  if (net.hidden == 0) return;
+  if (net.heads == 2) {  // the two heads' input gradients meet at the last hidden layer
+    const int w = net.layer[net.hidden].in;
+    for (int row = 0; row < batch; ++row) {
+      for (int k = 0; k < w; ++k) dh[row * kMaxWidth + k] += s->dh[1][row * kMaxWidth + k];
+    }
+  }
+  for (int l = net.hidden - 1; l >= 0; --l) {
+    const Dense& d = net.layer[l];
+    ReluGrad(s->online.hidden[l], kMaxWidth, batch, d.out, dh, kMaxWidth);
+    const float* below = l ? s->online.hidden[l - 1] : x;
+    const int ld_below = l ? kMaxWidth : d.in;
+    DenseWeightGrad(d, below, ld_below, dh, kMaxWidth, batch, s->grads);
+    if (l == 0) break;
+    float* next = dh == s->dh[0] ? s->dh[1] : s->dh[0];
+    DenseInputGrad(d, p, dh, kMaxWidth, batch, next, kMaxWidth);
+    dh = next;
+  }
+}
+
+struct DqnStepOut {
+  float loss;
+  float abs_td;  // mean |td|
+  int32_t count;
+};
+
+// One DQN learner step, in place on params / target / mu / nu ([net.size] each). `steps` is
+// the learner's step count after this step (the periodic target update's clock).
+inline DqnStepOut DqnStep(const Net& net, const DqnConfig& cfg, float* params, float* target,
+                          float* mu, float* nu, int32_t count, int32_t steps, const float* obs,
+                          const int32_t* action, const float* reward, const float* discount,
+                          const float* next_obs, const float* weights, int batch,
+                          float* priorities, DqnScratch* s) {
+  Forward(net, params, obs, batch, &s->online);
+  Forward(net, target, next_obs, batch, &s->target_next);
+  if (cfg.double_q) Forward(net, params, next_obs, batch, &s->online_next);
+  DqnStepOut out;
+  out.loss = TdAndLoss(net, cfg, action, reward, discount, weights, batch, s);
+  Backward(net, params, obs, batch, s);
+  const bool copy = cfg.period > 0 && steps % cfg.period == 0;
+  const double tau = cfg.period > 0 ? (copy ? 1.0 : 0.0) : cfg.tau;
+  out.count = OptimizerStep(cfg.opt, tau, net.size, s->grads, params, mu, nu,
+                            cfg.period > 0 && !copy ? nullptr : target, count);
+  float sum = 0.0f;
+  for (int row = 0; row < batch; ++row) {
+    const float a = std::fabs(s->td[row]);
+    priorities[row] = a + float(cfg.priority_eps);
+    sum += a;
+  }
+  out.abs_td = sum / float(batch);
+  return out;
+}
+
+}  // namespace learner
+}  // namespace drlhet
+
+#endif  // DRLHET_LEARNER_DQN_H_

@@ -37,8 +37,8 @@ constexpr int kMaxWidth = 256;
 constexpr int kMaxHidden = 3;
 constexpr int kMaxBatch = 256;
 constexpr int kMaxLayers = kMaxHidden + 2;  // the hidden layers, then one or two heads
-constexpr int kPOut = 16;                   // neurons computed in parallel (model parallelism)
-constexpr int kPBatch = 8;                  // samples computed in parallel (data parallelism)
+constexpr int kPOut = 64;                   // neurons computed in parallel (model parallelism)
+constexpr int kPBatch = 16;                 // samples computed in parallel (data parallelism)
 
 struct Dense {
   int in = 0;

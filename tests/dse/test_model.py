@@ -96,7 +96,7 @@ def toy_sheets() -> dict:
             "link": "link",
             "values": {
                 "clock_mhz": v(100),
-                "dsp": v(2000),
+                "dsp": v(20000),
                 "sram_mb": v(1),
                 "ddr_bw_gbs": v(1e9),
                 "invocation_us": v(5.0),

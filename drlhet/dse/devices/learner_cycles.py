@@ -35,7 +35,7 @@ __all__ = [
     "dsps",
 ]
 
-P_OUT, P_BATCH = 16, 8
+P_OUT, P_BATCH = 64, 16
 """Neurons x samples per loop iteration (hls/learner/mlp.h's kPOut, kPBatch)."""
 
 

@@ -21,7 +21,8 @@ from drlhet import backends
 from drlhet.agents.dqn import DQNConfig, make_dqn
 from drlhet.backends import fpga_learner
 from drlhet.runtime.config import TrainConfig
-from drlhet.runtime.run import run
+from drlhet.runtime.mapping import Placement
+from drlhet.runtime.run import default_mapping, run
 
 D, A = 4, 2
 
@@ -165,6 +166,15 @@ def test_what_the_module_cannot_train_is_refused_before_the_run(change, match):
         cfg = dataclasses.replace(cfg, **change)
     with pytest.raises(ValueError, match=match):
         run(cfg, "actors=cpu:0,replay=jax@cpu:0,learner=fpga@cpu:0")
+
+
+def test_learner_without_a_mapping_places_the_module_beside_the_rest():
+    """``--learner fpga`` with no mapping: every group fused on the default device, the learner
+    on the module; a mapping's learner placement overrides ``cfg.learner``."""
+    cfg = TrainConfig(learner="fpga")
+    mapping = default_mapping(cfg)
+    assert mapping.learner == Placement("fpga", mapping.replay.device)
+    assert default_mapping(TrainConfig()).learner.backend == "jax"
 
 
 def test_training_runs_the_module_in_the_fused_loop(wrap):

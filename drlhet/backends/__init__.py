@@ -23,8 +23,9 @@ def tree_ops(name: str):
 
 
 def learner_step(name: str):
-    """How learner backend ``name`` trains: ``wrap(algo, config, agent, obs_shape, outputs, batch)
-    -> AgentFns`` (its own step in place of the agent's), or None (the agent's JAX step).
+    """How learner backend ``name`` trains: ``wrap(algo, config, agent, obs_shape, outputs, batch,
+    bounds=(low, high)) -> AgentFns`` (its own step in place of the agent's), or None (the
+    agent's JAX step).
 
     Raises:
       BackendUnavailable: ``name`` is unknown, does not provide the learner, or cannot load here.

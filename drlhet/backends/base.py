@@ -92,8 +92,8 @@ class Backend:
       loader: ``() -> implementation``, or None for a modeled-only backend. For a backend that
         provides ``replay`` the implementation is a `drlhet.replay.sum_tree.TreeOps`.
       learner: for a backend that runs the learner step itself, ``() -> wrap`` where
-        ``wrap(algo, config, agent, obs_shape, outputs, batch) -> AgentFns`` swaps the agent's
-        ``update`` for its own; None: the agents' JAX step (`drlhet.agents`) is its learner.
+        ``wrap(algo, config, agent, obs_shape, outputs, batch, bounds=) -> AgentFns`` swaps the
+        agent's ``update`` for its own; None: the agents' JAX step (`drlhet.agents`) is its learner.
       rank: preference among the backends that load (higher: faster where measured).
       host: runs in the host process outside XLA (one placement: the first CPU device).
       reference: the pure-JAX reference every other backend is tested against.

@@ -6,7 +6,7 @@ training program, serving the module's host protocol (command words, buffer layo
 kept in XLA buffers (a `drlhet.replay.fixed_point.FixedTreeState`, written in place: donate
 it). It proves function, bit for bit against `drlhet.replay.fixed_point` (tested), not the
 board's speed: the DSE costs the FPGA from the module's cycle model, never from this. The
-learner module (``hls/learner``, float32) runs DQN's learner step the same way
+learner module (``hls/learner``, float32) runs DQN's and DDPG/TD3's learner steps the same way
 (`drlhet.backends.fpga_learner`; ``learner=fpga@cpu:0`` in a mapping).
 """
 
@@ -44,6 +44,7 @@ def _library() -> ctypes.CDLL:
         ("drlhet_rmm_write", lib.DrlhetRmmWrite),
         ("drlhet_rmm_sample", lib.DrlhetRmmSample),
         ("drlhet_learner_dqn", lib.DrlhetLearnerDqn),
+        ("drlhet_learner_ddpg", lib.DrlhetLearnerDdpg),
     ):
         jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(symbol), platform=CPU)
     ptr = ctypes.POINTER(ctypes.c_uint32)
@@ -139,15 +140,16 @@ def serve(
     )
 
 
-def _learner_call(out_types: tuple) -> Callable:
-    """The learner module's DQN step as an FFI call (`drlhet.backends.fpga_learner`); the
-    parameter memories and Adam's count are written in place (donate the learner state)."""
+def _learner_call(target: str, out_types: tuple, aliased: int) -> Callable:
+    """A learner module step (``drlhet_learner_dqn`` or ``_ddpg``) as an FFI call
+    (`drlhet.backends.fpga_learner`); its first ``aliased`` operands (the parameter memories,
+    Adam's counts) are written in place (donate the learner state)."""
     _library()
     return jax.ffi.ffi_call(
-        "drlhet_learner_dqn",
+        target,
         out_types,
         vmap_method="broadcast_all",
-        input_output_aliases={0: 0, 1: 1, 2: 2, 3: 3, 4: 4},
+        input_output_aliases={k: k for k in range(aliased)},
     )
 
 
@@ -174,8 +176,8 @@ BACKEND = register(
         numbers="fixed",
         simulation=(CPU, ("replay", "learner")),
         accepts=accepts,
-        summary="HLS replay module (fixed point) and learner module (float32, DQN): their "
-        "C-simulation inside jit on a CPU device (function, not speed); on a board modeled by "
-        "their cycle models",
+        summary="HLS replay module (fixed point) and learner module (float32, DQN and "
+        "DDPG/TD3): their C-simulation inside jit on a CPU device (function, not speed); on a "
+        "board modeled by their cycle models",
     )
 )

@@ -18,13 +18,15 @@ def why_not(
     algo: str, hidden: Sequence[int], obs_shape: tuple[int, ...], outputs: int, batch: int
 ) -> str:
     """Why the learner module cannot train this network (empty: it can)."""
-    if algo != "dqn":
-        return f"the FPGA learner module runs DQN's step only (not {algo!r} yet)"
+    if algo not in ("dqn", "ddpg"):
+        return f"the FPGA learner module runs DQN's and DDPG/TD3's steps, not {algo!r}"
     if len(obs_shape) != 1:
         return f"the FPGA learner module takes flat observations, got shape {obs_shape}"
     if len(hidden) > MAX_HIDDEN:
         return f"the FPGA learner module holds at most {MAX_HIDDEN} hidden layers, got {hidden}"
     widths = (*obs_shape, *hidden, outputs)
+    if algo == "ddpg":  # the critic reads the observation and the action
+        widths = (*widths, obs_shape[0] + outputs)
     if max(widths) > MAX_WIDTH or min(widths) < 1:
         return f"the FPGA learner module's layers are 1..{MAX_WIDTH} wide, got {widths}"
     if not 1 <= batch <= MAX_BATCH:

@@ -24,6 +24,8 @@ class Shapes:
       algo: ``dqn`` or ``ddpg``.
       net: the network's widths ``(input, hidden..., outputs)`` (DQN: outputs = actions).
       dueling, double: DQN's dueling head and double-Q targets.
+      td3, policy_delay: DDPG's TD3 variant (twin critics, the actor trained one step in
+        ``policy_delay``).
     """
 
     batch: int
@@ -42,3 +44,5 @@ class Shapes:
     net: tuple[int, ...] = ()
     dueling: bool = True
     double: bool = True
+    td3: bool = False
+    policy_delay: int = 2

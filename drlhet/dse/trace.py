@@ -24,7 +24,8 @@ def shapes_of(key: ProfileKey) -> Shapes:
     tr = make_trainer(key.train_config())
     lay = tree_layout(key.capacity, key.branching)
     state = jax.eval_shape(tr.init, jax.random.key(0))
-    leaves = jax.tree.leaves(state.agent.params)
+    agent = state.agent
+    leaves = jax.tree.leaves(agent.params if key.algo == "dqn" else (agent.actor, agent.critic))
     kernels = [x.shape for x in leaves if len(x.shape) == 2]
     row = _nbytes(state.replay.storage) // key.capacity
     return Shapes(
@@ -49,6 +50,8 @@ def shapes_of(key: ProfileKey) -> Shapes:
         net=(int(np.prod(tr.env.obs_shape)), *key.hidden, _outputs(tr)),
         dueling=tr.config.dqn.dueling,
         double=tr.config.dqn.double,
+        td3=tr.config.ddpg.td3,
+        policy_delay=tr.config.ddpg.policy_delay,
     )
 
 

@@ -131,7 +131,8 @@ def _make_agent(cfg: TrainConfig, env: EnvFns) -> tuple[AgentFns, float]:
         config, outputs = cfg.ddpg, env.action_dim
     wrap = learner_step(cfg.learner) if cfg.learner is not None else None
     if wrap is not None:
-        agent = wrap(cfg.algo, config, agent, env.obs_shape, outputs, cfg.batch_size)
+        bounds = (env.action_low, env.action_high)
+        agent = wrap(cfg.algo, config, agent, env.obs_shape, outputs, cfg.batch_size, bounds=bounds)
     return agent, config.gamma
 
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "mlp.h"
+#include "net.h"
 
 namespace drlhet {
 namespace learner {
@@ -31,37 +32,15 @@ struct DqnConfig {
   Adam opt;
 };
 
-// Activations of one forward pass: each hidden layer's output, then each head's.
-struct Activations {
-  float hidden[kMaxHidden][kMaxBatch * kMaxWidth];
-  float head[2][kMaxBatch * kMaxWidth];
-};
-
 // On-chip scratch of one step (the C-simulation allocates it once per thread).
 struct DqnScratch {
   Activations online;       // online(s), kept for the backward pass
   Activations target_next;  // target(s')
   Activations online_next;  // online(s') (double Q)
   float td[kMaxBatch];
-  float dq[2][kMaxBatch * kMaxWidth];   // gradient at each head's output
-  float dh[2][kMaxBatch * kMaxWidth];   // gradient at a hidden layer's output (ping-pong)
+  BackwardBuffers back;     // dQ at the heads (back.dq), the hidden layers' gradients
   float grads[int64_t(kMaxHidden + 2) * (kMaxWidth + 1) * kMaxWidth];
 };
-
-// Forward pass of `net` with parameters `p` on x [batch][in]; `act` receives every layer's
-// output (row stride kMaxWidth).
-inline void Forward(const Net& net, const float* p, const float* x, int batch, Activations* act) {
-  const float* in = x;
-  int ld = net.layer[0].in;
-  for (int l = 0; l < net.hidden; ++l) {
-    DenseForward(net.layer[l], p, in, ld, batch, true, act->hidden[l], kMaxWidth);
-    in = act->hidden[l];
-    ld = kMaxWidth;
-  }
-  for (int h = 0; h < net.heads; ++h) {
-    DenseForward(net.layer[net.hidden + h], p, in, ld, batch, false, act->head[h], kMaxWidth);
-  }
-}
 
 // Q(row, a) from the heads: the single head, or value + advantage - mean(advantage).
 inline float QValue(const Net& net, const Activations& act, int row, int a) {
@@ -99,8 +78,8 @@ inline float TdAndLoss(const Net& net, const DqnConfig& cfg, const int32_t* acti
     // d loss / d td = w / B * huber'(td); dQ(s, a) = -that.
     const float dh = weights[row] * inv_b;
     const float dtd = ax <= delta ? dh * t : dh * (t > 0.0f ? delta : (t < 0.0f ? -delta : 0.0f));
-    float* d0 = s->dq[0] + int64_t(row) * kMaxWidth;
-    float* d1 = s->dq[1] + int64_t(row) * kMaxWidth;
+    float* d0 = s->back.dq[0] + int64_t(row) * kMaxWidth;
+    float* d1 = s->back.dq[1] + int64_t(row) * kMaxWidth;
     if (net.heads == 1) {
       for (int k = 0; k < actions; ++k) d0[k] = 0.0f;
       d0[action[row]] = -dtd;
@@ -111,39 +90,6 @@ inline float TdAndLoss(const Net& net, const DqnConfig& cfg, const int32_t* acti
     }
   }
   return loss / float(batch);
-}
-
-// Gradients of the online network into s->grads (the parameter memory's layout), from dQ at the
-// heads (s->dq) and the activations of online(s) (s->online) on x = s.
-inline void Backward(const Net& net, const float* p, const float* x, int batch, DqnScratch* s) {
-  const float* top = net.hidden ? s->online.hidden[net.hidden - 1] : x;
-  const int ld_top = net.hidden ? kMaxWidth : net.layer[0].in;
-  float* dh = s->dh[0];
-  for (int h = 0; h < net.heads; ++h) {
-    const Dense& d = net.layer[net.hidden + h];
-    DenseWeightGrad(d, top, ld_top, s->dq[h], kMaxWidth, batch, s->grads);
-    if (net.hidden == 0) continue;
-    float* into = h == 0 ? dh : s->dh[1];
-    DenseInputGrad(d, p, s->dq[h], kMaxWidth, batch, into, kMaxWidth);
-  }
-  if (net.hidden == 0) return;
-  if (net.heads == 2) {  // the two heads' input gradients meet at the last hidden layer
-    const int w = net.layer[net.hidden].in;
-    for (int row = 0; row < batch; ++row) {
-      for (int k = 0; k < w; ++k) dh[row * kMaxWidth + k] += s->dh[1][row * kMaxWidth + k];
-    }
-  }
-  for (int l = net.hidden - 1; l >= 0; --l) {
-    const Dense& d = net.layer[l];
-    ReluGrad(s->online.hidden[l], kMaxWidth, batch, d.out, dh, kMaxWidth);
-    const float* below = l ? s->online.hidden[l - 1] : x;
-    const int ld_below = l ? kMaxWidth : d.in;
-    DenseWeightGrad(d, below, ld_below, dh, kMaxWidth, batch, s->grads);
-    if (l == 0) break;
-    float* next = dh == s->dh[0] ? s->dh[1] : s->dh[0];
-    DenseInputGrad(d, p, dh, kMaxWidth, batch, next, kMaxWidth);
-    dh = next;
-  }
 }
 
 struct DqnStepOut {
@@ -159,16 +105,19 @@ inline DqnStepOut DqnStep(const Net& net, const DqnConfig& cfg, float* params, f
                           const int32_t* action, const float* reward, const float* discount,
                           const float* next_obs, const float* weights, int batch,
                           float* priorities, DqnScratch* s) {
-  Forward(net, params, obs, batch, &s->online);
-  Forward(net, target, next_obs, batch, &s->target_next);
-  if (cfg.double_q) Forward(net, params, next_obs, batch, &s->online_next);
+  const int in = net.layer[0].in;
+  Forward(net, params, obs, in, batch, &s->online);
+  Forward(net, target, next_obs, in, batch, &s->target_next);
+  if (cfg.double_q) Forward(net, params, next_obs, in, batch, &s->online_next);
   DqnStepOut out;
   out.loss = TdAndLoss(net, cfg, action, reward, discount, weights, batch, s);
-  Backward(net, params, obs, batch, s);
+  BackwardOut grads;
+  grads.grads = s->grads;
+  Backward(net, params, obs, in, s->online, batch, &s->back, grads);
   const bool copy = cfg.period > 0 && steps % cfg.period == 0;
-  const double tau = cfg.period > 0 ? (copy ? 1.0 : 0.0) : cfg.tau;
-  out.count = OptimizerStep(cfg.opt, tau, net.size, s->grads, params, mu, nu,
-                            cfg.period > 0 && !copy ? nullptr : target, count);
+  const double tau = cfg.period > 0 ? (copy ? 1.0 : 0.0) : cfg.tau;  // a Python float's rounding
+  out.count = OptimizerStep(cfg.opt, float(tau), float(1.0 - tau), net.size, s->grads, params,
+                            mu, nu, cfg.period > 0 && !copy ? nullptr : target, count);
   float sum = 0.0f;
   for (int row = 0; row < batch; ++row) {
     const float a = std::fabs(s->td[row]);

@@ -1,26 +1,144 @@
-// The learner module's g++ testbench: the stepped cycle count of one DQN step (cycles.h) of a
-// network given on the command line, the count the closed-form cycle model
+// The learner module's g++ testbench: the stepped cycle count (cycles.h) of one DQN step or one
+// DDPG / TD3 step of a network given on the command line, the count the closed-form cycle model
 // (drlhet/dse/devices/learner_cycles.py) is checked against (tests/hls/test_learner_testbench.py):
 //   g++ -std=c++17 -O2 -I hls/learner hls/learner/learner_tb.cpp -o learner_tb
 //   ./learner_tb --cycles OBS_DIM ACTIONS DUELING DOUBLE BATCH [HIDDEN ...]
-// prints "CYCLES <n> PARAMS <floats in the parameter memory>".
+//   ./learner_tb --cycles-ddpg OBS_DIM ACTIONS CRITICS ACTOR BATCH [HIDDEN ...]
+// print "CYCLES <n> PARAMS <floats in the parameter memory (DDPG: actor + one critic)>".
+// The synthesized top (learner_top.cpp, configured by its LEARNER_* macros) against the
+// C-simulation's path (DqnStep / DdpgStep on the host's memories) over STEPS random batches,
+// bit for bit:
+//   ./learner_tb --top STEPS SEED      prints "TOP OK <memory floats>" or "FAIL <what>".
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
+#include <vector>
 
 #include "cycles.h"
 #include "mlp.h"
+#include "learner_top.h"
+#ifndef LEARNER_TB_INCLUDES_TOP
+#define LEARNER_TB_INCLUDES_TOP 1  // g++ alone: the design in this translation unit
+#endif
+#if LEARNER_TB_INCLUDES_TOP
+#include "learner_top.cpp"
+#endif
 
 namespace ln = drlhet::learner;
+namespace top = drlhet::learner::top;
+
+namespace {
+
+// The C-simulation's path: one step on the host's copy of the memories.
+void ReferenceStep(const double* hp, std::vector<float>* mem, int32_t* counts, int32_t steps,
+                   const float* x, int b, float* out) {
+#if LEARNER_ALGO == 1
+  static ln::DdpgScratch s;
+  ln::DdpgNets nets;
+  const int a_out[1] = {top::kActions}, c_out[1] = {1};
+  ln::MakeNet(top::kObs, top::kWidths, top::kHidden, a_out, 1, &nets.actor);
+  ln::MakeNet(top::kObs + top::kActions, top::kWidths, top::kHidden, c_out, 1, &nets.critic);
+  ln::DdpgConfig cfg;
+  cfg.actor_opt.lr = hp[0], cfg.critic_opt.lr = hp[1];
+  for (ln::Adam* opt : {&cfg.actor_opt, &cfg.critic_opt}) {
+    opt->b1 = hp[2], opt->b2 = hp[3], opt->eps = hp[4], opt->clip = false;
+  }
+  cfg.tau = hp[5], cfg.priority_eps = hp[6], cfg.low = hp[7], cfg.high = hp[8];
+  cfg.td3 = hp[9] != 0.0, cfg.policy_delay = int32_t(hp[10]), cfg.critics = LEARNER_CRITICS;
+  const int64_t pa = top::kActor, pc = top::kCritic;
+  float* m = mem->data();
+  const ln::DdpgMemory dm{m, m + pa, m + pa + pc, m + 2 * pa + pc, m + 2 * (pa + pc),
+                          m + 3 * pa + 2 * pc, m + 4 * pa + 2 * pc, m + 4 * pa + 3 * pc};
+  const int d = top::kObs, a = top::kActions;
+  const ln::DdpgBatch batch{x, x + b * d, x + b * (d + a), x + b * (d + a + 1),
+                            x + b * (d + a + 2), x + b * (2 * d + a + 2), x + b * (2 * d + a + 3),
+                            b};
+  const ln::DdpgStepOut o = ln::DdpgStep(nets, cfg, dm, counts[0], counts[1], steps, batch, out, &s);
+  counts[0] = o.actor_count, counts[1] = o.critic_count;
+  out[b] = o.loss, out[b + 1] = o.actor_loss, out[b + 2] = o.abs_td;
+#else
+  static ln::DqnScratch s;
+  ln::Net net;
+  const int outs[2] = {LEARNER_DUELING ? 1 : top::kActions, top::kActions};
+  ln::MakeNet(top::kObs, top::kWidths, top::kHidden, outs, LEARNER_DUELING ? 2 : 1, &net);
+  ln::DqnConfig cfg;
+  cfg.opt.lr = hp[0], cfg.opt.b1 = hp[1], cfg.opt.b2 = hp[2], cfg.opt.eps = hp[3];
+  cfg.opt.max_norm = hp[4], cfg.huber_delta = hp[5], cfg.priority_eps = hp[6], cfg.tau = hp[7];
+  cfg.period = int32_t(hp[8]), cfg.double_q = hp[9] != 0.0, cfg.opt.sgd = hp[10] != 0.0;
+  std::vector<int32_t> action(static_cast<size_t>(b), 0);
+  const int d = top::kObs;
+  for (int r = 0; r < b; ++r) action[size_t(r)] = int32_t(x[b * d + r]);
+  const int64_t p = top::kParams;
+  float* m = mem->data();
+  const ln::DqnStepOut o = ln::DqnStep(net, cfg, m, m + p, m + 2 * p, m + 3 * p, counts[0], steps,
+                                       x, action.data(), x + b * (d + 1), x + b * (d + 2),
+                                       x + b * (d + 3), x + b * (2 * d + 3), b, out, &s);
+  counts[0] = o.count;
+  out[b] = o.loss, out[b + 1] = o.abs_td;
+#endif
+}
+
+// Random memories (moments >= 0 where Adam's second moment is) and batches; both paths.
+int TopSelfTest(int n_steps, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  const bool ddpg = LEARNER_ALGO == 1;
+  const double hp[top::kHyper] = {1e-3, ddpg ? 1e-3 : 0.9, ddpg ? 0.9 : 0.999,
+                                  ddpg ? 0.999 : 1e-8,  ddpg ? 1e-8 : 10.0, ddpg ? 0.005 : 1.0,
+                                  1e-6, ddpg ? -2.0 : 0.01, ddpg ? 2.0 : 0.0, 1.0, ddpg ? 2.0 : 0.0};
+  std::vector<float> mem(size_t(top::kMemory));
+  for (size_t k = 0; k < mem.size(); ++k) mem[k] = k >= mem.size() / 2 ? 1e-3f * unit(gen) : normal(gen);
+  int32_t counts[2] = {3, 3}, steps = 3;
+  uint32_t cmd[4] = {top::kLoad, uint32_t(counts[0]), uint32_t(counts[1]), uint32_t(steps)};
+  learner_top(cmd, hp, mem.data(), nullptr);
+  const int b = 32;
+  std::vector<float> x(size_t(top::BatchWords(b))), got(size_t(b + 3)), want(size_t(b + 3));
+  for (int step = 0; step < n_steps; ++step) {
+    for (size_t k = 0; k < x.size(); ++k) x[k] = normal(gen);
+    const int d = top::kObs;
+    for (int r = 0; r < b; ++r) {
+      if (!ddpg) x[size_t(b * d + r)] = float(gen() % top::kActions);  // the action
+      x[size_t(b * (2 * d + (ddpg ? top::kActions : 1) + 2) + r)] = 0.5f + unit(gen);  // weight
+    }
+    cmd[0] = top::kStep, cmd[1] = uint32_t(b);
+    learner_top(cmd, hp, x.data(), got.data());
+    ReferenceStep(hp, &mem, counts, ++steps, x.data(), b, want.data());
+    if (std::memcmp(got.data(), want.data(), sizeof(float) * got.size()) != 0) {
+      std::printf("FAIL priorities or metrics differ at step %d\n", step);
+      return 1;
+    }
+  }
+  std::vector<float> stored(mem.size());
+  cmd[0] = top::kStore;
+  learner_top(cmd, hp, nullptr, stored.data());
+  if (std::memcmp(stored.data(), mem.data(), sizeof(float) * mem.size()) != 0 ||
+      int32_t(cmd[1]) != counts[0] || int32_t(cmd[3]) != steps) {
+    std::printf("FAIL the stored memories or counts differ\n");
+    return 1;
+  }
+  std::printf("TOP OK %lld\n", static_cast<long long>(mem.size()));
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 7 || std::strcmp(argv[1], "--cycles") != 0) {
-    std::fprintf(stderr, "usage: %s --cycles OBS_DIM ACTIONS DUELING DOUBLE BATCH [HIDDEN ...]\n",
-                 argv[0]);
+  if (argc == 4 && std::strcmp(argv[1], "--top") == 0) {
+    return TopSelfTest(std::atoi(argv[2]), unsigned(std::atoi(argv[3])));
+  }
+  const bool dqn = argc > 1 && std::strcmp(argv[1], "--cycles") == 0;
+  const bool ddpg = argc > 1 && std::strcmp(argv[1], "--cycles-ddpg") == 0;
+  if (argc < 7 || !(dqn || ddpg)) {
+    std::fprintf(stderr,
+                 "usage: %s --cycles OBS_DIM ACTIONS DUELING DOUBLE BATCH [HIDDEN ...]\n"
+                 "       %s --cycles-ddpg OBS_DIM ACTIONS CRITICS ACTOR BATCH [HIDDEN ...]\n",
+                 argv[0], argv[0]);
     return 2;
   }
   const int obs_dim = std::atoi(argv[2]), actions = std::atoi(argv[3]);
-  const bool dueling = std::atoi(argv[4]) != 0, double_q = std::atoi(argv[5]) != 0;
+  const int flag_a = std::atoi(argv[4]), flag_b = std::atoi(argv[5]);
   const int batch = std::atoi(argv[6]);
   int widths[ln::kMaxHidden] = {0, 0, 0};
   const int hidden = argc - 7;
@@ -29,14 +147,24 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (int l = 0; l < hidden; ++l) widths[l] = std::atoi(argv[7 + l]);
-  const int outs[2] = {dueling ? 1 : actions, actions};
-  ln::Net net;
-  if (batch < 1 || batch > ln::kMaxBatch ||
-      !ln::MakeNet(obs_dim, widths, hidden, outs, dueling ? 2 : 1, &net)) {
+  ln::Net net, critic;
+  bool ok = batch >= 1 && batch <= ln::kMaxBatch;
+  if (dqn) {  // flag_a: dueling, flag_b: double Q
+    const int outs[2] = {flag_a ? 1 : actions, actions};
+    ok = ok && ln::MakeNet(obs_dim, widths, hidden, outs, flag_a ? 2 : 1, &net);
+  } else {  // flag_a: critics, flag_b: a step that trains the actor
+    const int a_out[1] = {actions}, c_out[1] = {1};
+    ok = ok && flag_a >= 1 && flag_a <= 2 && ln::MakeNet(obs_dim, widths, hidden, a_out, 1, &net) &&
+         ln::MakeNet(obs_dim + actions, widths, hidden, c_out, 1, &critic);
+  }
+  if (!ok) {
     std::fprintf(stderr, "a network or batch outside the module's sizes\n");
     return 2;
   }
-  const long long cycles = ln::DqnStepCycles(net, double_q, batch, ln::Timing());
-  std::printf("CYCLES %lld PARAMS %lld\n", cycles, static_cast<long long>(net.size));
+  const ln::Timing t;
+  const long long cycles = dqn ? ln::DqnStepCycles(net, flag_b != 0, batch, t)
+                               : ln::DdpgStepCycles(net, critic, flag_a, flag_b != 0, batch, t);
+  const long long params = net.size + (dqn ? 0 : critic.size);
+  std::printf("CYCLES %lld PARAMS %lld\n", cycles, params);
   return 0;
 }

@@ -113,23 +113,24 @@ inline void DenseForward(const Dense& d, const float* p, const float* x, int ldx
   }
 }
 
-// dx[row][i] = sum_o dy[row][o] W[i][o] (blocks of kPOut outputs in order, a tree in a block).
+// dx[row][i - from] = sum_o dy[row][o] W[i][o] for inputs i in [from, in) (blocks of kPOut
+// outputs in order, a tree in a block).
 inline void DenseInputGrad(const Dense& d, const float* p, const float* dy, int ldy, int batch,
-                           float* dx, int ldx) {
+                           float* dx, int ldx, int from = 0) {
   const float* w = p + d.w;
   float prod[kPOut];
   for (int row = 0; row < batch; ++row) {
-    for (int i = 0; i < d.in; ++i) dx[int64_t(row) * ldx + i] = 0.0f;
+    for (int i = from; i < d.in; ++i) dx[int64_t(row) * ldx + i - from] = 0.0f;
   }
   for (int ob = 0; ob < d.out; ob += kPOut) {
     const int width = d.out - ob < kPOut ? d.out - ob : kPOut;
-    for (int i = 0; i < d.in; ++i) {
+    for (int i = from; i < d.in; ++i) {
       for (int row = 0; row < batch; ++row) {
 #pragma HLS PIPELINE II = 1
         for (int q = 0; q < width; ++q) {
           prod[q] = dy[int64_t(row) * ldy + ob + q] * w[int64_t(i) * d.out + ob + q];
         }
-        dx[int64_t(row) * ldx + i] += TreeSum(prod, width);
+        dx[int64_t(row) * ldx + i - from] += TreeSum(prod, width);
       }
     }
   }
@@ -174,7 +175,8 @@ struct Adam {
   double b2 = 0.999;
   double eps = 1e-8;
   double max_norm = HUGE_VAL;  // optax.clip_by_global_norm before the optimizer (inf: none)
-  bool sgd = false;       // plain SGD (optax.sgd: p - lr g) instead of Adam
+  bool clip = true;            // false: no clip stage at all (optax.adam alone, as DDPG's)
+  bool sgd = false;            // plain SGD (optax.sgd: p - lr g) instead of Adam
 };
 
 // The global L2 norm of `g[0..n)`: kPOut squares per iteration summed by a tree, into eight
@@ -194,20 +196,20 @@ inline float GlobalNorm(const float* g, int64_t n) {
 // One optimizer step on `n` parameters, in place: the clip (optax.clip_by_global_norm: g when
 // the norm is below max_norm, else g / norm * max_norm), then Adam as optax.scale_by_adam
 // (bias-corrected moments, eps outside the root) times -lr, or SGD; then the target network's
-// Polyak update target = tau p + (1 - tau) target (optax.incremental_update; none when
-// `target` is null). `count` is Adam's step count before the step (int32, saturating at its
-// maximum as optax's); returns it after.
-inline int32_t OptimizerStep(const Adam& opt, double tau, int64_t n, const float* grads,
-                             float* params, float* mu, float* nu, float* target, int32_t count) {
+// Polyak update target = t_new p + t_old target (optax.incremental_update with t_old = 1 - tau
+// as the caller rounds it; none when `target` is null). `count` is Adam's step count before the
+// step (int32, saturating at its maximum as optax's); returns it after.
+inline int32_t OptimizerStep(const Adam& opt, float t_new, float t_old, int64_t n,
+                             const float* grads, float* params, float* mu, float* nu,
+                             float* target, int32_t count) {
   const float max_norm = float(opt.max_norm);
-  const float norm = GlobalNorm(grads, n);
-  const bool clip = !(norm < max_norm);
+  const float norm = opt.clip ? GlobalNorm(grads, n) : 0.0f;
+  const bool clip = opt.clip && !(norm < max_norm);
   const int32_t next = count == INT32_MAX ? count : count + 1;
   const float b1 = float(opt.b1), b2 = float(opt.b2), a1 = float(1.0 - opt.b1),
               a2 = float(1.0 - opt.b2), eps = float(opt.eps), neg_lr = float(-opt.lr);
   const float c1 = 1.0f - std::pow(b1, float(next));
   const float c2 = 1.0f - std::pow(b2, float(next));
-  const float t_new = float(tau), t_old = float(1.0 - tau);
   for (int64_t k = 0; k < n; ++k) {
 #pragma HLS PIPELINE II = 1
     const float g = clip ? (grads[k] / norm) * max_norm : grads[k];

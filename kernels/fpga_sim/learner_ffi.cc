@@ -14,11 +14,11 @@
 // is the learner's step count after this step. Attributes: the network (obs_dim, hidden,
 // widths w0..w2, actions, dueling) and the step's hyper-parameters (see DqnConfig).
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <string>
 
 #include "dqn.h"
+#include "learner_common.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -26,40 +26,12 @@ namespace ln = drlhet::learner;
 
 namespace {
 
-template <typename T>
-void CopyIfMoved(const T* from, T* to, int64_t n) {
-  if (from != to) std::memcpy(to, from, sizeof(T) * size_t(n));
-}
-
 ln::DqnScratch* Scratch() {
   thread_local std::unique_ptr<ln::DqnScratch> scratch(new ln::DqnScratch);
   return scratch.get();
 }
 
-struct NetAttrs {
-  int64_t obs_dim, hidden, w0, w1, w2, actions, dueling;
-};
-
-ffi::Error MakeDqnNet(const NetAttrs& a, int64_t params, int64_t batch, ln::Net* net) {
-  const int widths[3] = {int(a.w0), int(a.w1), int(a.w2)};
-  const int outs[2] = {a.dueling ? 1 : int(a.actions), int(a.actions)};
-  if (!ln::MakeNet(int(a.obs_dim), widths, int(a.hidden), outs, a.dueling ? 2 : 1, net)) {
-    return ffi::Error::InvalidArgument(
-        "learner: a network outside the module's sizes (at most " +
-        std::to_string(ln::kMaxHidden) + " hidden layers of " + std::to_string(ln::kMaxWidth) +
-        " neurons)");
-  }
-  if (net->size != params) {
-    return ffi::Error::InvalidArgument("learner: parameter memory of " +
-                                       std::to_string(params) + " floats, the network has " +
-                                       std::to_string(net->size));
-  }
-  if (batch < 1 || batch > ln::kMaxBatch) {
-    return ffi::Error::InvalidArgument("learner: batch " + std::to_string(batch) +
-                                       " outside 1.." + std::to_string(ln::kMaxBatch));
-  }
-  return ffi::Error::Success();
-}
+using ln::CopyIfMoved;
 
 ffi::Error DqnImpl(ffi::Buffer<ffi::F32> params, ffi::Buffer<ffi::F32> target,
                    ffi::Buffer<ffi::F32> mu, ffi::Buffer<ffi::F32> nu,
@@ -80,8 +52,12 @@ ffi::Error DqnImpl(ffi::Buffer<ffi::F32> params, ffi::Buffer<ffi::F32> target,
   const int64_t p = params.element_count() / v_count;
   const int64_t b = reward.element_count() / v_count;
   ln::Net net;
-  const NetAttrs attrs{obs_dim, hidden, w0, w1, w2, actions, dueling};
-  if (auto err = MakeDqnNet(attrs, p, b, &net); err.failure()) return err;
+  const int64_t widths[3] = {w0, w1, w2};
+  const int outs[2] = {dueling ? 1 : int(actions), int(actions)};
+  if (auto err = ln::MakeCheckedNet(obs_dim, widths, hidden, outs, dueling ? 2 : 1, p, b, &net);
+      err.failure()) {
+    return err;
+  }
   if (obs.element_count() != v_count * b * obs_dim) {
     return ffi::Error::InvalidArgument("learner: observations are not [B, obs_dim]");
   }

@@ -20,6 +20,7 @@ import pytest
 from drlhet import backends
 from drlhet.agents.dqn import DQNConfig, make_dqn
 from drlhet.backends import fpga_learner
+from drlhet.backends.learner_spec import why_not
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.mapping import Placement
 from drlhet.runtime.run import default_mapping, run
@@ -155,7 +156,6 @@ def test_layout_round_trips():
         ({"hidden": (64, 64, 64, 64)}, "at most 3 hidden layers"),
         ({"hidden": (512,)}, "1..256 wide"),
         ({"batch_size": 512}, "batches of 1..256"),
-        ({"algo": "ddpg", "env": "Pendulum-v1"}, "DQN's step only"),
     ],
 )
 def test_what_the_module_cannot_train_is_refused_before_the_run(change, match):
@@ -166,6 +166,11 @@ def test_what_the_module_cannot_train_is_refused_before_the_run(change, match):
         cfg = dataclasses.replace(cfg, **change)
     with pytest.raises(ValueError, match=match):
         run(cfg, "actors=cpu:0,replay=jax@cpu:0,learner=fpga@cpu:0")
+
+
+def test_an_algorithm_the_module_does_not_run_is_named():
+    assert "not 'sac'" in why_not("sac", (64,), (D,), A, 64)
+    assert why_not("ddpg", (64,), (D,), A, 64) == ""
 
 
 def test_learner_without_a_mapping_places_the_module_beside_the_rest():

@@ -229,8 +229,15 @@ def test_fpga_replay_costs_the_modules_cycle_model():
     # learner: the learner module's cycle model at the toy's clock
     t = m.compute("learner", Place("fpga", "fpga"))["train"]
     assert t == pytest.approx(learner_cycles.dqn_step_cycles(4, (64, 64), 2, 100) / (mhz * 1e6))
+    ddpg = Model(
+        Shapes(**{**SHAPES.__dict__, "algo": "ddpg", "td3": True}), toy_sheets(), {"jax": PROFILE}
+    )
+    t = ddpg.compute("learner", Place("fpga", "fpga"))["train"]
+    mean = learner_cycles.ddpg_mean_step_cycles(4, (64, 64), 2, 100, td3=True, policy_delay=2)
+    assert t == pytest.approx(mean / (mhz * 1e6))
     for change, why in (
-        ({"algo": "ddpg"}, "DQN's step only"),
+        ({"algo": "sac"}, "not 'sac'"),
+        ({"algo": "ddpg", "net": (200, 64, 64, 60)}, "1..256 wide"),
         ({"net": (4, 512, 2)}, "1..256 wide"),
         ({"batch": 512}, "batches of 1..256"),
     ):

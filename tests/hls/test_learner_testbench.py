@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from drlhet.dse.devices import learner_cycles
-from drlhet.dse.devices.learner_testbench import build, stepped_cycles
+from drlhet.dse.devices.learner_testbench import build, stepped_cycles, stepped_ddpg_cycles
 
 NETWORKS = [  # (obs_dim, hidden, actions, dueling, double)
     (8, (64,), 4, False, True),  # the authors' DQN learner, 8-64-4
@@ -33,6 +33,36 @@ def test_the_cycle_model_agrees_with_the_stepped_count(exe, net, batch):
     assert params == sum(i * o + o for i, o in learner_cycles.layers(obs_dim, hidden, heads))
 
 
+DDPG_NETWORKS = [  # (obs_dim, hidden, actions, critics)
+    (8, (32,), 4, 1),  # the authors' DDPG learner, 8-32-4 / 12-32-1
+    (3, (64, 64), 1, 1),  # drlhet's Pendulum DDPG
+    (17, (256, 256), 6, 2),  # TD3 on a MuJoCo-sized task
+]
+
+
+@pytest.mark.parametrize("net", DDPG_NETWORKS)
+@pytest.mark.parametrize("batch", [16, 128, 256])
+@pytest.mark.parametrize("actor", [True, False])
+def test_the_ddpg_cycle_model_agrees_with_the_stepped_count(exe, net, batch, actor):
+    obs_dim, hidden, actions, critics = net
+    stepped, params = stepped_ddpg_cycles(exe, obs_dim, hidden, actions, batch, critics, actor)
+    model = learner_cycles.ddpg_step_cycles(obs_dim, hidden, actions, batch, critics, actor)
+    assert abs(model / stepped - 1) <= 0.05, (net, batch, actor, model, stepped)
+    pi = learner_cycles.layers(obs_dim, hidden, (actions,))
+    q = learner_cycles.layers(obs_dim + actions, hidden, (1,))
+    assert params == sum(i * o + o for i, o in pi + q)
+
+
+def test_td3_costs_its_actor_step_one_step_in_policy_delay():
+    full = learner_cycles.ddpg_step_cycles(3, (64, 64), 1, 64, 2, actor=True)
+    light = learner_cycles.ddpg_step_cycles(3, (64, 64), 1, 64, 2, actor=False)
+    assert light < full
+    mean = learner_cycles.ddpg_mean_step_cycles(3, (64, 64), 1, 64, td3=True, policy_delay=2)
+    assert mean == (full + light) / 2
+    ddpg = learner_cycles.ddpg_mean_step_cycles(3, (64, 64), 1, 64)
+    assert ddpg == learner_cycles.ddpg_step_cycles(3, (64, 64), 1, 64, 1, actor=True)
+
+
 def test_the_stepped_count_sees_the_adders_latency(exe):
     """Below P_BATCH * add samples the forward accumulators recur faster than the adder
     finishes: per sample the step gets dearer, as the closed form says; and a slower adder
@@ -53,3 +83,33 @@ def test_a_network_outside_the_module_is_refused(exe):
         stepped_cycles(exe, 4, (512,), 2, 64)
     with pytest.raises(ValueError, match="outside the module"):
         stepped_cycles(exe, 4, (64,), 2, 1024)
+
+
+TOPS = {  # the synthesized top's configurations (hls/learner/learner_top.h)
+    "DQN 4-64-64-2 dueling": {},
+    "DQN 8-64-4 plain": {
+        "LEARNER_OBS": 8,
+        "LEARNER_ACTIONS": 4,
+        "LEARNER_H1": 0,
+        "LEARNER_DUELING": 0,
+    },
+    "DDPG 3-64-64-1": {"LEARNER_ALGO": 1, "LEARNER_OBS": 3, "LEARNER_ACTIONS": 1},
+    "TD3 5-32-16-2": {
+        "LEARNER_ALGO": 1,
+        "LEARNER_OBS": 5,
+        "LEARNER_H0": 32,
+        "LEARNER_H1": 16,
+        "LEARNER_CRITICS": 2,
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(TOPS))
+def test_the_synthesized_top_runs_the_c_simulations_step_bit_for_bit(tmp_path, name):
+    """learner_top (load, steps, store through its host protocol) against DqnStep / DdpgStep
+    on the host's memories: the same priorities, metrics, memories and counts."""
+    import subprocess
+
+    exe = build(tmp_path, TOPS[name])
+    run = subprocess.run([str(exe), "--top", "4", "7"], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.startswith("TOP OK"), run.stdout + run.stderr

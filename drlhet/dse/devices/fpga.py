@@ -3,7 +3,7 @@
 docs/design.md sections 3 and 5: the replay module's commands cost what its cycle model
 (`drlhet.dse.devices.rmm_cycles`, derived from ``hls/rmm``) says at the board's clock, with its
 leaves on chip or, beyond the on-chip memory, in DDR; a prediction resting on it is labelled
-*modeled (cycle model)*. The learner module's DQN step costs what its cycle model
+*modeled (cycle model)*. The learner module's DQN or DDPG/TD3 step costs what its cycle model
 (`drlhet.dse.devices.learner_cycles`, derived from ``hls/learner``) says at the board's clock,
 also *modeled (cycle model)*; a network or algorithm the module does not run cannot be placed
 there. The host pays the sheet's ``invocation_us`` per call.
@@ -52,9 +52,14 @@ def seconds(prim: str, sheet: dict, s: Shapes) -> float:
         return t + (0.0 if prim == "update" else n * s.row_bytes / ddr)
     if prim == "train":
         obs_dim, *hidden, outputs = s.net
-        cycles = learner_cycles.dqn_step_cycles(
-            obs_dim, tuple(hidden), outputs, s.batch, s.dueling, s.double
-        )
+        if s.algo == "ddpg":
+            cycles: float = learner_cycles.ddpg_mean_step_cycles(
+                obs_dim, tuple(hidden), outputs, s.batch, s.td3, s.policy_delay
+            )
+        else:
+            cycles = learner_cycles.dqn_step_cycles(
+                obs_dim, tuple(hidden), outputs, s.batch, s.dueling, s.double
+            )
         return learner_cycles.seconds(cycles, clock)
     raise ValueError(f"{prim} does not run on an FPGA in this model")
 
@@ -73,7 +78,8 @@ def host_overhead(sheet: dict) -> float:
 def infeasible(group: str, sheet: dict, s: Shapes) -> str:
     """Why ``group`` cannot run on this board (empty: it can): the replay module is built for
     some K and at most 2^31 leaves, and its memories must fit on chip or (the leaves) in DDR;
-    the learner module runs DQN's step on networks and batches within its sizes."""
+    the learner module runs DQN's and DDPG/TD3's steps on networks and batches within its
+    sizes."""
     if group == "learner":
         need, have = learner_cycles.dsps(), _v(sheet, "dsp")
         if need > have:

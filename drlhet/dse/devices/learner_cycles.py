@@ -1,13 +1,17 @@
-"""The cycle model of the FPGA learner module (``hls/learner``): cycles per DQN learner step.
+"""The cycle model of the FPGA learner module (``hls/learner``): cycles per DQN or DDPG/TD3
+learner step.
 
 docs/design.md section 3 ("The FPGA learner"). The module runs the step's loop nests one after
 another (`hls/learner/dqn.h`): three forward passes (the online network on s, the target and,
 for double Q, the online network on s'), the TD/loss pass over the rows, the backward pass
 (each layer's weight gradient; the input gradient of every layer but the first; ReLU's
 gradient), the global norm and the optimizer over the parameter memory, and the priorities.
-Each loop is pipelined at II 1 with ``P_OUT`` neurons x ``P_BATCH`` samples per iteration; a
-loop of ``T`` iterations whose accumulators recur every ``d`` iterations issues its last
-iteration at
+A DDPG / TD3 step (`hls/learner/ddpg.h`) runs the target actor and the target critics on s',
+each critic on s, the critics' backward passes and Adam steps, the actor and critic 0 on s
+(the actor loss), and on the steps that train the actor, critic 0's input gradient at the
+action, the actor's backward pass and its Adam step. Each loop is pipelined at II 1 with
+``P_OUT`` neurons x ``P_BATCH`` samples per iteration; a loop of ``T`` iterations whose
+accumulators recur every ``d`` iterations issues its last iteration at
 
     T - 1                                       when d >= add (or no accumulator),
     floor((T - 1) / d) * add + (T - 1) mod d    otherwise (it waits for the adder),
@@ -31,6 +35,8 @@ __all__ = [
     "layers",
     "loop",
     "dqn_step_cycles",
+    "ddpg_step_cycles",
+    "ddpg_mean_step_cycles",
     "seconds",
     "dsps",
 ]
@@ -93,6 +99,41 @@ def _elementwise(width: int, b: int, t: Timing) -> int:
     return loop(-(-b // P_BATCH) * -(-width // P_OUT), t.mem + t.add + 1, t)
 
 
+def _forward_net(net: list[tuple[int, int]], b: int, t: Timing) -> int:
+    return sum(_forward(i, o, b, t) for i, o in net)
+
+
+def _backward_net(
+    net: list[tuple[int, int]], n_heads: int, b: int, t: Timing, weights: bool, dx_cols: int = 0
+) -> int:
+    """A backward pass (hls/learner/net.h): weight gradients when ``weights``, the input
+    gradient of every hidden layer but the first, the first layer's over ``dx_cols`` inputs,
+    ReLU's gradient, the sum where two heads meet."""
+    n_hidden = len(net) - n_heads
+    c = 0
+    for i, o in net[n_hidden:]:
+        c += _weight_grad(i, o, b, t) if weights else 0
+        c += _input_grad(i, o, b, t) if n_hidden else 0
+        c += _input_grad(dx_cols, o, b, t) if not n_hidden and dx_cols else 0
+    if n_heads == 2 and (n_hidden or dx_cols):
+        c += _elementwise(net[n_hidden][0], b, t)
+    for k in range(n_hidden - 1, -1, -1):
+        i, o = net[k]
+        c += _elementwise(o, b, t) + (_weight_grad(i, o, b, t) if weights else 0)
+        c += _input_grad(i, o, b, t) if k else (_input_grad(dx_cols, o, b, t) if dx_cols else 0)
+    return c
+
+
+def _optimizer(net: list[tuple[int, int]], t: Timing, clip: bool) -> int:
+    """The optimizer's element pipeline over the parameter memory, after the global norm's
+    pass when the step clips."""
+    lanes = -(-sum(i * o + o for i, o in net) // P_OUT)
+    c = loop(lanes, t.update, t)
+    if clip:
+        c += loop(lanes, t.mem + t.mul + (_log2(P_OUT) + 1) * t.add, t, distance=8)
+    return c
+
+
 def dqn_step_cycles(
     obs_dim: int,
     hidden: tuple[int, ...],
@@ -106,26 +147,61 @@ def dqn_step_cycles(
     t = t or Timing()
     heads = (1, actions) if dueling else (actions,)
     net = layers(obs_dim, hidden, heads)
-    n_hidden = len(hidden)
-    c = (3 if double else 2) * sum(_forward(i, o, batch, t) for i, o in net)
+    c = (3 if double else 2) * _forward_net(net, batch, t)
     c += loop(batch, t.mem + 4 * t.add + 2 * t.mul + actions, t, distance=1)  # TD, loss, dQ
-    for i, o in net[n_hidden:]:
-        c += _weight_grad(i, o, batch, t) + (_input_grad(i, o, batch, t) if n_hidden else 0)
-    if n_hidden and dueling:
-        c += _elementwise(hidden[-1], batch, t)
-    for k in range(n_hidden - 1, -1, -1):
-        i, o = net[k]
-        c += _elementwise(o, batch, t) + _weight_grad(i, o, batch, t)
-        c += _input_grad(i, o, batch, t) if k else 0
-    size = sum(i * o + o for i, o in net)
-    lanes = -(-size // P_OUT)
-    c += loop(lanes, t.mem + t.mul + (_log2(P_OUT) + 1) * t.add, t, distance=8)  # global norm
-    c += loop(lanes, t.update, t)  # the optimizer
+    c += _backward_net(net, len(heads), batch, t, weights=True)
+    c += _optimizer(net, t, clip=True)
     c += loop(batch, t.mem + t.add + 1, t, distance=1)  # priorities, mean |td|
     return c
 
 
-def seconds(cycles: int, clock_mhz: float) -> float:
+def ddpg_step_cycles(
+    obs_dim: int,
+    hidden: tuple[int, ...],
+    actions: int,
+    batch: int,
+    critics: int = 1,
+    actor: bool = True,
+    t: Timing | None = None,
+) -> int:
+    """Cycles of one DDPG / TD3 learner step of the module (``hls/learner/ddpg.h``):
+    ``critics`` critics (2 for TD3); ``actor``: a step that trains the actor and the targets
+    (every step for DDPG, one in ``policy_delay`` for TD3)."""
+    t = t or Timing()
+    pi = layers(obs_dim, hidden, (actions,))
+    q = layers(obs_dim + actions, hidden, (1,))
+    row = t.mem + t.add + 1
+    c = _forward_net(pi, batch, t) + _elementwise(actions, batch, t)  # a' (noise, clip)
+    c += 2 * critics * _forward_net(q, batch, t)  # the target critics on s', the critics on s
+    c += loop(critics * batch, t.mem + 3 * t.add + 2 * t.mul, t, distance=1)  # TD, loss
+    c += critics * (_backward_net(q, 1, batch, t, weights=True) + _optimizer(q, t, clip=False))
+    c += _forward_net(pi, batch, t) + _elementwise(actions, batch, t)  # actor(s)
+    c += _forward_net(q, batch, t) + loop(batch, row, t, distance=1)  # the actor loss
+    if actor:
+        c += _backward_net(q, 1, batch, t, weights=False, dx_cols=actions)
+        c += _elementwise(actions, batch, t)  # through tanh
+        c += _backward_net(pi, 1, batch, t, weights=True) + _optimizer(pi, t, clip=False)
+    return c + loop(batch, row, t, distance=1)  # priorities, mean |td|
+
+
+def ddpg_mean_step_cycles(
+    obs_dim: int,
+    hidden: tuple[int, ...],
+    actions: int,
+    batch: int,
+    td3: bool = False,
+    policy_delay: int = 2,
+    t: Timing | None = None,
+) -> float:
+    """Mean cycles per learner step: DDPG trains the actor every step; TD3 (two critics) one
+    step in ``policy_delay``."""
+    critics, delay = (2, policy_delay) if td3 else (1, 1)
+    full = ddpg_step_cycles(obs_dim, hidden, actions, batch, critics, True, t)
+    light = ddpg_step_cycles(obs_dim, hidden, actions, batch, critics, False, t)
+    return (full + (delay - 1) * light) / delay
+
+
+def seconds(cycles: float, clock_mhz: float) -> float:
     """Seconds of ``cycles`` at the module's clock."""
     return cycles / (clock_mhz * 1e6)
 

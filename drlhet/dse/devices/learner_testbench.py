@@ -1,9 +1,10 @@
 """The learner module's g++ testbench (``hls/learner/learner_tb.cpp``), built and run from Python.
 
-docs/design.md section 3. Its ``--cycles`` mode steps the loops of one DQN learner step
-iteration by iteration (``hls/learner/cycles.h``): the count the cycle model
-(`drlhet.dse.devices.learner_cycles`) is checked against. It needs the repository's ``hls/``
-sources and a C++17 compiler.
+docs/design.md section 3. Its ``--cycles`` (``--cycles-ddpg``) mode steps the loops of one
+DQN (DDPG / TD3) learner step iteration by iteration (``hls/learner/cycles.h``): the count the
+cycle model (`drlhet.dse.devices.learner_cycles`) is checked against; its ``--top`` mode runs
+the synthesized top against the C-simulation's path. It needs the repository's ``hls/`` sources
+and a C++17 compiler.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from pathlib import Path
 
 from drlhet.backends.base import BackendUnavailable
 
-__all__ = ["LEARNER_DIR", "build", "stepped_cycles"]
+__all__ = ["LEARNER_DIR", "build", "stepped_cycles", "stepped_ddpg_cycles"]
 
 LEARNER_DIR = Path(__file__).resolve().parents[3] / "hls" / "learner"
 
 
-def build(out: Path) -> Path:
-    """Compiles the testbench into ``out``; returns the executable.
+def build(out: Path, defines: dict[str, int] | None = None) -> Path:
+    """Compiles the testbench into ``out``; returns the executable. ``defines``: the
+    synthesized top's configuration (``LEARNER_*`` macros, ``hls/learner/learner_top.h``) for
+    ``--top``.
 
     Raises:
       BackendUnavailable: no compiler, or no ``hls/learner`` sources (an installed wheel
@@ -32,7 +35,9 @@ def build(out: Path) -> Path:
     if not (LEARNER_DIR / "learner_tb.cpp").is_file():
         raise BackendUnavailable(f"no HLS sources at {LEARNER_DIR} (a repository has them)")
     exe = Path(out) / "learner_tb"
-    cmd = [cxx, "-std=c++17", "-O2", "-w", f"-I{LEARNER_DIR}", str(LEARNER_DIR / "learner_tb.cpp")]
+    macros = [f"-D{k}={v}" for k, v in (defines or {}).items()]
+    cmd = [cxx, "-std=c++17", "-O2", "-w", *macros, f"-I{LEARNER_DIR}"]
+    cmd.append(str(LEARNER_DIR / "learner_tb.cpp"))
     subprocess.run([*cmd, "-o", str(exe)], check=True, capture_output=True, text=True)
     return exe
 
@@ -47,9 +52,26 @@ def stepped_cycles(
     double: bool = True,
 ) -> tuple[int, int]:
     """``(cycles, parameters)`` of one DQN step of this network, stepped by the testbench."""
-    args = [obs_dim, actions, int(dueling), int(double), batch, *hidden]
+    return _run(exe, "--cycles", [obs_dim, actions, int(dueling), int(double), batch, *hidden])
+
+
+def stepped_ddpg_cycles(
+    exe: Path,
+    obs_dim: int,
+    hidden: tuple[int, ...],
+    actions: int,
+    batch: int,
+    critics: int = 1,
+    actor: bool = True,
+) -> tuple[int, int]:
+    """``(cycles, parameters of the actor and one critic)`` of one DDPG / TD3 step, stepped by
+    the testbench (``actor``: a step that trains the actor)."""
+    return _run(exe, "--cycles-ddpg", [obs_dim, actions, critics, int(actor), batch, *hidden])
+
+
+def _run(exe: Path, mode: str, args: list[int]) -> tuple[int, int]:
     run = subprocess.run(
-        [str(exe), "--cycles", *map(str, args)], capture_output=True, text=True, check=False
+        [str(exe), mode, *map(str, args)], capture_output=True, text=True, check=False
     )
     if run.returncode != 0:
         raise ValueError(run.stderr.strip() or f"learner_tb exited with {run.returncode}")

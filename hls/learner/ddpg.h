@@ -1,0 +1,239 @@
+// The learner module's DDPG / TD3 step on one mini-batch (docs/design.md section 3, "The FPGA
+// learner module"), as drlhet.agents.ddpg computes it with flax and optax:
+//   critic step  a' = actor_target(s') (TD3: clip(a' + noise, low, high), the noise drawn by
+//                JAX and passed in), q' = min over the target critics of critic_target(s', a'),
+//                td_i = (r + discount q') - critic_i(s, a) for each critic i (one, or TD3's
+//                two), loss = mean over i and the batch of w td_i^2, its gradient through each
+//                critic, Adam (no clip) on each critic with one shared count;
+//   actor step   a = actor(s), actor loss = -mean critic_0'(s, a) with the critic just
+//                updated; its gradient through critic_0' into a (the critic's input gradient,
+//                action columns only), through the actor's tanh scaling and the actor, Adam;
+//   targets      Polyak, target = tau p + (1 - tau) target, for the actor and every critic.
+// TD3 runs the actor step and the targets' update every `policy_delay` steps only (otherwise
+// the actor, its Adam state and the targets are left as they are, as drlhet.agents.ddpg's
+// jnp.where does); the actor loss is computed every step, as a metric.
+//
+// Parameter memories: the actor's (one head of `actions` outputs) and each critic's (input
+// obs_dim + actions: the observation's columns, then the action's; one head of 1 output), each
+// in mlp.h's layout; the critics one after another.
+#ifndef DRLHET_LEARNER_DDPG_H_
+#define DRLHET_LEARNER_DDPG_H_
+
+#include <cmath>
+#include <cstdint>
+
+#include "mlp.h"
+#include "net.h"
+
+namespace drlhet {
+namespace learner {
+
+struct DdpgConfig {
+  int critics = 1;           // 2: TD3's twin critics
+  bool td3 = false;          // target smoothing (noise input), twin min, delayed actor
+  int32_t policy_delay = 2;  // TD3: the actor and targets step when steps % delay == 0
+  double tau = 0.005;
+  double priority_eps = 1e-6;
+  double low = -1.0, high = 1.0;  // the action's bounds (Python floats: their range rounds once)
+  Adam actor_opt, critic_opt;     // clip = false: optax.adam alone
+};
+
+// The actor and critic networks of one agent.
+struct DdpgNets {
+  Net actor;   // obs_dim -> hidden -> actions
+  Net critic;  // obs_dim + actions -> hidden -> 1
+};
+
+// The learner state's memories, each in mlp.h's layout (`critic*`: the critics one after
+// another, critics x critic.size floats).
+struct DdpgMemory {
+  float* actor;
+  float* critic;
+  float* target_actor;
+  float* target_critic;
+  float* actor_mu;
+  float* actor_nu;
+  float* critic_mu;
+  float* critic_nu;
+};
+
+// One mini-batch: obs [B][D], action [B][M], reward, discount, weights [B], noise [B][M] (TD3's
+// clipped target noise; unused otherwise).
+struct DdpgBatch {
+  const float* obs;
+  const float* action;
+  const float* reward;
+  const float* discount;
+  const float* next_obs;
+  const float* weights;
+  const float* noise;
+  int batch;
+};
+
+// On-chip scratch of one step (the C-simulation allocates it once per thread).
+struct DdpgScratch {
+  float x[kMaxBatch * kMaxWidth];  // a critic's input [B][D + M]
+  Activations actor;               // actor_target(s'), then actor(s)
+  Activations critic[2];           // each critic on (s, a), kept for its backward pass
+  Activations probe;               // a target critic on (s', a'); critic_0' on (s, actor(s))
+  float q_next[kMaxBatch];
+  float td[2][kMaxBatch];
+  BackwardBuffers back;
+  float act[kMaxBatch * kMaxWidth];  // actor(s) [B][M]
+  float da[kMaxBatch * kMaxWidth];   // the actor loss's gradient at the action [B][M]
+  float grads[int64_t(kMaxHidden + 2) * (kMaxWidth + 1) * kMaxWidth];
+};
+
+struct DdpgStepOut {
+  float loss;        // the critics' loss
+  float actor_loss;  // -mean critic_0'(s, actor(s))
+  float abs_td;      // mean |td_0|
+  int32_t actor_count;
+  int32_t critic_count;
+};
+
+// The actor's output: low + ((tanh(z) + 1) 0.5) (high - low), as drlhet.agents.networks.Actor.
+inline float ActorOut(const DdpgConfig& cfg, float z) {
+  const float low = float(cfg.low), range = float(cfg.high - cfg.low);
+  return low + ((std::tanh(z) + 1.0f) * 0.5f) * range;
+}
+
+// The critic's input rows [obs | action] into s->x (stride D + M); `act` has stride lda.
+inline void CriticInput(int d, int m, const float* obs, const float* act, int lda, int batch,
+                        float* x) {
+  for (int row = 0; row < batch; ++row) {
+    for (int k = 0; k < d; ++k) x[int64_t(row) * (d + m) + k] = obs[int64_t(row) * d + k];
+    for (int k = 0; k < m; ++k) x[int64_t(row) * (d + m) + d + k] = act[int64_t(row) * lda + k];
+  }
+}
+
+// q' = min over the target critics on (s', a'), a' from the target actor (+ TD3's noise).
+inline void CriticTargets(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMemory& m,
+                          const DdpgBatch& b, DdpgScratch* s) {
+  const int d = n.actor.layer[0].in, acts = n.critic.layer[0].in - d;
+  Forward(n.actor, m.target_actor, b.next_obs, d, b.batch, &s->actor);
+  float* a_next = s->actor.head[0];  // becomes a' in place
+  for (int row = 0; row < b.batch; ++row) {
+    for (int k = 0; k < acts; ++k) {
+      float& a = a_next[int64_t(row) * kMaxWidth + k];
+      a = ActorOut(cfg, a);
+      if (!cfg.td3) continue;
+      a = a + b.noise[int64_t(row) * acts + k];
+      a = std::fmin(std::fmax(a, float(cfg.low)), float(cfg.high));
+    }
+  }
+  CriticInput(d, acts, b.next_obs, a_next, kMaxWidth, b.batch, s->x);
+  for (int c = 0; c < cfg.critics; ++c) {
+    Forward(n.critic, m.target_critic + c * n.critic.size, s->x, d + acts, b.batch, &s->probe);
+    for (int row = 0; row < b.batch; ++row) {
+      const float q = s->probe.head[0][int64_t(row) * kMaxWidth];
+      s->q_next[row] = c == 0 ? q : std::fmin(s->q_next[row], q);
+    }
+  }
+}
+
+// The critics' step: forward on (s, a), TD errors, loss, backward, Adam (and, when `polyak`,
+// the target critics' update). Returns the loss; the TD errors stay in s->td.
+inline float CriticStep(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMemory& m,
+                        const DdpgBatch& b, bool polyak, int32_t* count, DdpgScratch* s) {
+  const int d = n.actor.layer[0].in, acts = n.critic.layer[0].in - d;
+  const int64_t pc = n.critic.size;
+  CriticInput(d, acts, b.obs, b.action, acts, b.batch, s->x);
+  for (int c = 0; c < cfg.critics; ++c) {
+    Forward(n.critic, m.critic + c * pc, s->x, d + acts, b.batch, &s->critic[c]);
+  }
+  const float inv = 1.0f / float(cfg.critics * b.batch);
+  float loss = 0.0f;
+  for (int c = 0; c < cfg.critics; ++c) {
+    for (int row = 0; row < b.batch; ++row) {
+      const float y = b.reward[row] + b.discount[row] * s->q_next[row];
+      const float t = y - s->critic[c].head[0][int64_t(row) * kMaxWidth];
+      s->td[c][row] = t;
+      loss += b.weights[row] * (t * t);
+    }
+  }
+  const float t_new = float(cfg.tau), t_old = 1.0f - t_new;  // tau as a float32 array
+  int32_t next = *count;
+  BackwardOut out;
+  out.grads = s->grads;
+  for (int c = 0; c < cfg.critics; ++c) {  // d loss / d q_c = -(w / (nB)) 2 td_c
+    for (int row = 0; row < b.batch; ++row) {
+      s->back.dq[0][int64_t(row) * kMaxWidth] = -((inv * b.weights[row]) * (2.0f * s->td[c][row]));
+    }
+    Backward(n.critic, m.critic + c * pc, s->x, d + acts, s->critic[c], b.batch, &s->back, out);
+    next = OptimizerStep(cfg.critic_opt, t_new, t_old, pc, s->grads, m.critic + c * pc,
+                         m.critic_mu + c * pc, m.critic_nu + c * pc,
+                         polyak ? m.target_critic + c * pc : nullptr, *count);
+  }
+  *count = next;
+  return loss * inv;
+}
+
+// The actor loss -mean critic_0(s, actor(s)) with the critic just updated; when `step`, its
+// gradient and the actor's Adam step (and the target actor's update). Returns the loss.
+inline float ActorStep(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMemory& m,
+                       const DdpgBatch& b, bool step, int32_t* count, DdpgScratch* s) {
+  const int d = n.actor.layer[0].in, acts = n.critic.layer[0].in - d;
+  Forward(n.actor, m.actor, b.obs, d, b.batch, &s->actor);
+  float* a = s->act;
+  for (int row = 0; row < b.batch; ++row) {
+    for (int k = 0; k < acts; ++k) {
+      a[row * acts + k] = ActorOut(cfg, s->actor.head[0][int64_t(row) * kMaxWidth + k]);
+    }
+  }
+  CriticInput(d, acts, b.obs, a, acts, b.batch, s->x);
+  Forward(n.critic, m.critic, s->x, d + acts, b.batch, &s->probe);
+  float sum = 0.0f;
+  for (int row = 0; row < b.batch; ++row) sum += s->probe.head[0][int64_t(row) * kMaxWidth];
+  const float loss = -(sum / float(b.batch));
+  if (!step) return loss;
+  const float dq = -1.0f / float(b.batch);
+  for (int row = 0; row < b.batch; ++row) s->back.dq[0][int64_t(row) * kMaxWidth] = dq;
+  BackwardOut to_action;  // the critic's input gradient at the action's columns only
+  to_action.dx = s->da;
+  to_action.dx_from = d;
+  to_action.ld_dx = kMaxWidth;
+  Backward(n.critic, m.critic, s->x, d + acts, s->probe, b.batch, &s->back, to_action);
+  const float range = float(cfg.high - cfg.low);
+  for (int row = 0; row < b.batch; ++row) {  // through the scaling and tanh (JAX's tanh JVP)
+    for (int k = 0; k < acts; ++k) {
+      const float y = std::tanh(s->actor.head[0][int64_t(row) * kMaxWidth + k]);
+      const float g = (s->da[int64_t(row) * kMaxWidth + k] * range) * 0.5f;
+      s->back.dq[0][int64_t(row) * kMaxWidth + k] = (g + g * y) * (1.0f - y);
+    }
+  }
+  BackwardOut grads;
+  grads.grads = s->grads;
+  Backward(n.actor, m.actor, b.obs, d, s->actor, b.batch, &s->back, grads);
+  const float t_new = float(cfg.tau), t_old = 1.0f - t_new;
+  *count = OptimizerStep(cfg.actor_opt, t_new, t_old, n.actor.size, s->grads, m.actor,
+                         m.actor_mu, m.actor_nu, m.target_actor, *count);
+  return loss;
+}
+
+// One DDPG / TD3 learner step, in place on the memories. `steps` is the learner's step count
+// after this step (TD3's delay clock); `priorities` [B] receives |td_0| + eps.
+inline DdpgStepOut DdpgStep(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMemory& m,
+                            int32_t actor_count, int32_t critic_count, int32_t steps,
+                            const DdpgBatch& b, float* priorities, DdpgScratch* s) {
+  const bool do_actor = !cfg.td3 || steps % cfg.policy_delay == 0;
+  DdpgStepOut out;
+  out.actor_count = actor_count;
+  out.critic_count = critic_count;
+  CriticTargets(n, cfg, m, b, s);
+  out.loss = CriticStep(n, cfg, m, b, do_actor, &out.critic_count, s);
+  out.actor_loss = ActorStep(n, cfg, m, b, do_actor, &out.actor_count, s);
+  float sum = 0.0f;
+  for (int row = 0; row < b.batch; ++row) {
+    const float a = std::fabs(s->td[0][row]);
+    priorities[row] = a + float(cfg.priority_eps);
+    sum += a;
+  }
+  out.abs_td = sum / float(b.batch);
+  return out;
+}
+
+}  // namespace learner
+}  // namespace drlhet
+
+#endif  // DRLHET_LEARNER_DDPG_H_

@@ -1,0 +1,60 @@
+// The learner module's compile-time configuration and its top function (learner_top.cpp).
+//
+// One bitstream trains one network shape: LEARNER_ALGO (0: DQN, 1: DDPG / TD3), LEARNER_OBS
+// (the observation's features), LEARNER_ACTIONS (DQN: discrete actions; DDPG: the action's
+// dimension), LEARNER_H0..H2 (hidden widths, 0: absent), LEARNER_DUELING (DQN),
+// LEARNER_CRITICS (DDPG: 2 for TD3). Defaults: drlhet's CartPole DQN, 4-64-64-2 dueling.
+#ifndef DRLHET_LEARNER_TOP_H_
+#define DRLHET_LEARNER_TOP_H_
+
+#include <cstdint>
+
+#ifndef LEARNER_ALGO
+#define LEARNER_ALGO 0
+#endif
+#ifndef LEARNER_OBS
+#define LEARNER_OBS 4
+#endif
+#ifndef LEARNER_ACTIONS
+#define LEARNER_ACTIONS 2
+#endif
+#ifndef LEARNER_H0
+#define LEARNER_H0 64
+#endif
+#ifndef LEARNER_H1
+#define LEARNER_H1 64
+#endif
+#ifndef LEARNER_H2
+#define LEARNER_H2 0
+#endif
+#ifndef LEARNER_DUELING
+#define LEARNER_DUELING 1
+#endif
+#ifndef LEARNER_CRITICS
+#define LEARNER_CRITICS 1
+#endif
+
+namespace drlhet {
+namespace learner {
+namespace top {
+
+// Host protocol: cmd[0] is the command.
+//   kLoad   hyper = the hyper-parameters (kHyper doubles: learner_top.cpp); in = the memories
+//           back to back (DQN: params, target, mu, nu; DDPG: actor, critics, target actor,
+//           target critics, the actor's mu, nu, the critics' mu, nu); cmd[1], cmd[2] the Adam
+//           counts (DQN: one), cmd[3] the learner's step count.
+//   kStep   cmd[1] = B; in = the batch (obs [B][D], action [B] (DQN, as floats) or [B][M],
+//           reward, discount [B], next_obs [B][D], weights [B], DDPG: noise [B][M]);
+//           out = priorities [B], then the metrics (loss, mean |td|; DDPG: loss, actor loss,
+//           mean |td|).
+//   kStore  out = the memories as kLoad takes them; cmd[1..3] written back with the counts.
+enum Command : uint32_t { kLoad = 0, kStep = 1, kStore = 2 };
+constexpr int kHyper = 16;
+
+}  // namespace top
+}  // namespace learner
+}  // namespace drlhet
+
+extern "C" void learner_top(uint32_t* cmd, const double* hyper, const float* in, float* out);
+
+#endif  // DRLHET_LEARNER_TOP_H_

@@ -1,6 +1,6 @@
 """The FPGA learner module: modeled board time per SGD step beside the measured CPU time.
 
-For each network and batch: the learner module's DQN step on the board (*modeled (cycle
+For each network and batch: the learner module's DQN or DDPG step on the board (*modeled (cycle
 model)*: `drlhet.dse.devices.learner_cycles` at the sheet's clock; no board ran it), the testbench's
 stepped count of the same step (with ``--stepped``), the flax/optax step jitted on this CPU
 (*measured*, median of ``repeats`` timings of a ``lax.scan`` of ``steps`` steps) and the module's
@@ -27,16 +27,20 @@ import jax.numpy as jnp
 import tyro
 
 from drlhet import backends
+from drlhet.agents.ddpg import DDPGConfig, make_ddpg
 from drlhet.agents.dqn import DQNConfig, make_dqn
 from drlhet.dse.devices import learner_cycles, load_sheets
-from drlhet.dse.devices.learner_testbench import build, stepped_cycles
+from drlhet.dse.devices.learner_testbench import build, stepped_cycles, stepped_ddpg_cycles
 
 MODELED, MEASURED = "modeled (cycle model)", "measured"
-NETWORKS = {  # name -> (obs_dim, hidden, actions)
-    "8-64-4 (the authors' DQN)": (8, (64,), 4),
-    "4-64x64-2 (CartPole DQN)": (4, (64, 64), 2),
-    "4-256x256-2": (4, (256, 256), 2),
-    "16-256x256x256-6": (16, (256, 256, 256), 6),
+NETWORKS = {  # name -> (algo, obs_dim, hidden, outputs: DQN's actions, DDPG's action dims)
+    "8-64-4 (the authors' DQN)": ("dqn", 8, (64,), 4),
+    "4-64x64-2 (CartPole DQN)": ("dqn", 4, (64, 64), 2),
+    "4-256x256-2": ("dqn", 4, (256, 256), 2),
+    "16-256x256x256-6": ("dqn", 16, (256, 256, 256), 6),
+    "DDPG 8-32-4 / 12-32-1 (the authors')": ("ddpg", 8, (32,), 4),
+    "DDPG 3-64x64-1 (Pendulum)": ("ddpg", 3, (64, 64), 1),
+    "DDPG 3-256x256-1 (Pendulum)": ("ddpg", 3, (256, 256), 1),
 }
 
 
@@ -72,11 +76,15 @@ def _seconds_per_step(update, state, batch, weights, steps: int, repeats: int) -
     return statistics.median(times)
 
 
-def _batch(b: int, d: int, a: int):
+def _batch(b: int, d: int, a: int, algo: str):
     ks = jax.random.split(jax.random.key(1), 5)
+    if algo == "dqn":
+        action = jax.random.randint(ks[1], (b,), 0, a)
+    else:
+        action = jax.random.uniform(ks[1], (b, a), minval=-1.0, maxval=1.0)
     data = {
         "obs": jax.random.normal(ks[0], (b, d)),
-        "action": jax.random.randint(ks[1], (b,), 0, a),
+        "action": action,
         "reward": jax.random.normal(ks[2], (b,)),
         "discount": jnp.full((b,), 0.99),
         "next_obs": jax.random.normal(ks[3], (b, d)),
@@ -84,15 +92,34 @@ def _batch(b: int, d: int, a: int):
     return data, jnp.ones((b,))
 
 
+def _agent(algo: str, obs_dim: int, hidden: tuple, outputs: int, b: int):
+    """(the JAX agent, the module's) for this network, and the module's cycles per step."""
+    wrap = backends.learner_step("fpga")
+    if algo == "dqn":
+        config: object = DQNConfig(hidden=hidden)
+        agent = make_dqn(config, (obs_dim,), outputs)
+        cycles: float = learner_cycles.dqn_step_cycles(obs_dim, hidden, outputs, b)
+    else:
+        config = DDPGConfig(hidden=hidden)
+        agent = make_ddpg(config, (obs_dim,), outputs, -1.0, 1.0)
+        cycles = learner_cycles.ddpg_mean_step_cycles(obs_dim, hidden, outputs, b)
+    sim = wrap(algo, config, agent, (obs_dim,), outputs, b, bounds=(-1.0, 1.0))
+    return agent, sim, cycles
+
+
+def _stepped(exe: Path, algo: str, obs_dim: int, hidden: tuple, outputs: int, b: int) -> int:
+    if algo == "dqn":
+        return stepped_cycles(exe, obs_dim, hidden, outputs, b)[0]
+    return stepped_ddpg_cycles(exe, obs_dim, hidden, outputs, b)[0]
+
+
 def row(args: Args, name: str, net: tuple, b: int, clock: float, exe: Path | None) -> dict:
-    obs_dim, hidden, actions = net
-    config = DQNConfig(hidden=hidden)
-    agent = make_dqn(config, (obs_dim,), actions)
-    sim = backends.learner_step("fpga")("dqn", config, agent, (obs_dim,), actions, b)
+    algo, obs_dim, hidden, outputs = net
+    agent, sim, cycles = _agent(algo, obs_dim, hidden, outputs, b)
     state = agent.init(jax.random.key(0))
-    data, weights = _batch(b, obs_dim, actions)
-    cycles = learner_cycles.dqn_step_cycles(obs_dim, hidden, actions, b)
+    data, weights = _batch(b, obs_dim, outputs, algo)
     out = {
+        "algo": algo,
         "network": name,
         "batch": b,
         "board": args.board,
@@ -107,7 +134,7 @@ def row(args: Args, name: str, net: tuple, b: int, clock: float, exe: Path | Non
         "csim_basis": f"{MEASURED} (C-simulation: function, not the board's speed)",
     }
     if exe is not None:
-        out["stepped_cycles"] = stepped_cycles(exe, obs_dim, hidden, actions, b)[0]
+        out["stepped_cycles"] = _stepped(exe, algo, obs_dim, hidden, outputs, b)
     return out
 
 
@@ -117,7 +144,7 @@ def main(args: Args) -> list[dict]:
     exe = build(Path(tempfile.mkdtemp())) if args.stepped else None
     rows = []
     print(
-        f"{'network':28} {'B':>4} {args.board + ' us (modeled)':>18} {'CPU us':>9} {'C-sim us':>9}"
+        f"{'network':36} {'B':>4} {args.board + ' us (modeled)':>18} {'CPU us':>9} {'C-sim us':>9}"
     )
     for name, net in NETWORKS.items():
         for b in args.batches:
@@ -125,7 +152,7 @@ def main(args: Args) -> list[dict]:
             rows.append(r)
             extra = f"  stepped {r['stepped_cycles']} cycles" if exe is not None else ""
             print(
-                f"{name:28} {b:>4} {r['board_us']:>18.1f} {r['cpu_us']:>9.1f} "
+                f"{name:36} {b:>4} {r['board_us']:>18.1f} {r['cpu_us']:>9.1f} "
                 f"{r['csim_us']:>9.1f}{extra}",
                 flush=True,
             )

@@ -138,7 +138,7 @@ def _print_ranking(
     print(
         "basis: profiled = predicted from costs measured on this machine; modeled (sheet) = "
         "predicted with device sheets (drlhet/dse/sheets); modeled (cycle model) = the FPGA "
-        "replay module's cycle model (hls/rmm); measured = run here"
+        "modules' cycle models (hls/rmm, hls/learner); measured = run here"
     )
     head = f"{'#':>3} {'mapping':<64} {'trained/s':>11} {'basis':>28} {'bottleneck':>16}"
     print(head + (f" {'measured':>11}" if measured is not None else ""))

@@ -111,7 +111,9 @@ inline int64_t BackwardNetCycles(const Net& net, int batch, bool weights, int dx
     if (net.hidden) c += InputGradCycles(d, batch, t);
     if (!net.hidden && dx_cols) c += InputGradCycles(d, batch, t, dx_cols);
   }
-  if (net.heads == 2 && (net.hidden || dx_cols)) c += ElementwiseCycles(net.layer[net.hidden].in, batch, t);
+  if (net.heads == 2 && (net.hidden || dx_cols)) {
+    c += ElementwiseCycles(net.layer[net.hidden].in, batch, t);
+  }
   for (int l = net.hidden - 1; l >= 0; --l) {
     c += ElementwiseCycles(net.layer[l].out, batch, t);  // ReLU's gradient
     if (weights) c += WeightGradCycles(net.layer[l], batch, t);
@@ -152,12 +154,14 @@ inline int64_t DdpgStepCycles(const Net& actor_net, const Net& critic, int criti
   int64_t c = ForwardNetCycles(actor_net, batch, t) + ElementwiseCycles(m, batch, t);  // a'
   c += 2 * critics * ForwardNetCycles(critic, batch, t);  // the targets on s', the critics on s
   c += RowSumCycles(critics * batch, t.mem + 3 * t.add + 2 * t.mul, t);  // TD, loss
-  c += critics * (BackwardNetCycles(critic, batch, true, 0, t) + OptimizerCycles(critic.size, false, t));
+  c += critics * (BackwardNetCycles(critic, batch, true, 0, t) +
+                  OptimizerCycles(critic.size, false, t));
   c += ForwardNetCycles(actor_net, batch, t) + ElementwiseCycles(m, batch, t);  // actor(s)
   c += ForwardNetCycles(critic, batch, t) + RowSumCycles(batch, t.mem + t.add + 1, t);
   if (actor) {
     c += BackwardNetCycles(critic, batch, false, m, t) + ElementwiseCycles(m, batch, t);
-    c += BackwardNetCycles(actor_net, batch, true, 0, t) + OptimizerCycles(actor_net.size, false, t);
+    c += BackwardNetCycles(actor_net, batch, true, 0, t);
+    c += OptimizerCycles(actor_net.size, false, t);
   }
   c += RowSumCycles(batch, t.mem + t.add + 1, t);  // priorities, mean |td|
   return c;

@@ -30,7 +30,9 @@ namespace top = drlhet::learner::top;
 
 namespace {
 
-// The C-simulation's path: one step on the host's copy of the memories.
+// The C-simulation's path: one step on the host's copy of the memories. The layout (offsets,
+// batch columns, hyper-parameters) is written here again on purpose, from learner_top.h's
+// protocol, so that a mistake in the top's own offsets shows as a difference.
 void ReferenceStep(const double* hp, std::vector<float>* mem, int32_t* counts, int32_t steps,
                    const float* x, int b, float* out) {
 #if LEARNER_ALGO == 1
@@ -54,7 +56,8 @@ void ReferenceStep(const double* hp, std::vector<float>* mem, int32_t* counts, i
   const ln::DdpgBatch batch{x, x + b * d, x + b * (d + a), x + b * (d + a + 1),
                             x + b * (d + a + 2), x + b * (2 * d + a + 2), x + b * (2 * d + a + 3),
                             b};
-  const ln::DdpgStepOut o = ln::DdpgStep(nets, cfg, dm, counts[0], counts[1], steps, batch, out, &s);
+  const ln::DdpgStepOut o =
+      ln::DdpgStep(nets, cfg, dm, counts[0], counts[1], steps, batch, out, &s);
   counts[0] = o.actor_count, counts[1] = o.critic_count;
   out[b] = o.loss, out[b + 1] = o.actor_loss, out[b + 2] = o.abs_td;
 #else
@@ -85,11 +88,16 @@ int TopSelfTest(int n_steps, unsigned seed) {
   std::normal_distribution<float> normal(0.0f, 0.3f);
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
   const bool ddpg = LEARNER_ALGO == 1;
-  const double hp[top::kHyper] = {1e-3, ddpg ? 1e-3 : 0.9, ddpg ? 0.9 : 0.999,
-                                  ddpg ? 0.999 : 1e-8,  ddpg ? 1e-8 : 10.0, ddpg ? 0.005 : 1.0,
-                                  1e-6, ddpg ? -2.0 : 0.01, ddpg ? 2.0 : 0.0, 1.0, ddpg ? 2.0 : 0.0};
+  // learner_top.cpp's order: DQN lr, b1, b2, eps, max_norm, huber_delta, priority_eps, tau,
+  // period, double_q, sgd; DDPG actor_lr, critic_lr, b1, b2, eps, tau, priority_eps, low, high,
+  // td3, policy_delay.
+  const double dqn_hp[top::kHyper] = {1e-3, 0.9, 0.999, 1e-8, 10.0, 1.0, 1e-6, 0.01, 0, 1, 0};
+  const double ddpg_hp[top::kHyper] = {1e-3, 1e-3, 0.9, 0.999, 1e-8, 0.005, 1e-6, -2, 2, 1, 2};
+  const double* hp = ddpg ? ddpg_hp : dqn_hp;
   std::vector<float> mem(size_t(top::kMemory));
-  for (size_t k = 0; k < mem.size(); ++k) mem[k] = k >= mem.size() / 2 ? 1e-3f * unit(gen) : normal(gen);
+  for (size_t k = 0; k < mem.size(); ++k) {  // the second half: Adam's moments
+    mem[k] = k >= mem.size() / 2 ? 1e-3f * unit(gen) : normal(gen);
+  }
   int32_t counts[2] = {3, 3}, steps = 3;
   uint32_t cmd[4] = {top::kLoad, uint32_t(counts[0]), uint32_t(counts[1]), uint32_t(steps)};
   learner_top(cmd, hp, mem.data(), nullptr);

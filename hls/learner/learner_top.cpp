@@ -27,7 +27,10 @@ constexpr int kObs = LEARNER_OBS, kActions = LEARNER_ACTIONS;
 constexpr int64_t NetSize(int in, int h0, int h1) {
   int64_t size = 0;
   int prev = in;
-  for (int l = 0; l < kHidden; ++l) size += int64_t(prev) * kWidths[l] + kWidths[l], prev = kWidths[l];
+  for (int l = 0; l < kHidden; ++l) {
+    size += int64_t(prev) * kWidths[l] + kWidths[l];
+    prev = kWidths[l];
+  }
   return size + int64_t(prev) * h0 + h0 + (h1 ? int64_t(prev) * h1 + h1 : 0);
 }
 
@@ -36,7 +39,8 @@ constexpr int64_t kActor = NetSize(kObs, kActions, 0);
 constexpr int64_t kCritic = LEARNER_CRITICS * NetSize(kObs + kActions, 1, 0);
 constexpr int64_t kMemory = 4 * (kActor + kCritic);
 #else
-constexpr int64_t kParams = LEARNER_DUELING ? NetSize(kObs, 1, kActions) : NetSize(kObs, kActions, 0);
+constexpr int64_t kParams =
+    LEARNER_DUELING ? NetSize(kObs, 1, kActions) : NetSize(kObs, kActions, 0);
 constexpr int64_t kMemory = 4 * kParams;
 #endif
 

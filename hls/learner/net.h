@@ -60,7 +60,9 @@ inline float* HeadsBackward(const Net& net, const float* p, const float* top, in
   float* into[2] = {b->dh[0], b->dh[1]};
   for (int h = 0; h < net.heads; ++h) {
     const Dense& d = net.layer[net.hidden + h];
-    if (out.grads != nullptr) DenseWeightGrad(d, top, ld_top, b->dq[h], kMaxWidth, batch, out.grads);
+    if (out.grads != nullptr) {
+      DenseWeightGrad(d, top, ld_top, b->dq[h], kMaxWidth, batch, out.grads);
+    }
     if (to_input && out.dx == nullptr) continue;
     DenseInputGrad(d, p, b->dq[h], kMaxWidth, batch, into[h], kMaxWidth, from);
   }
@@ -93,7 +95,9 @@ inline void Backward(const Net& net, const float* p, const float* x, int ldx,
     const int ld_below = l ? kMaxWidth : ldx;
     if (out.grads != nullptr) DenseWeightGrad(d, below, ld_below, dh, kMaxWidth, batch, out.grads);
     if (l == 0) {
-      if (out.dx != nullptr) DenseInputGrad(d, p, dh, kMaxWidth, batch, out.dx, out.ld_dx, out.dx_from);
+      if (out.dx != nullptr) {
+        DenseInputGrad(d, p, dh, kMaxWidth, batch, out.dx, out.ld_dx, out.dx_from);
+      }
       break;
     }
     float* next = dh == b->dh[0] ? b->dh[1] : b->dh[0];

@@ -11,8 +11,9 @@ the host-driven pipeline's (`drlhet.runtime.stage_loops`), message for message:
   learner's: actors call c acts with the agent of learner call ``c - 2``;
 * ``transitions``: actors call c -> replay call c;
 * ``batches``: replay call c -> learner call c (P batches, packed);
-* ``updates``: one message per learner step, seeded with k empty ones: replay call c applies
-  the updates of learner steps ``cP - k .. cP + P - 1 - k`` (a delay of exactly k steps).
+* ``updates``: one message per learner step, seeded with the k pending in the state: replay
+  call c applies the updates of learner steps ``cP - k .. cP + P - 1 - k`` (a delay of exactly
+  k steps).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import numpy as np
 from drlhet.backends.channel import NativeChannel
 from drlhet.runtime.chunks import split_keys
 from drlhet.runtime.stage_loops import StageRun
-from drlhet.runtime.update_fifo import UpdateFifo
 
 __all__ = ["Links", "open_links", "group_thread", "in_program_groups", "STAGE_INPUTS"]
 
@@ -75,7 +75,7 @@ class Links(NamedTuple):
 
 def open_links(r: StageRun, lead: int) -> Links:
     """Opens and seeds the channels of run ``r`` (the replay runs at most ``lead`` calls ahead
-    of the learner): two agents for the actors' first calls, k empty updates."""
+    of the learner): two agents for the actors' first calls, the k pending updates."""
     st, loop, cfg = r.st, r.loop, r.tr.config
     pack = jax.jit(jax.vmap(st.agent.pack))
     first = (pack(loop.actor_agent), pack(loop.agent))
@@ -91,8 +91,8 @@ def open_links(r: StageRun, lead: int) -> Links:
     )
     for words in first:
         links.params.put(words)
-    empty = UpdateFifo.empty(cfg.seeds, cfg.delay, cfg.batch_size)
-    words = np.asarray(jax.jit(jax.vmap(jax.vmap(st.entry.pack)))(empty))  # [S, k, We]
+    # the k updates the state holds (empty ones at the start of a run)
+    words = np.asarray(jax.jit(jax.vmap(jax.vmap(st.entry.pack)))(loop.pending))  # [S, k, We]
     for j in range(cfg.delay):
         links.updates.put(words[:, j])
     return links

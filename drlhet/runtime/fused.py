@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable
 
 import jax
 
 from drlhet.runtime.chunks import check_replay_error, chunk_row
+from drlhet.runtime.saving import ChunkHook
 from drlhet.runtime.trainer import Trainer, TrainState
 
 __all__ = ["run_fused"]
@@ -18,10 +19,12 @@ def run_fused(
     states: TrainState,
     device: jax.Device,
     t0: float,
-    on_chunk: Callable[[dict], None] | None = None,
+    hook: ChunkHook,
     extra: dict | None = None,
+    first: int = 0,
 ) -> tuple[TrainState, list[dict]]:
-    """Runs every chunk of ``tr`` on ``device``, the states (``[S]`` seeds) donated.
+    """Runs chunks ``first..tr.chunks - 1`` of ``tr`` on ``device``, the states (``[S]`` seeds)
+    donated; after each, ``hook.after(row, state getter)``.
 
     Returns:
       ``(states, rows)``: the final states and one row per chunk (`chunk_row`, plus ``extra``).
@@ -30,12 +33,15 @@ def run_fused(
     states = jax.device_put(states, device)
     chunk = jax.jit(jax.vmap(tr.chunk), donate_argnums=0)
     rows, last = [], time.perf_counter()
-    for i in range(tr.chunks):
+    for i in range(first, tr.chunks):
         states, summary = chunk(states)
         summary = jax.device_get(summary)
         check_replay_error(summary["replay_error"])
         rows.append({**chunk_row(cfg, tr.iterations, summary, i, t0, last), **(extra or {})})
         last = time.perf_counter()
-        if on_chunk:
-            on_chunk(rows[-1])
+        hook.after(rows[-1], functools.partial(_same, states))
     return states, rows
+
+
+def _same(states: TrainState) -> TrainState:
+    return states

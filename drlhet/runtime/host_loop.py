@@ -25,9 +25,9 @@ import numpy as np
 
 from drlhet.replay.delayed import PendingUpdates
 from drlhet.runtime.chunks import check_replay_error, chunk_row, host_summary, split_keys
+from drlhet.runtime.saving import ChunkHook
 from drlhet.runtime.stages import iteration_stages
 from drlhet.runtime.trainer import Trainer, TrainState
-from drlhet.runtime.update_fifo import UpdateFifo
 
 __all__ = ["run_iteration_loop", "LoopState", "place_state", "final_state"]
 
@@ -44,6 +44,7 @@ class LoopState:
     rep: Any
     env_steps: int
     devices: dict[str, jax.Device]
+    pending: Any  # the k updates not applied yet (PendingUpdates, [S, k, B]) on the replay's
 
     def move(self, src: str, dst: str) -> Callable[[Any], Any]:
         """``device_put`` from group ``src``'s device to ``dst``'s, or nothing on one device
@@ -62,6 +63,7 @@ def place_state(cfg, states: TrainState, devices: dict[str, jax.Device]) -> Loop
         rep=put(s.replay, devices["replay"]),
         env_steps=int(np.asarray(s.env_steps)[0]),
         devices=devices,
+        pending=put(s.pending, devices["replay"]),
     )
 
 
@@ -103,11 +105,11 @@ def _end_chunk(tr, loop, i, metrics_acc, finished_acc, evaluate, t0, last, extra
     return {**chunk_row(cfg, tr.iterations, summary, i, t0, last), **extra}
 
 
-def _drive(tr, loop, calls: int, step, evaluate, t0: float, on_chunk, extra: dict) -> list[dict]:
-    """Runs every chunk: ``calls`` calls of ``step() -> (metrics list, finished)``, then the
-    evaluation and the chunk's row (passed to ``on_chunk`` at once)."""
+def _drive(tr, loop, calls: int, step, evaluate, t0: float, hook, extra: dict, first, get_state):
+    """Runs chunks ``first..``: ``calls`` calls of ``step() -> (metrics list, finished)``, then
+    the evaluation and the chunk's row (passed to ``hook.after`` with ``get_state`` at once)."""
     rows, last = [], time.perf_counter()
-    for i in range(tr.chunks):
+    for i in range(first, tr.chunks):
         metrics_acc, finished_acc = [], []
         for _ in range(calls):
             metrics, finished = step()
@@ -115,8 +117,7 @@ def _drive(tr, loop, calls: int, step, evaluate, t0: float, on_chunk, extra: dic
             finished_acc.append(finished)
         rows.append(_end_chunk(tr, loop, i, metrics_acc, finished_acc, evaluate, t0, last, extra))
         last = time.perf_counter()
-        if on_chunk:
-            on_chunk(rows[-1])
+        hook.after(rows[-1], get_state)
     return rows
 
 
@@ -161,10 +162,12 @@ def run_iteration_loop(
     states: TrainState,
     devices: dict[str, jax.Device],
     t0: float,
-    on_chunk: Callable[[dict], None] | None = None,
+    hook: ChunkHook,
     extra: dict | None = None,
+    first: int = 0,
 ) -> tuple[TrainState, list[dict]]:
-    """Runs ``tr`` with one stage call per iteration and learner step (any delay)."""
+    """Runs chunks ``first..`` of ``tr`` with one stage call per iteration and learner step (any
+    delay); after each, ``hook.after(row, state getter)``."""
     cfg = tr.config
     st = iteration_stages(cfg, tr)
     loop = place_state(cfg, states, devices)
@@ -176,13 +179,16 @@ def run_iteration_loop(
         (jnp.zeros(shape, jnp.int32), jnp.full(shape, -1, jnp.int32), jnp.ones(shape)),
         devices["replay"],
     )
-    queue: collections.deque = collections.deque()
+    # the k updates the state holds (empty ones, stamp -1, at the start of a run)
+    queue: collections.deque = collections.deque(
+        tuple(x[:, j] for x in loop.pending) for j in range(cfg.delay)
+    )
 
     def step():
         return _one_iteration(cfg, st, loop, queue, empty)
 
-    rows = _drive(tr, loop, tr.iterations, step, st.evaluate, t0, on_chunk, extra or {})
-    pending = [tuple(x[:, None] for x in e) for e in queue]
-    if 0 < len(queue) < cfg.delay:  # a run shorter than the delay: empty entries first
-        pending.insert(0, UpdateFifo.empty(cfg.seeds, cfg.delay - len(queue), cfg.batch_size))
-    return final_state(cfg, loop, pending), rows
+    def state() -> TrainState:
+        return final_state(cfg, loop, [tuple(x[:, None] for x in e) for e in queue])
+
+    rows = _drive(tr, loop, tr.iterations, step, st.evaluate, t0, hook, extra or {}, first, state)
+    return state(), rows

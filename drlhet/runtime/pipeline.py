@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -33,6 +33,7 @@ from drlhet.backends import channel
 from drlhet.runtime.channel_stages import Links, group_thread, in_program_groups, open_links
 from drlhet.runtime.chunks import check_replay_error, chunk_row, host_summary
 from drlhet.runtime.host_loop import LoopState, final_state, place_state
+from drlhet.runtime.saving import ChunkHook
 from drlhet.runtime.stage_loops import StageRun, group_loop
 from drlhet.runtime.stages import PipelineStages, pipeline_stages, unroll_of
 from drlhet.runtime.threads import Clock, Crew
@@ -64,10 +65,14 @@ def run_pipeline(
     states: TrainState,
     devices: dict[str, jax.Device],
     t0: float,
-    on_chunk: Callable[[dict], None] | None = None,
+    hook: ChunkHook,
     extra: dict | None = None,
+    first: int = 0,
 ) -> tuple[TrainState, list[dict]]:
-    """Runs ``tr`` (``delay >= sgd_steps``) with each group's stage loop on its own thread.
+    """Runs ``tr`` (``delay >= sgd_steps``) with each group's stage loop on its own thread:
+    ``tr.chunks`` chunks, numbered from ``first`` in the rows (`drlhet.runtime.run` runs the
+    pipeline in segments that end at checkpoints; the state is out only when its threads end,
+    so ``hook.after`` gets no state getter).
 
     Same arguments, rows and final state as `drlhet.runtime.host_loop.run_iteration_loop`;
     rows add ``iterations_per_stage_call`` (U), ``host_threads`` (one per device group),
@@ -121,7 +126,7 @@ def run_pipeline(
         "channels": "in-program" if in_program else "host",
     }
     try:
-        rows = _report(r, names, t0, t_start, on_chunk, extra)
+        rows = _report(r, names, t0, t_start, hook, extra, first)
     except BaseException:
         crew.halt()  # closes the channels: a program waiting on one fails, its thread ends
         try:
@@ -162,7 +167,7 @@ def device_groups(devices: dict[str, jax.Device]) -> list[tuple[str, ...]]:
     return [tuple(g) for g in by_device.values()]
 
 
-def _report(r: StageRun, names: list[str], t0, t_start, on_chunk, extra) -> list[dict]:
+def _report(r: StageRun, names: list[str], t0, t_start, hook, extra, first) -> list[dict]:
     """The host thread: per chunk, waits for every stage's and thread's report, evaluates the
     learner's agent on the actors' key, checks the buffer's flags and makes the row."""
     cfg, tr, rows, got, last = r.tr.config, r.tr, [], {}, t_start
@@ -177,11 +182,10 @@ def _report(r: StageRun, names: list[str], t0, t_start, on_chunk, extra) -> list
         threads = {n: got.pop((f"clock:{n}", i)) for n in names}
         summary = host_summary(cfg, metrics, finished, r.st.evaluate(agent, k_eval), steps)
         check_replay_error(error)
-        row = chunk_row(cfg, tr.iterations, summary, i, t0, last, done_at)
+        row = chunk_row(cfg, tr.iterations, summary, first + i, t0, last, done_at)
         rows.append({**row, **extra, "threads": threads})
         last = done_at  # timed by the learner's thread: the host thread may lag behind
-        if on_chunk:
-            on_chunk(rows[-1])
+        hook.after(rows[-1], None)
     return rows
 
 

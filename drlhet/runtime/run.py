@@ -7,7 +7,9 @@
   (`drlhet.runtime.pipeline`).
 
 Every path returns the same `drlhet.runtime.trainer.TrainState` (batched over seeds) and the
-same rows, and with ``delay = 0`` the same numbers for the same seed.
+same rows, and with ``delay = 0`` the same numbers for the same seed. Every path can start from
+a saved state (`Start`) and hand its state out for checkpoints (`drlhet.runtime.saving`): a run
+resumed from the state after chunk c goes on bit for bit as the run that was not stopped.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 
@@ -23,15 +26,26 @@ from drlhet.runtime.fused import run_fused
 from drlhet.runtime.host_loop import run_iteration_loop
 from drlhet.runtime.mapping import Mapping, Placement, segments
 from drlhet.runtime.pipeline import run_pipeline
-from drlhet.runtime.trainer import TrainState, make_trainer
+from drlhet.runtime.saving import ChunkHook, Saving
+from drlhet.runtime.trainer import Trainer, TrainState, make_trainer
 
-__all__ = ["run", "default_mapping"]
+__all__ = ["run", "default_mapping", "Start", "initial_example"]
+
+
+class Start(NamedTuple):
+    """Where a resumed run starts: the state of every seed (``[S]``, host or device arrays,
+    placed by the run) after chunk ``chunk``; the run goes on with chunk ``chunk + 1``."""
+
+    states: Any
+    chunk: int
 
 
 def run(
     cfg: TrainConfig,
     mapping: Mapping | str | None = None,
     on_chunk: Callable[[dict], None] | None = None,
+    start: Start | None = None,
+    saving: Saving | None = None,
 ) -> tuple[TrainState, list[dict]]:
     """Trains ``cfg.seeds`` seeds of ``cfg`` with its groups placed by ``mapping``.
 
@@ -41,11 +55,14 @@ def run(
       mapping: a `Mapping`, its text (``"actors=cpu:0,replay=native@cpu:1,learner=cpu:1"``), or
         None: every group fused on JAX's default device.
       on_chunk: called with each chunk's row as soon as it is measured (progress, early stop:
-        an exception it raises ends the run).
+        an exception it raises ends the run), after the chunk's checkpoint if one is due.
+      start: resume from a saved state (`drlhet.checkpoint`) instead of a fresh one.
+      saving: write checkpoints during the run.
 
     Returns:
       ``(states, rows)``: the final `TrainState` (``[S]`` seeds; each group's fields on its
-      device) and one row per chunk: per-seed ``eval_return``, ``train_return``, ``loss``, ...
+      device) and one row per chunk run (from ``start.chunk + 1`` when resumed): per-seed
+      ``eval_return``, ``train_return``, ``loss``, ...
       as lists, ``env_steps``, ``wall_s`` since the start (compilation included), and the
       chunk's measured ``env_steps_per_s`` and ``trained_samples_per_s`` (all seeds).
 
@@ -62,16 +79,45 @@ def run(
     tr = make_trainer(cfg)
     segs = segments(mapping)
     extra = {"mapping": str(mapping), "segments": [[d, list(n)] for d, n in segs]}
-    keys = jax.random.split(jax.random.key(cfg.seed), cfg.seeds)
     t0 = time.perf_counter()
-    with jax.default_device(devices["replay"]):
-        states = jax.jit(jax.vmap(tr.init))(keys)
-        states = jax.jit(jax.vmap(tr.warmup), donate_argnums=0)(states)
+    if start is None:
+        keys = jax.random.split(jax.random.key(cfg.seed), cfg.seeds)
+        with jax.default_device(devices["replay"]):
+            states = jax.jit(jax.vmap(tr.init))(keys)
+            states = jax.jit(jax.vmap(tr.warmup), donate_argnums=0)(states)
+    else:
+        states = start.states
+    first = 0 if start is None else start.chunk + 1
+    hook = ChunkHook(tr.chunks, saving, on_chunk)
     if len(segs) == 1:
-        return run_fused(tr, states, devices["replay"], t0, on_chunk, extra)
+        return run_fused(tr, states, devices["replay"], t0, hook, extra, first)
     if cfg.delay >= cfg.sgd_steps:
-        return run_pipeline(tr, states, devices, t0, on_chunk, extra)
-    return run_iteration_loop(tr, states, devices, t0, on_chunk, extra)
+        return _pipeline_segments(tr, states, devices, t0, hook, extra, first)
+    return run_iteration_loop(tr, states, devices, t0, hook, extra, first)
+
+
+def _pipeline_segments(tr: Trainer, states, devices, t0, hook: ChunkHook, extra, first: int):
+    """The pipeline in segments that end where a checkpoint is due (its state is out only
+    when its threads have ended); one segment without checkpoints."""
+    rows: list[dict] = []
+    for a, b in hook.segments(first):
+        part = tr._replace(chunks=b - a)
+        states, got = run_pipeline(part, states, devices, t0, hook, extra, first=a)
+        rows += got
+        hook.ended(states)
+    return states, rows
+
+
+def initial_example(cfg: TrainConfig) -> Any:
+    """The shapes and dtypes of a run's state (``[S]`` seeds), as `jax.eval_shape` gives them:
+    what a checkpoint of ``cfg`` must hold."""
+    tr = make_trainer(cfg)
+
+    def fresh():  # as `run` makes it
+        keys = jax.random.split(jax.random.key(cfg.seed), cfg.seeds)
+        return jax.vmap(lambda k: tr.warmup(tr.init(k)))(keys)
+
+    return jax.eval_shape(fresh)
 
 
 def default_mapping(cfg: TrainConfig) -> Mapping:

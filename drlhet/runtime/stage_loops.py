@@ -15,7 +15,8 @@ the stages of one device group:
   k = 16, ran at 0.84x the fused loop where two ran at 1.43x).
 
 Call c of the actors acts with the agent of learner call ``c - 2``; replay call c applies, after
-each sample, the update of k learner steps earlier (`UpdateFifo`, seeded with k empty updates).
+each sample, the update of k learner steps earlier (`UpdateFifo`, seeded with the state's k
+pending updates).
 """
 
 from __future__ import annotations
@@ -143,11 +144,10 @@ def _send(channel: Channel, move, x, clock: Clock) -> None:
 
 
 def _fifo(r: StageRun) -> UpdateFifo:
-    """The replay's queue of updates, seeded with k empty ones (packed, on its device)."""
-    cfg = r.tr.config
+    """The replay's queue of updates, seeded with the k the state holds (empty ones at the start
+    of a run; packed, on its device)."""
     pack = jax.jit(jax.vmap(jax.vmap(r.st.entry.pack)))
-    empty = UpdateFifo.empty(cfg.seeds, cfg.delay, cfg.batch_size)
-    return UpdateFifo(pack(jax.device_put(empty, r.loop.devices["replay"])))
+    return UpdateFifo(pack(r.loop.pending))
 
 
 def _updates(r: StageRun, fifo: UpdateFifo) -> Any:

@@ -1,0 +1,252 @@
+"""Checkpoints of a whole training run (orbax): everything a run needs to go on bit for bit.
+
+A checkpoint holds the `drlhet.runtime.trainer.TrainState` of every seed (learner and optimizer
+state, the actors' agent, replay storage, sum tree, stamps and error bits, the queue of delayed
+priority updates, environment states, RNG keys, step counters) after a chunk, the rows of the
+chunks run so far, the configuration and the mapping. It is written synchronously from host
+copies, by orbax's `CheckpointManager` (a step is written to a temporary folder and renamed when
+complete, so a process killed mid-write leaves the previous checkpoints intact), kept ``keep``
+deep, and carries a SHA-256 digest of its arrays: a truncated or corrupt one is refused with one
+line naming its folder, and `Checkpoints.restore` falls back to the one before.
+
+The arrays are stored per leaf in the order of the state's pytree, as plain host arrays (typed RNG
+keys as their key data; zero-size leaves by shape only), so a checkpoint written with one device
+layout restores on another: the run places the restored state on the devices of its mapping.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from drlhet.runtime.config import TrainConfig
+
+__all__ = ["Checkpoints", "Saved", "CheckpointError", "config_from_dict"]
+
+FORMAT = 1
+"""Version of the layout written here; a checkpoint of another version is refused."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: unreadable, corrupt, or of another run's shapes."""
+
+
+class Saved(NamedTuple):
+    """A restored checkpoint.
+
+    Attributes:
+      chunk: the last chunk the state includes (the run goes on with ``chunk + 1``).
+      states: the `TrainState` of every seed (``[S]`` leading axis), host arrays.
+      rows: the rows of chunks ``0..chunk`` (as `drlhet.runtime.run.run` made them).
+      meta: ``config`` (a dict, `config_from_dict`), ``mapping`` (text), and what the caller
+        stored.
+      path: the checkpoint's folder.
+      skipped: ``(folder, reason)`` of every newer checkpoint that could not be read.
+    """
+
+    chunk: int
+    states: Any
+    rows: list[dict]
+    meta: dict
+    path: Path
+    skipped: list[tuple[Path, str]]
+
+
+class Checkpoints:
+    """The checkpoints folder of a run: ``save`` after a chunk, ``restore`` the newest good one.
+
+    Args:
+      folder: where the checkpoints live (made on the first save), one sub-folder per chunk.
+      keep: how many to keep (the oldest are deleted after a save).
+    """
+
+    def __init__(self, folder: Path, keep: int = 3):
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
+        self.folder, self.keep = Path(folder), keep
+        self._manager: Any = None
+
+    def _open(self):
+        import orbax.checkpoint as ocp
+
+        if self._manager is None:
+            options = ocp.CheckpointManagerOptions(
+                max_to_keep=self.keep, enable_async_checkpointing=False, create=True
+            )
+            self._manager = ocp.CheckpointManager(self.folder.absolute(), options=options)
+        return self._manager
+
+    def chunks(self) -> list[int]:
+        """The chunks with a complete checkpoint, oldest first (half-written ones excluded)."""
+        if not self.folder.is_dir():
+            return []
+        done = [p for p in self.folder.iterdir() if p.name.isdigit()]
+        return sorted(int(p.name) for p in done if (p / "_CHECKPOINT_METADATA").exists())
+
+    def save(self, chunk: int, states: Any, rows: list[dict], meta: dict) -> Path:
+        """Writes the state after ``chunk`` (returns its folder; blocks until it is complete).
+
+        Args:
+          chunk: the index of the chunk just run.
+          states: the `TrainState` of every seed (device or host arrays; fetched here).
+          rows: every chunk's row so far (JSON-serializable).
+          meta: JSON-serializable: ``config`` and ``mapping`` at least.
+        """
+        import orbax.checkpoint as ocp
+
+        leaves, arrays = _host_leaves(states)
+        record = {
+            **meta,
+            "format": FORMAT,
+            "chunk": chunk,
+            "rows": rows,
+            "leaves": leaves,
+            "digest": _digest(arrays),
+        }
+        manager = self._open()
+        state_args = ocp.args.StandardSave(arrays) if arrays else ocp.args.JsonSave({})
+        manager.save(
+            chunk,
+            args=ocp.args.Composite(state=state_args, meta=ocp.args.JsonSave(record)),
+            force=True,
+        )
+        manager.wait_until_finished()
+        return self.folder / str(chunk)
+
+    def restore(self, example: Any, chunk: int | None = None) -> Saved:
+        """The newest checkpoint that reads back intact (or the one of ``chunk``).
+
+        Args:
+          example: the run's state as `jax.eval_shape` gives it (``[S]`` seeds): the structure,
+            shapes and dtypes the checkpoint must have; or a function ``(meta) -> example``
+            (when the configuration comes from the checkpoint itself: `config_from_dict`).
+          chunk: a given checkpoint instead of the newest good one.
+
+        Raises:
+          CheckpointError: none is readable (naming each and why), or the named one is not.
+        """
+        found = self.chunks() if chunk is None else [chunk]
+        if not found:
+            raise CheckpointError(f"no checkpoint in {self.folder}")
+        skipped: list[tuple[Path, str]] = []
+        for c in reversed(found):
+            path = self.folder / str(c)
+            try:
+                states, meta = self._read(c, example)
+            except CheckpointError as e:
+                skipped.append((path, str(e)))
+                continue
+            rows = meta.pop("rows")
+            return Saved(c, states, rows, meta, path, skipped)
+        raise CheckpointError("; ".join(f"{p}: {why}" for p, why in skipped))
+
+    def _read(self, chunk: int, example: Any) -> tuple[Any, dict]:
+        import orbax.checkpoint as ocp
+
+        manager = self._open()
+        try:
+            meta = manager.restore(chunk, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+            meta = dict(meta["meta"])
+            if meta.get("format") != FORMAT:
+                raise CheckpointError(f"format {meta.get('format')}, expected {FORMAT}")
+            if callable(example):
+                example = example(meta)
+            target = _target(meta["leaves"])
+            state_args = ocp.args.StandardRestore(target) if target else ocp.args.JsonRestore()
+            got = manager.restore(chunk, args=ocp.args.Composite(state=state_args))["state"]
+        except CheckpointError:
+            raise
+        except Exception as e:  # orbax / tensorstore: truncated, missing or garbled files
+            raise CheckpointError(f"unreadable ({type(e).__name__}: {_first_line(e)})") from e
+        arrays = {k: np.asarray(got[k]) for k in target}
+        if _digest(arrays) != meta["digest"]:
+            raise CheckpointError("corrupt: its arrays do not match the digest written with them")
+        return _rebuild(example, meta["leaves"], arrays), meta
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [""])[0][:200]
+
+
+def _host_leaves(states: Any) -> tuple[list[dict], dict[str, np.ndarray]]:
+    """``(leaf records, {name: host array})``: one record per leaf of ``states`` (shape, dtype,
+    whether it is a typed key); zero-size leaves have a record and no array."""
+    records, arrays = [], {}
+    for i, leaf in enumerate(jax.tree.leaves(states)):
+        impl = None
+        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            impl, leaf = str(jax.random.key_impl(leaf)), jax.random.key_data(leaf)
+        a = np.asarray(jax.device_get(leaf))
+        name = f"{i:05d}"
+        records.append({"name": name, "shape": list(a.shape), "dtype": a.dtype.name, "key": impl})
+        if a.size:
+            arrays[name] = a
+    return records, arrays
+
+
+def _target(records: list[dict]) -> dict[str, np.ndarray]:
+    return {
+        r["name"]: np.zeros(r["shape"], np.dtype(r["dtype"]))
+        for r in records
+        if int(np.prod(r["shape"]))
+    }
+
+
+def _digest(arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}:{a.dtype.name}:{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _rebuild(example: Any, records: list[dict], arrays: dict[str, np.ndarray]) -> Any:
+    """The state of ``example``'s structure from the stored leaves (keys re-wrapped)."""
+    leaves, treedef = jax.tree.flatten(example)
+    if len(leaves) != len(records):
+        raise CheckpointError(
+            f"holds {len(records)} arrays; this configuration's state has {len(leaves)}"
+        )
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(example)[0]]
+    out = []
+    for path, want, rec in zip(paths, leaves, records, strict=True):
+        is_key = jax.dtypes.issubdtype(want.dtype, jax.dtypes.prng_key)
+        shape = jax.eval_shape(jax.random.key_data, want) if is_key else want
+        got = arrays.get(rec["name"], np.zeros(rec["shape"], np.dtype(rec["dtype"])))
+        if tuple(got.shape) != tuple(shape.shape) or got.dtype != shape.dtype:
+            raise CheckpointError(
+                f"state{path} is {got.dtype.name}{list(got.shape)} in the checkpoint, "
+                f"{np.dtype(shape.dtype).name}{list(shape.shape)} in this configuration"
+            )
+        if is_key != bool(rec.get("key")):
+            raise CheckpointError(f"state{path}: an RNG key in one of checkpoint and config only")
+        out.append(
+            jax.random.wrap_key_data(jax.numpy.asarray(got), impl=rec["key"]) if is_key else got
+        )
+    return jax.tree.unflatten(treedef, out)
+
+
+def config_from_dict(d: dict) -> TrainConfig:
+    """The `TrainConfig` a checkpoint's (JSON) ``config`` describes (lists back to tuples)."""
+    return _dataclass_from(TrainConfig, d)
+
+
+def _dataclass_from(cls: Any, d: dict) -> Any:
+    kwargs = {}
+    defaults = cls()
+    for f in dataclasses.fields(cls):
+        if f.name not in d:
+            continue
+        value, default = d[f.name], getattr(defaults, f.name)
+        if dataclasses.is_dataclass(default):
+            value = _dataclass_from(type(default), value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[f.name] = value
+    return cls(**kwargs)

@@ -1,0 +1,89 @@
+"""When a run hands its state out for a checkpoint, and in which order it reports chunks.
+
+Every run path (`drlhet.runtime.run`) calls `ChunkHook.after` once per chunk with the chunk's row
+and a way to get the state after it. The fused and per-iteration loops have their state between
+chunks; the pipelined loop has it only when its threads have ended, so `drlhet.runtime.run` runs
+it in segments that end where a checkpoint is due (`ChunkHook.segments`) and saves after each.
+A chunk's checkpoint is written before its row reaches the caller's ``on_chunk``, so a run that
+``on_chunk`` stops (a return reached) still has its last chunk saved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+__all__ = ["Saving", "ChunkHook"]
+
+
+class Saving(NamedTuple):
+    """Checkpoints during a run.
+
+    Attributes:
+      every: save after every ``every``-th chunk (counted from the run's first chunk, 0) and
+        after the last.
+      write: ``(chunk, states, rows) -> None``: the state of every seed after ``chunk`` and the
+        rows of every chunk this run made so far (``chunk`` included); it must copy what it
+        keeps before returning (the state's buffers are donated to the next chunk).
+    """
+
+    every: int
+    write: Callable[[int, Any, list[dict]], None]
+
+
+class ChunkHook:
+    """Collects a run's rows, writes its checkpoints when due and passes rows on.
+
+    Args:
+      chunks: chunks in the whole run.
+      saving: the checkpoints to write (None: none).
+      on_chunk: the caller's ``(row) -> None``.
+    """
+
+    def __init__(self, chunks: int, saving: Saving | None, on_chunk: Callable[[dict], None] | None):
+        if saving is not None and saving.every < 1:
+            raise ValueError(f"checkpoint every must be >= 1 chunk, got {saving.every}")
+        self.chunks, self.saving, self.on_chunk = chunks, saving, on_chunk
+        self.rows: list[dict] = []
+        self._held: dict | None = None
+
+    def due(self, chunk: int) -> bool:
+        """Whether a checkpoint is written after ``chunk``."""
+        if self.saving is None:
+            return False
+        return (chunk + 1) % self.saving.every == 0 or chunk == self.chunks - 1
+
+    def segments(self, first: int) -> list[tuple[int, int]]:
+        """``[(start, stop), ...]`` chunk ranges from ``first`` to the end, each ending where a
+        checkpoint is due (one range without checkpoints)."""
+        ends = [c + 1 for c in range(first, self.chunks) if self.due(c)]
+        if not ends or ends[-1] != self.chunks:
+            ends.append(self.chunks)
+        starts = [first, *ends[:-1]]
+        return list(zip(starts, ends, strict=True))
+
+    def after(self, row: dict, get_state: Callable[[], Any] | None) -> None:
+        """A chunk's row; ``get_state`` gives the state after it (None: not until the path
+        returns, then `ended` saves it and passes the row on)."""
+        self.rows.append(row)
+        chunk = row["chunk"]
+        if self.due(chunk):
+            if get_state is None:
+                self._held = row
+                return
+            self._write(chunk, get_state())
+        if self.on_chunk:
+            self.on_chunk(row)
+
+    def ended(self, states: Any) -> None:
+        """A path (or segment) returned ``states``: saves them if its last chunk was held."""
+        row, self._held = self._held, None
+        if row is None:
+            return
+        self._write(row["chunk"], states)
+        if self.on_chunk:
+            self.on_chunk(row)
+
+    def _write(self, chunk: int, states: Any) -> None:
+        assert self.saving is not None
+        self.saving.write(chunk, states, list(self.rows))

@@ -1,0 +1,157 @@
+"""Checkpoints: a run resumed from the state after any chunk ends bit for bit as the run that
+was not stopped, on every run path; bad checkpoints are refused naming their folder."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from drlhet.agents.ddpg import DDPGConfig
+from drlhet.checkpoint import CheckpointError, Checkpoints, config_from_dict
+from drlhet.runtime.config import TrainConfig
+from drlhet.runtime.run import Start, initial_example, run
+from drlhet.runtime.saving import ChunkHook, Saving
+from tests.runtime.test_run import SMALL, SPLITS, assert_same_state
+
+CHUNKED = dataclasses.replace(SMALL, steps=500 + 4 * 200)  # 4 chunks of 200 env steps
+DDPG = TrainConfig(
+    algo="ddpg",
+    env="Pendulum-v1",
+    steps=300 + 3 * 100,
+    warmup=300,
+    eval_every=100,
+    eval_envs=2,
+    seeds=2,
+    batch_size=32,
+    buffer_size=2048,
+    ddpg=DDPGConfig(hidden=(16,)),
+)
+LEARNING = ("eval_return", "train_return", "loss", "env_steps", "chunk")
+
+
+def saving_to(folder: Path, every: int = 1) -> tuple[Checkpoints, Saving]:
+    ckpt = Checkpoints(folder, keep=10)
+
+    def write(chunk, states, rows):
+        ckpt.save(chunk, states, rows, {"config": {}, "mapping": ""})
+
+    return ckpt, Saving(every, write)
+
+
+def same_rows(a: list[dict], b: list[dict]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        for k in LEARNING:
+            if k in x:
+                assert x[k] == y[k], (k, x["chunk"])
+
+
+@pytest.mark.parametrize(
+    "cfg,mapping,delay,stop",
+    [
+        (CHUNKED, None, 0, 1),  # fused
+        (CHUNKED, None, 4, 2),
+        (dataclasses.replace(CHUNKED, sgd_steps=8), SPLITS["A|R+L"], 0, 1),  # per-iteration loop
+        (dataclasses.replace(CHUNKED, sgd_steps=8), SPLITS["A|R+L"], 4, 0),
+        (CHUNKED, SPLITS["A+R|L"], 4, 1),  # pipelined (in-program channels), segments
+        (DDPG, None, 4, 0),
+        (dataclasses.replace(DDPG, sgd_steps=8), SPLITS["A|R+L"], 4, 1),
+    ],
+)
+def test_resume_after_any_chunk_equals_the_run_not_stopped(tmp_path, cfg, mapping, delay, stop):
+    cfg = dataclasses.replace(cfg, delay=delay)
+    ckpt, saving = saving_to(tmp_path / "ckpt")
+    full, rows = run(cfg, mapping, saving=saving)
+    assert ckpt.chunks() == list(range(len(rows)))
+    saved = ckpt.restore(initial_example(cfg), chunk=stop)
+    assert saved.chunk == stop and [r["chunk"] for r in saved.rows] == list(range(stop + 1))
+    resumed, more = run(cfg, mapping, start=Start(saved.states, saved.chunk))
+    assert_same_state(full, resumed)
+    same_rows(rows, saved.rows + more)
+    # the last checkpoint holds the final state itself
+    assert_same_state(full, ckpt.restore(initial_example(cfg)).states)
+
+
+def test_a_checkpoint_restores_on_another_device_layout(tmp_path):
+    # written by the fused loop on one device, resumed by the per-iteration loop across two:
+    # with k = 0 both compute the same numbers, so the end state is the fused run's
+    cfg = dataclasses.replace(CHUNKED, sgd_steps=8)
+    ckpt, saving = saving_to(tmp_path / "ckpt")
+    full, _ = run(cfg, None, saving=saving)
+    saved = ckpt.restore(initial_example(cfg), chunk=1)
+    resumed, _ = run(cfg, SPLITS["A|R+L"], start=Start(saved.states, saved.chunk))
+    assert_same_state(full, resumed)
+
+
+def corrupt_newest(ckpt: Checkpoints, how: str) -> Path:
+    newest = ckpt.folder / str(ckpt.chunks()[-1])
+    files = sorted(p for p in (newest / "state").rglob("*") if p.is_file() and p.stat().st_size)
+    data = max(files, key=lambda p: p.stat().st_size)
+    raw = bytearray(data.read_bytes())
+    if how == "truncate":
+        data.write_bytes(bytes(raw[: len(raw) // 2]))
+    else:  # one bit flipped in the middle of the largest array file
+        raw[len(raw) // 2] ^= 0x10
+        data.write_bytes(bytes(raw))
+    return newest
+
+
+@pytest.mark.parametrize("how", ["truncate", "flip"])
+def test_a_corrupt_checkpoint_is_named_and_the_previous_one_used(tmp_path, how):
+    ckpt, saving = saving_to(tmp_path / "ckpt")
+    run(SMALL, None, saving=saving)
+    bad = corrupt_newest(ckpt, how)
+    example = initial_example(SMALL)
+    saved = ckpt.restore(example)
+    assert saved.chunk == int(bad.name) - 1
+    assert [p for p, _ in saved.skipped] == [bad]
+    with pytest.raises(CheckpointError):
+        ckpt.restore(example, chunk=int(bad.name))
+
+
+def test_a_checkpoint_of_other_shapes_is_refused_naming_the_leaf(tmp_path):
+    ckpt, saving = saving_to(tmp_path / "ckpt")
+    run(SMALL, None, saving=saving)
+    other = dataclasses.replace(SMALL, buffer_size=2048)
+    with pytest.raises(CheckpointError, match=r"state\..*in this configuration"):
+        ckpt.restore(initial_example(other), chunk=0)
+
+
+def test_no_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(CheckpointError, match="no checkpoint in"):
+        Checkpoints(tmp_path / "none").restore(initial_example(SMALL))
+
+
+def test_keep_deletes_the_oldest(tmp_path):
+    ckpt = Checkpoints(tmp_path / "ckpt", keep=2)
+    saving = Saving(1, lambda c, s, r: ckpt.save(c, s, r, {"config": {}, "mapping": ""}))
+    run(CHUNKED, None, saving=saving)
+    assert ckpt.chunks() == [2, 3]
+
+
+def test_segments_end_where_a_checkpoint_is_due():
+    hook = ChunkHook(7, Saving(3, lambda *a: None), None)
+    assert hook.segments(0) == [(0, 3), (3, 6), (6, 7)]
+    assert hook.segments(4) == [(4, 6), (6, 7)]
+    assert ChunkHook(7, None, None).segments(2) == [(2, 7)]
+    with pytest.raises(ValueError, match="every must be >= 1"):
+        ChunkHook(7, Saving(0, lambda *a: None), None)
+
+
+def test_the_config_round_trips_through_json():
+    cfg = dataclasses.replace(DDPG, ddpg=DDPGConfig(hidden=(8, 4)), delay=3)
+    back = config_from_dict(json.loads(json.dumps(dataclasses.asdict(cfg))))
+    assert back == cfg
+
+
+def test_keys_come_back_typed(tmp_path):
+    ckpt, saving = saving_to(tmp_path / "ckpt")
+    full, _ = run(SMALL, None, saving=saving)
+    got = ckpt.restore(initial_example(SMALL)).states
+    assert jax.dtypes.issubdtype(got.key.dtype, jax.dtypes.prng_key)
+    np.testing.assert_array_equal(jax.random.key_data(got.key), jax.random.key_data(full.key))

@@ -23,7 +23,7 @@ class PendingUpdates(NamedTuple):
     """Updates not applied yet, oldest first. Each field ``[k, B]``."""
 
     indices: jax.Array
-    stamps: jax.Array  # -1: an empty entry (matches no filled slot, so it is dropped)
+    stamps: jax.Array  # -1: an empty entry (stamps of filled slots are >= 0: it is dropped)
     priorities: jax.Array
 
 

@@ -241,17 +241,21 @@ def update(state: FixedTreeState, indices: jax.Array, values: jax.Array) -> Fixe
     """Sets leaves ``indices`` ``[B]`` to ``values`` ``[B]`` (float ``v``), checked as
     `drlhet.replay.sum_tree.update`: eagerly a bad index or value raises ``ValueError``; under
     ``jit`` such a batch is refused whole (the tree is unchanged)."""
-    indices, values = jnp.asarray(indices), jnp.asarray(values)
-    if indices.shape != values.shape or indices.ndim != 1:
-        raise ValueError(f"indices {indices.shape} and values {values.shape} must both be [B]")
-    if _concrete(indices, values):
+    if _concrete(indices, values):  # before jnp.asarray, which would wrap NumPy's int64
         idx, v = np.asarray(indices), np.asarray(values)
+        if not np.issubdtype(idx.dtype, np.integer):
+            raise ValueError(f"indices must have an integer dtype, got {idx.dtype}")
         out = (idx < 0) | (idx >= state.capacity)
         if out.any():
             raise ValueError(f"index {idx[out][0]} out of range [0, {state.capacity})")
         bad = ~np.isfinite(v) | (v < 0)
         if bad.any():
             raise ValueError(f"priorities must be finite and >= 0, got {v[bad][0]!r}")
+    indices, values = jnp.asarray(indices), jnp.asarray(values)
+    if indices.shape != values.shape or indices.ndim != 1:
+        raise ValueError(f"indices {indices.shape} and values {values.shape} must both be [B]")
+    if not jnp.issubdtype(indices.dtype, jnp.integer):
+        raise ValueError(f"indices must have an integer dtype, got {indices.dtype}")
     ok = jnp.all((indices >= 0) & (indices < state.capacity) & jnp.isfinite(values) & (values >= 0))
     return write(state, indices, values, jnp.broadcast_to(ok, indices.shape))
 

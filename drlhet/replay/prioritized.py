@@ -10,10 +10,13 @@ docs/design.md section 2:
 * every slot carries an insertion stamp; ``update_priorities`` drops entries whose stamp no
   longer matches (the slot was overwritten after it was sampled), which makes delayed updates
   safe;
-* bad input (negative, NaN or infinite priorities, indices of unfilled slots, sampling an empty
-  buffer) raises ``ValueError`` when called eagerly. Under ``jit`` the operation is refused whole,
-  the buffer is left unchanged and a bit is set in ``state.error`` (see `raise_on_error`);
-  sampling an empty buffer under ``jit`` returns zero IS weights.
+* bad values (negative, NaN, infinite or too large priorities, indices of unfilled slots, a
+  ``beta`` outside [0, 1], sampling an empty buffer or one whose priorities are all 0) raise
+  ``ValueError`` when called eagerly, the buffer unchanged. Under ``jit`` an update is refused
+  whole, the buffer is left unchanged and a bit is set in ``state.error``; a refused sample
+  returns zero IS weights and a bit in ``sample.error`` (see `raise_on_error`). Shapes, dtypes
+  and structures are checked while tracing (``ValueError``). Empty batches (A = 0, B = 0) are
+  no-ops. The representable range of priorities is `drlhet.replay.checks`'s.
 
 The tree primitives are an argument (`drlhet.replay.sum_tree.TreeOps`; a backend provides
 them, `drlhet.backends.tree_ops`), chosen statically: this package imports no backend.
@@ -28,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from drlhet.replay import sum_tree
+from drlhet.replay import checks, sum_tree
 from drlhet.replay.sum_tree import REFERENCE, SumTreeState, TreeOps
 
 __all__ = [
@@ -39,10 +42,23 @@ __all__ = [
     "raise_on_error",
     "ERR_PRIORITY",
     "ERR_INDEX",
+    "ERR_EMPTY",
+    "ERR_BETA",
+    "STAMP_MASK",
 ]
 
-ERR_PRIORITY = 1  # a negative, NaN or infinite priority was refused
+ERR_PRIORITY = 1  # a negative, NaN, infinite or too large priority was refused
 ERR_INDEX = 2  # an index outside the filled slots was refused
+ERR_EMPTY = 4  # a sample of an empty buffer, or of one whose priorities are all 0
+ERR_BETA = 8  # a sample with beta outside [0, 1]
+STAMP_MASK = 0x7FFFFFFF
+"""Stamps count insertions modulo 2^31, so they stay >= 0 (-1 marks "no transition")."""
+_MESSAGES = (
+    (ERR_PRIORITY, "a negative, NaN, infinite or too large priority"),
+    (ERR_INDEX, "an index outside the filled slots"),
+    (ERR_EMPTY, "a sample of an empty buffer or of all-zero priorities"),
+    (ERR_BETA, "a beta outside [0, 1]"),
+)
 
 
 class PrioritizedReplayState(NamedTuple):
@@ -52,10 +68,10 @@ class PrioritizedReplayState(NamedTuple):
       storage: pytree of ``[N, ...]`` arrays, the ring buffer.
       tree: sum tree over ``p ** alpha``, one leaf per slot (a `SumTreeState`, or the
         backend's own tree, e.g. `drlhet.replay.fixed_point.FixedTreeState`).
-      stamps: ``[N]`` int32 insertion stamp of each slot; -1 when empty.
+      stamps: ``[N]`` int32 insertion stamp of each slot, in ``[0, 2^31)``; -1 when empty.
       position: ``[]`` int32 next slot to write.
       size: ``[]`` int32 filled slots.
-      inserted: ``[]`` int32 transitions ever inserted (wraps); the next stamp.
+      inserted: ``[]`` int32 transitions ever inserted, modulo 2^31; the next stamp.
       max_priority: ``[]`` running maximum of raw priorities (before ``alpha``).
       error: ``[]`` int32 bit mask of refused operations (``ERR_*``); 0 when all went well.
     """
@@ -78,7 +94,9 @@ class PrioritizedSample(NamedTuple):
       stamps: ``[B]`` int32 insertion stamps of those slots (pass back to `update_priorities`).
       data: pytree of ``[B, ...]`` transitions.
       probabilities: ``[B]`` sampling probabilities ``P(i)``.
-      weights: ``[B]`` importance-sampling weights, max 1 (0 when the buffer was empty).
+      weights: ``[B]`` importance-sampling weights, max 1 (all 0 when the sample was refused).
+      error: ``[]`` int32 bit mask (``ERR_EMPTY``, ``ERR_BETA``) of why the sample was refused
+        under ``jit``; 0 when it was not. None where a sampler does not report it.
     """
 
     indices: jax.Array
@@ -86,6 +104,7 @@ class PrioritizedSample(NamedTuple):
     data: Any
     probabilities: jax.Array
     weights: jax.Array
+    error: jax.Array | None = None
 
 
 class ReplayFns(NamedTuple):
@@ -105,33 +124,12 @@ class ReplayFns(NamedTuple):
     update_priorities: Any
 
 
-def _concrete(*xs) -> bool:
-    return not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(xs))
-
-
-def _check_priorities(p) -> None:
-    if _concrete(p):
-        v = np.asarray(p)
-        bad = ~np.isfinite(v) | (v < 0)
-        if bad.any():
-            raise ValueError(
-                f"priorities must be finite and >= 0, got {v[bad][0]!r} at position "
-                f"{int(np.flatnonzero(bad)[0])}; the buffer is unchanged"
-            )
-
-
-def raise_on_error(state: PrioritizedReplayState) -> None:
-    """Raises ``ValueError`` if a jitted operation on ``state`` was refused (host sync)."""
-    err = int(state.error)
+def raise_on_error(state: PrioritizedReplayState | PrioritizedSample) -> None:
+    """Raises ``ValueError`` if a jitted operation on ``state`` (or the sample) was refused
+    (a host sync)."""
+    err = 0 if state.error is None else int(state.error)
     if err:
-        what = [
-            m
-            for bit, m in (
-                (ERR_PRIORITY, "a negative, NaN or infinite priority"),
-                (ERR_INDEX, "an index outside the filled slots"),
-            )
-            if err & bit
-        ]
+        what = [m for bit, m in _MESSAGES if err & bit]
         raise ValueError(f"refused replay operation(s): {', '.join(what)} (error={err})")
 
 
@@ -173,16 +171,17 @@ def make_prioritized_replay(
       A `ReplayFns` of pure, jittable functions.
 
     Raises:
-      ValueError: a bad size, K or alpha.
+      ValueError: a bad size, K, alpha or dtype.
     """
-    if not isinstance(capacity, int | np.integer) or capacity < 1:
-        raise ValueError(f"capacity must be an integer >= 1, got {capacity!r}")
+    if not isinstance(capacity, int | np.integer) or not 1 <= capacity <= checks.MAX_CAPACITY:
+        raise ValueError(f"capacity must be an integer in [1, 2^31 - 1], got {capacity!r}")
     if not isinstance(batch_size, int | np.integer) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     if not isinstance(branching, int | np.integer) or branching < 2:
         raise ValueError(f"branching factor K must be an integer >= 2, got {branching!r}")
     if not (np.isfinite(alpha) and alpha >= 0):
         raise ValueError(f"alpha must be finite and >= 0, got {alpha!r}")
+    checks.check_tree_dtype(dtype)
     spec = _Spec(int(capacity), int(batch_size), alpha, int(branching), stratified, tree_ops, dtype)
     return ReplayFns(
         functools.partial(_init, spec),
@@ -210,10 +209,6 @@ def _init(spec: _Spec, example_transition: Any) -> PrioritizedReplayState:
     )
 
 
-def _power(spec: _Spec, p: jax.Array) -> jax.Array:
-    return p if spec.alpha == 1.0 else jnp.power(p, spec.alpha)
-
-
 def _add(
     spec: _Spec,
     state: PrioritizedReplayState,
@@ -221,24 +216,20 @@ def _add(
     priorities: jax.Array | None = None,
 ) -> PrioritizedReplayState:
     """Writes ``transitions`` ``[A, ...]`` at the ring position with ``priorities`` ``[A]``
-    (default: the running maximum); a batch with an invalid priority is refused whole."""
-    leaves = jax.tree.leaves(transitions)
-    if not leaves:
-        raise ValueError("transitions is an empty pytree")
-    n_add = int(jnp.shape(leaves[0])[0])
-    if any(jnp.shape(x)[0] != n_add for x in leaves):
-        raise ValueError("every leaf of transitions must have the same leading size A")
+    (default: the running maximum); a batch with an invalid priority is refused whole, a batch
+    of A = 0 is a no-op. Fields must match the storage's trailing shapes and dtypes."""
+    n_add = checks.batch_size_of(state.storage, transitions)
     if n_add > spec.capacity:
         raise ValueError(f"cannot add {n_add} transitions to a buffer of capacity {spec.capacity}")
     if priorities is None:
         raw = jnp.broadcast_to(state.max_priority, (n_add,))
-        ok = jnp.bool_(True)
+        values, _ = checks.leaf_values(raw, spec.alpha, spec.dtype, (n_add,))
+        ok = jnp.bool_(True)  # the running maximum was accepted before
     else:
         raw = jnp.asarray(priorities, spec.dtype)
-        if raw.shape != (n_add,):
-            raise ValueError(f"priorities must have shape ({n_add},), got {raw.shape}")
-        _check_priorities(raw)
-        ok = jnp.all(jnp.isfinite(raw) & (raw >= 0))
+        values, ok = checks.leaf_values(raw, spec.alpha, spec.dtype, (n_add,))
+    if n_add == 0:
+        return state
     slots = (state.position + jnp.arange(n_add, dtype=jnp.int32)) % spec.capacity
     dest = jnp.where(ok, slots, spec.capacity)  # out of range -> dropped
     storage = jax.tree.map(
@@ -246,10 +237,9 @@ def _add(
         state.storage,
         transitions,
     )
-    stamps = state.stamps.at[dest].set(
-        state.inserted + jnp.arange(n_add, dtype=jnp.int32), mode="drop"
-    )
-    tree = spec.ops.write(state.tree, slots, _power(spec, raw), jnp.broadcast_to(ok, (n_add,)))
+    new_stamps = (state.inserted + jnp.arange(n_add, dtype=jnp.int32)) & STAMP_MASK
+    stamps = state.stamps.at[dest].set(new_stamps, mode="drop")
+    tree = spec.ops.write(state.tree, slots, values, jnp.broadcast_to(ok, (n_add,)))
     n = jnp.where(ok, n_add, 0).astype(jnp.int32)
     return PrioritizedReplayState(
         storage=storage,
@@ -257,7 +247,7 @@ def _add(
         stamps=stamps,
         position=(state.position + n) % spec.capacity,
         size=jnp.minimum(state.size + n, spec.capacity),
-        inserted=state.inserted + n,
+        inserted=(state.inserted + n) & STAMP_MASK,
         max_priority=jnp.where(
             ok, jnp.maximum(state.max_priority, jnp.max(raw)), state.max_priority
         ),
@@ -268,8 +258,11 @@ def _add(
 def _sample(
     spec: _Spec, state: PrioritizedReplayState, key: jax.Array, beta: float = 0.4
 ) -> PrioritizedSample:
-    """Draws ``batch_size`` slots with ``P(i) = p_i^alpha / total`` and their IS weights."""
-    if _concrete(state.size) and int(state.size) == 0:
+    """Draws ``batch_size`` slots with ``P(i) = p_i^alpha / total`` and their IS weights
+    (``beta`` in [0, 1]). Refused (eagerly ``ValueError``; under ``jit`` zero weights and a bit
+    in ``error``): an empty buffer, all priorities 0, a bad ``beta``."""
+    beta_ok = checks.check_beta(beta)
+    if checks.concrete(state.size) and int(state.size) == 0:
         raise ValueError("cannot sample from an empty replay buffer (size 0)")
     dtype = spec.dtype
     if spec.ops.draw is not None:  # a tree that draws on its own (fixed point)
@@ -277,11 +270,23 @@ def _sample(
         probs = probs.astype(dtype)
     else:
         indices, probs = _float_draw(spec, state.tree, key)
+    # A drawn leaf has P(i) > 0 whenever the total is (checks: P(i) >= 2^-123), so this is
+    # "total > 0" without reading the root again (which would make XLA copy the tree).
+    nonzero = jnp.max(probs) > 0
+    if checks.concrete(probs) and not bool(nonzero):
+        raise ValueError(
+            f"cannot sample: every priority of the {int(state.size)} stored transitions is 0"
+        )
     size = state.size.astype(dtype)
-    raw_w = jnp.where(probs > 0, jnp.power(size * jnp.where(probs > 0, probs, 1), -beta), 0)
+    b = jnp.where(beta_ok, jnp.asarray(beta, dtype), 0)
+    raw_w = jnp.where(probs > 0, jnp.power(size * jnp.where(probs > 0, probs, 1), -b), 0)
     weights = raw_w / jnp.maximum(jnp.max(raw_w), jnp.finfo(dtype).tiny)
+    weights = jnp.where(beta_ok, weights, 0)
+    error = jnp.asarray(
+        jnp.where(nonzero, 0, ERR_EMPTY) | jnp.where(beta_ok, 0, ERR_BETA), jnp.int32
+    )
     data = jax.tree.map(lambda buf: buf[indices], state.storage)
-    return PrioritizedSample(indices, state.stamps[indices], data, probs, weights)
+    return PrioritizedSample(indices, state.stamps[indices], data, probs, weights, error)
 
 
 def _float_draw(spec: _Spec, tree: SumTreeState, key: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -308,27 +313,20 @@ def _update_priorities(
     priorities: jax.Array,
     stamps: jax.Array | None = None,
 ) -> PrioritizedReplayState:
-    """Sets the raw priorities of ``indices`` ``[B]`` (last duplicate wins); entries whose
-    ``stamps`` ``[B]`` no longer match their slot are dropped."""
-    indices = jnp.asarray(indices, jnp.int32)
+    """Sets the raw priorities of ``indices`` ``[B]`` (integers; last duplicate wins); entries
+    whose ``stamps`` ``[B]`` (integers) no longer match their slot are dropped. A batch with a
+    bad index or priority is refused whole; B = 0 is a no-op."""
+    idx, in_range = checks.indices_in_range(indices, state.size)
+    b = idx.shape[0]
     raw = jnp.asarray(priorities, spec.dtype)
-    if indices.ndim != 1 or raw.shape != indices.shape:
-        raise ValueError(f"indices {indices.shape} and priorities {raw.shape} must both be [B]")
-    if _concrete(indices, state.size):
-        idx, size = np.asarray(indices), int(state.size)
-        out = (idx < 0) | (idx >= size)
-        if out.any():
-            raise ValueError(
-                f"index {idx[out][0]} outside the filled slots [0, {size}); the buffer is unchanged"
-            )
-    _check_priorities(raw)
-    in_range = jnp.all((indices >= 0) & (indices < state.size))
-    finite = jnp.all(jnp.isfinite(raw) & (raw >= 0))
-    keep = jnp.broadcast_to(in_range & finite, indices.shape)
+    values, finite = checks.leaf_values(raw, spec.alpha, spec.dtype, (b,))
+    keep = jnp.broadcast_to(in_range & finite, (b,))
     if stamps is not None:
-        safe = jnp.clip(indices, 0, spec.capacity - 1)
-        keep = keep & (state.stamps[safe] == jnp.asarray(stamps, jnp.int32))
-    tree = spec.ops.write(state.tree, indices, _power(spec, raw), keep)
+        want, fits = checks.int32_or_never(stamps, (b,), "stamps")
+        keep = keep & fits & (state.stamps[jnp.clip(idx, 0, spec.capacity - 1)] == want)
+    if b == 0:
+        return state
+    tree = spec.ops.write(state.tree, idx, values, keep)
     new_max = jnp.max(jnp.where(keep, raw, 0))
     err = jnp.where(in_range, 0, ERR_INDEX) | jnp.where(finite, 0, ERR_PRIORITY)
     return state._replace(

@@ -134,6 +134,10 @@ def leaves(state: SumTreeState) -> jax.Array:
 
 
 def _check_indices(state: SumTreeState, indices) -> None:
+    """Integer dtype (always); eagerly, every index in ``[0, capacity)`` before any cast."""
+    dtype = indices.dtype if isinstance(indices, jax.Array) else np.asarray(indices).dtype
+    if not jnp.issubdtype(dtype, jnp.integer):
+        raise ValueError(f"indices must have an integer dtype, got {dtype}")
     if _concrete(indices):
         idx = np.asarray(indices)
         if idx.size and (idx.min() < 0 or idx.max() >= state.capacity):
@@ -231,11 +235,11 @@ def update(state: SumTreeState, indices: jax.Array, values: jax.Array) -> SumTre
     ``[0, capacity)`` or a negative, NaN or infinite value raises ``ValueError``; under ``jit``
     such a batch is refused whole (the tree is returned unchanged).
     """
+    _check_indices(state, indices)  # before jnp.asarray, which would wrap NumPy's int64
     indices = jnp.asarray(indices)
     values = jnp.asarray(values)
     if indices.shape != values.shape or indices.ndim != 1:
         raise ValueError(f"indices {indices.shape} and values {values.shape} must both be [B]")
-    _check_indices(state, indices)
     _check_priorities(values)
     ok = jnp.all((indices >= 0) & (indices < state.capacity) & jnp.isfinite(values) & (values >= 0))
     return write(state, indices, values, jnp.broadcast_to(ok, indices.shape))

@@ -40,31 +40,172 @@ def test_train_command_writes_a_run_directory(tmp_path, capsys):
     config = json.loads((run / "config.json").read_text())
     assert config["env"] == "probe-constant" and config["dqn"]["hidden"] == [8]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    # warmup 100 + (n_step - 1) x 4 envs to fill the 3-step FIFO + 3 chunks of 200
-    assert len(rows) == 3 and rows[-1]["env_steps"] == 100 + 2 * 4 + 3 * 200
+    # warmup 100 + (n_step - 1) x 4 envs to fill the 3-step FIFO + the 2 whole chunks of 200
+    # that fit in --steps 600 (rounded down, never up)
+    assert len(rows) == 2 and rows[-1]["env_steps"] == 100 + 2 * 4 + 2 * 200
     assert (run / "curve.png").stat().st_size > 1000
     out = capsys.readouterr().out
     assert "trained samples/s" in out and "final evaluation return" in out
+    assert "env steps per seed: 508 of --steps 600 (108 of warm-up, then 2 of 2 chunks" in out
+
+
+TINY = [
+    "--env",
+    "probe-constant",
+    "--steps",
+    "500",
+    "--warmup",
+    "100",
+    "--batch-size",
+    "16",
+    "--buffer-size",
+    "500",
+    "--eval-every",
+    "200",
+    "--eval-envs",
+    "2",
+    "--dqn.hidden",
+    "8",
+    "--no-progress",
+]
+"""A run of 2 chunks that takes a few seconds."""
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--batch-size", "0"], "batch_size must be >= 1, got 0"),
+        (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
         (["--mapping", "actors=cpu:0,replay=bogus@cpu:1,learner=cpu:1"], "no backend 'bogus'"),
         (["--mapping", "actors=cpu:0,replay=python@cpu:0,learner=cpu:0"], "modeled only"),
-        (["--backend", "nope", "--steps", "1000"], "no backend 'nope'"),
-        (["--buffer-size", "3000000000"], "buffer_size must be <= 2147483647"),
-        (["--backend", "fpga", "--branching", "2", "--steps", "1000"], "supports K in"),
+        (["--backend", "nope"], "--backend 'nope' is not registered"),
+        (["--buffer-size", "3000000000"], "--buffer-size must be <= 2147483647"),
+        (["--buffer-size", str(2**31 - 1)], "needs 2290649248 tree nodes, more than int32"),
+        (["--backend", "fpga", "--branching", "2"], "--branching 2: the FPGA replay module"),
+        # what a backend accepts is checked for the backend a mapping names too
+        (
+            ["--mapping", "actors=cpu:0,replay=fpga@cpu:0,learner=cpu:0", "--branching", "2"],
+            "--backend 'fpga' cannot hold --buffer-size 50000 at --branching 2",
+        ),
+        (["--steps", "2000"], "--steps (2000) must be >= --warmup + --eval-every (1000 + 5000)"),
+        (
+            ["--batch-size", "512", "--buffer-size", "100"],
+            "--batch-size (512) must be <= --buffer-size (100)",
+        ),
+        (
+            ["--mapping", "actors=cpu:0,replay=cpu:x,learner=cpu:0"],
+            "--mapping: device 'cpu:x': the index after ':' must be a number",
+        ),
+        (
+            ["--mapping", "actors=cpu:0,replay=jax@cpu:0,learner=cpu:0", "--backend", "native"],
+            "--backend native disagrees with the mapping's replay=jax@cpu:0",
+        ),
+        (
+            ["--mapping", "actors=cpu:0,replay=cpu:1,learner=cpu:1", "--cpu-devices", "1"],
+            "--mapping names cpu:1 but --cpu-devices is 1",
+        ),
+        (["--env", "Pendulum-v1", "--steps", "6000"], "DQN needs discrete actions"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as exit_info:
         main(["train", *args, "--out", str(tmp_path / "runs"), "--no-progress"])
     assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("drlhet: error:") and message in err[0]
+    line = one_error_line(capsys)
+    assert line.startswith("drlhet: error: ") and message in line
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_mapping_beyond_the_cores_is_refused_not_given_devices(tmp_path, capsys, monkeypatch):
+    """``cpu:7`` on a 2-core machine used to create 8 XLA CPU devices without a word."""
+    monkeypatch.setattr("drlhet.cli.train.os.cpu_count", lambda: 2)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--mapping", "actors=cpu:0,replay=cpu:7,learner=cpu:0"])
+    assert exit_info.value.code == 2
+    assert "more CPU devices than this machine has cores (2); pass --cpu-devices 8" in (
+        one_error_line(capsys)
+    )
+
+
+def test_a_run_that_does_not_fit_in_memory_is_refused_with_the_figure(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr("drlhet.cli.train.available_memory", lambda: (24 * 2**30, "MemAvailable"))
+    args = ["--buffer-size", str(2**30), "--steps", "6000", "--dqn.hidden", "8"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", *args, "--out", str(tmp_path / "runs")])
+    assert exit_info.value.code == 2
+    line = one_error_line(capsys)
+    # CartPole: obs and next obs 2 x 16 B, action, reward, discount, stamp 4 B each, and the
+    # tree's 4 B per leaf x 16/15: 52.3 B per slot
+    assert "--buffer-size 1073741824 x --seeds 1: the run needs ~52.3 GiB" in line
+    assert "this machine has 24.0 GiB available (MemAvailable)" in line
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_failure_while_running_is_one_line_exit_1_and_removes_the_run(
+    tmp_path, capsys, monkeypatch, debug
+):
+    seen = []
+
+    def fake_run(config, mapping, **kwargs):
+        seen.append(sorted(p.name for p in (tmp_path / "runs").iterdir()))
+        raise RuntimeError("the device went away\nsecond line of detail")
+
+    monkeypatch.setattr("drlhet.cli.train.run", fake_run)
+    flags = ["--debug"] if debug else []
+    with pytest.raises(SystemExit) as exit_info:
+        main([*flags, "train", *TINY, "--out", str(tmp_path / "runs"), "--name", "r"])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("drlhet: failed: RuntimeError: the device went away (more with --debug)")
+    assert (len(err) > 1 and err[0].startswith("Traceback")) if debug else len(err) == 1
+    assert seen == [["r"]]  # the run directory existed while running, and is gone
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_failed_run_keeps_its_checkpoints_and_a_directory_that_existed(
+    tmp_path, capsys, monkeypatch, existed
+):
+    run_dir = tmp_path / "runs" / "r"
+    if existed:
+        run_dir.mkdir(parents=True)
+        (run_dir / "notes.txt").write_text("mine")
+
+    def fake_run(config, mapping, **kwargs):
+        if not existed:  # a run that wrote a checkpoint before it failed
+            (run_dir / "checkpoints" / "0").mkdir(parents=True)
+        raise ValueError("priority NaN in the replay")
+
+    monkeypatch.setattr("drlhet.cli.train.run", fake_run)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", *TINY, "--out", str(tmp_path / "runs"), "--name", "r"])
+    assert exit_info.value.code == 1  # a ValueError while running is a failure, not bad input
+    assert one_error_line(capsys) == "drlhet: failed: ValueError: priority NaN in the replay"
+    assert run_dir.exists()
+    assert (run_dir / "notes.txt").exists() if existed else (run_dir / "checkpoints").exists()
+
+
+def test_errors_exit_with_their_status_in_a_fresh_process(tmp_path):
+    """As a user sees it: exit 2 and one line for bad input, nothing else on stderr."""
+    import subprocess
+    import sys
+
+    bad = [sys.executable, "-m", "drlhet", "train", "--steps", "2000", "--out", str(tmp_path)]
+    done = subprocess.run(bad, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "drlhet: error: --steps (2000) must be >= --warmup + --eval-every (1000 + 5000): "
+        "training is evaluated once per --eval-every after the warm-up"
+    ]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_backends_command_lists_the_registry(capsys):

@@ -1,25 +1,53 @@
 """Command line: ``drlhet train | backends | profile | dse`` (also ``python -m drlhet``).
 
 The only part of the package that reads flags and environment variables; everything else takes
-configuration objects. Bad input ends the command with one line naming the value (exit 2), no
-traceback.
+configuration objects. A command ends in one of three ways: done (exit status 0); bad input,
+found before anything is written or measured (one line ``drlhet: error: ...`` naming the
+option and its value, status 2); or a failure while running (one line ``drlhet: failed: <type>:
+<message>``, status 1). ``--debug``, anywhere on the line, also prints the traceback.
 """
 
 from __future__ import annotations
 
 import sys
+import traceback
 
 import tyro
 
-from drlhet.backends import BackendUnavailable
+from drlhet.cli.common import UsageError
 from drlhet.cli.dse import dse_command, profile_command
 from drlhet.cli.train import backends_command, train_command
 
-__all__ = ["main"]
+__all__ = ["main", "EXIT_BAD_INPUT", "EXIT_FAILED"]
+
+EXIT_BAD_INPUT = 2
+"""Exit status of a command refused for its input (tyro's own parsing errors use it too)."""
+EXIT_FAILED = 1
+"""Exit status of a command that failed while running."""
+DEBUG = "--debug"
+
+
+def _one_line(e: BaseException) -> str:
+    """The first line of ``e``'s message, saying so when there is more."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    if not lines:
+        return "(no message)"
+    return lines[0] + (f" (more with {DEBUG})" if len(lines) > 1 else "")
+
+
+def _end(debug: bool, status: int, line: str) -> None:
+    if debug:
+        traceback.print_exc()
+    print(line, file=sys.stderr)
+    raise SystemExit(status) from None
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: ``drlhet train|backends|profile|dse ...``."""
+    """Entry point: ``drlhet [--debug] train|backends|profile|dse ...``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    end = args.index("--") if "--" in args else len(args)
+    debug = DEBUG in args[:end]
+    args = [a for i, a in enumerate(args) if i >= end or a != DEBUG]
     try:
         tyro.extras.subcommand_cli_from_dict(
             {
@@ -28,8 +56,15 @@ def main(argv: list[str] | None = None) -> None:
                 "profile": profile_command,
                 "dse": dse_command,
             },
-            args=sys.argv[1:] if argv is None else argv,
+            prog="drlhet",
+            description=f"Deep RL with a prioritized replay buffer on heterogeneous devices. "
+            f"Exit status: 0 done, {EXIT_BAD_INPUT} bad input (nothing written), {EXIT_FAILED} "
+            f"failed while running; add {DEBUG} anywhere for the traceback.",
+            args=args,
         )
-    except (ValueError, BackendUnavailable) as e:
-        print(f"drlhet: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except UsageError as e:
+        _end(debug, EXIT_BAD_INPUT, f"drlhet: error: {_one_line(e)}")
+    except KeyboardInterrupt:
+        _end(debug, 130, "drlhet: interrupted")
+    except Exception as e:  # noqa: BLE001 - any failure while running: one line, no traceback
+        _end(debug, EXIT_FAILED, f"drlhet: failed: {type(e).__name__}: {_one_line(e)}")

@@ -1,16 +1,79 @@
-"""What every command shares: the user's cache folder, JAX's compilation cache, CPU devices.
+"""What every command shares: the user's cache folder, JAX's compilation cache, CPU devices,
+the memory this machine has, and the one way bad input is reported (`UsageError`).
 
 The CLI is the only part of drlhet that reads flags and environment variables.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
-from drlhet.backends import CPU
+from drlhet.backends import CPU, BackendUnavailable
+from drlhet.runtime.config import ConfigError
 
-__all__ = ["cache_dir", "enable_compilation_cache", "set_cpu_devices"]
+__all__ = [
+    "UsageError",
+    "bad_input",
+    "available_memory",
+    "cache_dir",
+    "enable_compilation_cache",
+    "set_cpu_devices",
+]
+
+
+class UsageError(Exception):
+    """Bad input to a command: `drlhet.cli.main` prints it as one line and exits with 2."""
+
+
+def _as_options(e: Exception, options: dict[str, str]) -> str:
+    """The message of ``e`` with the configuration fields it names (`ConfigError`) written
+    as the command's options (``batch_size`` -> ``--batch-size``, or ``options[field]``)."""
+    text = str(e)
+    fields = getattr(e, "fields", ()) if isinstance(e, ConfigError) else ()
+    if not fields:
+        return text
+    spelled = {f: "--" + options.get(f, f).replace("_", "-") for f in fields}
+    pattern = r"\b(" + "|".join(map(re.escape, fields)) + r")\b"
+    return re.sub(pattern, lambda m: spelled[m.group(1)], text)
+
+
+@contextlib.contextmanager
+def bad_input(prefix: str = "", options: dict[str, str] | None = None) -> Iterator[None]:
+    """Reports a ``ValueError`` or `BackendUnavailable` raised inside as bad input: a
+    `UsageError` whose message is ``prefix`` and the error's (configuration fields spelled as
+    options; ``options`` renames fields whose option differs, ``{"batch_size": "batch"}``)."""
+    try:
+        yield
+    except UsageError:
+        raise
+    except (ValueError, BackendUnavailable) as e:
+        raise UsageError(prefix + _as_options(e, options or {})) from e
+
+
+def available_memory() -> tuple[int, str] | None:
+    """``(bytes, source)``: the memory a new run can have now, the smaller of the machine's
+    (``MemAvailable`` of ``/proc/meminfo``, else free pages from ``os.sysconf``) and what this
+    process's cgroup has left (``memory.max - memory.current``); None when neither is known."""
+    found: list[tuple[int, str]] = []
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append((int(line.split()[1]) * 1024, "MemAvailable"))
+    if not found:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+            found.append((pages, "free physical pages"))
+    with contextlib.suppress(OSError, ValueError):
+        cgroup = Path("/sys/fs/cgroup")
+        limit = (cgroup / "memory.max").read_text().strip()
+        if limit != "max":
+            used = int((cgroup / "memory.current").read_text())
+            found.append((int(limit) - used, "cgroup memory.max"))
+    return min(found) if found else None
 
 
 def cache_dir() -> Path:

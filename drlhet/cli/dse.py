@@ -15,8 +15,8 @@ from typing import Annotated
 import tyro
 
 from drlhet.backends.base import CPU, PLATFORMS
+from drlhet.cli.common import UsageError, bad_input, set_cpu_devices
 from drlhet.cli.common import cache_dir as default_cache_dir
-from drlhet.cli.common import set_cpu_devices
 from drlhet.dse.baselines import baselines
 from drlhet.dse.build import build_model, cpu_devices_here, replay_backends_here
 from drlhet.dse.cache import ProfileCache
@@ -25,7 +25,8 @@ from drlhet.dse.key import ProfileKey
 from drlhet.dse.measure import measure_mapping
 from drlhet.dse.model import Prediction
 from drlhet.dse.search import expand_devices, search
-from drlhet.runtime.config import TrainConfig
+from drlhet.runtime.config import TrainConfig, check
+from drlhet.runtime.trainer import make_trainer
 
 __all__ = ["profile_command", "dse_command", "auto_mapping", "default_devices"]
 
@@ -52,7 +53,9 @@ def profile_command(
         ``$XDG_CACHE_HOME/drlhet``, else ``~/.cache/drlhet``).
       cpu_devices: XLA CPU devices (two are needed for the transfer figures).
     """
-    set_cpu_devices(cpu_devices)
+    with bad_input(options=_KEY_OPTIONS):
+        set_cpu_devices(cpu_devices)
+        _check_shape(shape)
     cache = ProfileCache(cache_dir or default_cache_dir())
     model = build_model(shape, cache=cache, reprofile=True)
     for backend, prof in model.profiles.items():
@@ -91,12 +94,22 @@ def dse_command(
       out: JSON with every prediction.
       cpu_devices: XLA CPU devices of this process.
     """
-    set_cpu_devices(cpu_devices)
+    with bad_input(options=_KEY_OPTIONS):
+        set_cpu_devices(cpu_devices)
+        _check_shape(shape)
+        if delay < 0:
+            raise ValueError(f"--delay must be >= 0, got {delay}")
+        if top < 1:
+            raise ValueError(f"--top must be >= 1, got {top}")
     present = cpu_devices_here()
-    devs = expand_devices(devices or default_devices(), len(present))
+    with bad_input(f"--devices {devices or default_devices()}: "):
+        devs = expand_devices(devices or default_devices(), len(present), load_sheets())
     cache = ProfileCache(cache_dir or default_cache_dir())
     model = build_model(shape, cache=cache, reprofile=reprofile)
     preds = search(model, devs, delay, present=present, backends_here=replay_backends_here())
+    if not any(p.note == "" for p in preds):
+        why = preds[0].note if preds else "no placement has costs"
+        raise UsageError(f"--devices {','.join(devs)}: no mapping is feasible ({why})")
     measured: dict[str, float] = {}
     if measure:
         for p in preds:
@@ -117,6 +130,18 @@ def dse_command(
     out.write_text(json.dumps(result, indent=1))
     print(f"all predictions: {out}")
     return result
+
+
+_KEY_OPTIONS = {"batch_size": "batch", "buffer_size": "capacity"}
+"""Fields of a `TrainConfig` whose `ProfileKey` option has another name."""
+
+
+def _check_shape(shape: ProfileKey) -> None:
+    """Refuses a shape that cannot be trained (before anything is measured; its backend is
+    ignored: every replay backend here is profiled)."""
+    cfg = dataclasses.replace(shape, backend=None).train_config()
+    check(cfg)
+    make_trainer(cfg)  # the environment, the algorithm and the backend fit together
 
 
 def _print_ranking(
@@ -191,14 +216,26 @@ def _result(
     }
 
 
-def auto_mapping(config: TrainConfig, delay: int, log: Callable[[str], None] = print) -> str:
+def auto_mapping(
+    config: TrainConfig,
+    delay: int,
+    log: Callable[[str], None] = print,
+    backend: str | None = None,
+) -> str:
     """The DSE's best mapping runnable here for ``config`` (profiles from the user's cache
-    folder, measured and cached when missing)."""
+    folder, measured and cached when missing), its replay on ``backend`` if given.
+
+    Raises:
+      ValueError: no mapping runnable here (with that replay backend).
+    """
     key = ProfileKey.of(config)
     present = cpu_devices_here()
     model = build_model(key, cache=ProfileCache(default_cache_dir()), log=log)
-    preds = search(model, present, delay, present=present, backends_here=replay_backends_here())
-    best = next(p for p in preds if p.runnable)
+    here = replay_backends_here() if backend is None else [backend]
+    preds = search(model, present, delay, present=present, backends_here=here)
+    best = next((p for p in preds if p.runnable), None)
+    if best is None:
+        raise ValueError(f"no mapping runnable here with replay backends {here}")
     log(
         f"--mapping auto: {best.mapping_text()} ({best.trained_samples_per_s:,.0f} trained "
         f"samples/s predicted, profiled)"

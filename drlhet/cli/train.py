@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
+import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import tyro
 
-from drlhet.backends import describe
-from drlhet.cli.common import enable_compilation_cache, set_cpu_devices
+from drlhet.backends import CPU, describe
+from drlhet.cli.common import available_memory, bad_input, enable_compilation_cache, set_cpu_devices
 from drlhet.cli.dse import auto_mapping
-from drlhet.runtime.config import TrainConfig, check
+from drlhet.runtime.config import TrainConfig, check, chunks_of, warmup_steps
 from drlhet.runtime.mapping import Mapping, cpu_devices_named
+from drlhet.runtime.memory import estimate_memory, size_text
 from drlhet.runtime.run import default_mapping, run
+from drlhet.runtime.trainer import make_trainer
+
+CHECKPOINTS = "checkpoints"
+"""The sub-folder of a run directory that holds its checkpoints (kept when a run fails)."""
 
 __all__ = ["train_command", "backends_command", "plot_curves"]
 
@@ -57,8 +66,14 @@ def train_command(
     mapping: str | None = None,
     cpu_devices: int | None = None,
     compilation_cache: bool = True,
+    memory_check: bool = True,
 ) -> Path:
     """Trains, writing ``config.json``, ``metrics.jsonl`` and ``curve.png`` to a run directory.
+
+    Everything is checked before the run directory is made: the configuration, the mapping,
+    the backends and what they accept, and whether the run's state fits in the memory this
+    machine has. A run that fails removes the run directory it made, unless it holds
+    checkpoints; a directory that existed before is kept.
 
     Args:
       config: the run (see `drlhet.runtime.config.TrainConfig`); ``--backend`` names the replay
@@ -71,25 +86,126 @@ def train_command(
         (see `drlhet.runtime.mapping.Mapping`), or ``auto``: the DSE's best mapping runnable
         here (profiles the run first if its profile is not cached); default: everything fused
         on one device.
-      cpu_devices: XLA CPU devices to create (default: as many as the mapping names).
+      cpu_devices: XLA CPU devices to create (default: as many as the mapping names, refused
+        beyond this machine's cores).
       compilation_cache: keep compiled programs in the user's cache folder (JAX's persistent
         compilation cache), so that running the same configuration again does not compile.
+      memory_check: refuse a run whose state (replay buffers, sum trees, agents of every seed)
+        needs more memory than this machine has available.
     """
+    with bad_input():
+        placed, tr = _prepare(config, mapping, cpu_devices, memory_check)
     if compilation_cache:
         enable_compilation_cache()
-    if mapping == "auto":
-        set_cpu_devices(cpu_devices or 2)
-        mapping = auto_mapping(config, config.delay)
-    elif mapping is not None or cpu_devices is not None:
-        set_cpu_devices(cpu_devices or cpu_devices_named(mapping or ""))
-    check(config)  # bad input: one line, before anything is written or compiled
-    placed = Mapping.parse(mapping) if mapping is not None else default_mapping(config)
-    placed.validate()
     run_dir = out / (name or f"{time.strftime('%Y%m%d-%H%M%S')}-{config.algo}-{config.env}")
-    rows, reached, wall = _train(config, placed, run_dir, stop_at_return, progress)
+    print(_plan(tr.config, tr.chunks))
+    with _removed_on_failure(run_dir):
+        rows, reached, wall = _train(config, placed, run_dir, stop_at_return, progress)
     if rows:
         _report(config, rows, reached, stop_at_return, wall, run_dir)
     return run_dir
+
+
+def _prepare(config: TrainConfig, mapping: str | None, cpu_devices, memory_check: bool):
+    """Checks the whole run and places it: ``-> (Mapping, Trainer)``; creates the XLA CPU
+    devices it needs. Raises ``ValueError`` or `BackendUnavailable` for bad input."""
+    check(config)
+    chunks_of(config)
+    if mapping == "auto":
+        set_cpu_devices(cpu_devices or 2)
+        if memory_check:  # before profiling: the run's shapes do not depend on the mapping
+            _check_memory(_trainer(config, default_mapping(config)), config)
+        with bad_input("--mapping auto: "):
+            mapping = auto_mapping(config, config.delay, backend=config.backend)
+    elif mapping is not None or cpu_devices is not None:
+        set_cpu_devices(_cpu_devices(mapping or "", cpu_devices))
+    if mapping is None:
+        placed = default_mapping(config)
+        placed.validate()
+    else:
+        with bad_input("--mapping: "):
+            placed = Mapping.parse(mapping)
+            placed.validate()
+    tr = _trainer(config, placed)
+    if memory_check:
+        _check_memory(tr, config)
+    return placed, tr
+
+
+def _cpu_devices(mapping: str, given: int | None) -> int:
+    """The XLA CPU devices to create for ``mapping``: ``given``, or as many as it names."""
+    with bad_input("--mapping: "):
+        needed = cpu_devices_named(mapping)
+    if given is not None:
+        if given < needed:
+            raise ValueError(
+                f"--mapping names {CPU}:{needed - 1} but --cpu-devices is {given}; "
+                f"pass --cpu-devices {needed} or more"
+            )
+        return given
+    cores = os.cpu_count() or 1
+    if needed > max(2, cores):
+        raise ValueError(
+            f"--mapping names {CPU}:{needed - 1}, more CPU devices than this machine has cores "
+            f"({cores}); pass --cpu-devices {needed} to create {needed} XLA CPU devices anyway"
+        )
+    return needed
+
+
+def _trainer(config: TrainConfig, placed: Mapping):
+    """The trainer of ``config`` run on ``placed`` (what `drlhet.runtime.run.run` builds),
+    after checking that ``--backend`` and ``--learner`` agree with the mapping."""
+    for option, group in (("backend", "replay"), ("learner", "learner")):
+        wanted, place = getattr(config, option), getattr(placed, group)
+        if wanted is not None and wanted != place.backend:
+            raise ValueError(
+                f"--{option} {wanted} disagrees with the mapping's {group}={place}; name it in "
+                f"the mapping instead ({group}={wanted}@{place.device})"
+            )
+    ran = dataclasses.replace(config, backend=placed.replay.backend, learner=placed.learner.backend)
+    return make_trainer(ran)
+
+
+def _check_memory(tr, config: TrainConfig) -> None:
+    """Refuses a run whose state needs more memory than this machine has available now (one
+    copy of the state: every run path donates it to each step; `drlhet.runtime.memory`)."""
+    have = available_memory()
+    if have is None:
+        return
+    free, source = have
+    need = estimate_memory(tr, config.seeds)
+    if need.total > free:
+        text = size_text
+        raise ValueError(
+            f"--buffer-size {config.buffer_size} x --seeds {config.seeds}: the run needs "
+            f"~{text(need.total)} (replay {text(need.replay)}, agents {text(need.agent)}), "
+            f"this machine has {text(free)} available ({source}); lower --buffer-size or "
+            "--seeds (--no-memory-check runs it anyway)"
+        )
+
+
+def _plan(config: TrainConfig, chunks: int) -> str:
+    """What the run will do, in env steps per seed."""
+    warm = warmup_steps(config)
+    total = warm + chunks * config.eval_every
+    return (
+        f"training {total:,} env steps per seed (--steps {config.steps:,}): {warm:,} of warm-up "
+        f"with random actions, then {chunks} chunk{'s' * (chunks > 1)} of {config.eval_every:,}"
+        f" (--eval-every), each followed by an evaluation"
+    )
+
+
+@contextlib.contextmanager
+def _removed_on_failure(run_dir: Path) -> Iterator[None]:
+    """Removes what this run creates on the way to ``run_dir`` if the body raises (not
+    `_Stop`), unless ``run_dir`` holds checkpoints; folders that existed before are kept."""
+    missing = [p for p in (run_dir, *run_dir.parents) if not p.exists()]
+    try:
+        yield
+    except BaseException:
+        if missing and not (run_dir / CHECKPOINTS).exists():
+            shutil.rmtree(missing[-1], ignore_errors=True)
+        raise
 
 
 def _train(config, mapping, run_dir: Path, stop_at_return, progress: bool):
@@ -139,6 +255,11 @@ def _report(config, rows, reached, stop_at_return, wall: float, run_dir: Path) -
     trained_sps = sum(r["trained_samples_per_s"] for r in steady) / len(steady)
     best = [max(r["eval_return"][s] for r in rows) for s in range(config.seeds)]
     print(f"\nrun: {run_dir} (replay backend {rows[-1]['backend']}, {rows[-1]['mapping']})")
+    print(
+        f"env steps per seed: {rows[-1]['env_steps']:,} of --steps {config.steps:,} "
+        f"({warmup_steps(config):,} of warm-up, then {len(rows)} of {chunks_of(config)} "
+        f"chunks of {config.eval_every:,})"
+    )
     print(f"final evaluation return per seed: {[round(x, 1) for x in rows[-1]['eval_return']]}")
     print(f"best evaluation return per seed:  {[round(x, 1) for x in best]}")
     print(

@@ -21,16 +21,68 @@ from drlhet.dse.model import Model, Place, Prediction
 __all__ = ["expand_devices", "enumerate_mappings", "search"]
 
 
-def expand_devices(text: str, cpu_devices: int = 2) -> list[str]:
+def expand_devices(text: str, cpu_devices: int = 2, sheets: dict | None = None) -> list[str]:
     """``"cpu,h100,u250"`` -> ``["cpu:0", "cpu:1", "h100", "u250"]`` (``cpu`` means every CPU
-    device of this process, ``cpu:N`` one of them)."""
+    device of this process, ``cpu:N`` one of them).
+
+    Args:
+      text: the devices, comma separated.
+      cpu_devices: the CPU devices of this process.
+      sheets: the device sheets (`drlhet.dse.devices.load_sheets`); when given, every other
+        item must name a sheet of a device, and every group must have a place on the devices.
+
+    Raises:
+      ValueError: a CPU device that is not present, an index that is not a number, a name
+        without a device sheet, or devices on which a group has no place.
+    """
     out: list[str] = []
     for item in filter(None, (t.strip().lower() for t in text.split(","))):
-        devices = [f"{CPU}:{i}" for i in range(cpu_devices)] if item == CPU else [item]
+        if item == CPU:
+            devices = [f"{CPU}:{i}" for i in range(cpu_devices)]
+        elif item.partition(":")[0] == CPU:
+            devices = [_cpu_device(item, cpu_devices)]
+        else:
+            if sheets is not None:
+                _check_sheet(item, sheets)
+            devices = [item]
         out += [d for d in devices if d not in out]
     if not out:
-        raise ValueError("no devices given")
+        raise ValueError(f"no devices given in {text!r}")
+    if sheets is not None:
+        kinds = {d: CPU if d.startswith(f"{CPU}:") else sheets[d]["kind"] for d in out}
+        for group in GROUPS:
+            if not any(providing(group, kind) for kind in kinds.values()):
+                can = [p for p in PLATFORMS if providing(group, p)]
+                raise ValueError(
+                    f"no device of {','.join(out)} runs the {group}: add a device of a kind "
+                    f"in {can}"
+                )
     return out
+
+
+def _cpu_device(item: str, cpu_devices: int) -> str:
+    """``cpu:N`` as the DSE names it, when this process has it (it is profiled here)."""
+    index = item.partition(":")[2]
+    if not (index.isascii() and index.isdigit()):
+        raise ValueError(f"device {item!r}: the index after ':' must be a number")
+    if int(index) >= cpu_devices:
+        raise ValueError(
+            f"device {item!r} is not present: this process has {cpu_devices} CPU devices "
+            f"({CPU}:0..{CPU}:{cpu_devices - 1})"
+        )
+    return f"{CPU}:{int(index)}"
+
+
+def _check_sheet(item: str, sheets: dict) -> None:
+    """``item`` must be the sheet of a device (not of a link)."""
+    if item not in sheets:
+        raise ValueError(
+            f"device {item!r} has no sheet and is not a CPU device; known: {CPU}, {CPU}:N, "
+            f"{', '.join(sorted(n for n, s in sheets.items() if s['kind'] in PLATFORMS))}"
+        )
+    if sheets[item]["kind"] not in PLATFORMS:
+        kind = sheets[item]["kind"]
+        raise ValueError(f"{item!r} is a {kind}, not a device (kinds: {', '.join(PLATFORMS)})")
 
 
 def _placements(model: Model, devices: list[str], group: str, host: bool) -> list[Place]:

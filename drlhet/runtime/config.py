@@ -8,8 +8,17 @@ from typing import Literal
 from drlhet.agents.ddpg import DDPGConfig
 from drlhet.agents.dqn import DQNConfig
 from drlhet.backends import default, get, names
+from drlhet.replay.sum_tree import layout
 
-__all__ = ["TrainConfig", "check", "n_step_of", "with_backend"]
+__all__ = [
+    "TrainConfig",
+    "ConfigError",
+    "check",
+    "chunks_of",
+    "warmup_steps",
+    "n_step_of",
+    "with_backend",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +31,8 @@ class TrainConfig:
     """Independent seeds trained together (vmap)."""
     seed: int = 0
     steps: int = 100_000
-    """Env steps per seed (all environments together)."""
+    """Env steps per seed (all environments together), at most: the warm-up, then as many whole
+    chunks of ``eval_every`` as fit (`chunks_of`)."""
     num_envs: int = 4
     sgd_steps: int = 2
     """SGD steps per iteration; replay ratio = sgd_steps / num_envs SGD steps per env step."""
@@ -58,39 +68,127 @@ class TrainConfig:
 MAX_BUFFER = (1 << 31) - 1
 """Slots a buffer can have: its indices are int32 inside the jitted program."""
 
+_POSITIVE = (
+    "steps",
+    "num_envs",
+    "sgd_steps",
+    "batch_size",
+    "buffer_size",
+    "eval_every",
+    "eval_envs",
+    "seeds",
+)
+
+
+class ConfigError(ValueError):
+    """A bad `TrainConfig`: the message names the fields (``fields``) and their values."""
+
+    def __init__(self, message: str, *fields: str):
+        super().__init__(message)
+        self.fields = fields
+
 
 def check(cfg: TrainConfig) -> None:
-    """Raises ``ValueError`` naming the first bad field of ``cfg``."""
+    """Raises `ConfigError` (a ``ValueError``) naming the first bad field of ``cfg``: a value
+    out of range, sizes that do not fit together, an unknown backend or one that cannot hold
+    the tree. (How many chunks fit in ``steps`` is `chunks_of`'s check.)"""
     if cfg.n_step is not None and cfg.n_step < 1:
-        raise ValueError(f"n_step must be >= 1, got {cfg.n_step}")
-    for name in (
-        "steps",
-        "num_envs",
-        "sgd_steps",
-        "batch_size",
-        "buffer_size",
-        "eval_every",
-        "eval_envs",
-        "seeds",
-    ):
+        raise ConfigError(f"n_step must be >= 1, got {cfg.n_step}", "n_step")
+    for name in _POSITIVE:
         if getattr(cfg, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
-    if cfg.buffer_size > MAX_BUFFER:
-        raise ValueError(
-            f"buffer_size must be <= {MAX_BUFFER} (int32 slots), got {cfg.buffer_size}"
-        )
-    if cfg.eval_every % cfg.num_envs:
-        raise ValueError(f"eval_every ({cfg.eval_every}) must be a multiple of num_envs")
-    if cfg.warmup < cfg.batch_size:
-        raise ValueError(f"warmup ({cfg.warmup}) must be >= batch_size ({cfg.batch_size})")
+            raise ConfigError(f"{name} must be >= 1, got {getattr(cfg, name)}", name)
     if cfg.delay < 0:
-        raise ValueError(f"delay must be >= 0, got {cfg.delay}")
+        raise ConfigError(f"delay must be >= 0, got {cfg.delay}", "delay")
     if cfg.algo not in ("dqn", "ddpg"):
-        raise ValueError(f"algo must be 'dqn' or 'ddpg', got {cfg.algo!r}")
-    accepts = get(cfg.backend).accepts if cfg.backend in names() else None
-    why = accepts(cfg.buffer_size, cfg.branching) if accepts else ""
+        raise ConfigError(f"algo must be 'dqn' or 'ddpg', got {cfg.algo!r}", "algo")
+    _check_sizes(cfg)
+    _check_backends(cfg)
+
+
+def _check_sizes(cfg: TrainConfig) -> None:
+    """The sizes that must fit together: envs and evaluation period, warm-up, batch, buffer."""
+    if cfg.eval_every % cfg.num_envs:
+        raise ConfigError(
+            f"eval_every ({cfg.eval_every}) must be a multiple of num_envs ({cfg.num_envs})",
+            "eval_every",
+            "num_envs",
+        )
+    if cfg.warmup < cfg.batch_size:
+        raise ConfigError(
+            f"warmup ({cfg.warmup}) must be >= batch_size ({cfg.batch_size})",
+            "warmup",
+            "batch_size",
+        )
+    if cfg.batch_size > cfg.buffer_size:
+        raise ConfigError(
+            f"batch_size ({cfg.batch_size}) must be <= buffer_size ({cfg.buffer_size})",
+            "batch_size",
+            "buffer_size",
+        )
+    if cfg.buffer_size > MAX_BUFFER:
+        raise ConfigError(
+            f"buffer_size must be <= {MAX_BUFFER} (int32 slots), got {cfg.buffer_size}",
+            "buffer_size",
+        )
+    if cfg.branching < 2:
+        raise ConfigError(f"branching must be >= 2, got {cfg.branching}", "branching")
+    nodes = layout(cfg.buffer_size, cfg.branching).size
+    if not cfg.uniform and nodes > MAX_BUFFER:
+        raise ConfigError(
+            f"buffer_size {cfg.buffer_size} at branching {cfg.branching} needs {nodes} tree "
+            f"nodes, more than int32 indices reach ({MAX_BUFFER})",
+            "buffer_size",
+            "branching",
+        )
+
+
+def _check_backends(cfg: TrainConfig) -> None:
+    """Registered backend names, and a replay backend that can hold the tree."""
+    for name in ("backend", "learner"):
+        value = getattr(cfg, name)
+        if value is not None and value not in names():
+            raise ConfigError(
+                f"{name} {value!r} is not registered (registered: {', '.join(names())})", name
+            )
+    why = ""
+    if cfg.backend is not None and not cfg.uniform:
+        accepts = get(cfg.backend).accepts
+        why = accepts(cfg.buffer_size, cfg.branching) if accepts else ""
     if why:
-        raise ValueError(why)
+        raise ConfigError(
+            f"backend {cfg.backend!r} cannot hold buffer_size {cfg.buffer_size} at branching "
+            f"{cfg.branching}: {why}",
+            "backend",
+            "buffer_size",
+            "branching",
+        )
+
+
+def chunks_of(cfg: TrainConfig) -> int:
+    """Chunks of ``eval_every`` env steps that fit in ``steps`` after the warm-up (rounded
+    down: a run never goes past ``steps``, apart from the warm-up's rounding, `warmup_steps`).
+
+    Raises:
+      ConfigError: not even one chunk fits (``steps < warmup + eval_every``).
+    """
+    chunks = (cfg.steps - cfg.warmup) // cfg.eval_every
+    if chunks < 1:
+        raise ConfigError(
+            f"steps ({cfg.steps}) must be >= warmup + eval_every ({cfg.warmup} + "
+            f"{cfg.eval_every}): training is evaluated once per eval_every after the "
+            "warm-up",
+            "steps",
+            "warmup",
+            "eval_every",
+        )
+    return chunks
+
+
+def warmup_steps(cfg: TrainConfig) -> int:
+    """Env steps per seed before learning starts: ``warmup`` rounded up to a multiple of
+    ``num_envs``, plus the ``(n - 1) x num_envs`` steps that first fill the n-step window."""
+    rounds = -(-cfg.warmup // cfg.num_envs) + n_step_of(cfg) - 1
+    return rounds * cfg.num_envs
 
 
 def n_step_of(cfg: TrainConfig) -> int:

@@ -25,6 +25,7 @@ __all__ = [
     "resolve_device",
     "segments",
     "cpu_devices_named",
+    "device_index",
 ]
 
 _GROUP_OF = {p: g for g, ps in GROUP_PRIMITIVES.items() for p in ps}
@@ -127,14 +128,11 @@ def _platform(device: str) -> str:
 
 def resolve_device(name: str) -> jax.Device:
     """``"cpu:1"`` -> the second CPU device; `BackendUnavailable` when it is absent."""
-    platform, index = _platform(name), name.partition(":")[2]
+    platform, i = _platform(name), device_index(name)
     try:
         devices = jax.devices(platform)
     except RuntimeError as e:
         raise BackendUnavailable(f"device {name!r}: no {platform!r} devices here ({e})") from e
-    if not index.isdigit() and index:
-        raise ValueError(f"device {name!r}: the index after ':' must be a number")
-    i = int(index or 0)
     if i >= len(devices):
         hint = (
             " (set jax.config.update('jax_num_cpu_devices', N) before JAX is first used, or pass "
@@ -162,7 +160,23 @@ def segments(mapping: Mapping) -> list[tuple[str, tuple[str, ...]]]:
     return [(d, tuple(ns)) for d, ns in out]
 
 
+def device_index(name: str) -> int:
+    """The index of a device name: ``"cpu:3"`` -> 3, ``"cpu"`` -> 0.
+
+    Raises:
+      ValueError: the index is not a decimal number (``"cpu:x"``, ``"cpu:-1"``).
+    """
+    index = name.partition(":")[2]
+    if index and not (index.isascii() and index.isdigit()):
+        raise ValueError(f"device {name!r}: the index after ':' must be a number")
+    return int(index or 0)
+
+
 def cpu_devices_named(text: str) -> int:
-    """How many CPU devices a mapping's text needs (1 + the highest CPU index it names)."""
-    named = [int(x) for x in re.findall(rf"\b{backends.CPU}:(\d+)", text)]
-    return 1 + max(named, default=0)
+    """How many CPU devices a mapping's text needs (1 + the highest CPU index it names).
+
+    Raises:
+      ValueError: a CPU device whose index is not a number.
+    """
+    devices = re.findall(rf"\b{backends.CPU}:[^,@=\s]*", text)
+    return 1 + max((device_index(d) for d in devices), default=0)

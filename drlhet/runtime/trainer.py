@@ -25,7 +25,7 @@ from drlhet.replay.delayed import DelayedUpdates, make_delayed_updates
 from drlhet.replay.nstep import NStepFns, make_nstep
 from drlhet.replay.prioritized import ReplayFns, make_prioritized_replay
 from drlhet.replay.uniform import make_uniform_replay
-from drlhet.runtime.config import TrainConfig, check, n_step_of, with_backend
+from drlhet.runtime.config import TrainConfig, check, chunks_of, n_step_of, with_backend
 from drlhet.runtime.parts import Parts, make_parts
 
 __all__ = ["TrainState", "Trainer", "make_trainer"]
@@ -96,7 +96,7 @@ def make_trainer(cfg: TrainConfig, platform: str | None = None) -> Trainer:
     nstep = make_nstep(n_step_of(cfg), gamma)
     delayed = make_delayed_updates(replay, cfg.delay, cfg.batch_size)
     iterations = cfg.eval_every // cfg.num_envs
-    chunks = max(1, -(-(cfg.steps - cfg.warmup) // cfg.eval_every))
+    chunks = chunks_of(cfg)  # rounded down: never past cfg.steps; ConfigError when 0
     total_steps = cfg.warmup + chunks * cfg.eval_every
     parts = make_parts(env, eval_env, agent, replay, nstep, delayed, cfg.beta_start, total_steps)
     init = functools.partial(_init, cfg, env, agent, replay, nstep, delayed)

@@ -172,3 +172,36 @@ def test_train_mapping_auto_runs_the_dse_pick(tmp_path, capsys, monkeypatch, cac
     assert "--mapping auto: actors=jax@cpu:" in text and "profiling" not in text
     rows = [json.loads(x) for x in (tmp_path / "auto" / "metrics.jsonl").read_text().splitlines()]
     assert rows and rows[-1]["mapping"].startswith("actors=jax@cpu:")
+
+
+@pytest.mark.parametrize(
+    "devices, message",
+    [
+        ("nonsense", "device 'nonsense' has no sheet"),
+        ("cpu,pcie3", "'pcie3' is a link, not a device"),
+        ("u250", "no device of u250 runs the actors"),
+        ("cpu:5", "device 'cpu:5' is not present: this process has 2 CPU devices"),
+        ("cpu:x", "device 'cpu:x': the index after ':' must be a number"),
+    ],
+)
+def test_dse_refuses_bad_devices_before_profiling(tmp_path, capsys, monkeypatch, devices, message):
+    def no_profiling(*args, **kwargs):
+        pytest.fail("profiled before refusing the devices")
+
+    monkeypatch.setattr("drlhet.cli.dse.build_model", no_profiling)
+    with pytest.raises(SystemExit) as stop:
+        main(["dse", "--devices", devices, "--cache-dir", str(tmp_path), "--out", str(tmp_path)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"drlhet: error: --devices {devices}: ")
+    assert message in err[0]
+
+
+@pytest.mark.parametrize("command", ["dse", "profile"])
+def test_a_shape_that_cannot_train_is_refused_before_profiling(capsys, monkeypatch, command):
+    monkeypatch.setattr("drlhet.cli.dse.build_model", lambda *a, **k: pytest.fail("profiled"))
+    with pytest.raises(SystemExit) as stop:
+        main([command, "--batch", "2048", "--capacity", "1024"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["drlhet: error: --batch (2048) must be <= --capacity (1024)"]

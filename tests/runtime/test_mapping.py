@@ -50,6 +50,8 @@ def test_per_primitive_keys_must_agree_with_their_group():
         ("actors=gpu:0,replay=cpu:0,learner=cpu:0", BackendUnavailable, "gpu"),
         ("actors=tpu:0,replay=cpu:0,learner=cpu:0", ValueError, "kind must be one of"),
         ("actors=cpu:x,replay=cpu:0,learner=cpu:0", ValueError, "must be a number"),
+        ("actors=cpu:\u00b2,replay=cpu:0,learner=cpu:0", ValueError, "must be a number"),
+        ("actors=cpu:-1,replay=cpu:0,learner=cpu:0", ValueError, "must be a number"),
         ("bogus=cpu:0", ValueError, "unknown group or primitive"),
         ("replay", ValueError, "key=backend@device"),
         ("replay=a@b@c", ValueError, "expected backend@device"),
@@ -69,3 +71,5 @@ def test_validate_returns_each_groups_device():
 def test_cpu_devices_named():
     assert cpu_devices_named("actors=cpu:0,replay=native@cpu:3,learner=cpu:1") == 4
     assert cpu_devices_named("") == 1
+    with pytest.raises(ValueError, match="device 'cpu:x': the index after ':' must be a number"):
+        cpu_devices_named("actors=cpu:0,replay=cpu:x,learner=cpu:0")

@@ -1,0 +1,59 @@
+"""The run's configuration: its checks and how many chunks of training fit in its steps."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from drlhet.runtime.config import ConfigError, TrainConfig, check, chunks_of, warmup_steps
+
+BASE = TrainConfig(steps=2_000, warmup=200, eval_every=400, batch_size=32, buffer_size=1_000)
+
+
+@pytest.mark.parametrize(
+    "steps, chunks",
+    [(200 + 400, 1), (200 + 3 * 400, 3), (200 + 3 * 400 + 399, 3), (200 + 4 * 400, 4)],
+)
+def test_chunks_round_down_so_a_run_never_passes_its_steps(steps, chunks):
+    cfg = dataclasses.replace(BASE, steps=steps)
+    assert chunks_of(cfg) == chunks
+    assert cfg.warmup + chunks_of(cfg) * cfg.eval_every <= steps
+
+
+def test_steps_without_room_for_one_chunk_are_refused_naming_both():
+    with pytest.raises(ConfigError) as e:
+        chunks_of(dataclasses.replace(BASE, steps=599))
+    assert "steps (599) must be >= warmup + eval_every (200 + 400)" in str(e.value)
+    assert e.value.fields == ("steps", "warmup", "eval_every")
+
+
+def test_warmup_steps_count_the_rounding_and_the_n_step_window():
+    # 201 rounded up to 4 envs is 204, and DQN's 3-step returns first fill 2 x 4 env steps
+    assert warmup_steps(dataclasses.replace(BASE, warmup=201)) == 204 + 8
+    assert warmup_steps(dataclasses.replace(BASE, n_step=1)) == 200
+
+
+@pytest.mark.parametrize(
+    "change, message, fields",
+    [
+        (
+            {"batch_size": 1_500, "warmup": 1_500},
+            "batch_size (1500) must be <= buffer_size (1000)",
+            2,
+        ),
+        ({"backend": "nope"}, "backend 'nope' is not registered", 1),
+        ({"learner": "nope"}, "learner 'nope' is not registered", 1),
+        ({"branching": 1}, "branching must be >= 2, got 1", 1),
+        ({"buffer_size": 2**31 - 1}, "needs 2290649248 tree nodes", 2),
+        ({"backend": "fpga", "branching": 2}, "cannot hold buffer_size 1000 at branching 2", 3),
+    ],
+)
+def test_bad_configurations_name_their_fields(change, message, fields):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
+        check(dataclasses.replace(BASE, **change))
+    assert len(e.value.fields) == fields and isinstance(e.value, ValueError)
+
+
+def test_uniform_replay_has_no_tree_to_check():
+    check(dataclasses.replace(BASE, uniform=True, backend="fpga", branching=2))

@@ -19,7 +19,7 @@ from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.run import initial_example
 from drlhet.runtime.saving import Saving
 
-__all__ = ["CHECKPOINTS", "saving_for", "resume_run", "refuse_flags_with_resume"]
+__all__ = ["CHECKPOINTS", "saving_for", "peek_run", "resume_run", "refuse_flags_with_resume"]
 
 CHECKPOINTS = "checkpoints"
 """The sub-folder of a run directory that holds its checkpoints."""
@@ -61,10 +61,21 @@ def resume_run(run_dir: Path) -> tuple[TrainConfig, str, Saved]:
     return config, saved.meta["mapping"], saved
 
 
-def rewrite_metrics(run_dir: Path, rows: list[dict]) -> None:
-    """``metrics.jsonl`` with the rows a checkpoint holds (the later ones are run again)."""
-    with (run_dir / "metrics.jsonl").open("w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
+def peek_run(run_dir: Path) -> tuple[TrainConfig, str]:
+    """``(config, mapping text)`` of the newest checkpoint in ``run_dir`` whose metadata reads
+    back, without starting JAX (the mapping says how many CPU devices to create first).
+
+    Raises:
+      ValueError: no checkpoint with readable metadata (one line naming the folder).
+    """
+    store = Checkpoints(run_dir / CHECKPOINTS)
+    for chunk in reversed(store.chunks()):
+        try:
+            meta = json.loads((store.folder / str(chunk) / "meta" / "metadata").read_text())
+            return config_from_dict(meta["config"]), meta["mapping"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    raise ValueError(f"--resume {run_dir}: no checkpoint in {store.folder}")
 
 
 def refuse_flags_with_resume(config: TrainConfig) -> None:

@@ -15,16 +15,20 @@ from typing import Annotated
 import tyro
 
 from drlhet.backends import CPU, describe
+from drlhet.cli.checkpoints import (
+    CHECKPOINTS,
+    peek_run,
+    refuse_flags_with_resume,
+    resume_run,
+    saving_for,
+)
 from drlhet.cli.common import available_memory, bad_input, enable_compilation_cache, set_cpu_devices
 from drlhet.cli.dse import auto_mapping
 from drlhet.runtime.config import TrainConfig, check, chunks_of, warmup_steps
 from drlhet.runtime.mapping import Mapping, cpu_devices_named
 from drlhet.runtime.memory import estimate_memory, size_text
-from drlhet.runtime.run import default_mapping, run
+from drlhet.runtime.run import Start, default_mapping, run
 from drlhet.runtime.trainer import make_trainer
-
-CHECKPOINTS = "checkpoints"
-"""The sub-folder of a run directory that holds its checkpoints (kept when a run fails)."""
 
 __all__ = ["train_command", "backends_command", "plot_curves"]
 
@@ -67,6 +71,9 @@ def train_command(
     cpu_devices: int | None = None,
     compilation_cache: bool = True,
     memory_check: bool = True,
+    checkpoint_every: int = 10,
+    keep_checkpoints: int = 2,
+    resume: Path | None = None,
 ) -> Path:
     """Trains, writing ``config.json``, ``metrics.jsonl`` and ``curve.png`` to a run directory.
 
@@ -92,29 +99,63 @@ def train_command(
         compilation cache), so that running the same configuration again does not compile.
       memory_check: refuse a run whose state (replay buffers, sum trees, agents of every seed)
         needs more memory than this machine has available.
+      checkpoint_every: write the run's whole state to ``<run>/checkpoints/`` every this many
+        chunks and after the last (0: never; `drlhet.checkpoint`).
+      keep_checkpoints: how many checkpoints to keep (the newest).
+      resume: a run directory: go on from its newest checkpoint that reads back intact, with
+        its configuration and (unless ``--mapping`` is given) its mapping, bit for bit as the
+        run would have gone on.
     """
+    saved = None
     with bad_input():
-        placed, tr = _prepare(config, mapping, cpu_devices, memory_check)
+        if resume is not None:
+            config, mapping, saved = _resume(config, resume, mapping, cpu_devices)
+        placed, tr = _prepare(config, mapping, cpu_devices, memory_check, checkpoint_every > 0)
     if compilation_cache:
         enable_compilation_cache()
-    run_dir = out / (name or f"{time.strftime('%Y%m%d-%H%M%S')}-{config.algo}-{config.env}")
+    run_dir = resume or out / (
+        name or f"{time.strftime('%Y%m%d-%H%M%S')}-{config.algo}-{config.env}"
+    )
     print(_plan(tr.config, tr.chunks))
+    before = saved.rows if saved is not None else []
+    with bad_input():
+        saving = saving_for(
+            run_dir, config, str(placed), checkpoint_every, keep_checkpoints, before
+        )
+    start = Start(saved.states, saved.chunk) if saved is not None else None
+    if saved is not None:
+        print(f"resuming {run_dir} after chunk {saved.chunk} ({saved.path})")
     with _removed_on_failure(run_dir):
-        rows, reached, wall = _train(config, placed, run_dir, stop_at_return, progress)
+        rows, reached, wall = _train(
+            config, placed, run_dir, stop_at_return, progress, start, saving, before
+        )
     if rows:
         _report(config, rows, reached, stop_at_return, wall, run_dir)
     return run_dir
 
 
-def _prepare(config: TrainConfig, mapping: str | None, cpu_devices, memory_check: bool):
+def _resume(config: TrainConfig, run_dir: Path, mapping: str | None, cpu_devices):
+    """``(config, mapping, checkpoint)`` to go on with from ``run_dir``; the XLA CPU devices its
+    mapping needs are created before the checkpoint is read (reading it starts JAX)."""
+    refuse_flags_with_resume(config)
+    config, saved_mapping = peek_run(run_dir)
+    mapping = mapping or saved_mapping
+    if mapping != "auto":
+        set_cpu_devices(_cpu_devices(mapping, cpu_devices))
+    _, _, saved = resume_run(run_dir)
+    return config, mapping, saved
+
+
+def _prepare(config: TrainConfig, mapping: str | None, cpu_devices, memory_check, saving: bool):
     """Checks the whole run and places it: ``-> (Mapping, Trainer)``; creates the XLA CPU
-    devices it needs. Raises ``ValueError`` or `BackendUnavailable` for bad input."""
+    devices it needs (``saving``: checkpoints add a host copy of the state to the memory
+    needed). Raises ``ValueError`` or `BackendUnavailable` for bad input."""
     check(config)
     chunks_of(config)
     if mapping == "auto":
         set_cpu_devices(cpu_devices or 2)
         if memory_check:  # before profiling: the run's shapes do not depend on the mapping
-            _check_memory(_trainer(config, default_mapping(config)), config)
+            _check_memory(_trainer(config, default_mapping(config)), config, 1 + saving)
         with bad_input("--mapping auto: "):
             mapping = auto_mapping(config, config.delay, backend=config.backend)
     elif mapping is not None or cpu_devices is not None:
@@ -128,7 +169,7 @@ def _prepare(config: TrainConfig, mapping: str | None, cpu_devices, memory_check
             placed.validate()
     tr = _trainer(config, placed)
     if memory_check:
-        _check_memory(tr, config)
+        _check_memory(tr, config, 1 + saving)
     return placed, tr
 
 
@@ -166,14 +207,15 @@ def _trainer(config: TrainConfig, placed: Mapping):
     return make_trainer(ran)
 
 
-def _check_memory(tr, config: TrainConfig) -> None:
-    """Refuses a run whose state needs more memory than this machine has available now (one
-    copy of the state: every run path donates it to each step; `drlhet.runtime.memory`)."""
+def _check_memory(tr, config: TrainConfig, copies: int) -> None:
+    """Refuses a run whose state needs more memory than this machine has available now
+    (``copies`` of the state: one as every run path donates it to each step, one more on the
+    host for checkpoints; `drlhet.runtime.memory`)."""
     have = available_memory()
     if have is None:
         return
     free, source = have
-    need = estimate_memory(tr, config.seeds)
+    need = estimate_memory(tr, config.seeds, copies=copies)
     if need.total > free:
         text = size_text
         raise ValueError(
@@ -208,12 +250,13 @@ def _removed_on_failure(run_dir: Path) -> Iterator[None]:
         raise
 
 
-def _train(config, mapping, run_dir: Path, stop_at_return, progress: bool):
-    """Runs ``config``, streaming rows to ``metrics.jsonl``; ``-> (rows, reached, wall_s)``."""
+def _train(config, mapping, run_dir: Path, stop_at_return, progress, start, saving, before):
+    """Runs ``config``, streaming rows to ``metrics.jsonl`` (after ``before``, the rows of a
+    resumed run's earlier chunks); ``-> (rows, reached, wall_s)``."""
     from tqdm import tqdm
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    rows: list[dict] = []
+    rows: list[dict] = list(before)
     reached: dict = {}
     bar = tqdm(total=config.steps, unit="step", disable=not progress, dynamic_ncols=True)
 
@@ -238,8 +281,9 @@ def _train(config, mapping, run_dir: Path, stop_at_return, progress: bool):
 
     t0 = time.perf_counter()
     with (run_dir / "metrics.jsonl").open("w") as metrics:
+        metrics.writelines(json.dumps(r) + "\n" for r in before)
         try:
-            run(config, mapping, on_chunk=on_chunk)
+            run(config, mapping, on_chunk=on_chunk, start=start, saving=saving)
         except _Stop:
             pass
         finally:

@@ -1,0 +1,120 @@
+"""``drlhet train --resume``: a run killed with SIGKILL (between checkpoints, or while one is
+written) and resumed ends bit for bit as the run that was not killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from drlhet.checkpoint import Checkpoints, config_from_dict
+from drlhet.cli import main
+from drlhet.runtime.run import initial_example
+from tests.runtime.test_run import assert_same_state
+
+TINY = [
+    "--warmup", "500", "--eval-every", "200", "--eval-envs", "2", "--seeds", "2",
+    "--batch-size", "32", "--checkpoint-every", "1", "--keep-checkpoints", "10", "--no-progress",
+]  # fmt: skip
+CASES = {
+    "dqn-fused-k0": ["--steps", "1500", "--buffer-size", "4096", "--dqn.hidden", "16"],
+    "ddpg-split-k4": [
+        "--algo", "ddpg", "--env", "Pendulum-v1", "--steps", "1500", "--buffer-size", "4096",
+        "--ddpg.hidden", "16", "--delay", "4", "--sgd-steps", "8",
+        "--mapping", "actors=cpu:0,replay=jax@cpu:1,learner=cpu:1",
+    ],
+    "dqn-split-k0": [
+        "--steps", "1500", "--buffer-size", "4096", "--dqn.hidden", "16", "--sgd-steps", "8",
+        "--mapping", "actors=cpu:0,replay=jax@cpu:1,learner=cpu:1",
+    ],
+    "ddpg-fused-k4": [
+        "--algo", "ddpg", "--env", "Pendulum-v1", "--steps", "1500", "--buffer-size", "4096",
+        "--ddpg.hidden", "16", "--delay", "4",
+    ],
+}  # fmt: skip
+LEARNING = ("eval_return", "train_return", "loss", "env_steps", "chunk")
+
+
+def train(tmp: Path, name: str, args: list[str]) -> subprocess.Popen:
+    env = {**os.environ, "DRLHET_CACHE": str(tmp / "cache")}
+    cmd = [sys.executable, "-m", "drlhet", "train", "--out", str(tmp), "--name", name, *args]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def kill_when(proc: subprocess.Popen, folder: Path, mid_write: bool) -> str:
+    """SIGKILLs ``proc`` once checkpoint 1 exists, or (``mid_write``) as soon as a checkpoint
+    after it is being written; ``-> what was seen when the signal went``."""
+    while proc.poll() is None:
+        names = [p.name for p in folder.iterdir()] if folder.is_dir() else []
+        writing = [n for n in names if "tmp" in n]
+        if (mid_write and writing and "1" in names) or (not mid_write and "1" in names):
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return "mid-write" if writing else "between"
+        time.sleep(0.002)
+    raise AssertionError(f"the run ended before it was killed: {proc.stderr.read().decode()}")
+
+
+def plant_half_written(folder: Path) -> Path:
+    """What a kill in the middle of writing checkpoint n + 1 leaves when the poll missed it:
+    orbax's temporary folder with a truncated array file and no commit marker."""
+    newest = max(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+    half = folder / f"{newest + 1}.orbax-checkpoint-tmp-1"
+    shutil.copytree(folder / str(newest), half)
+    (half / "_CHECKPOINT_METADATA").unlink()
+    data = max((p for p in half.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    return half
+
+
+def final(run_dir: Path):
+    store = Checkpoints(run_dir / "checkpoints")
+    saved = store.restore(lambda meta: initial_example(config_from_dict(meta["config"])))
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return saved, rows
+
+
+@pytest.mark.parametrize(
+    "case,mid_write",
+    [
+        ("dqn-fused-k0", False),
+        ("ddpg-split-k4", True),
+        pytest.param("dqn-split-k0", True, marks=pytest.mark.slow),
+        pytest.param("ddpg-fused-k4", False, marks=pytest.mark.slow),
+    ],
+)
+def test_a_killed_run_resumes_bit_for_bit(tmp_path, case, mid_write):
+    args = [*TINY, *CASES[case]]
+    whole = train(tmp_path, "whole", args)
+    killed = train(tmp_path, "killed", args)
+    seen = kill_when(killed, tmp_path / "killed" / "checkpoints", mid_write)
+    if mid_write and seen == "between":
+        plant_half_written(tmp_path / "killed" / "checkpoints")
+    assert whole.wait() == 0, whole.stderr.read().decode()
+    resumed = train(tmp_path, "resumed", ["--resume", str(tmp_path / "killed"), "--no-progress"])
+    assert resumed.wait() == 0, resumed.stderr.read().decode()
+    a, rows_a = final(tmp_path / "whole")
+    b, rows_b = final(tmp_path / "killed")
+    assert a.chunk == b.chunk == len(rows_a) - 1, seen
+    assert_same_state(a.states, b.states)
+    assert len(rows_a) == len(rows_b)
+    for x, y in zip(rows_a, rows_b, strict=True):
+        assert {k: x[k] for k in LEARNING} == {k: y[k] for k in LEARNING}, seen
+
+
+def test_resume_refuses_other_settings_and_a_folder_without_checkpoints(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--resume", str(tmp_path), "--no-progress"])
+    assert e.value.code == 2
+    assert "no checkpoint in" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--resume", str(tmp_path), "--batch-size", "64"])
+    assert e.value.code == 2
+    assert "--batch-size" in capsys.readouterr().err

@@ -137,8 +137,12 @@ def test_a_run_that_does_not_fit_in_memory_is_refused_with_the_figure(
 ):
     monkeypatch.setattr("drlhet.cli.train.available_memory", lambda: (24 * 2**30, "MemAvailable"))
     args = ["--buffer-size", str(2**30), "--steps", "6000", "--dqn.hidden", "8"]
-    with pytest.raises(SystemExit) as exit_info:
+    with pytest.raises(SystemExit) as exit_info:  # checkpoints keep a second copy on the host
         main(["train", *args, "--out", str(tmp_path / "runs")])
+    assert exit_info.value.code == 2
+    assert "the run needs ~104.5 GiB" in one_error_line(capsys)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", *args, "--out", str(tmp_path / "runs"), "--checkpoint-every", "0"])
     assert exit_info.value.code == 2
     line = one_error_line(capsys)
     # CartPole: obs and next obs 2 x 16 B, action, reward, discount, stamp 4 B each, and the

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import shutil
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -109,6 +110,10 @@ class Checkpoints:
             "digest": _digest(arrays),
         }
         manager = self._open()
+        if (self.folder / str(chunk)).exists():  # a corrupt one a resumed run skipped
+            manager.delete(chunk)
+            shutil.rmtree(self.folder / str(chunk), ignore_errors=True)
+            manager.reload()
         state_args = ocp.args.StandardSave(arrays) if arrays else ocp.args.JsonSave({})
         manager.save(
             chunk,
@@ -134,16 +139,25 @@ class Checkpoints:
         if not found:
             raise CheckpointError(f"no checkpoint in {self.folder}")
         skipped: list[tuple[Path, str]] = []
-        for c in reversed(found):
-            path = self.folder / str(c)
-            try:
-                states, meta = self._read(c, example)
-            except CheckpointError as e:
-                skipped.append((path, str(e)))
-                continue
-            rows = meta.pop("rows")
-            return Saved(c, states, rows, meta, path, skipped)
+        try:
+            for c in reversed(found):
+                path = self.folder / str(c)
+                try:
+                    states, meta = self._read(c, example)
+                except CheckpointError as e:
+                    skipped.append((path, str(e)))
+                    continue
+                rows = meta.pop("rows")
+                return Saved(c, states, rows, meta, path, skipped)
+        finally:
+            self.close()
         raise CheckpointError("; ".join(f"{p}: {why}" for p, why in skipped))
+
+    def close(self) -> None:
+        """Ends orbax's manager (its threads); the next save or restore opens a new one."""
+        if self._manager is not None:
+            self._manager.close()
+            self._manager = None
 
     def _read(self, chunk: int, example: Any) -> tuple[Any, dict]:
         import orbax.checkpoint as ocp

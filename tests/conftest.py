@@ -1,5 +1,25 @@
-"""Test-session setup: two CPU devices, so that multi-device mappings run for real."""
+"""Test-session setup: two CPU devices, so that multi-device mappings run for real.
+
+``DRLHET_TEST_KERNEL_DIR`` (set by `make sanitize`) names a folder of kernel libraries built
+apart, e.g. with ASan and UBSan; it is searched before the installed package, so the backends
+load those libraries instead of the installed ones.
+"""
+
+import os
+from pathlib import Path
 
 import jax
 
+import drlhet
+
 jax.config.update("jax_num_cpu_devices", 2)
+
+_KERNEL_DIR = os.environ.get("DRLHET_TEST_KERNEL_DIR")
+if _KERNEL_DIR:
+    if not any(Path(_KERNEL_DIR).glob("libdrlhet_*")):
+        raise ValueError(f"DRLHET_TEST_KERNEL_DIR={_KERNEL_DIR!r} holds no libdrlhet_* library")
+    # the backends look for their libraries along the package's search path (library_path)
+    drlhet.__path__.insert(0, str(Path(_KERNEL_DIR).resolve()))
+    # the sanitizer runtimes preloaded into this process must not reach the compilers the tests
+    # start (nvcc crashes under a preloaded ASan)
+    os.environ.pop("LD_PRELOAD", None)

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.drlhet-installed
 
-.PHONY: run test gpu-test bench lint install clean
+.PHONY: run test gpu-test bench lint install clean sanitize
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,39 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check drlhet tests experiments
 	$(BIN)/ruff check drlhet tests experiments
 	$(BIN)/mypy --check-untyped-defs drlhet
+
+# The C++ kernels (kernels/cpu, kernels/fpga_sim) built with ASan + UBSan into build/sanitize
+# (the installed libraries are not touched), then their tests with those libraries loaded
+# (tests/conftest.py reads DRLHET_TEST_KERNEL_DIR). Python is not instrumented, so the sanitizer
+# runtimes are preloaded and leak detection is off (Python itself never frees everything); the
+# tests' output goes through uncaptured (--capture=sys) so a report that kills the process is
+# seen. Fails on a failing test or on any sanitizer report (the log: build/sanitize/tests.log).
+# One report is suppressed: shift-base in hls4ml's ap_private.h (clearUnusedBits sign-extends by
+# shifting a signed word, which its authors exempt from the sanitizer under clang).
+SANITIZE_DIR := build/sanitize
+SANITIZE_CXX ?= g++
+SANITIZE_TESTS := tests/backends/test_native.py tests/backends/conformance.py \
+	tests/backends/test_fpga.py tests/backends/test_channel.py \
+	tests/backends/test_kernel_header.py tests/backends/test_fpga_learner.py \
+	tests/backends/test_fpga_learner_ddpg.py tests/backends/test_fuzz.py
+SANITIZE_RT = $(shell $(SANITIZE_CXX) -print-file-name=libasan.so) \
+	$(shell $(SANITIZE_CXX) -print-file-name=libubsan.so)
+SANITIZE_SUPP = $(abspath $(SANITIZE_DIR))/ubsan.supp
+SANITIZE_UBSAN = print_stacktrace=1:halt_on_error=1:suppressions=$(SANITIZE_SUPP)
+SANITIZE_REPORT := runtime error:|ERROR: AddressSanitizer|Sanitizer:DEADLYSIGNAL|SANITIZE FAILED
+
+sanitize: $(STAMP)
+	$(BIN)/cmake -S . -B $(SANITIZE_DIR) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(BIN)/ninja) \
+	  -DCMAKE_CXX_COMPILER=$(SANITIZE_CXX) -DDRLHET_SANITIZE=ON -DDRLHET_CUDA=OFF \
+	  -DPython_EXECUTABLE=$(abspath $(BIN)/python) \
+	  -DCMAKE_LIBRARY_OUTPUT_DIRECTORY=$(abspath $(SANITIZE_DIR)/lib)
+	$(BIN)/cmake --build $(SANITIZE_DIR)
+	printf 'shift-base:ap_private.h\n' > $(SANITIZE_SUPP)
+	( LD_PRELOAD="$(SANITIZE_RT)" DRLHET_TEST_KERNEL_DIR=$(abspath $(SANITIZE_DIR)/lib) \
+	  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=$(SANITIZE_UBSAN) \
+	  $(BIN)/python -m pytest -q -p no:cacheprovider --capture=sys $(SANITIZE_TESTS) 2>&1 \
+	  || echo "SANITIZE FAILED: pytest exited with status $$?" ) | tee $(SANITIZE_DIR)/tests.log
+	@! grep -E "$(SANITIZE_REPORT)" $(SANITIZE_DIR)/tests.log
 
 clean:
 	rm -rf build $(VENV)

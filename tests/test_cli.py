@@ -13,22 +13,9 @@ def test_train_command_writes_a_run_directory(tmp_path, capsys):
     main(
         [
             "train",
-            "--env",
-            "probe-constant",
+            *TINY_SHAPE,
             "--steps",
             "600",
-            "--warmup",
-            "100",
-            "--batch-size",
-            "16",
-            "--buffer-size",
-            "500",
-            "--eval-every",
-            "200",
-            "--eval-envs",
-            "2",
-            "--dqn.hidden",
-            "8",
             "--out",
             str(tmp_path),
             "--name",
@@ -49,11 +36,9 @@ def test_train_command_writes_a_run_directory(tmp_path, capsys):
     assert "env steps per seed: 508 of --steps 600 (108 of warm-up, then 2 of 2 chunks" in out
 
 
-TINY = [
+TINY_SHAPE = [
     "--env",
     "probe-constant",
-    "--steps",
-    "500",
     "--warmup",
     "100",
     "--batch-size",
@@ -66,8 +51,8 @@ TINY = [
     "2",
     "--dqn.hidden",
     "8",
-    "--no-progress",
 ]
+TINY = [*TINY_SHAPE, "--steps", "500", "--no-progress"]
 """A run of 2 chunks that takes a few seconds."""
 
 

@@ -84,7 +84,7 @@ def final(run_dir: Path):
 @pytest.mark.parametrize(
     "case,mid_write",
     [
-        ("dqn-fused-k0", False),
+        pytest.param("dqn-fused-k0", False, marks=pytest.mark.slow),  # in-process: test_checkpoint
         ("ddpg-split-k4", True),
         pytest.param("dqn-split-k0", True, marks=pytest.mark.slow),
         pytest.param("ddpg-fused-k4", False, marks=pytest.mark.slow),

@@ -57,7 +57,10 @@ def jitted(name: str):
 
 
 @pytest.mark.parametrize("k", [4, 16, 64])
-@pytest.mark.parametrize("capacity", [12_288, 100_003, 1 << 20])
+@pytest.mark.parametrize(
+    "capacity",
+    [12_288, 100_003, pytest.param(1 << 20, marks=pytest.mark.slow)],  # 2^20: ~30 s
+)
 @settings(max_examples=6, deadline=None)
 @given(data=st.data())
 def test_writes_with_duplicates_are_exact_and_descents_match_the_prefix_sums(k, capacity, data):

@@ -46,7 +46,7 @@ from drlhet.runtime.parts import Batch
 from drlhet.runtime.stages import IterationStages, iteration_stages
 from drlhet.runtime.trainer import Trainer, make_trainer
 
-__all__ = ["profile_config", "timed"]
+__all__ = ["profile_config", "compute_figures", "timed"]
 
 
 def timed(fn: Callable[[], Any], repeats: int, per: int) -> dict:
@@ -184,6 +184,16 @@ def _compute(su: _Setup, repeats: int, steps: int) -> dict[str, dict]:
     for name in ("train", "update"):  # sample -> train / update, less the sample
         compute[name] = {s: max(v - sample_s, 0.1 * v) for s, v in compute[name].items()}
     return compute
+
+
+def compute_figures(
+    key: ProfileKey, device: Any = None, repeats: int = 7, steps: int = 200, fill: int = 16_384
+) -> dict[str, dict]:
+    """The ``compute`` figures of `profile_config` alone (each primitive in a compiled scan,
+    seconds per call: ``median``, ``min``, ``max``), for studies of their spread."""
+    device = device or jax.devices(CPU)[0]
+    with jax.default_device(device):
+        return _compute(_setup(key, min(key.capacity, max(fill, key.batch))), repeats, steps)
 
 
 def _loop(step: Callable[[Any], Any], first: Any, calls: int) -> Callable[[], Any]:

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.drlhet-installed
 
-.PHONY: run test gpu-test bench lint install clean sanitize
+.PHONY: run test gpu-test bench lint install clean sanitize peers
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -73,5 +73,29 @@ sanitize: $(STAMP)
 	  || echo "SANITIZE FAILED: pytest exited with status $$?" ) | tee $(SANITIZE_DIR)/tests.log
 	@! grep -E "$(SANITIZE_REPORT)" $(SANITIZE_DIR)/tests.log
 
+# The peers of the end-to-end comparison (experiments/fig_peers.py), each in a virtual environment
+# of its own, never in the project's: Stable-Baselines3 and RLlib on the PyTorch 2.13.0 CPU build
+# (installed first, so that nothing pulls a CUDA build), with one torch thread when they run.
+# RLlib and SB3 live apart because ray pins its own gymnasium. flashbax (the JAX peer) is in the
+# project's `bench` extra: its loop is drlhet's own with flashbax's buffer.
+PEERS := .venv-peers
+TORCH_CPU := torch==2.13.0
+
+$(PEERS)/sb3/.installed:
+	$(PYTHON) -m venv $(PEERS)/sb3
+	$(PEERS)/sb3/bin/pip install --quiet --upgrade pip
+	$(PEERS)/sb3/bin/pip install --quiet $(TORCH_CPU)
+	$(PEERS)/sb3/bin/pip install --quiet "stable-baselines3>=2.7" "gymnasium>=1.0"
+	touch $@
+
+$(PEERS)/rllib/.installed:
+	$(PYTHON) -m venv $(PEERS)/rllib
+	$(PEERS)/rllib/bin/pip install --quiet --upgrade pip
+	$(PEERS)/rllib/bin/pip install --quiet $(TORCH_CPU)
+	$(PEERS)/rllib/bin/pip install --quiet "ray[rllib]>=2.40"
+	touch $@
+
+peers: $(STAMP) $(PEERS)/sb3/.installed $(PEERS)/rllib/.installed
+
 clean:
-	rm -rf build $(VENV)
+	rm -rf build $(VENV) $(PEERS)

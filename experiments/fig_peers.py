@@ -1,0 +1,268 @@
+"""drlhet against the frameworks its users would otherwise pick, end to end (docs/results.md,
+"Peers end to end").
+
+Every system trains the same `RunSpec` (experiments/peers/spec.py) in a fresh process of its own
+virtual environment, the systems alternating round by round (A B C A B C ...): drlhet
+(experiments/peers/drlhet_run.py), a flashbax-PER DQN in drlhet's jitted loop
+(flashbax_dqn.py), Stable-Baselines3 (sb3_run.py, uniform replay: it has no PER) and RLlib
+(rllib_run.py, its prioritized episode buffer), the peers with their own tuned recipe beside the
+matched one where asked. The torch peers run with one thread (``OMP_NUM_THREADS=1``,
+``torch.set_num_threads(1)``); drlhet and flashbax with XLA's default threading. Metrics
+(`spec.metrics`, the same for every system): trained samples/s and env steps/s after the first
+chunk, wall time from launch to a return of ``--target`` (imports and compilation included).
+The per-system figure is the median over the rounds; ratios are drlhet's over each peer's.
+
+`make peers` installs the torch peers; a system whose environment is missing is reported as
+skipped, with the command that installs it.
+
+Usage:
+  python experiments/fig_peers.py                      # DQN CartPole, throughput, reduced
+  python experiments/fig_peers.py --full               # to a return of 475, 3 rounds
+  python experiments/fig_peers.py --algo td3 --env Pendulum-v1 --systems drlhet sb3 rllib
+  python experiments/fig_peers.py --grid               # drlhet / RLlib over matched configs
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import tyro
+
+sys.path.insert(0, str(Path(__file__).parent / "peers"))
+from spec import ENV_ONE_THREAD, RunSpec, metrics, read_events  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+PEERS = Path(__file__).resolve().parent / "peers"
+SYSTEMS = {
+    # name: (python, runner, recipe, one torch thread)
+    "drlhet": (".venv/bin/python", "drlhet_run.py", "matched", False),
+    "flashbax": (".venv/bin/python", "flashbax_dqn.py", "matched", False),
+    "sb3": (".venv-peers/sb3/bin/python", "sb3_run.py", "matched", True),
+    "sb3-tuned": (".venv-peers/sb3/bin/python", "sb3_run.py", "tuned", True),
+    "rllib": (".venv-peers/rllib/bin/python", "rllib_run.py", "matched", True),
+    "rllib-tuned": (".venv-peers/rllib/bin/python", "rllib_run.py", "tuned", True),
+}
+TD3_SPEC = dict(
+    algo="td3", env="Pendulum-v1", hidden=(256, 256), batch=256, buffer=100_000, n_step=1,
+    lr=1e-3, tau=0.005, steps=30_000, eval_every=2_000, stop_at_return=-200.0,
+)  # fmt: skip
+"""The continuous configuration: drlhet's DDPG defaults with TD3 on (docs/results.md)."""
+
+
+@dataclasses.dataclass
+class Args:
+    algo: str = "dqn"
+    env: str | None = None
+    """Default: CartPole-v1 for DQN, Pendulum-v1 for TD3."""
+    systems: tuple[str, ...] = ("drlhet", "flashbax", "sb3", "rllib")
+    rounds: int = 1
+    """Rounds of every system (alternating); the figures are medians over them."""
+    steps: int | None = None
+    """Env steps per run (default: 20k reduced, the spec's with --full)."""
+    target: float | None = None
+    """Return to time (default: 475 CartPole / -200 Pendulum with --full; none reduced)."""
+    full: bool = False
+    """The README's scale: train to the target (3 rounds unless --rounds)."""
+    grid: bool = False
+    """drlhet and RLlib (matched) over a grid of configurations, throughput only."""
+    timeout_s: int = 3_600
+    pin1: bool = False
+    """Pin every process to one core (``taskset -c 0``), peers and drlhet alike."""
+    out: Path = Path("results/fig_peers.json")
+    plot: Path = Path("results/fig_peers.png")
+
+
+def base_spec(args: Args) -> RunSpec:
+    """The matched configuration the arguments ask for."""
+    spec = RunSpec(**TD3_SPEC) if args.algo == "td3" else RunSpec(algo=args.algo)
+    target = args.target
+    if target is None and args.full:
+        target = spec.stop_at_return
+    steps = args.steps or (spec.steps if args.full else 20_000)
+    return dataclasses.replace(spec, steps=steps, stop_at_return=target, env=args.env or spec.env)
+
+
+def launch(system: str, spec: RunSpec, args: Args) -> dict:
+    """Runs one system on ``spec`` in a fresh process; its metrics, or ``{"skipped": why}``."""
+    python, runner, recipe, one_thread = SYSTEMS[system]
+    if not (ROOT / python).exists():
+        hint = "make peers" if "peers" in python else "make install"
+        return {"system": system, "skipped": f"missing environment {python} ({hint})"}
+    spec = dataclasses.replace(spec, recipe=recipe)
+    env = dict(os.environ, **(ENV_ONE_THREAD if one_thread else {}))
+    cmd = [str(ROOT / python), str(PEERS / runner), "--spec", spec.to_json()]
+    if args.pin1:
+        cmd = ["taskset", "-c", "0", *cmd]
+    cmd += ["--launched-at", repr(time.time())]
+    try:
+        got = subprocess.run(
+            cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        return {"system": system, "failed": f"timed out after {args.timeout_s} s"}
+    if got.returncode != 0:
+        last = (got.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return {"system": system, "failed": f"exit {got.returncode}: {last}"}
+    try:
+        row = metrics(spec, read_events(got.stdout))
+    except (ValueError, StopIteration) as e:
+        return {"system": system, "failed": f"unreadable events: {e!r}"}
+    return {**row, "system": system, "runner_system": row["system"], "recipe": recipe}
+
+
+def compare(spec: RunSpec, args: Args, rounds: int) -> list[dict]:
+    """Every system ``rounds`` times, alternating (rotated each round); one row per run."""
+    runs = []
+    for rnd in range(rounds):
+        order = list(
+            args.systems[rnd % len(args.systems) :] + args.systems[: rnd % len(args.systems)]
+        )
+        for system in order:
+            row = {**launch(system, spec, args), "round": rnd, "spec": dataclasses.asdict(spec)}
+            runs.append(row)
+            print(_line(row), flush=True)
+    return runs
+
+
+def _line(row: dict) -> str:
+    if "skipped" in row or "failed" in row:
+        return f"  {row['system']:12s} {row.get('skipped') or row.get('failed')}"
+    ttr = row["time_to_return_s"]
+    return (
+        f"  {row['system']:12s} {row['trained_samples_per_s']:>12,.0f} samples/s "
+        f"{row['env_steps_per_s']:>9,.0f} env steps/s  to target "
+        f"{'-' if ttr is None else f'{ttr:.1f} s':>8}  final {row['final_return']}"
+    )
+
+
+def summarize(runs: list[dict], systems: tuple[str, ...]) -> dict:
+    """Median per system over its rounds, and drlhet's ratio over each peer."""
+    out: dict = {}
+    for system in systems:
+        ok = [r for r in runs if r["system"] == system and "trained_samples_per_s" in r]
+        if not ok:
+            continue
+        ttr = [r["time_to_return_s"] for r in ok]
+        out[system] = {
+            "trained_samples_per_s": statistics.median(r["trained_samples_per_s"] for r in ok),
+            "env_steps_per_s": statistics.median(r["env_steps_per_s"] for r in ok),
+            "time_to_return_s": statistics.median(ttr) if None not in ttr else None,
+            "reached": sum(t is not None for t in ttr),
+            "runs": len(ok),
+        }
+    base = out.get("drlhet")
+    for system, s in out.items():
+        if base is None or system == "drlhet":
+            continue
+        s["drlhet_ratio"] = {
+            "trained_samples_per_s": base["trained_samples_per_s"] / s["trained_samples_per_s"],
+            "env_steps_per_s": base["env_steps_per_s"] / s["env_steps_per_s"],
+            "time_to_return": (
+                s["time_to_return_s"] / base["time_to_return_s"]
+                if s["time_to_return_s"] and base["time_to_return_s"]
+                else None
+            ),
+        }
+    return out
+
+
+GRID = [
+    dict(batch=b, hidden=h, sgd_steps=s)
+    for b in (32, 256, 1024)
+    for h in ((64, 64), (256, 256))
+    for s in (1, 8)
+]
+"""The matched configurations of ``--grid`` (batch, network, replay ratio: ``sgd_steps`` SGD
+steps per 4 env steps), DQN on CartPole; with ``--algo td3`` the same on Pendulum."""
+
+
+def grid(args: Args) -> list[dict]:
+    """drlhet and RLlib (matched) over `GRID`, throughput only; one row per configuration."""
+    rows = []
+    grid_args = dataclasses.replace(args, systems=("drlhet", "rllib"))
+    for overrides in GRID:
+        spec = dataclasses.replace(base_spec(args), stop_at_return=None, **overrides)
+        print(f"grid {overrides}", flush=True)
+        runs = compare(spec, grid_args, args.rounds)
+        rows.append(
+            {"config": overrides, "runs": runs, "summary": summarize(runs, ("drlhet", "rllib"))}
+        )
+    return rows
+
+
+def main(args: Args) -> dict:
+    if args.full and args.rounds == 1:
+        args = dataclasses.replace(args, rounds=3)
+    machine = f"{platform.machine()} {os.cpu_count()} cores ({platform.node()})"
+    print(f"machine: {machine}; {'pinned to one core' if args.pin1 else 'not pinned'}")
+    result: dict = {
+        "machine": machine,
+        "date": time.strftime("%Y-%m-%d"),
+        "label": "measured (cpu)",
+        "threads": "torch peers: 1 thread (OMP_NUM_THREADS=1); drlhet, flashbax: XLA default"
+        + ("; every process pinned to core 0" if args.pin1 else ""),
+    }
+    if args.grid:
+        result["grid"] = grid(args)
+        result["range"] = _range(result["grid"])
+    else:
+        spec = base_spec(args)
+        runs = compare(spec, args, args.rounds)
+        result.update(spec=dataclasses.asdict(spec), runs=runs)
+        result["summary"] = summarize(runs, args.systems)
+        _plot(result["summary"], spec, args.plot)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    print(json.dumps(result.get("summary") or result.get("range"), indent=1))
+    return result
+
+
+def _range(rows: list[dict]) -> dict:
+    """The lowest and highest drlhet / RLlib trained-samples ratio over the grid, with configs."""
+    have = [(r["summary"]["rllib"]["drlhet_ratio"]["trained_samples_per_s"], r["config"])
+            for r in rows if "drlhet_ratio" in r["summary"].get("rllib", {})]  # fmt: skip
+    if not have:
+        return {}
+    lo, hi = min(have, key=lambda x: x[0]), max(have, key=lambda x: x[0])
+    return {
+        "lowest": {"ratio": lo[0], "config": lo[1]},
+        "highest": {"ratio": hi[0], "config": hi[1]},
+    }
+
+
+def _plot(summary: dict, spec: RunSpec, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(summary)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    axes[0].bar(names, [summary[n]["trained_samples_per_s"] for n in names], color="tab:blue")
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("trained samples/s (measured)")
+    ttr = [summary[n]["time_to_return_s"] or 0.0 for n in names]
+    axes[1].bar(names, ttr, color="tab:orange")
+    axes[1].set_ylabel(f"wall s to return {spec.stop_at_return} (0: not reached / not asked)")
+    for ax in axes:
+        ax.tick_params(axis="x", rotation=30)
+    fig.suptitle(
+        f"{spec.algo.upper()} {spec.env}, MLP {'x'.join(map(str, spec.hidden))}, batch "
+        f"{spec.batch}, {spec.sgd_steps} SGD steps / {spec.num_envs} env steps (measured, CPU)"
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

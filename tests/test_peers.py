@@ -1,0 +1,105 @@
+"""The peers comparison's protocol and harness (experiments/peers/spec.py, experiments/fig_peers.py)
+on synthetic events: what every system's metrics are computed from. The peers themselves run
+in their own environments (`make peers`) and are not part of this suite."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+peers_spec = _load("spec", EXPERIMENTS / "peers" / "spec.py")
+fig_peers = _load("fig_peers", EXPERIMENTS / "fig_peers.py")
+
+
+def _events(rows: list[tuple[int, int, float, float | None]], system: str = "x") -> str:
+    lines = ["noise the runner printed", peers_spec.PREFIX + json.dumps({
+        "kind": "header", "system": system, "version": "1", "threads": "1", "notes": "",
+        "import_s": 1.5,
+    })]  # fmt: skip
+    for env_steps, updates, wall, ret in rows:
+        lines.append(peers_spec.PREFIX + json.dumps({
+            "kind": "row", "env_steps": env_steps, "sgd_updates": updates, "wall_s": wall,
+            "eval_return": ret,
+        }))  # fmt: skip
+    lines.append(peers_spec.PREFIX + json.dumps({"kind": "end", "wall_s": rows[-1][2] + 0.5}))
+    return "\n".join(lines)
+
+
+def test_metrics_steady_state_and_time_to_return():
+    spec = peers_spec.RunSpec(batch=128, stop_at_return=475.0)
+    out = _events(
+        [(6000, 2500, 10.0, 100.0), (11000, 5000, 12.0, 480.0), (16000, 7500, 14.5, 500.0)]
+    )
+    m = peers_spec.metrics(spec, peers_spec.read_events(out))
+    # steady state: rows 1 -> 3 (the first chunk holds compilation): 5000 updates in 4.5 s
+    assert m["trained_samples_per_s"] == pytest.approx(5000 * 128 / 4.5)
+    assert m["env_steps_per_s"] == pytest.approx(10000 / 4.5)
+    assert m["time_to_return_s"] == 12.0  # the first row at or above the target
+    assert m["import_s"] == 1.5 and m["final_return"] == 500.0 and m["wall_s"] == 15.0
+
+
+def test_metrics_never_reached_and_too_few_rows():
+    spec = peers_spec.RunSpec(stop_at_return=475.0)
+    out = _events([(6000, 2500, 10.0, None), (11000, 5000, 12.0, 200.0)])
+    assert peers_spec.metrics(spec, peers_spec.read_events(out))["time_to_return_s"] is None
+    with pytest.raises(ValueError, match="1 rows"):
+        peers_spec.metrics(spec, peers_spec.read_events(_events([(6000, 2500, 10.0, 1.0)])))
+
+
+def test_spec_round_trip_and_unknown_field():
+    spec = peers_spec.RunSpec(hidden=(256, 256), batch=32)
+    assert peers_spec.RunSpec.from_json(spec.to_json()) == spec
+    assert spec.samples_per_env_step == 2 * 32 / 4
+    with pytest.raises(ValueError, match="bogus"):
+        peers_spec.RunSpec.from_json('{"bogus": 1}')
+
+
+def test_summary_ratios_are_drlhet_over_peer():
+    runs = [
+        {"system": "drlhet", "trained_samples_per_s": 600.0, "env_steps_per_s": 60.0,
+         "time_to_return_s": 10.0},
+        {"system": "drlhet", "trained_samples_per_s": 400.0, "env_steps_per_s": 40.0,
+         "time_to_return_s": 30.0},
+        {"system": "sb3", "trained_samples_per_s": 100.0, "env_steps_per_s": 10.0,
+         "time_to_return_s": 200.0},
+        {"system": "rllib", "skipped": "missing environment"},
+    ]  # fmt: skip
+    s = fig_peers.summarize(runs, ("drlhet", "sb3", "rllib"))
+    assert s["drlhet"]["trained_samples_per_s"] == 500.0 and s["drlhet"]["runs"] == 2
+    assert s["sb3"]["drlhet_ratio"]["trained_samples_per_s"] == 5.0
+    assert s["sb3"]["drlhet_ratio"]["time_to_return"] == 10.0  # 200 s against a median of 20
+    assert "rllib" not in s
+
+
+def test_missing_environment_is_skipped_with_the_command(monkeypatch):
+    monkeypatch.setitem(
+        fig_peers.SYSTEMS, "nowhere", (".venv-missing/bin/python", "sb3_run.py", "matched", True)
+    )
+    row = fig_peers.launch("nowhere", peers_spec.RunSpec(), fig_peers.Args())
+    assert "missing environment .venv-missing/bin/python" in row["skipped"]
+
+
+def test_grid_range_names_both_ends():
+    def row(ratio, batch):
+        return {"config": {"batch": batch}, "summary": {"rllib": {"drlhet_ratio": {
+            "trained_samples_per_s": ratio}}}}  # fmt: skip
+
+    got = fig_peers._range([row(3.0, 32), row(40.0, 1024), row(7.0, 256)])
+    assert got["lowest"] == {"ratio": 3.0, "config": {"batch": 32}}
+    assert got["highest"] == {"ratio": 40.0, "config": {"batch": 1024}}

@@ -22,6 +22,7 @@ import copy
 import inspect
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -228,6 +229,7 @@ class PeersEval(BaseCallback):
         super().__init__()
         self.spec, self.reporter, self.eval_env = spec, reporter, eval_env
         self.next_eval = spec.eval_every
+        self.eval_s = 0.0
 
     def _on_step(self) -> bool:
         """Called by SB3 after every vector step; False stops `learn`."""
@@ -235,9 +237,11 @@ class PeersEval(BaseCallback):
             return True
         while self.next_eval <= self.num_timesteps:
             self.next_eval += self.spec.eval_every
+        t0 = time.perf_counter()
         mean = greedy_return(self.model, self.eval_env, self.spec.eval_episodes)
+        self.eval_s += time.perf_counter() - t0
         # _n_updates: SGD steps (minibatches) done; DQN and TD3 add one per gradient step.
-        self.reporter.row(self.model.num_timesteps, self.model._n_updates, mean)
+        self.reporter.row(self.model.num_timesteps, self.model._n_updates, mean, self.eval_s)
         return self.spec.stop_at_return is None or mean < self.spec.stop_at_return
 
 

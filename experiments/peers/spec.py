@@ -10,15 +10,17 @@ ignored):
 * ``{"kind": "header", "system", "version", "threads", "notes", "import_s", "batch"}`` once,
   after the imports (``import_s``: seconds since launch; ``batch``: the SGD batch the run
   really uses, which a tuned recipe may change);
-* ``{"kind": "row", "env_steps", "sgd_updates", "wall_s", "eval_return"}`` after every
-  ``eval_every`` env steps (all environments together), ``wall_s`` since launch, the mean greedy
-  return over ``eval_episodes`` episodes (evaluation included in the wall time, as in a real run);
+* ``{"kind": "row", "env_steps", "sgd_updates", "wall_s", "eval_return", "eval_s"}`` after
+  every ``eval_every`` env steps (all environments together), ``wall_s`` since launch, the mean
+  greedy return over ``eval_episodes`` episodes, ``eval_s`` the seconds spent evaluating so far
+  where the runner can tell them apart (None where the evaluation runs inside the training
+  program, as drlhet's does: its throughput then counts it, against itself);
 * ``{"kind": "end", "wall_s"}`` last.
 
 The harness computes every metric from these rows the same way for every system
 (`metrics`): trained samples/s and env steps/s over the rows after the first (the first chunk
-holds the imports, compilation and warm-up), and the wall time from launch to the first row
-whose return reaches the target. Run with ``OMP_NUM_THREADS=1`` and one torch thread for the
+holds the imports, compilation and warm-up), less the evaluation where ``eval_s`` says it, and
+the wall time from launch to the first row whose return reaches the target. Run with ``OMP_NUM_THREADS=1`` and one torch thread for the
 torch peers (`ENV_ONE_THREAD`).
 
 This file is imported by the runners in their own virtual environments: standard library only.
@@ -142,13 +144,21 @@ class Reporter:
             batch=batch,
         )
 
-    def row(self, env_steps: int, sgd_updates: int, eval_return: float | None) -> None:
+    def row(
+        self,
+        env_steps: int,
+        sgd_updates: int,
+        eval_return: float | None,
+        eval_s: float | None = None,
+    ) -> None:
+        """``eval_s``: seconds spent evaluating since launch (None: not separable)."""
         self.emit(
             "row",
             env_steps=int(env_steps),
             sgd_updates=int(sgd_updates),
             wall_s=self.since_launch(),
             eval_return=None if eval_return is None else float(eval_return),
+            eval_s=eval_s,
         )
 
     def end(self) -> None:
@@ -174,6 +184,8 @@ def metrics(spec: RunSpec, events: list[dict]) -> dict:
         raise ValueError(f"{header['system']}: {len(rows)} rows; need 2 to time a steady state")
     first, last = rows[0], rows[-1]
     dt = last["wall_s"] - first["wall_s"]
+    if first.get("eval_s") is not None and last.get("eval_s") is not None:
+        dt -= last["eval_s"] - first["eval_s"]  # training time alone where it can be told
     batch = header.get("batch") or spec.batch
     reached = None
     if spec.stop_at_return is not None:

@@ -20,8 +20,8 @@ ignored):
 The harness computes every metric from these rows the same way for every system
 (`metrics`): trained samples/s and env steps/s over the rows after the first (the first chunk
 holds the imports, compilation and warm-up), less the evaluation where ``eval_s`` says it, and
-the wall time from launch to the first row whose return reaches the target. Run with ``OMP_NUM_THREADS=1`` and one torch thread for the
-torch peers (`ENV_ONE_THREAD`).
+the wall time from launch to the first row whose return reaches the target. Run the torch
+peers with ``OMP_NUM_THREADS=1`` and one torch thread (`ENV_ONE_THREAD`).
 
 This file is imported by the runners in their own virtual environments: standard library only.
 """

@@ -1,0 +1,95 @@
+"""Smoke tests of the figure scripts (``experiments/fig_primitives.py``, ``fig_branching.py``,
+``fig_mapping.py``): each ``main`` at a tiny scale writes JSON rows with the documented fields
+and a non-empty PNG, and a figure for a device that is not here is labelled modeled."""
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIELDS = {"backend", "primitive", "batch", "capacity", "branching", "seconds", "label"}
+FIELDS |= {"seconds_min", "seconds_max", "threading", "mode"}
+MEASURED_HERE = {"jax", "native"}
+
+
+@pytest.fixture
+def experiment(monkeypatch):
+    """Imports an experiments script by name (they import their siblings by name too)."""
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))
+    return importlib.import_module
+
+
+def check_outputs(rows: list[dict], out: Path, plot: Path) -> None:
+    assert json.loads(out.read_text()) == rows
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
+
+
+def check_latency_rows(rows: list[dict]) -> None:
+    for r in rows:
+        assert FIELDS <= set(r), FIELDS - set(r)
+        assert 0 < r["seconds_min"] <= r["seconds"] <= r["seconds_max"], r
+        # measured only for backends that run here; everything else (the FPGA board, a GPU)
+        # is modeled and says so
+        assert r["label"].startswith("measured") == (r["backend"] in MEASURED_HERE), r
+        assert r["label"].startswith(("measured", "modeled")), r
+    assert {r["backend"] for r in rows} >= {"jax", "fpga", "gpu"}
+    assert {r["label"] for r in rows if r["backend"] == "fpga"} == {"modeled (cycle model)"}
+    assert {r["label"] for r in rows if r["backend"] == "gpu"} == {"modeled (sheet)"}
+
+
+def test_fig_primitives_tiny(experiment, tmp_path):
+    fp = experiment("fig_primitives")
+    args = fp.Args(
+        batches=(512,), capacities=(1024,), at_capacity=1024, at_batch=512, repeats=2,
+        out=tmp_path / "p.json", plot=tmp_path / "p.png",
+    )  # fmt: skip
+    rows = fp.main(args)
+    check_outputs(rows, args.out, args.plot)
+    check_latency_rows(rows)
+    got = {(r["sweep"], r["backend"], r["primitive"], r["mode"]) for r in rows}
+    for backend in ("jax", "fpga", "gpu"):
+        for op in ("insert", "sample", "update"):
+            for mode in ("percall", "fused"):
+                assert {("batch", backend, op, mode), ("capacity", backend, op, mode)} <= got
+
+
+def test_fig_branching_tiny(experiment, tmp_path):
+    fb = experiment("fig_branching")
+    args = fb.Args(
+        branchings=(2, 4), capacity=1024, batch=512, repeats=2, modes=("fused",),
+        out=tmp_path / "b.json", plot=tmp_path / "b.png",
+    )  # fmt: skip
+    rows = fb.main(args)
+    check_outputs(rows, args.out, args.plot)
+    check_latency_rows(rows)
+    assert {r["branching"] for r in rows if r["backend"] == "jax"} == {2, 4}
+    # the FPGA replay module is built for K >= 4: no modeled figure at K 2
+    assert {r["branching"] for r in rows if r["backend"] == "fpga"} == {4}
+    assert {r["primitive"] for r in rows} == {"sample", "update"}
+
+
+def test_fig_mapping_redraws_the_committed_validation(experiment, tmp_path):
+    fm = experiment("fig_mapping")
+    args = fm.Args(out=tmp_path / "m.json", plot=tmp_path / "m.png")
+    rows = fm.main(args)
+    check_outputs(rows, args.out, args.plot)
+    v = json.loads((REPO / args.validation).read_text())
+    maps = [r for r in rows if r["kind"] == "mapping"]
+    assert len(maps) == len(v["rows"])
+    for c in v["configs"]:
+        at = [r for r in maps if (r["batch"], r["capacity"]) == (c["batch"], c["capacity"])]
+        assert [r["mapping"] for r in at if r["pick"]] == [c["pick"]]
+    bases = [r for r in rows if r["kind"] == "baseline"]
+    assert any(b["basis"] != "measured" for b in bases)
+    for b in bases:
+        assert b["label"].startswith("measured" if b["basis"] == "measured" else "modeled"), b
+        assert b["best_speedup"] == pytest.approx(
+            max(r["measured_trained_samples_per_s"] for r in maps if r["batch"] == b["batch"]
+                and r["capacity"] == b["capacity"]) / b["trained_samples_per_s"]
+        )  # fmt: skip
+    ratios = {r["baseline"]: r for r in rows if r["kind"] == "ratio"}
+    assert set(ratios) == {b["baseline"] for b in bases}
+    top = next(r for r in rows if r["kind"] == "ratio_max" and r["over"] == "every baseline")
+    assert top["best_over_baseline"] == max(b["best_speedup"] for b in bases)

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.drlhet-installed
 
-.PHONY: run test gpu-test bench lint install clean sanitize peers
+.PHONY: run test gpu-test bench lint install clean sanitize peers figures
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -96,6 +96,21 @@ $(PEERS)/rllib/.installed:
 	touch $@
 
 peers: $(STAMP) $(PEERS)/sb3/.installed $(PEERS)/rllib/.installed
+
+# Every figure of the README at a reduced scale (about 20 minutes on the 2-core VM), written under
+# $(FIG_OUT) (git-ignored; FIG_OUT=results rebuilds the committed files in place). Each script's
+# --full (or the command beside its figure in the README) gives the README's scale.
+FIG_OUT ?= results/reduced
+
+figures: $(STAMP) peers
+	mkdir -p $(FIG_OUT)
+	$(BIN)/python experiments/fig_primitives.py --out $(FIG_OUT)/fig_primitives.json --plot $(FIG_OUT)/fig_primitives.png
+	$(BIN)/python experiments/fig_branching.py --out $(FIG_OUT)/fig_branching.json --plot $(FIG_OUT)/fig_branching.png
+	$(BIN)/python experiments/fig_mapping.py --out $(FIG_OUT)/fig_mapping.json --plot $(FIG_OUT)/fig_mapping.png
+	$(BIN)/python experiments/fig_learning.py --tasks dqn --seeds 3 --out $(FIG_OUT)
+	$(BIN)/python experiments/fig_delay.py --tasks dqn --delays 0 16 --seeds 3 --out $(FIG_OUT)
+	$(BIN)/python experiments/fig_mapping_parity.py --seeds 2 --out $(FIG_OUT)
+	$(BIN)/python experiments/fig_peers.py --out $(FIG_OUT)/fig_peers.json --plot $(FIG_OUT)/fig_peers.png
 
 clean:
 	rm -rf build $(VENV) $(PEERS)

@@ -184,12 +184,28 @@ GRID = [
 steps per 4 env steps), DQN on CartPole; with ``--algo td3`` the same on Pendulum."""
 
 
+GRID_UPDATES = 250
+"""SGD steps per chunk of a grid run: each configuration's chunk is sized by its learner work
+(``eval_every`` env steps = this many updates at its replay ratio), three chunks a run."""
+
+
+def grid_spec(args: Args, overrides: dict) -> RunSpec:
+    """The `RunSpec` of one grid configuration, throughput only (no target)."""
+    spec = dataclasses.replace(base_spec(args), stop_at_return=None, **overrides)
+    per_update = spec.num_envs / spec.sgd_steps  # env steps per SGD step
+    eval_every = max(spec.num_envs, int(GRID_UPDATES * per_update) // spec.num_envs * spec.num_envs)
+    warmup = max(spec.warmup, spec.batch)
+    return dataclasses.replace(
+        spec, eval_every=eval_every, warmup=warmup, steps=warmup + 3 * eval_every
+    )
+
+
 def grid(args: Args) -> list[dict]:
     """drlhet and RLlib (matched) over `GRID`, throughput only; one row per configuration."""
     rows = []
     grid_args = dataclasses.replace(args, systems=("drlhet", "rllib"))
     for overrides in GRID:
-        spec = dataclasses.replace(base_spec(args), stop_at_return=None, **overrides)
+        spec = grid_spec(args, overrides)
         print(f"grid {overrides}", flush=True)
         runs = compare(spec, grid_args, args.rounds)
         rows.append(

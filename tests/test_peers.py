@@ -103,3 +103,13 @@ def test_grid_range_names_both_ends():
     got = fig_peers._range([row(3.0, 32), row(40.0, 1024), row(7.0, 256)])
     assert got["lowest"] == {"ratio": 3.0, "config": {"batch": 32}}
     assert got["highest"] == {"ratio": 40.0, "config": {"batch": 1024}}
+
+
+@pytest.mark.parametrize("overrides", fig_peers.GRID)
+def test_grid_chunks_hold_the_same_learner_work(overrides):
+    spec = fig_peers.grid_spec(fig_peers.Args(), overrides)
+    assert spec.eval_every % spec.num_envs == 0
+    updates = spec.eval_every // spec.num_envs * spec.sgd_steps
+    assert fig_peers.GRID_UPDATES - spec.sgd_steps <= updates <= fig_peers.GRID_UPDATES
+    assert (spec.steps - spec.warmup) // spec.eval_every == 3 and spec.warmup >= spec.batch
+    assert spec.stop_at_return is None

@@ -41,9 +41,12 @@ from spec import ENV_ONE_THREAD, RunSpec, metrics, read_events  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = Path(__file__).resolve().parent / "peers"
+CACHE = ROOT / "results" / "raw" / "peers_compilation_cache"
+"""drlhet-cached's persistent compilation cache, warmed by one unrecorded run first."""
 SYSTEMS = {
     # name: (python, runner, recipe, one torch thread)
     "drlhet": (".venv/bin/python", "drlhet_run.py", "matched", False),
+    "drlhet-cached": (".venv/bin/python", "drlhet_run.py", "matched", False),
     "flashbax": (".venv/bin/python", "flashbax_dqn.py", "matched", False),
     "sb3": (".venv-peers/sb3/bin/python", "sb3_run.py", "matched", True),
     "sb3-tuned": (".venv-peers/sb3/bin/python", "sb3_run.py", "tuned", True),
@@ -99,6 +102,8 @@ def launch(system: str, spec: RunSpec, args: Args) -> dict:
     spec = dataclasses.replace(spec, recipe=recipe)
     env = dict(os.environ, **(ENV_ONE_THREAD if one_thread else {}))
     cmd = [str(ROOT / python), str(PEERS / runner), "--spec", spec.to_json()]
+    if system == "drlhet-cached":
+        cmd += ["--compilation-cache", str(CACHE)]
     if args.pin1:
         cmd = ["taskset", "-c", "0", *cmd]
     cmd += ["--launched-at", repr(time.time())]
@@ -121,6 +126,8 @@ def launch(system: str, spec: RunSpec, args: Args) -> dict:
 def compare(spec: RunSpec, args: Args, rounds: int) -> list[dict]:
     """Every system ``rounds`` times, alternating (rotated each round); one row per run."""
     runs = []
+    if "drlhet-cached" in args.systems:  # warm its cache: what a run after the first finds
+        print(_line({**launch("drlhet-cached", spec, args), "system": "(cache warm-up)"}))
     for rnd in range(rounds):
         order = list(
             args.systems[rnd % len(args.systems) :] + args.systems[: rnd % len(args.systems)]
@@ -135,10 +142,10 @@ def compare(spec: RunSpec, args: Args, rounds: int) -> list[dict]:
 def _line(row: dict) -> str:
     if "skipped" in row or "failed" in row:
         return f"  {row['system']:12s} {row.get('skipped') or row.get('failed')}"
-    ttr = row["time_to_return_s"]
+    ttr, tps, eps = row["time_to_return_s"], row["trained_samples_per_s"], row["env_steps_per_s"]
     return (
-        f"  {row['system']:12s} {row['trained_samples_per_s']:>12,.0f} samples/s "
-        f"{row['env_steps_per_s']:>9,.0f} env steps/s  to target "
+        f"  {row['system']:12s} {'-' if tps is None else f'{tps:,.0f}':>12} samples/s "
+        f"{'-' if eps is None else f'{eps:,.0f}':>9} env steps/s  to target "
         f"{'-' if ttr is None else f'{ttr:.1f} s':>8}  final {row['final_return']}"
     )
 
@@ -147,13 +154,13 @@ def summarize(runs: list[dict], systems: tuple[str, ...]) -> dict:
     """Median per system over its rounds, and drlhet's ratio over each peer."""
     out: dict = {}
     for system in systems:
-        ok = [r for r in runs if r["system"] == system and "trained_samples_per_s" in r]
+        ok = [r for r in runs if r["system"] == system and "time_to_return_s" in r]
         if not ok:
             continue
         ttr = [r["time_to_return_s"] for r in ok]
         out[system] = {
-            "trained_samples_per_s": statistics.median(r["trained_samples_per_s"] for r in ok),
-            "env_steps_per_s": statistics.median(r["env_steps_per_s"] for r in ok),
+            "trained_samples_per_s": _median(r["trained_samples_per_s"] for r in ok),
+            "env_steps_per_s": _median(r["env_steps_per_s"] for r in ok),
             "time_to_return_s": statistics.median(ttr) if None not in ttr else None,
             "reached": sum(t is not None for t in ttr),
             "runs": len(ok),
@@ -163,8 +170,8 @@ def summarize(runs: list[dict], systems: tuple[str, ...]) -> dict:
         if base is None or system == "drlhet":
             continue
         s["drlhet_ratio"] = {
-            "trained_samples_per_s": base["trained_samples_per_s"] / s["trained_samples_per_s"],
-            "env_steps_per_s": base["env_steps_per_s"] / s["env_steps_per_s"],
+            "trained_samples_per_s": _ratio(base, s, "trained_samples_per_s"),
+            "env_steps_per_s": _ratio(base, s, "env_steps_per_s"),
             "time_to_return": (
                 s["time_to_return_s"] / base["time_to_return_s"]
                 if s["time_to_return_s"] and base["time_to_return_s"]
@@ -172,6 +179,16 @@ def summarize(runs: list[dict], systems: tuple[str, ...]) -> dict:
             ),
         }
     return out
+
+
+def _median(values) -> float | None:
+    """The median of the values that are not None (None if none is)."""
+    have = [v for v in values if v is not None]
+    return statistics.median(have) if have else None
+
+
+def _ratio(base: dict, peer: dict, key: str) -> float | None:
+    return base[key] / peer[key] if base[key] and peer[key] else None
 
 
 GRID = [
@@ -262,9 +279,10 @@ def _plot(summary: dict, spec: RunSpec, path: Path) -> None:
 
     names = list(summary)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    axes[0].bar(names, [summary[n]["trained_samples_per_s"] for n in names], color="tab:blue")
+    rates = [summary[n]["trained_samples_per_s"] or 0.0 for n in names]
+    axes[0].bar(names, rates, color="tab:blue")
     axes[0].set_yscale("log")
-    axes[0].set_ylabel("trained samples/s (measured)")
+    axes[0].set_ylabel("trained samples/s (measured; 0: one chunk)")
     ttr = [summary[n]["time_to_return_s"] or 0.0 for n in names]
     axes[1].bar(names, ttr, color="tab:orange")
     axes[1].set_ylabel(f"wall s to return {spec.stop_at_return} (0: not reached / not asked)")

@@ -54,12 +54,18 @@ def test_metrics_steady_state_and_time_to_return():
     assert m["import_s"] == 1.5 and m["final_return"] == 500.0 and m["wall_s"] == 15.0
 
 
-def test_metrics_never_reached_and_too_few_rows():
+def test_metrics_never_reached_one_row_and_no_rows():
     spec = peers_spec.RunSpec(stop_at_return=475.0)
     out = _events([(6000, 2500, 10.0, None), (11000, 5000, 12.0, 200.0)])
     assert peers_spec.metrics(spec, peers_spec.read_events(out))["time_to_return_s"] is None
-    with pytest.raises(ValueError, match="1 rows"):
-        peers_spec.metrics(spec, peers_spec.read_events(_events([(6000, 2500, 10.0, 1.0)])))
+    # a run that stops at its first row (a recipe that reaches the target in one chunk) has a
+    # time to the target but no steady state to time
+    one = peers_spec.metrics(spec, peers_spec.read_events(_events([(6000, 2500, 10.0, 480.0)])))
+    assert one["time_to_return_s"] == 10.0
+    assert one["trained_samples_per_s"] is None and one["env_steps_per_s"] is None
+    header_only = _events([(1, 1, 1.0, 1.0)]).splitlines()[:2]
+    with pytest.raises(ValueError, match="no rows"):
+        peers_spec.metrics(spec, peers_spec.read_events("\n".join(header_only)))
 
 
 def test_spec_round_trip_and_unknown_field():

@@ -2,7 +2,9 @@
 
 Trains one seed of the `RunSpec` with `drlhet.runtime.run.run` on its default mapping (every
 group fused on one XLA CPU device, the fastest replay backend that loads), without the
-persistent compilation cache, so compilation counts in the wall time as a first run's does.
+persistent compilation cache, so compilation counts in the wall time as a first run's does;
+with ``--compilation-cache DIR``, as ``drlhet train`` runs by default (a run after the first
+loads its programs from there).
 
 Usage (the harness, `experiments/fig_peers.py`, runs it):
   .venv/bin/python experiments/peers/drlhet_run.py --spec '{"algo": "dqn"}' --launched-at T
@@ -68,7 +70,12 @@ def train_config(spec: RunSpec):  # -> drlhet.runtime.config.TrainConfig
 
 
 def main() -> None:
-    spec, launched = parse_argv()
+    argv = sys.argv[1:]
+    cache = None
+    if "--compilation-cache" in argv:  # drlhet's CLI default: JAX's persistent cache
+        at = argv.index("--compilation-cache")
+        cache, argv = Path(argv[at + 1]), argv[:at] + argv[at + 2 :]
+    spec, launched = parse_argv(argv)
     reporter = Reporter(launched)
     from importlib.metadata import version
 
@@ -76,6 +83,10 @@ def main() -> None:
 
     from drlhet.runtime.run import default_mapping, run
 
+    if cache is not None:
+        from drlhet.cli.common import enable_compilation_cache
+
+        enable_compilation_cache(cache)
     try:
         cfg = train_config(spec)
     except ValueError as e:
@@ -86,7 +97,8 @@ def main() -> None:
         version=f"drlhet {version('drlhet')} / jax {jax.__version__}",
         threads=f"XLA default ({len(jax.devices('cpu'))} CPU device, all cores)",
         notes=f"mapping {default_mapping(cfg)}; PER={spec.prioritized}, "
-        f"n-step {spec.n_step}; no persistent compilation cache",
+        f"n-step {spec.n_step}; "
+        + ("no persistent compilation cache" if cache is None else f"compilation cache {cache}"),
     )
     per_chunk = spec.eval_every // spec.num_envs * spec.sgd_steps
     done = [0]

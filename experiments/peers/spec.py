@@ -175,13 +175,14 @@ def read_events(stdout: str) -> list[dict]:
 def metrics(spec: RunSpec, events: list[dict]) -> dict:
     """The comparison's metrics from one run's events, the same way for every system:
     ``trained_samples_per_s`` and ``env_steps_per_s`` between the first and the last row
-    (steady state: the first chunk holds compilation and warm-up), ``time_to_return_s`` (launch
+    (steady state: the first chunk holds compilation and warm-up; None when the run stopped at
+    its first row), ``time_to_return_s`` (launch
     to the first row reaching ``spec.stop_at_return``; None if never), ``import_s``,
     ``final_return``, ``env_steps`` and ``wall_s``."""
     header = next(e for e in events if e["kind"] == "header")
     rows = [e for e in events if e["kind"] == "row"]
-    if len(rows) < 2:
-        raise ValueError(f"{header['system']}: {len(rows)} rows; need 2 to time a steady state")
+    if not rows:
+        raise ValueError(f"{header['system']}: no rows")
     first, last = rows[0], rows[-1]
     dt = last["wall_s"] - first["wall_s"]
     if first.get("eval_s") is not None and last.get("eval_s") is not None:
@@ -199,8 +200,10 @@ def metrics(spec: RunSpec, events: list[dict]) -> dict:
         "notes": header["notes"],
         "import_s": header["import_s"],
         "batch": batch,
-        "trained_samples_per_s": (last["sgd_updates"] - first["sgd_updates"]) * batch / dt,
-        "env_steps_per_s": (last["env_steps"] - first["env_steps"]) / dt,
+        "trained_samples_per_s": (
+            (last["sgd_updates"] - first["sgd_updates"]) * batch / dt if len(rows) > 1 else None
+        ),
+        "env_steps_per_s": (last["env_steps"] - first["env_steps"]) / dt if len(rows) > 1 else None,
         "time_to_return_s": reached,
         "final_return": last["eval_return"],
         "env_steps": last["env_steps"],

@@ -278,19 +278,31 @@ def _plot(summary: dict, spec: RunSpec, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = list(summary)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    rates = [summary[n]["trained_samples_per_s"] or 0.0 for n in names]
-    axes[0].bar(names, rates, color="tab:blue")
-    axes[0].set_yscale("log")
-    axes[0].set_ylabel("trained samples/s (measured; 0: one chunk)")
-    ttr = [summary[n]["time_to_return_s"] or 0.0 for n in names]
-    axes[1].bar(names, ttr, color="tab:orange")
-    axes[1].set_ylabel(f"wall s to return {spec.stop_at_return} (0: not reached / not asked)")
-    for ax in axes:
+    panels = [
+        ("trained_samples_per_s", "trained samples/s (after the first chunk)", "tab:blue"),
+        ("time_to_return_s", f"wall s, launch to a return of {spec.stop_at_return}", "tab:orange"),
+    ]  # fmt: skip
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    for ax, (key, label, color) in zip(axes, panels, strict=True):
+        values = [summary[n][key] for n in names]
+        bars = ax.bar(names, [v or 0.0 for v in values], color=color)
+        for bar, v in zip(bars, values, strict=True):
+            text = "n/a" if v is None else (f"{v:,.0f}" if v >= 100 else f"{v:.1f}")
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height() or 1),
+                        ha="center", va="bottom", fontsize=8)  # fmt: skip
+        if any(values):
+            ax.set_yscale("log")
+        else:
+            ax.set_yticks([])
+            ax.text(0.5, 0.5, "not asked in this run", ha="center", transform=ax.transAxes)
+        ax.set_ylabel(label, fontsize=9)
         ax.tick_params(axis="x", rotation=30)
     fig.suptitle(
         f"{spec.algo.upper()} {spec.env}, MLP {'x'.join(map(str, spec.hidden))}, batch "
-        f"{spec.batch}, {spec.sgd_steps} SGD steps / {spec.num_envs} env steps (measured, CPU)"
+        f"{spec.batch}, {spec.sgd_steps} SGD steps / {spec.num_envs} env steps (*-tuned: the "
+        "peer's own recipe)\nmeasured, CPU, medians of the rounds; a missing bar: not reached, or "
+        "the run stopped at its first evaluation (no steady state to time)",
+        fontsize=9,
     )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

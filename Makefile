@@ -110,7 +110,13 @@ figures: $(STAMP) peers
 	$(BIN)/python experiments/fig_learning.py --tasks dqn --seeds 3 --out $(FIG_OUT)
 	$(BIN)/python experiments/fig_delay.py --tasks dqn --delays 0 16 --seeds 3 --out $(FIG_OUT)
 	$(BIN)/python experiments/fig_mapping_parity.py --seeds 2 --out $(FIG_OUT)
-	$(BIN)/python experiments/fig_peers.py --out $(FIG_OUT)/fig_peers.json --plot $(FIG_OUT)/fig_peers.png
+	$(BIN)/python experiments/fig_peers.py --target 475 --steps 60000 \
+	  --systems drlhet drlhet-cached flashbax sb3 sb3-tuned rllib-tuned \
+	  --out $(FIG_OUT)/fig_peers.json --plot $(FIG_OUT)/fig_peers.png
+	$(BIN)/python experiments/fig_peers.py --systems drlhet rllib sb3 flashbax --steps 16000 \
+	  --out $(FIG_OUT)/fig_peers_matched.json --plot $(FIG_OUT)/fig_peers_matched.png
+	$(BIN)/python experiments/fig_peers.py --algo td3 --systems drlhet sb3 rllib --steps 5000 \
+	  --out $(FIG_OUT)/fig_peers_td3.json --plot $(FIG_OUT)/fig_peers_td3.png
 
 clean:
 	rm -rf build $(VENV) $(PEERS)

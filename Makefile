@@ -13,7 +13,7 @@ $(BIN)/python:
 # Reinstall when the package metadata or the native sources change.
 $(STAMP): $(BIN)/python pyproject.toml CMakeLists.txt $(shell find kernels hls -type f 2>/dev/null)
 	$(BIN)/pip install --quiet "scikit-build-core>=0.10" "cmake>=3.24" ninja "jax>=0.10" "hls4ml>=1.3"
-	$(BIN)/pip install --quiet --no-build-isolation -e ".[test,bench]"
+	$(BIN)/pip install --quiet --no-build-isolation -e ".[test,bench,gymnasium,ray]"
 	touch $(STAMP)
 
 install: $(STAMP)

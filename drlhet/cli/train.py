@@ -24,6 +24,7 @@ from drlhet.cli.checkpoints import (
 )
 from drlhet.cli.common import available_memory, bad_input, enable_compilation_cache, set_cpu_devices
 from drlhet.cli.dse import auto_mapping
+from drlhet.cli.ray_actors import ray_config, ray_runner, ray_summary
 from drlhet.runtime.config import TrainConfig, check, chunks_of, warmup_steps
 from drlhet.runtime.mapping import Mapping, cpu_devices_named
 from drlhet.runtime.memory import estimate_memory, size_text
@@ -74,6 +75,10 @@ def train_command(
     checkpoint_every: int = 10,
     keep_checkpoints: int = 2,
     resume: Path | None = None,
+    actors: str | None = None,
+    sync_every: int = 32,
+    rollout: int = 32,
+    ray_address: str | None = None,
 ) -> Path:
     """Trains, writing ``config.json``, ``metrics.jsonl`` and ``curve.png`` to a run directory.
 
@@ -105,33 +110,45 @@ def train_command(
       resume: a run directory: go on from its newest checkpoint that reads back intact, with
         its configuration and (unless ``--mapping`` is given) its mapping, bit for bit as the
         run would have gone on.
+      actors: ``ray:N``: N Ray actors feed this process's replay and learner (the ``ray``
+        extra; no checkpoints); ``--sync-every`` learner iterations between parameter
+        broadcasts, ``--rollout`` iterations per actor call, ``--ray-address`` a cluster to
+        join (`drlhet.runtime.ray_learner`).
     """
     saved = None
     with bad_input():
+        remote = ray_config(actors, sync_every, rollout, ray_address, mapping, resume)
+        checkpoint_every = checkpoint_every if remote is None else 0
         if resume is not None:
             config, mapping, saved = _resume(config, resume, mapping, cpu_devices)
         placed, tr = _prepare(config, mapping, cpu_devices, memory_check, checkpoint_every > 0)
     if compilation_cache:
         enable_compilation_cache()
-    run_dir = resume or out / (
-        name or f"{time.strftime('%Y%m%d-%H%M%S')}-{config.algo}-{config.env}"
-    )
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{config.algo}-{config.env.replace(':', '-')}"
+    run_dir = resume or out / (name or stamp)
     print(_plan(tr.config, tr.chunks))
     before = saved.rows if saved is not None else []
     with bad_input():
         saving = saving_for(
             run_dir, config, str(placed), checkpoint_every, keep_checkpoints, before
         )
-    start = Start(saved.states, saved.chunk) if saved is not None else None
-    if saved is not None:
-        print(f"resuming {run_dir} after chunk {saved.chunk} ({saved.path})")
+    start = _start(saved, run_dir)
+    runner = run if remote is None else ray_runner(remote, tr.config)
     with _removed_on_failure(run_dir):
         rows, reached, wall = _train(
-            config, placed, run_dir, stop_at_return, progress, start, saving, before
+            config, placed, run_dir, stop_at_return, progress, start, saving, before, runner
         )
     if rows:
         _report(config, rows, reached, stop_at_return, wall, run_dir)
     return run_dir
+
+
+def _start(saved, run_dir: Path) -> Start | None:
+    """Where a resumed run starts (None: a fresh run), said on stdout."""
+    if saved is None:
+        return None
+    print(f"resuming {run_dir} after chunk {saved.chunk} ({saved.path})")
+    return Start(saved.states, saved.chunk)
 
 
 def _resume(config: TrainConfig, run_dir: Path, mapping: str | None, cpu_devices):
@@ -250,9 +267,10 @@ def _removed_on_failure(run_dir: Path) -> Iterator[None]:
         raise
 
 
-def _train(config, mapping, run_dir: Path, stop_at_return, progress, start, saving, before):
-    """Runs ``config``, streaming rows to ``metrics.jsonl`` (after ``before``, the rows of a
-    resumed run's earlier chunks); ``-> (rows, reached, wall_s)``."""
+def _train(config, mapping, run_dir: Path, stop_at_return, progress, start, saving, before, runner):
+    """Runs ``config`` with ``runner`` (`drlhet.runtime.run.run`'s signature), streaming rows
+    to ``metrics.jsonl`` (after ``before``, the rows of a resumed run's earlier chunks);
+    ``-> (rows, reached, wall_s)``."""
     from tqdm import tqdm
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -283,7 +301,7 @@ def _train(config, mapping, run_dir: Path, stop_at_return, progress, start, savi
     with (run_dir / "metrics.jsonl").open("w") as metrics:
         metrics.writelines(json.dumps(r) + "\n" for r in before)
         try:
-            run(config, mapping, on_chunk=on_chunk, start=start, saving=saving)
+            runner(config, mapping, on_chunk=on_chunk, start=start, saving=saving)
         except _Stop:
             pass
         finally:
@@ -310,6 +328,8 @@ def _report(config, rows, reached, stop_at_return, wall: float, run_dir: Path) -
         f"throughput (measured, this machine, all seeds, after the first chunk): "
         f"{env_sps:,.0f} env steps/s, {trained_sps:,.0f} trained samples/s"
     )
+    if "ray" in rows[-1]:
+        print(ray_summary(rows[-1]["ray"]))
     if reached:
         print(
             f"mean evaluation return reached {stop_at_return} after {reached['env_steps']} "

@@ -132,13 +132,18 @@ def _probe(name: str) -> _Probe:
 
 
 def make_env(name: str, num_envs: int = 1) -> EnvFns:
-    """Builds ``num_envs`` copies of environment ``name`` (a gymnax id or a probe).
+    """Builds ``num_envs`` copies of environment ``name``: a gymnax id, a probe, or
+    ``gymnasium:<id>`` (any gymnasium environment, stepped on the host: `drlhet.envs.host`).
 
     Raises:
       ValueError: an unknown name or ``num_envs < 1``.
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if name.startswith("gymnasium:"):
+        from drlhet.envs.host import make_host_env
+
+        return make_host_env(name, num_envs)
     if name.startswith("probe-"):
         p = _probe(name)
 

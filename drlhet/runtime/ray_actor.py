@@ -18,7 +18,6 @@ This module imports no Ray: `drlhet.runtime.ray_learner` wraps the class with ``
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 from typing import Any
@@ -90,10 +89,12 @@ class RolloutActor:
         if self.fill_steps:
             fill = _rollout_fn(cfg, self.tr, n_step_of(cfg) - 1, True)
             *self.env, _, _ = fill(self.agent, *self.env, 0)
-        self._fns = {
-            r: functools.partial(_rollout_fn, cfg, self.tr, iterations, r) for r in (False, True)
+        # both programs compiled now (ahead of time: nothing runs), so that no call of the run
+        # waits for a compilation
+        self._jitted = {
+            r: _rollout_fn(cfg, self.tr, iterations, r).lower(self.agent, *self.env, 0).compile()
+            for r in (False, True)
         }
-        self._jitted: dict[bool, Any] = {}
 
     def where(self) -> tuple[int, str]:
         """``(pid, Ray node id)`` of this actor's process."""
@@ -127,8 +128,6 @@ class RolloutActor:
         if version > self.version:
             self.set_params(params, version)
         random = env_steps < self.cfg.warmup
-        if random not in self._jitted:
-            self._jitted[random] = self._fns[random]()
         *env, trans, finished = self._jitted[random](self.agent, *self.env, env_steps)
         self.env = tuple(env)
         out = {

@@ -164,9 +164,10 @@ def _learn_fn(cfg: TrainConfig, tr: Trainer, iterations: int, train: bool):
 class _Learner:
     """The learner side's state and its Ray bookkeeping (mutable, host side)."""
 
-    def __init__(self, tr: Trainer, rc: RayConfig, actors: list, names: list[str], device):
+    def __init__(self, tr: Trainer, rc: RayConfig, actors: list, names: list[str], device, record):
         import ray
 
+        self.record = record
         self.ray, self.tr, self.rc, self.actors = ray, tr, rc, actors
         cfg = tr.config
         keys = jax.random.split(jax.random.key(cfg.seed), cfg.seeds)
@@ -254,6 +255,8 @@ class _Learner:
         cfg, rc = self.tr.config, self.rc
         train = self.env_steps >= cfg.warmup
         trans = got["transitions"]  # [S, T, N, ...]
+        if self.record is not None:
+            self.record.append(trans)
         *self.state, metrics = self.learn[train](*self.state, trans, self.env_steps)
         self.env_steps += rc.rollout * cfg.num_envs
         self.report.inserted[got["actor"]] += got["env_steps"]
@@ -313,10 +316,15 @@ def _start_actors(cfg: TrainConfig, rc: RayConfig) -> tuple[list, list[str]]:
 
 
 def run_ray(
-    cfg: TrainConfig, rc: RayConfig, on_chunk=None, device: jax.Device | None = None
+    cfg: TrainConfig,
+    rc: RayConfig,
+    on_chunk=None,
+    device: jax.Device | None = None,
+    record_batches: list | None = None,
 ) -> tuple[Any, list[dict], dict]:
     """Trains ``cfg`` with ``rc.actors`` Ray actors feeding this process's replay and learner
-    (on ``device``, default JAX's first).
+    (on ``device``, default JAX's first); ``record_batches`` (a list) receives every inserted
+    batch's transitions (host arrays ``[S, T, N, ...]``; for benchmarks).
 
     Returns:
       ``(agent state [S], rows, report)``: one row per chunk as `drlhet.runtime.run.run`'s, each
@@ -331,7 +339,7 @@ def run_ray(
     import ray
 
     try:
-        lr = _Learner(tr, rc, actors, names, device or jax.devices()[0])
+        lr = _Learner(tr, rc, actors, names, device or jax.devices()[0], record_batches)
         hook = ChunkHook(tr.chunks, None, on_chunk)
         t0 = time.perf_counter()
         _chunk(lr, -1, t0, t0)  # the warm-up

@@ -416,12 +416,19 @@ def main() -> None:
         system=f"rllib-{name}",
         version=f"ray {ray.__version__} / torch {torch.__version__}",
         threads=f"torch {torch.get_num_threads()} thread, OMP_NUM_THREADS="
-        f"{os.environ.get('OMP_NUM_THREADS')}; ray.init(num_cpus=1), num_env_runners=0, "
+        f"{os.environ.get('OMP_NUM_THREADS')}; ray.init(address='local', num_cpus=1) (its own "
+        "instance, never a running cluster), num_env_runners=0, "
         "num_learners=0 (sampling and learning in the driver)",
         notes=notes(spec, config),
         batch=batch,
     )
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray.init(
+        address="local",
+        num_cpus=1,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="ERROR",
+    )
     try:
         algo = config.build_algo()
         evaluate = make_evaluator(spec)

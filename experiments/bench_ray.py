@@ -1,0 +1,143 @@
+"""Remote actors on Ray, measured (docs/results.md, "Actors on Ray").
+
+Two questions, one run, on this machine:
+
+1. Do actors scale? Env steps/s of gymnasium host environments (``gymnasium:CartPole-v1``,
+   stepped on the host CPU) with ``ray:1`` and ``ray:2`` at a low replay ratio, where the
+   actors, not the learner, bound the run.
+2. Does feeding the learner from remote actors cost it anything? At a high replay ratio, where
+   the learner bounds the run, the learner's trained samples/s in a ``ray:2`` run (wall clock,
+   waits for actors included) against the same jitted learner program driven alone in this
+   process on batches recorded from that run (no Ray, no actors).
+
+Each figure is the median over the chunks after the first (the first holds compilation).
+Every Ray run starts its own local instance (``ray.init``), ended before the next.
+
+Usage:
+  python experiments/bench_ray.py                  # both, about 5 minutes on 2 cores
+  python experiments/bench_ray.py --chunks 3       # shorter
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import jax
+import tyro
+
+from drlhet.agents.dqn import DQNConfig
+from drlhet.runtime.config import TrainConfig
+from drlhet.runtime.ray_learner import RayConfig, _learn_fn, run_ray
+from drlhet.runtime.trainer import make_trainer
+
+
+@dataclasses.dataclass
+class Args:
+    env: str = "gymnasium:CartPole-v1"
+    num_envs: int = 16
+    chunks: int = 5
+    eval_every: int = 8192
+    """Env steps per seed per chunk (a multiple of num_envs x rollout)."""
+    rollout: int = 32
+    out: Path = Path("results/bench_ray.json")
+
+
+def _config(args: Args, sgd_steps: int, batch: int) -> TrainConfig:
+    return TrainConfig(
+        env=args.env,
+        steps=args.eval_every * (args.chunks + 1),
+        warmup=args.eval_every,
+        eval_every=args.eval_every,
+        eval_envs=2,
+        num_envs=args.num_envs,
+        sgd_steps=sgd_steps,
+        batch_size=batch,
+        buffer_size=100_000,
+        dqn=DQNConfig(hidden=(64, 64)),
+    )
+
+
+def _steady(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows[1:])
+
+
+def _ray_run(cfg: TrainConfig, actors: int, rollout: int, record: list | None = None) -> dict:
+    import ray
+
+    rc = RayConfig(actors=actors, rollout=rollout, sync_every=rollout)
+    t = time.perf_counter()
+    _, rows, report = run_ray(cfg, rc, record_batches=record)
+    ray.shutdown()
+    return {
+        "actors": actors,
+        "sgd_steps": cfg.sgd_steps,
+        "batch": cfg.batch_size,
+        "env_steps_per_s": _steady(rows, "env_steps_per_s"),
+        "trained_samples_per_s": _steady(rows, "trained_samples_per_s"),
+        "wall_s": time.perf_counter() - t,
+        "lag_mean": report["lag_mean"],
+        "lag_max": report["lag_max"],
+        "duplicates": report["duplicates"],
+        "gaps": report["gaps"],
+    }
+
+
+def _learner_alone(cfg: TrainConfig, rollout: int, batches: list, repeat: int) -> float:
+    """Trained samples/s of the Ray learner's own jitted program on recorded batches."""
+    tr = make_trainer(cfg)
+    learn = _learn_fn(cfg, tr, rollout, True)
+    keys = jax.random.split(jax.random.key(0), cfg.seeds)
+    s = jax.jit(jax.vmap(tr.init))(keys)
+    state = [s.agent, s.replay, s.pending, s.key]
+    fill = _learn_fn(cfg, tr, rollout, False)
+    for b in batches:  # the buffer as full as in the run
+        *state, _ = fill(*state, b, cfg.warmup)
+    *state, m = learn(*state, batches[0], cfg.warmup)  # compile
+    jax.block_until_ready(m)
+    t = time.perf_counter()
+    for _ in range(repeat):
+        for b in batches:
+            *state, m = learn(*state, b, cfg.warmup)
+    jax.block_until_ready(m)
+    samples = repeat * len(batches) * rollout * cfg.sgd_steps * cfg.batch_size * cfg.seeds
+    return samples / (time.perf_counter() - t)
+
+
+def main(args: Args) -> dict:
+    machine = f"{platform.machine()} {os.cpu_count()} cores ({platform.node()})"
+    low = _config(args, sgd_steps=1, batch=32)
+    scaling = [_ray_run(low, n, args.rollout) for n in (1, 2)]
+    ratio = scaling[1]["env_steps_per_s"] / scaling[0]["env_steps_per_s"]
+    print(f"env steps/s ray:1 {scaling[0]['env_steps_per_s']:,.0f}, ray:2 "
+          f"{scaling[1]['env_steps_per_s']:,.0f}: {ratio:.2f}x", flush=True)  # fmt: skip
+    high = _config(args, sgd_steps=8, batch=256)
+    record: list = []
+    remote = _ray_run(high, 2, args.rollout, record)
+    alone = _learner_alone(high, args.rollout, record[-32:], repeat=2)
+    share = remote["trained_samples_per_s"] / alone
+    print(f"learner trained samples/s: with ray:2 {remote['trained_samples_per_s']:,.0f}, "
+          f"alone {alone:,.0f}: {share:.2f}", flush=True)  # fmt: skip
+    result = {
+        "label": "measured (cpu)",
+        "machine": machine,
+        "date": time.strftime("%Y-%m-%d"),
+        "env": args.env,
+        "num_envs": args.num_envs,
+        "rollout": args.rollout,
+        "scaling": scaling,
+        "scaling_ratio": ratio,
+        "learner": {"with_ray2": remote, "alone_trained_samples_per_s": alone, "share": share},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

@@ -109,6 +109,8 @@ figures: $(STAMP) peers
 	$(BIN)/python experiments/fig_mapping.py --out $(FIG_OUT)/fig_mapping.json --plot $(FIG_OUT)/fig_mapping.png
 	$(BIN)/python experiments/fig_learning.py --tasks dqn --seeds 3 --out $(FIG_OUT)
 	$(BIN)/python experiments/fig_delay.py --tasks dqn --delays 0 16 --seeds 3 --out $(FIG_OUT)
+	$(BIN)/python experiments/fig_delay.py --tasks td3-hopper --delays 0 16 --seeds 1 --steps 20000 \
+	  --plot delay_hopper.png --out $(FIG_OUT)
 	$(BIN)/python experiments/fig_mapping_parity.py --seeds 2 --out $(FIG_OUT)
 	$(BIN)/python experiments/fig_peers.py --target 475 --steps 60000 \
 	  --systems drlhet drlhet-cached flashbax sb3 sb3-tuned rllib-tuned \

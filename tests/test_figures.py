@@ -93,3 +93,26 @@ def test_fig_mapping_redraws_the_committed_validation(experiment, tmp_path):
     assert set(ratios) == {b["baseline"] for b in bases}
     top = next(r for r in rows if r["kind"] == "ratio_max" and r["over"] == "every baseline")
     assert top["best_over_baseline"] == max(b["best_speedup"] for b in bases)
+
+
+def test_fig_delay_reads_train_runs(experiment, tmp_path):
+    # `--from-runs`: the delay figure from `drlhet train` run directories (the Hopper study)
+    fd = experiment("fig_delay")
+    for k, level in ((0, 1000.0), (4, 995.0), (16, 500.0)):
+        run_dir = tmp_path / "runs" / f"td3-hopper-k{k}"
+        run_dir.mkdir(parents=True)
+        rows = [
+            {"env_steps": s, "eval_return": [level * s / 3 + d for d in (-10, 0, 10)], "wall_s": s}
+            for s in (1, 2, 3)
+        ]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = fd.Args(
+        tasks=("td3-hopper",), delays=(0, 4, 16), seeds=3, out=tmp_path / "out",
+        plot="h.png", from_runs=tmp_path / "runs",
+    )  # fmt: skip
+    report = fd.main(args)
+    # final = mean of the last two evaluations: k0 833.3 +- 8.2; k4 829.2 within; k16 not
+    assert [ok for _, _, ok in report["td3-hopper"].values()] == [True, True, False]
+    saved = json.loads((tmp_path / "out" / "delay_td3-hopper.json").read_text())
+    assert saved["config"]["env"] == "gymnasium:Hopper-v5"
+    assert (tmp_path / "out" / "h.png").read_bytes()[:4] == b"\x89PNG"

@@ -97,7 +97,8 @@ $(PEERS)/rllib/.installed:
 
 peers: $(STAMP) $(PEERS)/sb3/.installed $(PEERS)/rllib/.installed
 
-# Every figure of the README at a reduced scale (5.4 minutes on the 2-core VM), written under
+# Every figure of the README at a reduced scale (5.4 minutes on the 2-core VM before the peers and
+# Hopper figures were added; not timed since), written under
 # $(FIG_OUT) (git-ignored; FIG_OUT=results rebuilds the committed files in place). Each script's
 # --full (or the command beside its figure in the README) gives the README's scale.
 FIG_OUT ?= results/reduced

@@ -305,7 +305,9 @@ def _start_actors(cfg: TrainConfig, rc: RayConfig) -> tuple[list, list[str]]:
                 logging_level=logging.ERROR,
             )
     remote = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0)(RolloutActor)
-    env = {"JAX_PLATFORMS": CPU, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    # one CPU each: one XLA device, one compute thread
+    flags = "--xla_force_host_platform_device_count=1 --xla_cpu_multi_thread_eigen=false"
+    env = {"JAX_PLATFORMS": CPU, "XLA_FLAGS": flags, "OMP_NUM_THREADS": "1"}
     stamp = f"{time.time_ns():x}"
     names = [f"drlhet-{stamp}-actor-{i}" for i in range(rc.actors)]
     actors = [

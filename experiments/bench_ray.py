@@ -10,7 +10,8 @@ Two questions, one run, on this machine:
    waits for actors included) against the same jitted learner program driven alone in this
    process on batches recorded from that run (no Ray, no actors).
 
-Each figure is the median over the chunks after the first (the first holds compilation).
+Each figure is the median over the chunks after the first (the first holds compilation), per
+second of each chunk less its evaluation.
 Every Ray run starts its own local instance (``ray.init``), ended before the next.
 
 Usage:
@@ -64,7 +65,9 @@ def _config(args: Args, sgd_steps: int, batch: int) -> TrainConfig:
 
 
 def _steady(rows: list[dict], key: str) -> float:
-    return statistics.median(r[key] for r in rows[1:])
+    """The median over the chunks after the first of ``key``, per second of the chunk less
+    its evaluation (the learner's own time, waits for the actors included)."""
+    return statistics.median(r[key] * r["chunk_s"] / (r["chunk_s"] - r["eval_s"]) for r in rows[1:])
 
 
 def _ray_run(cfg: TrainConfig, actors: int, rollout: int, record: list | None = None) -> dict:

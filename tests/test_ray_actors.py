@@ -4,8 +4,10 @@ parameters."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="missing library: ray")
 
 from drlhet.agents.dqn import DQNConfig  # noqa: E402
+from drlhet.cli.ray_actors import ray_config  # noqa: E402
 from drlhet.runtime.config import TrainConfig  # noqa: E402
 from drlhet.runtime.ray_learner import RayConfig, parse_actors, run_ray  # noqa: E402
 
@@ -85,22 +88,32 @@ def test_ray_config_checks():
 
 
 @pytest.mark.parametrize(
-    "extra,line",
+    "flags,match",
     [
-        (["--actors", "ray:0"], "drlhet: error: --actors must be ray:N with N >= 1, got 'ray:0'"),
+        (dict(actors="ray:0"), "--actors must be ray:N with N >= 1, got 'ray:0'"),
         (
-            ["--actors", "ray:2", "--mapping", "actors=cpu:0,replay=cpu:0,learner=cpu:0"],
-            "drlhet: error: --mapping actors=cpu:0,replay=cpu:0,learner=cpu:0 cannot be "
-            "combined with --actors ray:2",
+            dict(actors="ray:2", mapping="actors=cpu:0,replay=cpu:0,learner=cpu:0"),
+            "--mapping actors=cpu:0,replay=cpu:0,learner=cpu:0 cannot be combined with "
+            "--actors ray:2",
         ),
-        (["--ray-address", "auto"], "drlhet: error: --ray-address needs --actors ray:N"),
+        (dict(actors="ray:2", resume=Path("runs/x")), "--resume cannot be combined"),
+        (dict(address="auto"), "--ray-address needs --actors ray:N"),
+        (dict(actors="ray:1", rollout=0), "--rollout must be >= 1, got 0"),
     ],
 )
-def test_cli_refuses_bad_ray_flags_in_one_line(extra, line, tmp_path):
+def test_bad_ray_flags_are_named(flags, match):
+    args = dict(actors=None, sync_every=32, rollout=32, address=None, mapping=None, resume=None)
+    with pytest.raises(ValueError, match=re.escape(match)):
+        ray_config(**{**args, **flags})
+
+
+def test_cli_refuses_bad_ray_flags_in_one_line(tmp_path):
     got = subprocess.run(
-        [sys.executable, "-m", "drlhet", "train", "--out", str(tmp_path), *extra],
+        [sys.executable, "-m", "drlhet", "train", "--out", str(tmp_path), "--actors", "ray:0"],
         capture_output=True,
         text=True,
     )
-    assert got.returncode == 2 and got.stderr.strip().splitlines() == [line]
+    assert got.returncode == 2 and got.stderr.strip().splitlines() == [
+        "drlhet: error: --actors must be ray:N with N >= 1, got 'ray:0'"
+    ]
     assert not any(tmp_path.iterdir())

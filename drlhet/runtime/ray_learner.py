@@ -282,14 +282,17 @@ def _chunk(lr: _Learner, i: int, t0: float, last: float) -> dict:
         finished.append(got["finished"])
     if i < 0:
         return {}
+    jax.block_until_ready(lr.state)
+    t_eval = time.perf_counter()
     key, k_eval = split_keys(lr.state[3])
     lr.state[3] = key
-    eval_return = lr.evaluate(lr.state[0], k_eval)
+    eval_return = jax.device_get(lr.evaluate(lr.state[0], k_eval))
+    eval_s = time.perf_counter() - t_eval
     summary = host_summary(cfg, metrics, finished, eval_return, lr.env_steps)
     check_replay_error(lr.state[1].error)
     iterations = cfg.eval_every // cfg.num_envs
     row = chunk_row(cfg, iterations, summary, i, t0, last)
-    return {**row, "ray": lr.report.as_dict()}
+    return {**row, "eval_s": eval_s, "ray": lr.report.as_dict()}
 
 
 def _start_actors(cfg: TrainConfig, rc: RayConfig) -> tuple[list, list[str]]:
@@ -330,7 +333,8 @@ def run_ray(
 
     Returns:
       ``(agent state [S], rows, report)``: one row per chunk as `drlhet.runtime.run.run`'s, each
-      with the actors' report so far under ``"ray"``; the final report (`RayReport.as_dict`).
+      with the actors' report so far under ``"ray"`` and the evaluation's seconds
+      (``eval_s``, part of ``chunk_s``); the final report (`RayReport.as_dict`).
 
     Raises:
       ValueError: a bad configuration.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ SMALL = TrainConfig(
     warmup=256,
     eval_every=512,
     eval_envs=2,
-    seeds=2,
+    seeds=1,
     num_envs=4,
     sgd_steps=1,
     batch_size=32,
@@ -46,18 +47,28 @@ def two_nodes():
     cluster.shutdown()
 
 
+def where(name: str) -> tuple[int, str]:
+    """``(pid, node id)`` of actor ``name``, waiting while Ray restarts it."""
+    for _ in range(300):
+        try:
+            return ray.get(ray.get_actor(name).where.remote())
+        except ray.exceptions.RayActorError:
+            time.sleep(0.2)
+    raise AssertionError(f"actor {name} did not come back")
+
+
 def test_a_killed_actor_restarts_rejoins_and_nothing_is_lost_or_duplicated(two_nodes):
     seen: dict = {}
 
     def on_chunk(row):
         names = row["ray"]["actors"]
         if row["chunk"] == 0:  # both actors placed, one per node; kill actor 1 mid-run
-            where = [ray.get(ray.get_actor(n).where.remote()) for n in names]
-            seen["nodes"] = {node for _, node in where}
-            seen["pid"] = where[1][0]
+            places = [where(n) for n in names]
+            seen["nodes"] = {node for _, node in places}
+            seen["pid"] = places[1][0]
             ray.kill(ray.get_actor(names[1]), no_restart=False)
         if row["chunk"] == 2:
-            seen["pid_after"] = ray.get(ray.get_actor(names[1]).where.remote())[0]
+            seen["pid_after"] = where(names[1])[0]
 
     rc = RayConfig(actors=2, rollout=8, sync_every=8)
     agent, rows, rep = run_ray(SMALL, rc, on_chunk)

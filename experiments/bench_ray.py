@@ -41,7 +41,7 @@ from drlhet.runtime.trainer import make_trainer
 @dataclasses.dataclass
 class Args:
     env: str = "gymnasium:CartPole-v1"
-    num_envs: int = 16
+    num_envs: int = 32
     chunks: int = 5
     eval_every: int = 8192
     """Env steps per seed per chunk (a multiple of num_envs x rollout)."""

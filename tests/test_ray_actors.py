@@ -15,6 +15,10 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="missing library: ray")
 
+# Ray starts its processes with fork + exec (subprocess) after JAX has started threads: Python
+# warns about fork, harmless before an exec
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
+
 from drlhet.agents.dqn import DQNConfig  # noqa: E402
 from drlhet.cli.ray_actors import ray_config  # noqa: E402
 from drlhet.runtime.config import TrainConfig  # noqa: E402

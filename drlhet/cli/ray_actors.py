@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +64,7 @@ def ray_runner(remote, config: TrainConfig):
             if on_chunk is not None:
                 on_chunk(row)
 
-        state, rows, _ = run_ray(dataclasses.replace(config), remote, named)
+        state, rows, _ = run_ray(config, remote, named)
         return state, rows
 
     return runner

@@ -18,6 +18,7 @@ This module imports no Ray: `drlhet.runtime.ray_learner` wraps the class with ``
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from typing import Any
@@ -76,7 +77,9 @@ class RolloutActor:
 
     def __init__(self, cfg: TrainConfig, index: int, iterations: int):
         self.cfg, self.index, self.iterations = cfg, index, iterations
-        self.tr = make_trainer(cfg)
+        # the actor never touches the replay: the smallest buffer the config allows, not the
+        # run's (which lives on the learner)
+        self.tr = make_trainer(dataclasses.replace(cfg, buffer_size=cfg.batch_size))
         self.seq, self.version, self.digest = 0, -1, ""
         self.agent: Any = None
         self.joined = not _restarted()  # a restarted actor waits for `rejoin`

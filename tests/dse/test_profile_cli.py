@@ -86,6 +86,7 @@ def test_build_model_reuses_the_cache(cache_base):
     assert len(logs) == len(replay_backends_here()) + 1
 
 
+@pytest.mark.slow  # ~38 s: keeps the default suite under 15 minutes on the 2-core VM
 def test_dse_command_ranks_and_labels(tmp_path, capsys, cache_base):
     out = tmp_path / "dse.json"
     main(

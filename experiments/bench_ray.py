@@ -15,9 +15,16 @@ Each figure is the median over the chunks after the first (the first holds compi
 second of each chunk less its evaluation.
 Every Ray run starts its own local instance (``ray.init``), ended before the next.
 
+``--pin`` asks question 2 with the actors made remote by CPU affinity instead of by machine:
+every thread of this process (the learner, its XLA threads, Ray's driver threads) on core 0,
+Ray's daemons and the actors on the other cores, and the learner alone on core 0 too. It
+isolates what taking batches from Ray and broadcasting parameters costs the learner from what
+sharing cores with the actors costs it (which a learner on its own machine does not pay).
+
 Usage:
   python experiments/bench_ray.py                  # both, 90 s on 2 cores (measured)
   python experiments/bench_ray.py --chunks 3       # shorter
+  python experiments/bench_ray.py --pin --out results/bench_ray_pinned.json
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ class Args:
     """Env steps per seed per chunk (a multiple of num_envs x rollout)."""
     rollout: int = 32
     out: Path = Path("results/bench_ray.json")
+    pin: bool = False
+    """Question 2 only, the learner on core 0 and Ray with its actors on the others."""
 
 
 def _config(args: Args, sgd_steps: int, batch: int) -> TrainConfig:
@@ -71,9 +80,29 @@ def _steady(rows: list[dict], key: str) -> float:
     return statistics.median(r[key] * r["chunk_s"] / (r["chunk_s"] - r["eval_s"]) for r in rows[1:])
 
 
-def _ray_run(cfg: TrainConfig, actors: int, rollout: int, record: list | None = None) -> dict:
+def _pin_threads(cores: set[int]) -> None:
+    """Every thread of this process (and what it starts later) on ``cores``."""
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), cores)
+
+
+def _ray_init_elsewhere() -> None:
+    """Starts Ray's local instance with its daemons (and so its workers) off core 0, then puts
+    this process's threads, Ray's driver threads included, back on core 0."""
     import ray
 
+    _pin_threads(set(range(1, os.cpu_count() or 2)))
+    ray.init(include_dashboard=False, log_to_driver=False)
+    _pin_threads({0})
+
+
+def _ray_run(
+    cfg: TrainConfig, actors: int, rollout: int, record: list | None = None, pin: bool = False
+) -> dict:
+    import ray
+
+    if pin:
+        _ray_init_elsewhere()
     rc = RayConfig(actors=actors, rollout=rollout, sync_every=rollout)
     t = time.perf_counter()
     _, rows, report = run_ray(cfg, rc, record_batches=record)
@@ -113,21 +142,33 @@ def _learner_alone(cfg: TrainConfig, rollout: int, batches: list, repeat: int) -
     return samples / (time.perf_counter() - t)
 
 
-def main(args: Args) -> dict:
-    machine = f"{platform.machine()} {os.cpu_count()} cores ({platform.node()})"
-    low = _config(args, sgd_steps=1, batch=32)
-    scaling = [_ray_run(low, n, args.rollout) for n in (1, 2)]
-    ratio = scaling[1]["env_steps_per_s"] / scaling[0]["env_steps_per_s"]
-    print(f"env steps/s ray:1 {scaling[0]['env_steps_per_s']:,.0f}, ray:2 "
-          f"{scaling[1]['env_steps_per_s']:,.0f}: {ratio:.2f}x", flush=True)  # fmt: skip
+def _learner_share(args: Args) -> dict:
+    """Question 2: the learner's trained samples/s with ray:1 and ray:2 over the same program
+    alone."""
     high = _config(args, sgd_steps=8, batch=256)
     record: list = []
-    remote = {n: _ray_run(high, n, args.rollout, record) for n in (1, 2)}
+    remote = {n: _ray_run(high, n, args.rollout, record, args.pin) for n in (1, 2)}
     alone = _learner_alone(high, args.rollout, record[-32:], repeat=2)
     share = {n: r["trained_samples_per_s"] / alone for n, r in remote.items()}
     for n, r in remote.items():
         print(f"learner trained samples/s: with ray:{n} {r['trained_samples_per_s']:,.0f}, "
               f"alone {alone:,.0f}: {share[n]:.2f}", flush=True)  # fmt: skip
+    return {
+        "pinned": "learner on core 0, Ray and its actors on the others" if args.pin else None,
+        "with_ray1": remote[1],
+        "with_ray2": remote[2],
+        "alone_trained_samples_per_s": alone,
+        "share_ray1": share[1],
+        "share_ray2": share[2],
+    }
+
+
+def main(args: Args) -> dict:
+    machine = f"{platform.machine()} {os.cpu_count()} cores ({platform.node()})"
+    if args.pin:  # before JAX starts its threads
+        if (os.cpu_count() or 1) < 2:
+            raise SystemExit("--pin needs at least 2 cores")
+        _pin_threads({0})
     result = {
         "label": "measured (cpu)",
         "machine": machine,
@@ -135,19 +176,23 @@ def main(args: Args) -> dict:
         "env": args.env,
         "num_envs": args.num_envs,
         "rollout": args.rollout,
-        "scaling": scaling,
-        "scaling_ratio": ratio,
-        "learner": {
-            "with_ray1": remote[1],
-            "with_ray2": remote[2],
-            "alone_trained_samples_per_s": alone,
-            "share_ray1": share[1],
-            "share_ray2": share[2],
-        },
     }
+    if not args.pin:
+        result |= _scaling(args)
+    result["learner"] = _learner_share(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     return result
+
+
+def _scaling(args: Args) -> dict:
+    """Question 1: env steps/s with ray:1 and ray:2 at a low replay ratio."""
+    low = _config(args, sgd_steps=1, batch=32)
+    scaling = [_ray_run(low, n, args.rollout) for n in (1, 2)]
+    ratio = scaling[1]["env_steps_per_s"] / scaling[0]["env_steps_per_s"]
+    print(f"env steps/s ray:1 {scaling[0]['env_steps_per_s']:,.0f}, ray:2 "
+          f"{scaling[1]['env_steps_per_s']:,.0f}: {ratio:.2f}x", flush=True)  # fmt: skip
+    return {"scaling": scaling, "scaling_ratio": ratio}
 
 
 if __name__ == "__main__":

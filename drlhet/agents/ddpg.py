@@ -37,6 +37,10 @@ class DDPGConfig:
     target_noise_clip: float = 0.5
     policy_delay: int = 2
     priority_eps: float = 1e-6
+    actor_is_weights: bool = False
+    """Weight the actor's loss by the batch's importance-sampling weights too: PER's bias
+    correction (Schaul et al., 2016) applied to the policy objective, which otherwise follows
+    the TD-error-skewed sampling distribution. Off by default (as the FPGA learner computes)."""
 
 
 class DDPGState(NamedTuple):
@@ -109,9 +113,10 @@ def make_ddpg(
         loss = jnp.mean(weights[None] * td**2)
         return loss, td[0]
 
-    def actor_loss(a_params, c_params, batch):
+    def actor_loss(a_params, c_params, batch, weights):
         a = policy(a_params, batch["obs"])
-        return -jnp.mean(critic_apply(c_params, batch["obs"], a)[0])
+        q = critic_apply(c_params, batch["obs"], a)[0]  # [B]
+        return -jnp.mean(weights * q if config.actor_is_weights else q)
 
     def update(state, batch, weights, key):
         (c_loss, td), c_grads = jax.value_and_grad(critic_loss, has_aux=True)(
@@ -119,7 +124,7 @@ def make_ddpg(
         )
         c_updates, c_opt = critic_opt.update(c_grads, state.critic_opt, state.critic)
         c_params = optax.apply_updates(state.critic, c_updates)
-        a_loss, a_grads = jax.value_and_grad(actor_loss)(state.actor, c_params, batch)
+        a_loss, a_grads = jax.value_and_grad(actor_loss)(state.actor, c_params, batch, weights)
         a_updates, a_opt = actor_opt.update(a_grads, state.actor_opt, state.actor)
         new = _step(config, state, c_params, c_opt, a_updates, a_opt)
         priorities = jnp.abs(td) + config.priority_eps

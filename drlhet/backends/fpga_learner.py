@@ -273,6 +273,8 @@ def wrap(
       ValueError: a network or an algorithm the module cannot run (`why_not`).
     """
     why = why_not(algo, config.hidden, obs_shape, outputs, batch)
+    if not why and getattr(config, "actor_is_weights", False):
+        why = "the FPGA learner module trains the actor unweighted: actor_is_weights=True"
     if why:
         raise ValueError(why)
     if algo == "dqn":

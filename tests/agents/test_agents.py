@@ -230,6 +230,22 @@ def test_td3_update_runs_and_delays_the_actor():
     assert any(jax.tree.leaves(moved))  # step 2: updated
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_ddpg_actor_loss_is_weighted_only_when_asked(weighted):
+    config = DDPGConfig(hidden=(8,), actor_is_weights=weighted)
+    agent = make_ddpg(config, (3,), 1, -1.0, 1.0)
+    state = agent.init(jax.random.key(0))
+    batch = continuous_batch()
+    w = jnp.array([1.0, 0.25, 0.5, 0.0])
+    new, _, metrics = agent.update(state, batch, w, jax.random.key(1))
+    from drlhet.agents.networks import Actor, Critic
+
+    a = Actor((8,), 1, -1.0, 1.0).apply(state.actor, batch["obs"])  # the actor before its step
+    q = Critic((8,)).apply(jax.tree.map(lambda x: x[0], new.critic), batch["obs"], a)
+    expected = -jnp.mean(w * q) if weighted else -jnp.mean(q)  # against the updated critic
+    np.testing.assert_allclose(metrics["actor_loss"], expected, rtol=1e-6)
+
+
 def test_td3_target_noise_comes_from_the_callers_key():
     # a key made from a constant inside the agent repeated the same target noise every step
     agent = make_ddpg(DDPGConfig(hidden=(8,), td3=True, target_noise=0.5), (3,), 1, -1.0, 1.0)

@@ -147,6 +147,13 @@ def test_a_critic_input_wider_than_the_module_is_refused():
         run(cfg, "actors=cpu:0,replay=jax@cpu:0,learner=fpga@cpu:0")
 
 
+def test_an_is_weighted_actor_is_refused(wrap):
+    config = DDPGConfig(hidden=(16,), actor_is_weights=True)
+    agent = make_ddpg(config, (3,), 1, LOW, HIGH)
+    with pytest.raises(ValueError, match="actor_is_weights"):
+        wrap("ddpg", config, agent, (3,), 1, 64, bounds=(LOW, HIGH))
+
+
 def test_training_runs_the_module_in_the_fused_loop(wrap):
     """A short TD3 run on Pendulum with the learner on the module: the state moves, the actor
     trains one step in policy_delay, and the losses are finite."""

@@ -16,10 +16,13 @@ second of each chunk less its evaluation.
 Every Ray run starts its own local instance (``ray.init``), ended before the next.
 
 ``--pin`` asks question 2 with the actors made remote by CPU affinity instead of by machine:
-every thread of this process (the learner, its XLA threads, Ray's driver threads) on core 0,
-Ray's daemons and the actors on the other cores, and the learner alone on core 0 too. It
-isolates what taking batches from Ray and broadcasting parameters costs the learner from what
-sharing cores with the actors costs it (which a learner on its own machine does not pay).
+this process's Python thread and XLA's threads (the learner's compute) on core 0; Ray's
+daemons, the actors and this process's Ray threads on the other cores; the learner alone on
+core 0 too. It isolates what taking batches from Ray and broadcasting parameters costs the
+learner's compute from what sharing its core with the actors costs it (which a learner on its
+own machine does not pay). A first version kept this process's Ray threads on core 0 too:
+they then waited behind XLA's compute and the actors waited for them (about 5.5k env steps/s
+from one actor; the learner kept 0.49 / 0.70).
 
 Usage:
   python experiments/bench_ray.py                  # both, 90 s on 2 cores (measured)
@@ -80,20 +83,26 @@ def _steady(rows: list[dict], key: str) -> float:
     return statistics.median(r[key] * r["chunk_s"] / (r["chunk_s"] - r["eval_s"]) for r in rows[1:])
 
 
-def _pin_threads(cores: set[int]) -> None:
-    """Every thread of this process (and what it starts later) on ``cores``."""
-    for tid in os.listdir("/proc/self/task"):
-        os.sched_setaffinity(int(tid), cores)
+def _pin_threads(cores: set[int], tids: list[str] | None = None) -> None:
+    """Threads ``tids`` of this process (default: all; and what they start later) on
+    ``cores``; a thread that has ended meanwhile is skipped."""
+    for tid in os.listdir("/proc/self/task") if tids is None else tids:
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except ProcessLookupError:
+            pass
 
 
 def _ray_init_elsewhere() -> None:
-    """Starts Ray's local instance with its daemons (and so its workers) off core 0, then puts
-    this process's threads, Ray's driver threads included, back on core 0."""
+    """Starts Ray's local instance with its daemons (and so its workers) and this process's
+    Ray threads off core 0, then puts the threads that were here before (the Python thread and
+    XLA's) back on core 0."""
     import ray
 
+    before = os.listdir("/proc/self/task")
     _pin_threads(set(range(1, os.cpu_count() or 2)))
     ray.init(include_dashboard=False, log_to_driver=False)
-    _pin_threads({0})
+    _pin_threads({0}, before)
 
 
 def _ray_run(

@@ -22,7 +22,7 @@ run: $(STAMP)
 	$(BIN)/python -m drlhet train --stop-at-return 475 --out runs
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=20
 
 # On a machine with an NVIDIA GPU: JAX's CUDA plugin and CuPy, then the tests that need them
 # (the CUDA kernels against the reference, conformance on the GPU; they skip without a GPU).

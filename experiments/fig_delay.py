@@ -3,7 +3,8 @@ per k.
 
 DQN on CartPole-v1 (100k env steps) and DDPG on Pendulum-v1 (50k), PER, k in {0, 1, 4, 16, 64};
 TD3 + PER on gymnasium's MuJoCo Hopper-v5 (``td3-hopper``: 100k env steps, one environment,
-one SGD step per env step, 10k random warm-up steps; the gymnasium extra). Writes
+one SGD step per env step, 10k random warm-up steps, 3-step returns; the gymnasium extra;
+1-step returns reached 600, not 1,000, at 100k: docs/results.md). Writes
 ``results/delay_<task>.json`` and the plot (``--plot``); prints the final mean return and spread
 across seeds per k, and whether each k is within one standard deviation of k = 0.
 
@@ -11,9 +12,9 @@ Usage:
   python experiments/fig_delay.py                 # both tasks (about 35 minutes on 2 cores)
   python experiments/fig_delay.py --tasks dqn
   python experiments/fig_delay.py --tasks td3-hopper --delays 0 4 16 --seeds 3 \
-      --plot delay_hopper.png                     # about 50 minutes on 2 cores
+      --plot delay_hopper.png                     # 45-100 minutes on 2 cores
   python experiments/fig_delay.py --tasks td3-hopper --delays 0 4 16 --seeds 3 \
-      --plot delay_hopper.png --from-runs results/raw/hopper   # plot `drlhet train` runs
+      --plot delay_hopper.png --from-runs results/raw/hopper_n3   # plot `drlhet train` runs
 """
 
 from __future__ import annotations
@@ -43,13 +44,14 @@ TASKS = {
         batch_size=256,
         eval_every=5_000,
         eval_envs=5,
+        n_step=3,
         ddpg=DDPGConfig(td3=True),
     ),  # fmt: skip
 }
 """The tasks; ``td3-hopper`` is also ``drlhet train --algo ddpg --ddpg.td3 --env
 gymnasium:Hopper-v5 --num-envs 1 --sgd-steps 1 --warmup 10000 --buffer-size 200000
---batch-size 256 --steps 100000 --eval-every 5000 --eval-envs 5 --seeds 3 --delay K``, whose
-run directories ``td3-hopper-k<K>`` `--from-runs` reads."""
+--batch-size 256 --steps 100000 --eval-every 5000 --eval-envs 5 --n-step 3 --seeds 3
+--delay K``, whose run directories ``td3-hopper-k<K>`` `--from-runs` reads."""
 
 
 @dataclasses.dataclass
@@ -118,7 +120,9 @@ def main(args: Args) -> dict:
             )
         cfg = dataclasses.replace(TASKS[task], steps=args.steps or TASKS[task].steps)
         name = "TD3" if cfg.algo == "ddpg" and cfg.ddpg.td3 else cfg.algo.upper()
-        ax.set_title(f"{name} + PER, {cfg.env}: delay k (measured)")
+        nstep = f", {cfg.n_step}-step" if cfg.n_step and cfg.n_step > 1 else ""
+        env = cfg.env.removeprefix("gymnasium:")
+        ax.set_title(f"{name} + PER{nstep}, {env}: delay k (measured)")
         ax.set_xlabel("env steps per seed")
         ax.set_ylabel(f"greedy evaluation return, mean of {args.seeds} seeds")
         ax.grid(alpha=0.3)

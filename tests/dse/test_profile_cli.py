@@ -82,10 +82,10 @@ def test_build_model_reuses_the_cache(cache_base, monkeypatch, tmp_path):
     ours = [p for p in preds if p.places["replay"].backend != "python"]
     assert all(p.runnable and p.basis == "profiled" for p in ours)
     assert preds[0].trained_samples_per_s > preds[-1].trained_samples_per_s > 0
-    # a reprofile measures again, every backend and the host baseline, and caches what it
-    # measured (the measuring itself is the fixture's and the test above's: here the profilers
-    # are stand-ins that hand back a marked copy of the cached profile, so it costs no minutes)
-    # (in a copy of the module's cache, which later tests read)
+    # a reprofile asks every backend's profiler and the host baseline's again and caches what
+    # they return. The profilers are stand-ins returning a marked copy of the cached profile
+    # (real measuring is the fixture's and the test above's), on a copy of the module's cache,
+    # which later tests read.
     cache = ProfileCache(shutil.copytree(cache_base, tmp_path / "cache"), fp=FP)
     asked: list[str] = []
 

@@ -3,13 +3,21 @@
 Two questions, one run, on this machine:
 
 1. Do actors scale? Env steps/s of gymnasium host environments (``gymnasium:CartPole-v1``,
-   stepped on the host CPU) with ``ray:1`` and ``ray:2`` at a low replay ratio, where the
-   actors, not the learner, bound the run.
-2. Does feeding the learner from remote actors cost it anything? At a high replay ratio, where
+   stepped on the host CPU) with ``ray:1`` and ``ray:2`` at low replay ratios, where the
+   actors, not the learner, bound the run: one SGD step of 32 per iteration of 32 and of 128
+   env steps per actor (each actor call 1024 env steps). On one machine every CPU second the
+   learner and Ray's daemons spend per env step is taken from the actors: with actor cost
+   ``a`` and the rest ``l`` per env step, ray:2 / ray:1 is at most about 2 / (1 + l / a),
+   so the lower replay ratio (less learner work per env step) scales further.
+2. Does feeding the learner from remote actors cost it anything? At high replay ratios, where
    the learner bounds the run, the learner's trained samples/s in ``ray:1`` and ``ray:2`` runs
    (wall clock, waits for actors included) against the same jitted learner program driven alone
    in this process on batches recorded from those runs (no Ray, no actors). On one machine the
-   actors share its cores with the learner.
+   actors share its cores with the learner, so the share depends on how much CPU the actors
+   need to keep up: 8 and 16 SGD steps of 256 per iteration of 32 env steps.
+
+Parameters go out every 32 learner iterations (`RayConfig`'s default), actors run one XLA
+thread each, the learner XLA's default threading; the JSON states them.
 
 Each figure is the median over the chunks after the first (the first holds compilation), per
 second of each chunk less its evaluation.
@@ -25,7 +33,7 @@ they then waited behind XLA's compute and the actors waited for them (about 5.5k
 from one actor; the learner kept 0.49 / 0.70).
 
 Usage:
-  python experiments/bench_ray.py                  # both, 90 s on 2 cores (measured)
+  python experiments/bench_ray.py                  # both, about 15 min on 2 cores (measured)
   python experiments/bench_ray.py --chunks 3       # shorter
   python experiments/bench_ray.py --pin --out results/bench_ray_pinned.json
 """
@@ -57,6 +65,14 @@ class Args:
     eval_every: int = 65_536
     """Env steps per seed per chunk (a multiple of num_envs x rollout)."""
     rollout: int = 32
+    """Question 2's iterations per actor call."""
+    scaling_envs: tuple[int, ...] = (32, 128)
+    """Question 1's environments per actor, one replay ratio each: one SGD step of 32 per
+    iteration of that many env steps, 1024 env steps per actor call."""
+    rounds: int = 3
+    """Question 1's rounds (ray:1 then ray:2 each) per replay ratio."""
+    high_sgd_steps: tuple[int, ...] = (8, 16)
+    """Question 2's replay ratios: SGD steps (of 256) per iteration of ``num_envs`` env steps."""
     out: Path = Path("results/bench_ray.json")
     pin: bool = False
     """Question 2 only, the learner on core 0 and Ray with its actors on the others."""
@@ -112,7 +128,7 @@ def _ray_run(
 
     if pin:
         _ray_init_elsewhere()
-    rc = RayConfig(actors=actors, rollout=rollout, sync_every=rollout)
+    rc = RayConfig(actors=actors, rollout=rollout, sync_every=32)
     t = time.perf_counter()
     _, rows, report = run_ray(cfg, rc, record_batches=record)
     ray.shutdown()
@@ -151,18 +167,21 @@ def _learner_alone(cfg: TrainConfig, rollout: int, batches: list, repeat: int) -
     return samples / (time.perf_counter() - t)
 
 
-def _learner_share(args: Args) -> dict:
+def _learner_share(args: Args, sgd_steps: int) -> dict:
     """Question 2: the learner's trained samples/s with ray:1 and ray:2 over the same program
-    alone."""
-    high = _config(args, sgd_steps=8, batch=256)
+    alone, at ``sgd_steps`` SGD steps of 256 per iteration."""
+    high = _config(args, sgd_steps=sgd_steps, batch=256)
     record: list = []
     remote = {n: _ray_run(high, n, args.rollout, record, args.pin) for n in (1, 2)}
     alone = _learner_alone(high, args.rollout, record[-32:], repeat=2)
     share = {n: r["trained_samples_per_s"] / alone for n, r in remote.items()}
     for n, r in remote.items():
-        print(f"learner trained samples/s: with ray:{n} {r['trained_samples_per_s']:,.0f}, "
-              f"alone {alone:,.0f}: {share[n]:.2f}", flush=True)  # fmt: skip
+        print(f"{sgd_steps} SGD steps per iteration: learner trained samples/s: with ray:{n} "
+              f"{r['trained_samples_per_s']:,.0f}, alone {alone:,.0f}: {share[n]:.2f}",
+              flush=True)  # fmt: skip
     return {
+        "sgd_steps": sgd_steps,
+        "samples_per_env_step": sgd_steps * 256 // args.num_envs,
         "pinned": "learner on core 0, Ray and its actors on the others" if args.pin else None,
         "with_ray1": remote[1],
         "with_ray2": remote[2],
@@ -185,23 +204,41 @@ def main(args: Args) -> dict:
         "env": args.env,
         "num_envs": args.num_envs,
         "rollout": args.rollout,
+        "sync_every": 32,
+        "threads": "actors: one CPU and one XLA thread each; learner: XLA's default threading"
+        + ("; pinned to core 0" if args.pin else ""),
     }
     if not args.pin:
         result |= _scaling(args)
-    result["learner"] = _learner_share(args)
+    result["learner"] = [_learner_share(args, n) for n in args.high_sgd_steps]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     return result
 
 
 def _scaling(args: Args) -> dict:
-    """Question 1: env steps/s with ray:1 and ray:2 at a low replay ratio."""
-    low = _config(args, sgd_steps=1, batch=32)
-    scaling = [_ray_run(low, n, args.rollout) for n in (1, 2)]
-    ratio = scaling[1]["env_steps_per_s"] / scaling[0]["env_steps_per_s"]
-    print(f"env steps/s ray:1 {scaling[0]['env_steps_per_s']:,.0f}, ray:2 "
-          f"{scaling[1]['env_steps_per_s']:,.0f}: {ratio:.2f}x", flush=True)  # fmt: skip
-    return {"scaling": scaling, "scaling_ratio": ratio}
+    """Question 1: env steps/s with ray:1 and ray:2 at low replay ratios (one SGD step of 32
+    per iteration of ``num_envs`` env steps, for each of ``args.scaling_envs``), ``args.rounds``
+    rounds alternating ray:1 and ray:2; the ratio per round and their median."""
+    out = []
+    for envs in args.scaling_envs:
+        rollout = max(1, 1024 // envs)
+        low = _config(dataclasses.replace(args, num_envs=envs, rollout=rollout), 1, 32)
+        rounds = [[_ray_run(low, n, rollout) for n in (1, 2)] for _ in range(args.rounds)]
+        ratios = [r2["env_steps_per_s"] / r1["env_steps_per_s"] for r1, r2 in rounds]
+        for (r1, r2), ratio in zip(rounds, ratios, strict=True):
+            print(f"{envs} envs per actor, rollout {rollout}: env steps/s ray:1 "
+                  f"{r1['env_steps_per_s']:,.0f}, ray:2 {r2['env_steps_per_s']:,.0f}: "
+                  f"{ratio:.2f}x", flush=True)  # fmt: skip
+        print(f"{envs} envs per actor: median ratio {statistics.median(ratios):.2f}x", flush=True)
+        out.append({
+            "num_envs": envs,
+            "rollout": rollout,
+            "rounds": rounds,
+            "ratios": ratios,
+            "ratio_median": statistics.median(ratios),
+        })  # fmt: skip
+    return {"scaling": out}
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ they then waited behind XLA's compute and the actors waited for them (about 5.5k
 from one actor; the learner kept 0.49 / 0.70).
 
 Usage:
-  python experiments/bench_ray.py                  # both, about 15 min on 2 cores (measured)
+  python experiments/bench_ray.py                  # both, about 12 min on 2 cores (measured)
   python experiments/bench_ray.py --chunks 3       # shorter
   python experiments/bench_ray.py --pin --out results/bench_ray_pinned.json
 """

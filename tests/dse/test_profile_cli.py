@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import shutil
 
@@ -10,6 +11,7 @@ import jax
 import pytest
 
 from drlhet.cli import main
+from drlhet.dse.baselines import profile_python_replay
 from drlhet.dse.build import build_model, replay_backends_here
 from drlhet.dse.cache import ProfileCache
 from drlhet.dse.key import ProfileKey
@@ -23,9 +25,16 @@ FP = "tests"  # a fixed fingerprint: a rebuild of the package during the session
 
 @pytest.fixture(scope="module")
 def cache_base(tmp_path_factory):
-    """A profile cache folder holding TINY's profiles (measured once for the module)."""
+    """A profile cache folder holding TINY's profiles, measured once for the module with few
+    repeats and calls: these tests need real profiles of every backend, not precise ones (what
+    the profilers measure is `test_profile_measures_every_primitive_stage_and_hop`'s)."""
     base = tmp_path_factory.mktemp("cache")
-    build_model(TINY, cache=ProfileCache(base, fp=FP), log=lambda s: None)
+    with pytest.MonkeyPatch.context() as mp:
+        few = functools.partial(profile_config, repeats=2, steps=20, calls=20)
+        mp.setattr("drlhet.dse.build.profile_config", few)
+        few_host = functools.partial(profile_python_replay, repeats=2, calls=20)
+        mp.setattr("drlhet.dse.build.profile_python_replay", few_host)
+        build_model(TINY, cache=ProfileCache(base, fp=FP), log=lambda s: None)
     return base
 
 

@@ -1,4 +1,7 @@
-"""Test-session setup: two CPU devices, so that multi-device mappings run for real.
+"""Test-session setup: two CPU devices, so that multi-device mappings run for real; a cache
+folder of the session's own (``$DRLHET_CACHE``, removed at exit) holding JAX's persistent
+compilation cache, so that the many tests that build the same programs compile each once (the
+suite is compile-bound) and nothing is written to the user's cache folder.
 
 ``DRLHET_TEST_KERNEL_DIR`` (set by `make sanitize`) names a folder of kernel libraries built
 apart, e.g. with ASan and UBSan; it is searched before the installed package, so the backends
@@ -6,13 +9,19 @@ load those libraries instead of the installed ones.
 """
 
 import os
+import tempfile
 from pathlib import Path
 
 import jax
 
 import drlhet
+from drlhet.cli.common import enable_compilation_cache
 
 jax.config.update("jax_num_cpu_devices", 2)
+
+_SESSION_CACHE = tempfile.TemporaryDirectory(prefix="drlhet-tests-")
+os.environ["DRLHET_CACHE"] = _SESSION_CACHE.name
+enable_compilation_cache()  # the folder `drlhet train` would enable: the same, so no switch
 
 _KERNEL_DIR = os.environ.get("DRLHET_TEST_KERNEL_DIR")
 if _KERNEL_DIR:

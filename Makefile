@@ -21,8 +21,12 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/python -m drlhet train --stop-at-return 475 --out runs
 
+# Two pytest-xdist workers, whole files to each (a module's fixtures are built once): the suite
+# is compile-bound and one XLA compile keeps about 1.5 of this machine's 2 cores busy.
+# `make test PYTEST_WORKERS=0` runs it in one process.
+PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=20
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=20
 
 # On a machine with an NVIDIA GPU: JAX's CUDA plugin and CuPy, then the tests that need them
 # (the CUDA kernels against the reference, conformance on the GPU; they skip without a GPU).

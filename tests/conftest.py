@@ -1,7 +1,9 @@
 """Test-session setup: two CPU devices, so that multi-device mappings run for real; a cache
 folder of the session's own (``$DRLHET_CACHE``, removed at exit) holding JAX's persistent
 compilation cache, so that the many tests that build the same programs compile each once (the
-suite is compile-bound) and nothing is written to the user's cache folder.
+suite is compile-bound) and nothing is written to the user's cache folder. Under
+``pytest -n N`` (pytest-xdist; `make test` runs two workers) the workers share the folder of the
+session that started them.
 
 ``DRLHET_TEST_KERNEL_DIR`` (set by `make sanitize`) names a folder of kernel libraries built
 apart, e.g. with ASan and UBSan; it is searched before the installed package, so the backends
@@ -19,8 +21,13 @@ from drlhet.cli.common import enable_compilation_cache
 
 jax.config.update("jax_num_cpu_devices", 2)
 
-_SESSION_CACHE = tempfile.TemporaryDirectory(prefix="drlhet-tests-")
-os.environ["DRLHET_CACHE"] = _SESSION_CACHE.name
+if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("DRLHET_TEST_SESSION_CACHE"):
+    # a worker of `pytest -n N`: the folder of the session that started it, shared by all
+    # workers (JAX writes each cache entry whole, so workers can share it)
+    os.environ["DRLHET_CACHE"] = os.environ["DRLHET_TEST_SESSION_CACHE"]
+else:
+    _SESSION_CACHE = tempfile.TemporaryDirectory(prefix="drlhet-tests-")
+    os.environ["DRLHET_CACHE"] = os.environ["DRLHET_TEST_SESSION_CACHE"] = _SESSION_CACHE.name
 enable_compilation_cache()  # the folder `drlhet train` would enable: the same, so no switch
 
 _KERNEL_DIR = os.environ.get("DRLHET_TEST_KERNEL_DIR")

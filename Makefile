@@ -101,8 +101,9 @@ $(PEERS)/rllib/.installed:
 
 peers: $(STAMP) $(PEERS)/sb3/.installed $(PEERS)/rllib/.installed
 
-# Every figure of the README at a reduced scale (5.4 minutes on the 2-core VM before the peers and
-# Hopper figures were added; not timed since), written under
+# Every figure of the README at a reduced scale (2026-11-25, fresh clone, 2-core VM at about a
+# quarter of its usual speed: 47.7 minutes, 5.2 of them installing .venv and the peers, 28 the
+# three peers figures; see the README), written under
 # $(FIG_OUT) (git-ignored; FIG_OUT=results rebuilds the committed files in place). Each script's
 # --full (or the command beside its figure in the README) gives the README's scale.
 FIG_OUT ?= results/reduced

@@ -122,9 +122,11 @@ figures: $(STAMP) peers
 	$(BIN)/python experiments/fig_peers.py --target 475 --steps 60000 \
 	  --systems drlhet drlhet-cached flashbax sb3 sb3-tuned rllib-tuned \
 	  --out $(FIG_OUT)/fig_peers.json --plot $(FIG_OUT)/fig_peers.png
-	$(BIN)/python experiments/fig_peers.py --systems drlhet rllib sb3 flashbax --steps 16000 \
+	$(BIN)/python experiments/fig_peers.py --systems drlhet rllib sb3 flashbax \
+	  --steps 5000 --eval-every 2000 \
 	  --out $(FIG_OUT)/fig_peers_matched.json --plot $(FIG_OUT)/fig_peers_matched.png
-	$(BIN)/python experiments/fig_peers.py --algo td3 --systems drlhet sb3 rllib --steps 5000 \
+	$(BIN)/python experiments/fig_peers.py --algo td3 --systems drlhet sb3 rllib \
+	  --steps 3000 --eval-every 1000 \
 	  --out $(FIG_OUT)/fig_peers_td3.json --plot $(FIG_OUT)/fig_peers_td3.png
 
 clean:

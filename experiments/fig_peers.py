@@ -70,6 +70,9 @@ class Args:
     """Rounds of every system (alternating); the figures are medians over them."""
     steps: int | None = None
     """Env steps per run (default: 20k reduced, the spec's with --full)."""
+    eval_every: int | None = None
+    """Env steps between evaluations (default: the spec's, 5k DQN / 2k TD3). Throughput is
+    timed from the first evaluation to the last, so a short run wants at least three."""
     target: float | None = None
     """Return to time (default: 475 CartPole / -200 Pendulum with --full; none reduced)."""
     full: bool = False
@@ -90,7 +93,19 @@ def base_spec(args: Args) -> RunSpec:
     if target is None and args.full:
         target = spec.stop_at_return
     steps = args.steps or (spec.steps if args.full else 20_000)
-    return dataclasses.replace(spec, steps=steps, stop_at_return=target, env=args.env or spec.env)
+    every = args.eval_every
+    if every is not None and (every <= 0 or every % spec.num_envs):
+        raise SystemExit(
+            f"fig_peers: --eval-every {every} must be a positive multiple of the "
+            f"{spec.num_envs} envs stepped together"
+        )
+    return dataclasses.replace(
+        spec,
+        steps=steps,
+        stop_at_return=target,
+        env=args.env or spec.env,
+        eval_every=every or spec.eval_every,
+    )
 
 
 def launch(system: str, spec: RunSpec, args: Args) -> dict:

@@ -92,12 +92,14 @@ def final(run_dir: Path):
 )
 def test_a_killed_run_resumes_bit_for_bit(tmp_path, case, mid_write):
     args = [*TINY, *CASES[case]]
+    # one run after the other: the second loads the first's programs from the shared cache
+    # (side by side, both would compile them, on a machine whose cores pytest keeps busy)
     whole = train(tmp_path, "whole", args)
+    assert whole.wait() == 0, whole.stderr.read().decode()
     killed = train(tmp_path, "killed", args)
     seen = kill_when(killed, tmp_path / "killed" / "checkpoints", mid_write)
     if mid_write and seen == "between":
         plant_half_written(tmp_path / "killed" / "checkpoints")
-    assert whole.wait() == 0, whole.stderr.read().decode()
     resumed = train(tmp_path, "resumed", ["--resume", str(tmp_path / "killed"), "--no-progress"])
     assert resumed.wait() == 0, resumed.stderr.read().decode()
     a, rows_a = final(tmp_path / "whole")

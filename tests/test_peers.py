@@ -111,6 +111,16 @@ def test_grid_range_names_both_ends():
     assert got["highest"] == {"ratio": 40.0, "config": {"batch": 1024}}
 
 
+def test_eval_every_is_taken_and_a_bad_one_is_named():
+    args = fig_peers.Args(steps=7000, eval_every=2000)
+    spec = fig_peers.base_spec(args)
+    assert (spec.steps, spec.eval_every) == (7000, 2000)
+    assert fig_peers.base_spec(fig_peers.Args()).eval_every == peers_spec.RunSpec().eval_every
+    for bad in (0, 2002):
+        with pytest.raises(SystemExit, match=f"--eval-every {bad} must be a positive multiple"):
+            fig_peers.base_spec(fig_peers.Args(eval_every=bad))
+
+
 @pytest.mark.parametrize("overrides", fig_peers.GRID)
 def test_grid_chunks_hold_the_same_learner_work(overrides):
     spec = fig_peers.grid_spec(fig_peers.Args(), overrides)

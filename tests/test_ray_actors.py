@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -88,6 +89,25 @@ def test_a_killed_actor_restarts_rejoins_and_nothing_is_lost_or_duplicated(two_n
     assert rows[-1]["env_steps"] >= SMALL.warmup + 3 * SMALL.eval_every
     assert rep["lag_max"] <= rc.lag_bound + rc.rollout
     assert all(np.isfinite(r["eval_return"]).all() for r in rows)
+
+
+def test_local_actors_share_the_compilation_cache_and_remote_ones_do_not(tmp_path):
+    from drlhet.runtime.ray_learner import _shared_cache
+
+    config = SimpleNamespace(
+        jax_compilation_cache_dir=str(tmp_path),
+        jax_persistent_cache_min_compile_time_secs=0.0,
+        jax_persistent_cache_min_entry_size_bytes=0,
+    )
+    env = _shared_cache(RayConfig(actors=2), config)
+    assert env == {
+        "JAX_COMPILATION_CACHE_DIR": str(tmp_path),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
+    assert _shared_cache(RayConfig(actors=2, address="10.0.0.1:6379"), config) == {}
+    config.jax_compilation_cache_dir = None
+    assert _shared_cache(RayConfig(actors=2), config) == {}
 
 
 @pytest.mark.parametrize("text", ["ray", "ray:0", "ray:x", "local:2", "ray:-1"])

@@ -171,8 +171,9 @@ def make_env(name: str, num_envs: int = 1) -> EnvFns:
             2,
         )
 
-    import gymnax
+    from drlhet.envs.lazy_import import import_gymnax
 
+    gymnax = import_gymnax()  # without the seaborn and pyplot its Pong imports to render
     if name not in gymnax.registered_envs:
         raise ValueError(f"unknown environment {name!r}; gymnax offers e.g. {GYMNAX_ENVS}")
     env, params = gymnax.make(name)

@@ -312,6 +312,7 @@ def _start_actors(cfg: TrainConfig, rc: RayConfig) -> tuple[list, list[str]]:
     # one CPU each: one XLA device, one compute thread
     flags = "--xla_force_host_platform_device_count=1 --xla_cpu_multi_thread_eigen=false"
     env = {"JAX_PLATFORMS": CPU, "XLA_FLAGS": flags, "OMP_NUM_THREADS": "1"}
+    env.update(_shared_cache(rc))
     stamp = f"{time.time_ns():x}"
     names = [f"drlhet-{stamp}-actor-{i}" for i in range(rc.actors)]
     actors = [
@@ -319,6 +320,25 @@ def _start_actors(cfg: TrainConfig, rc: RayConfig) -> tuple[list, list[str]]:
         for i, n in enumerate(names)
     ]
     return actors, names
+
+
+def _shared_cache(rc: RayConfig, config: Any = jax.config) -> dict[str, str]:
+    """The environment that points local actors at this process's persistent compilation
+    cache, when it has one: an actor started again after a crash, or in a later run, loads its
+    programs instead of compiling them. Not for a remote cluster (``--ray-address``), whose
+    nodes need not have this machine's folder."""
+    folder = config.jax_compilation_cache_dir
+    if rc.address is not None or not folder:
+        return {}
+    return {
+        "JAX_COMPILATION_CACHE_DIR": str(folder),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": str(
+            config.jax_persistent_cache_min_compile_time_secs
+        ),
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": str(
+            config.jax_persistent_cache_min_entry_size_bytes
+        ),
+    }
 
 
 def run_ray(

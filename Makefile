@@ -23,11 +23,13 @@ run: $(STAMP)
 
 # Two pytest-xdist workers, whole files to each (a module's fixtures are built once): in one
 # process the compile-bound suite keeps about 1.5 of this machine's 2 cores busy, in two 1.9
-# (tests/runtime: 694 s in one process, 497 s in two, measured 2026-11-25).
+# (tests/runtime: 694 s in one process, 497 s in two, measured 2026-11-25). Files go out in
+# collection order, the longest first (tests/conftest.py, SLOW_FIRST), not by test count.
 # `make test PYTEST_WORKERS=0` runs it in one process.
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=20
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	  --durations=20
 
 # On a machine with an NVIDIA GPU: JAX's CUDA plugin and CuPy, then the tests that need them
 # (the CUDA kernels against the reference, conformance on the GPU; they skip without a GPU).

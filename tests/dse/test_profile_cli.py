@@ -27,10 +27,11 @@ FP = "tests"  # a fixed fingerprint: a rebuild of the package during the session
 def cache_base(tmp_path_factory):
     """A profile cache folder holding TINY's profiles, measured once for the module with few
     repeats and calls: these tests need real profiles of every backend, not precise ones (what
-    the profilers measure is `test_profile_measures_every_primitive_stage_and_hop`'s)."""
+    the profilers measure is `test_profile_measures_every_primitive_stage_and_hop`'s, whose
+    sizes these are, so that the programs it compiled load from the session's cache)."""
     base = tmp_path_factory.mktemp("cache")
     with pytest.MonkeyPatch.context() as mp:
-        few = functools.partial(profile_config, repeats=2, steps=20, calls=20)
+        few = functools.partial(profile_config, repeats=2, steps=10, calls=10)
         mp.setattr("drlhet.dse.build.profile_config", few)
         few_host = functools.partial(profile_python_replay, repeats=2, calls=20)
         mp.setattr("drlhet.dse.build.profile_python_replay", few_host)

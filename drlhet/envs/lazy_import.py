@@ -2,9 +2,9 @@
 
 gymnax 1.0's package ``__init__`` imports every environment it ships, and its Pong module
 imports seaborn and ``matplotlib.pyplot`` (for rendering) at import time. That pulls in
-seaborn, pandas, scipy.stats and pyplot, which is most of a run's start-up: about 1.5 s of the
-1.8 s ``import gymnax`` takes on the 2-core VM with a warm file cache, close to 4 s cold
-(measured with ``python -X importtime`` and cProfile). drlhet never renders through gymnax, so
+seaborn, pandas, scipy.stats and pyplot: ``import gymnax`` took 1.7-2.6 s on the 2-core VM
+(warm file cache, after jax; five fresh interpreters), 0.24-0.38 s with those two deferred, a
+large share of a cached run's start-up. drlhet never renders through gymnax, so
 before the first ``import gymnax`` each of `DEFERRED` that is installed but not yet imported
 gets a stand-in in ``sys.modules`` (`Deferred`). The first attribute anyone reads from the
 stand-in imports the real module, which replaces it in ``sys.modules``, and returns the real

@@ -104,11 +104,12 @@ $(PEERS)/rllib/.installed:
 
 peers: $(STAMP) $(PEERS)/sb3/.installed $(PEERS)/rllib/.installed
 
-# Every figure of the README at a reduced scale (2026-11-25, fresh clone, 2-core VM at about a
-# quarter of its usual speed: 47.7 minutes, 5.2 of them installing .venv and the peers, 28 the
-# three peers figures; see the README), written under
-# $(FIG_OUT) (git-ignored; FIG_OUT=results rebuilds the committed files in place). Each script's
-# --full (or the command beside its figure in the README) gives the README's scale.
+# Every figure of the README at a reduced scale, written under $(FIG_OUT) (git-ignored;
+# FIG_OUT=results rebuilds the committed files in place). Each script's --full (or the command
+# beside its figure in the README) gives the README's scale. From a fresh clone on 2026-11-25,
+# with the 2-core VM at about 45% of its usual speed: 26.3 minutes, 8.7 of them the time-to-475
+# peers run (RLlib's tuned recipe); see the README. The matched and TD3 peers runs time
+# throughput only, so they hold just the evaluations that needs.
 FIG_OUT ?= results/reduced
 
 figures: $(STAMP) peers

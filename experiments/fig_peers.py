@@ -71,8 +71,10 @@ class Args:
     steps: int | None = None
     """Env steps per run (default: 20k reduced, the spec's with --full)."""
     eval_every: int | None = None
-    """Env steps between evaluations (default: the spec's, 5k DQN / 2k TD3). Throughput is
-    timed from the first evaluation to the last, so a short run wants at least three."""
+    """Env steps between evaluations (default: the spec's, 5k DQN / 2k TD3; ``--grid`` sizes
+    its own). Throughput is timed from the first evaluation to the last (the first chunk holds
+    compilation and warm-up), so a run needs at least two: `make figures` runs the matched DQN
+    at 5000 / 2000 and TD3 at 3000 / 1000."""
     target: float | None = None
     """Return to time (default: 475 CartPole / -200 Pendulum with --full; none reduced)."""
     full: bool = False

@@ -9,7 +9,8 @@ this project's 2-core machine). Closing a channel makes every call waiting on it
 ``CANCELLED``: that is how a run stops its stages.
 
 Every message of one channel has the same shape and dtype (``spec``); a call moves ``count``
-messages, stacked on a leading axis.
+messages, stacked on a leading axis. A program takes its channels' ids as arguments
+(`ChannelEnd`), so its compiled form serves every run (JAX's compilation cache).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np
 from drlhet.backends.base import CPU
 from drlhet.backends.native import library_path
 
-__all__ = ["NativeChannel", "ChannelStats", "available"]
+__all__ = ["NativeChannel", "ChannelEnd", "ChannelStats", "available"]
 
 
 @functools.cache
@@ -64,13 +65,47 @@ class ChannelStats(NamedTuple):
     received: int
 
 
+class ChannelEnd(NamedTuple):
+    """A channel as a program sees it: the ``spec`` of its messages and its ``id`` as an int32
+    scalar. Where the id is an argument of the program (traced), the compiled program does not
+    depend on which channels it runs with, so JAX's compilation cache serves it to every later
+    run; an id baked in as a constant makes each run's programs new ones.
+
+    ``token = end.send(x [count, *spec.shape], token, count)`` (``x`` of ``spec.shape`` when
+    ``count`` is None) and ``x = end.recv(token, count)``; the token is an int32 scalar that
+    orders one program's calls (thread it from each receive to the next send)."""
+
+    spec: jax.ShapeDtypeStruct
+    id: jax.Array
+
+    def _shape(self, count: int | None) -> tuple[int, ...]:
+        return tuple(self.spec.shape) if count is None else (count, *self.spec.shape)
+
+    def send(self, x: jax.Array, token: jax.Array, count: int | None = None) -> jax.Array:
+        """Sends ``x`` (``count`` messages); returns the next token. Blocks while full."""
+        if tuple(x.shape) != self._shape(count) or x.dtype != self.spec.dtype:
+            raise ValueError(
+                f"a channel of {self.spec.shape} {self.spec.dtype} messages sends "
+                f"{self._shape(count)} {self.spec.dtype}, got {tuple(x.shape)} {x.dtype}"
+            )
+        call = jax.ffi.ffi_call(
+            "drlhet_channel_send", jax.ShapeDtypeStruct((), jnp.int32), has_side_effect=True
+        )
+        return call(x, token, self.id, count=np.int64(count or 1))
+
+    def recv(self, token: jax.Array, count: int | None = None) -> jax.Array:
+        """Receives ``count`` messages (one, unstacked, when None). Blocks while empty."""
+        out = jax.ShapeDtypeStruct(self._shape(count), self.spec.dtype)
+        call = jax.ffi.ffi_call("drlhet_channel_recv", out, has_side_effect=True)
+        return call(token, self.id, count=np.int64(count or 1))
+
+
 class NativeChannel:
     """One bounded channel of ``capacity`` messages shaped like ``spec``.
 
-    Inside a jitted program (the token is an int32 scalar that orders one program's calls):
-      ``token = ch.send(x [count, *spec.shape], token, count)`` (``x`` of ``spec.shape`` when
-      ``count`` is None), and ``x = ch.recv(token, count)``.
-    On the host: `put` (seeding, never blocks), `drain`, `close`, `destroy`.
+    Inside a jitted program: ``ch.end(id)`` with ``id = ch.id_on(device)`` passed as an argument
+    of the program (cacheable; see `ChannelEnd`), or ``ch.send`` / ``ch.recv`` with the id as a
+    constant. On the host: `put` (seeding, never blocks), `drain`, `close`, `destroy`.
     """
 
     def __init__(self, capacity: int, spec: jax.ShapeDtypeStruct):
@@ -82,26 +117,22 @@ class NativeChannel:
         if self.id <= 0:
             raise ValueError(f"cannot open a channel of {capacity} x {self.nbytes} bytes")
 
-    def _shape(self, count: int | None) -> tuple[int, ...]:
-        return tuple(self.spec.shape) if count is None else (count, *self.spec.shape)
+    def id_on(self, device: jax.Device) -> jax.Array:
+        """This channel's id, an int32 scalar on ``device``: a program's argument."""
+        return jax.device_put(np.int32(self.id), device)
+
+    def end(self, id: jax.Array | None = None) -> ChannelEnd:
+        """This channel inside a program; ``id``: the program's argument from `id_on` (None:
+        the id as a constant, which ties the compiled program to this channel)."""
+        return ChannelEnd(self.spec, jnp.int32(self.id) if id is None else id)
 
     def send(self, x: jax.Array, token: jax.Array, count: int | None = None) -> jax.Array:
-        """Sends ``x`` (``count`` messages); returns the next token. Blocks while full."""
-        if tuple(x.shape) != self._shape(count) or x.dtype != self.spec.dtype:
-            raise ValueError(
-                f"channel {self.id} sends {self._shape(count)} {self.spec.dtype}, got "
-                f"{tuple(x.shape)} {x.dtype}"
-            )
-        call = jax.ffi.ffi_call(
-            "drlhet_channel_send", jax.ShapeDtypeStruct((), jnp.int32), has_side_effect=True
-        )
-        return call(x, token, id=np.int64(self.id), count=np.int64(count or 1))
+        """`ChannelEnd.send` with the id as a constant."""
+        return self.end().send(x, token, count)
 
     def recv(self, token: jax.Array, count: int | None = None) -> jax.Array:
-        """Receives ``count`` messages (one, unstacked, when None). Blocks while empty."""
-        out = jax.ShapeDtypeStruct(self._shape(count), self.spec.dtype)
-        call = jax.ffi.ffi_call("drlhet_channel_recv", out, has_side_effect=True)
-        return call(token, id=np.int64(self.id), count=np.int64(count or 1))
+        """`ChannelEnd.recv` with the id as a constant."""
+        return self.end().recv(token, count)
 
     def put(self, x) -> None:
         """Appends one message from the host; raises if the channel is full or closed."""

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from drlhet.backends.channel import NativeChannel
+from drlhet.backends.channel import ChannelEnd, NativeChannel
 from drlhet.runtime.chunks import split_keys
 from drlhet.runtime.stage_loops import StageRun
 
@@ -72,6 +72,14 @@ class Links(NamedTuple):
         for ch in self:
             ch.destroy()
 
+    def ids_on(self, device: jax.Device) -> dict[str, jax.Array]:
+        """The channels' ids on ``device``, by name: a chunk program's argument."""
+        return {name: ch.id_on(device) for name, ch in self._asdict().items()}
+
+    def ends(self, ids: dict[str, jax.Array]) -> dict[str, ChannelEnd]:
+        """The channels inside a program whose argument ``ids`` came from `ids_on`."""
+        return {name: ch.end(ids[name]) for name, ch in self._asdict().items()}
+
 
 def open_links(r: StageRun, lead: int) -> Links:
     """Opens and seeds the channels of run ``r`` (the replay runs at most ``lead`` calls ahead
@@ -107,31 +115,37 @@ def in_program_groups(groups: list[tuple[str, ...]]) -> list[str] | None:
 
 def _steps(r: StageRun, links: Links) -> dict[str, Any]:
     """One stage call each, inside a program: ``(carry, steps) -> (carry, outputs)``; the carry
-    holds ``env``, ``rep``, ``agent`` and the ``token`` as the stage needs them."""
+    holds ``env``, ``rep``, ``agent`` as the stage needs them, the ``token`` and the channels'
+    ``ids`` (program arguments: see `drlhet.backends.channel.ChannelEnd`)."""
     st, p = r.st, r.per_call
 
-    def updates(token):  # the P updates of the call, one message a learner step: [S, P, We]
-        return jnp.swapaxes(links.updates.recv(token, p), 0, 1)
+    def updates(ch, token):  # the P updates of the call, one message a learner step: [S, P, We]
+        return jnp.swapaxes(ch["updates"].recv(token, p), 0, 1)
 
     def actors(c, steps):
-        *env, trans, finished = st.actor(links.params.recv(c["token"]), *c["env"], steps)
-        token = links.transitions.send(trans, c["token"])
+        ch = links.ends(c["ids"])
+        *env, trans, finished = st.actor(ch["params"].recv(c["token"]), *c["env"], steps)
+        token = ch["transitions"].send(trans, c["token"])
         return {**c, "env": tuple(env), "token": token}, {"finished": finished}
 
     def replay(c, steps):
-        trans = links.transitions.recv(c["token"])
-        rep, batches = st.replay(c["rep"], trans, updates(c["token"]), steps)
-        return {**c, "rep": rep, "token": links.batches.send(batches, c["token"])}, {}
+        ch = links.ends(c["ids"])
+        trans = ch["transitions"].recv(c["token"])
+        rep, batches = st.replay(c["rep"], trans, updates(ch, c["token"]), steps)
+        return {**c, "rep": rep, "token": ch["batches"].send(batches, c["token"])}, {}
 
     def learner(c, steps):
-        agent, ups, metrics = st.learner(c["agent"], links.batches.recv(c["token"]))
-        token = links.updates.send(jnp.swapaxes(ups, 0, 1), c["token"], p)
-        return {**c, "agent": agent, "token": links.params.send(agent, token)}, {"metrics": metrics}
+        ch = links.ends(c["ids"])
+        agent, ups, metrics = st.learner(c["agent"], ch["batches"].recv(c["token"]))
+        token = ch["updates"].send(jnp.swapaxes(ups, 0, 1), c["token"], p)
+        token = ch["params"].send(agent, token)
+        return {**c, "agent": agent, "token": token}, {"metrics": metrics}
 
     def actors_replay(c, steps):
-        words, ups = links.params.recv(c["token"]), updates(c["token"])
+        ch = links.ends(c["ids"])
+        words, ups = ch["params"].recv(c["token"]), updates(ch, c["token"])
         *env, finished, rep, batches = st.actor_replay(words, *c["env"], steps, c["rep"], ups)
-        token = links.batches.send(batches, c["token"])
+        token = ch["batches"].send(batches, c["token"])
         return {**c, "env": tuple(env), "rep": rep, "token": token}, {"finished": finished}
 
     return {
@@ -153,7 +167,8 @@ def skewed(r: StageRun, group: str) -> bool:
 
 def chunk_program(r: StageRun, links: Links, group: str, first: bool, last: bool):
     """``group``'s program for one chunk: ``(donated, kept, steps) -> (donated, kept,
-    outputs)`` (carry dicts: ``env`` and ``rep`` donated, ``agent`` and ``token`` kept), its
+    outputs)`` (carry dicts: ``env`` and ``rep`` donated, ``agent``, ``token`` and the
+    channels' ``ids`` kept; the ids are arguments, so the program serves any run), its
     stages' calls of the chunk in order (``first``, ``last``: the run's first or last chunk, which
     start or end the skew of a `skewed` group). Outputs stack over calls: ``finished``
     (actors; a skewed chunk has one more or one less than ``calls``), ``metrics``
@@ -244,8 +259,8 @@ def group_thread(r: StageRun, links: Links, group: str, agent_words: Any) -> dic
 
     Returns its stages' results as `drlhet.runtime.stage_loops.group_loop` does."""
     stages, chunks, loop = group.split("+"), r.tr.chunks, r.loop
-    token = jax.device_put(jnp.int32(0), loop.devices[stages[-1]])
-    c: dict[str, Any] = {"token": token}
+    device = loop.devices[stages[-1]]
+    c: dict[str, Any] = {"token": jax.device_put(jnp.int32(0), device), "ids": links.ids_on(device)}
     c.update({"env": tuple(loop.env)} if "actors" in stages else {})
     c.update({"rep": loop.rep} if "replay" in stages else {})
     c.update({"agent": agent_words} if "learner" in stages else {})

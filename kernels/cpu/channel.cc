@@ -5,10 +5,12 @@
 // channel wakes every waiter, whose custom call then fails with CANCELLED (the run stops).
 //
 // FFI handlers (CPU):
-//   drlhet_channel_send(x, token) -> token     attrs: id, count  (x: count messages, row-major)
-//   drlhet_channel_recv(token) -> y            attrs: id, count  (y: count messages)
+//   drlhet_channel_send(x, token, id) -> token   attr: count  (x: count messages, row-major)
+//   drlhet_channel_recv(token, id) -> y          attr: count  (y: count messages)
 // The token (int32 scalar) orders the calls of one program: thread it from each receive to the
-// next send. C API (ctypes): open, close, destroy, put (host seeding), take (host draining),
+// next send. The channel's id is an operand (an int32 scalar), not an attribute, so a compiled
+// program does not depend on which channels it was compiled for: JAX's compilation cache
+// serves it again to a later run with new channels. C API (ctypes): open, close, destroy, put (host seeding), take (host draining),
 // stats (time blocked).
 
 #include <chrono>
@@ -106,8 +108,9 @@ ffi::Error Cancelled(int64_t id) {
                     "channel " + std::to_string(id) + " closed: the pipeline stopped");
 }
 
-ffi::Error SendImpl(ffi::AnyBuffer x, ffi::Buffer<ffi::S32> token,
-                    ffi::ResultBuffer<ffi::S32> token_out, int64_t id, int64_t count) {
+ffi::Error SendImpl(ffi::AnyBuffer x, ffi::Buffer<ffi::S32> token, ffi::Buffer<ffi::S32> id_arg,
+                    ffi::ResultBuffer<ffi::S32> token_out, int64_t count) {
+  const int64_t id = id_arg.typed_data()[0];
   std::shared_ptr<Channel> ch;
   if (auto e = Checked(id, count, x.size_bytes(), &ch); e.failure()) return e;
   if (!Push(*ch, static_cast<const char*>(x.untyped_data()), count)) return Cancelled(id);
@@ -115,8 +118,9 @@ ffi::Error SendImpl(ffi::AnyBuffer x, ffi::Buffer<ffi::S32> token,
   return ffi::Error::Success();
 }
 
-ffi::Error RecvImpl(ffi::Buffer<ffi::S32> token, ffi::Result<ffi::AnyBuffer> y, int64_t id,
-                    int64_t count) {
+ffi::Error RecvImpl(ffi::Buffer<ffi::S32> token, ffi::Buffer<ffi::S32> id_arg,
+                    ffi::Result<ffi::AnyBuffer> y, int64_t count) {
+  const int64_t id = id_arg.typed_data()[0];
   std::shared_ptr<Channel> ch;
   if (auto e = Checked(id, count, y->size_bytes(), &ch); e.failure()) return e;
   if (!Pop(*ch, static_cast<char*>(y->untyped_data()), count)) return Cancelled(id);
@@ -129,27 +133,30 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetChannelSend, SendImpl,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Attr<int64_t>("id")
                                   .Attr<int64_t>("count"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetChannelRecv, RecvImpl,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::AnyBuffer>()
-                                  .Attr<int64_t>("id")
                                   .Attr<int64_t>("count"));
 
 extern "C" {
 
 // A new channel of `capacity` messages of `message_bytes` each; returns its id (> 0), or 0
-// for a bad argument.
+// for a bad argument or when the process has used up int32's ids (programs pass ids as int32).
+// Ids are never reused: a program still running after its run ended finds no channel rather
+// than a later run's.
 int64_t drlhet_channel_open(int64_t capacity, int64_t message_bytes) {
   if (capacity < 1 || message_bytes < 1) return 0;
   auto ch = std::make_shared<Channel>();
   ch->capacity = capacity;
   ch->message_bytes = message_bytes;
   std::lock_guard<std::mutex> lock(g_mu);
+  if (g_next_id > INT32_MAX) return 0;
   int64_t id = g_next_id++;
   g_channels[id] = ch;
   return id;

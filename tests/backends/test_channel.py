@@ -109,8 +109,35 @@ def test_a_message_of_the_wrong_size_is_an_error_not_a_corruption():
         "drlhet_channel_recv", jax.ShapeDtypeStruct((4,), jnp.uint32), has_side_effect=True
     )
     with pytest.raises(Exception, match="messages of 24 bytes"):
-        wrong(jnp.int32(0), id=np.int64(ch.id), count=np.int64(1)).block_until_ready()
+        wrong(jnp.int32(0), jnp.int32(ch.id), count=np.int64(1)).block_until_ready()
     ch.destroy()
+
+
+def test_one_compiled_program_serves_any_channel_whose_id_it_is_given():
+    # the id is an argument, not a constant: the program is the same for every channel
+    # (JAX's compilation cache then serves later runs), and each call uses the channel named
+    a, b = NativeChannel(1, SPEC), NativeChannel(1, SPEC)
+    cpu = jax.devices("cpu")[0]
+
+    def echo(token, src, dst):
+        x = a.end(src).recv(token)
+        return a.end(dst).send(x + 1, token)
+
+    lowered = [jax.jit(echo).lower(jnp.int32(0), ch.id_on(cpu), b.id_on(cpu)) for ch in (a, b)]
+    assert lowered[0].as_text() == lowered[1].as_text()
+    program = lowered[0].compile()
+    a.put(np.full(SPEC.shape, 4, np.uint32))
+    program(jnp.int32(0), a.id_on(cpu), b.id_on(cpu)).block_until_ready()
+    program(jnp.int32(0), b.id_on(cpu), a.id_on(cpu)).block_until_ready()
+    np.testing.assert_array_equal(a.drain()[0], np.full(SPEC.shape, 6, np.uint32))
+    assert b.drain() == []
+    # a constant id ties a program to one channel
+    consts = [jax.jit(lambda t, ch=ch: ch.recv(t)).lower(jnp.int32(0)).as_text() for ch in (a, b)]
+    assert consts[0] != consts[1]
+    a.destroy()
+    b.destroy()
+    with pytest.raises(Exception, match=f"no open channel with id {a.id}"):
+        program(jnp.int32(0), a.id_on(cpu), b.id_on(cpu)).block_until_ready()
 
 
 def test_available_only_for_cpu_devices():

@@ -34,67 +34,97 @@ def with_learner(monkeypatch, wrap):
     monkeypatch.setattr(pipeline, "pipeline_stages", patched)
 
 
-@pytest.mark.parametrize(
-    "split,threads",
-    [
-        ("A+L|R", {"actors+learner": ["actors", "learner"], "replay": ["replay"]}),
-        ("A+R|L", {"actors+replay": ["actors+replay"], "learner": ["learner"]}),
-        ("A|R+L", {"actors": ["actors"], "replay+learner": ["replay", "learner"]}),
-    ],
-)
-def test_host_loops_run_one_thread_per_device_group_and_report_where_time_goes(
-    monkeypatch, split, threads
-):
-    # the host-driven loops (an accelerator's path): two stages on one device, two loops on one
-    # thread (or one program per call for actors + replay)
-    monkeypatch.setattr(pipeline, "_FORCE_HOST_CHANNELS", True)
-    cfg = TrainConfig(**{**SMALL.__dict__, "delay": 4})
-    state, rows = run(cfg, SPLITS[split])
-    assert rows[-1]["host_threads"] == 2 and rows[-1]["iterations_per_stage_call"] == 1
+THREADS = {
+    # the host-driven loops (an accelerator's path): each thread and the stage calls it
+    # dispatches (two stages on one device: two loops on one thread, or one program per call
+    # for actors + replay); in-program channels: one program per device and chunk
+    "A+L|R": (
+        {"actors+learner": ["actors", "learner"], "replay": ["replay"]},
+        {"actors+learner", "replay"},
+    ),
+    "A+R|L": (
+        {"actors+replay": ["actors+replay"], "learner": ["learner"]},
+        {"actors+replay", "learner"},
+    ),
+    "A|R+L": (
+        {"actors": ["actors"], "replay+learner": ["replay", "learner"]},
+        {"actors", "replay+learner"},
+    ),
+}
+
+
+def assert_host_threads(rows: list[dict], cfg: TrainConfig, threads: dict) -> None:
+    """The host-driven loops ran one thread per device group and timed where it went."""
     assert rows[-1]["channels"] == "host"
+    assert rows[-1]["host_threads"] == 2 and rows[-1]["iterations_per_stage_call"] == 1
     assert set(rows[-1]["threads"]) == set(threads)
     for name, dispatched in threads.items():
         clock = rows[-1]["threads"][name]
         assert clock["calls"] == 200 // cfg.num_envs
         assert all(clock[f"{k}_ms"] >= 0 for k in ("dispatch", "transfer", "wait", "sync"))
         assert all(clock[f"dispatch_{s}_ms"] > 0 for s in dispatched)
-    assert state.pending.indices.shape == (cfg.seeds, 4, cfg.batch_size)
-    assert stage_threads() == []
 
 
-@pytest.mark.parametrize(
-    "split,threads",
-    [
-        ("A+L|R", {"actors+learner", "replay"}),
-        ("A+R|L", {"actors+replay", "learner"}),
-        ("A|R+L", {"actors", "replay+learner"}),
-    ],
-)
-def test_in_program_channels_run_one_program_per_device_and_chunk(split, threads):
-    cfg = TrainConfig(**{**SMALL.__dict__, "delay": 4})
-    state, rows = run(cfg, SPLITS[split])
+def assert_program_threads(rows: list[dict], cfg: TrainConfig, threads: set) -> None:
+    """In-program channels ran one program per device and chunk, each on its own thread."""
     assert rows[-1]["channels"] == "in-program" and rows[-1]["host_threads"] == 2
     assert set(rows[-1]["threads"]) == threads
     for clock in rows[-1]["threads"].values():
         assert clock["calls"] == 200 // cfg.num_envs
         assert clock["run_ms"] > 0 and 0 <= clock["wait_ms"] <= clock["run_ms"] * 1.05
-    assert state.pending.indices.shape == (cfg.seeds, 4, cfg.batch_size)
-    assert stage_threads() == []
 
 
-@pytest.mark.parametrize("split", list(SPLITS))
-@pytest.mark.parametrize("delay", [4, 5])
-def test_in_program_channels_equal_the_host_loops_bit_for_bit(monkeypatch, delay, split):
+@pytest.mark.parametrize(
+    "delay,split",
+    [
+        (4, "A+L|R"),
+        (4, "A+R|L"),
+        (4, "A|R+L"),
+        (5, "A|R+L"),
+        # ~30 s each on the 2-core VM; k = 5's straddling updates are covered by A|R+L above
+        pytest.param(5, "A+R|L", marks=pytest.mark.slow),
+        pytest.param(5, "A+L|R", marks=pytest.mark.slow),
+    ],
+)
+def test_in_program_channels_and_host_loops_run_their_threads_and_agree_bit_for_bit(
+    monkeypatch, delay, split
+):
     # k = 4, 5 with P = 2: the replay + learner program runs the replay a call ahead (lead 2),
     # and with k = 5 the updates of a replay call straddle two learner calls
     cfg = TrainConfig(**{**SMALL.__dict__, "delay": delay})
+    host_threads, program_threads = THREADS[split]
     state, rows = run(cfg, SPLITS[split])
+    assert_program_threads(rows, cfg, program_threads)
+    assert stage_threads() == []
     monkeypatch.setattr(pipeline, "_FORCE_HOST_CHANNELS", True)
     host_state, host_rows = run(cfg, SPLITS[split])
-    assert rows[-1]["channels"] == "in-program" and host_rows[-1]["channels"] == "host"
+    assert_host_threads(host_rows, cfg, host_threads)
+    assert stage_threads() == []
+    assert state.pending.indices.shape == (cfg.seeds, delay, cfg.batch_size)
     assert_same_state(host_state, state)
     assert [r["eval_return"] for r in rows] == [r["eval_return"] for r in host_rows]
     assert [r["train_return"] for r in rows] == [r["train_return"] for r in host_rows]
+
+
+def test_a_second_run_loads_every_program_from_the_compilation_cache():
+    # the channels' ids are the chunk programs' arguments, not constants: nothing of a run
+    # (init, warm-up, the stages' programs, evaluation) is compiled again by the next one
+    cfg = TrainConfig(**{**SMALL.__dict__, "delay": 4})
+    run(cfg, SPLITS["A+L|R"])  # loaded from the cache where the test above ran first
+    events: list[str] = []
+
+    def listen(event: str, **kwargs) -> None:
+        events.append(event)
+
+    jax.monitoring.register_event_listener(listen)
+    try:
+        _, rows = run(cfg, SPLITS["A+L|R"])
+    finally:
+        jax.monitoring.unregister_event_listener(listen)
+    assert rows[-1]["channels"] == "in-program"
+    requests = events.count("/jax/compilation_cache/compile_requests_use_cache")
+    assert requests > 0
+    assert events.count("/jax/compilation_cache/cache_hits") == requests
 
 
 def test_device_groups_one_thread_per_device():

@@ -73,6 +73,13 @@ class Args:
     device: Literal["cpu", "gpu"] = "cpu"
     """``gpu``: the XLA backends (``jax``, ``cuda``) run on the first GPU, ``native`` on the host
     CPU; the grid becomes capacities 2^14..2^22 x batches 32..65536 at K = 16 (unless given)."""
+    gpu_steps: int = 512
+    """With ``--device gpu``: at least this many steps per timed scan on the GPU (a short scan
+    times the program's launch and completion, tens of microseconds per call, more than its
+    steps)."""
+    cuda_block_max_batch: int | None = None
+    """``drlhet.backends.cuda.BLOCK_MAX_BATCH`` for this run (None: the library's): the largest
+    update batch the cuda backend writes with one block per tree."""
     out: Path = Path("results/bench_replay.json")
 
 
@@ -182,13 +189,14 @@ def main(args: Args) -> list[dict]:
             capacity, batch, branching=k, tree_ops=backends_api.tree_ops(backend)
         )
         example = jax.tree.map(lambda x: x[0], transitions(1))
-        state = fns.init(example)
-        state = jax.jit(fns.add, donate_argnums=0)(
-            state,
-            transitions(capacity),
-            jnp.asarray(np.random.default_rng(1).random(capacity, np.float32) + 1e-3),
-        )
-        new = jax.tree.map(jnp.asarray, transitions(batch, 2))
+        with jax.default_device(device_of(backend)):  # built where the backend runs
+            state = fns.init(example)
+            state = jax.jit(fns.add, donate_argnums=0)(
+                state,
+                transitions(capacity),
+                jnp.asarray(np.random.default_rng(1).random(capacity, np.float32) + 1e-3),
+            )
+            new = jax.tree.map(jnp.asarray, transitions(batch, 2))
         state, new = jax.device_put((state, new), device_of(backend))  # the jits run there
 
         def insert(s, key):
@@ -314,6 +322,10 @@ def main(args: Args) -> list[dict]:
             except ImportError:
                 print(f"note: {name} not installed (pip install -e '.[bench]'); skipped")
 
+    if args.cuda_block_max_batch is not None:
+        from drlhet.backends import cuda
+
+        cuda.BLOCK_MAX_BATCH = args.cuda_block_max_batch
     backends: list[str] = []
     for name in args.backends:
         try:
@@ -358,13 +370,21 @@ def main(args: Args) -> list[dict]:
             f"sequential {lim.sequential_gbs:.1f} GB/s"
         )
     for capacity, batch, k in grid:
+        if batch > capacity:  # an insert of B > C transitions is refused
+            print(f"note: batch {batch} > capacity {capacity}: skipped")
+            continue
         current.update(capacity=capacity, batch=batch)
         steps = steps_for(batch)
         impls: dict[str, dict] = {}
+        steps_of: dict[str, int] = {}  # calls per timed scan, by implementation
         t0 = time.perf_counter()
         for name in backends:
+            on_gpu = device_of(name).platform != backends_api.CPU
+            steps_of[f"drlhet-{name}"] = max(steps, args.gpu_steps) if on_gpu else steps
             try:
-                impls[f"drlhet-{name}"] = drlhet_ops(capacity, batch, k, steps, name)
+                impls[f"drlhet-{name}"] = drlhet_ops(
+                    capacity, batch, k, steps_of[f"drlhet-{name}"], name
+                )
             except ValueError as e:  # a backend built for some K only (fpga: 4..64)
                 print(f"note: {name} skipped at K {k}: {e}")
         if "native" in backends and args.thread_scaling:
@@ -405,7 +425,8 @@ def main(args: Args) -> list[dict]:
 
         for key in keys:
             impl, op, mode = key
-            rates = sorted(batch * steps / t for t in times[key])
+            n_steps = steps_of.get(impl, steps)
+            rates = sorted(batch * n_steps / t for t in times[key])
             rows.append(
                 {
                     "impl": impl,
@@ -414,7 +435,7 @@ def main(args: Args) -> list[dict]:
                     "capacity": capacity,
                     "batch": batch,
                     "branching": k if impl.startswith("drlhet") else None,
-                    "steps_per_repeat": steps,
+                    "steps_per_repeat": n_steps,
                     "items_per_s": statistics.median(rates),
                     "items_per_s_min": rates[0],
                     "items_per_s_max": rates[-1],

@@ -20,6 +20,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from drlhet.backends.base import GPU, Backend, BackendUnavailable, register
 from drlhet.backends.native import ffi_find, ffi_update, library_path
@@ -31,6 +32,10 @@ FFI_SYMBOLS = ("DrlhetCudaFind", "DrlhetCudaUpdate")
 """The FFI handlers the library exports (registered as ``drlhet_cuda_find``/``_update``)."""
 MAX_BRANCHING = 256  # kMaxBranching in kernels/include/drlhet/sum_tree.h
 MAX_CAPACITY = 2**31 - 1  # leaf indices are int32
+BLOCK_MAX_BATCH = 8192
+"""An update of at most this many entries per tree runs as one kernel, one block of 1024
+threads per tree (phases separated by barriers); a larger one as 3 + depth launches over the
+whole batch (one thread per entry). Read when a program is traced."""
 
 
 def gpu_devices() -> list:
@@ -81,7 +86,11 @@ def update(
     workspace is each leaf's winning entry and the tree's refused flag (C + 1 int32 per tree).
     """
     _check(tree)
-    return ffi_update("drlhet_cuda_update", tree, indices, values, keep, tree.capacity + 1)
+    block_max = np.int64(BLOCK_MAX_BATCH)
+    return ffi_update(
+        "drlhet_cuda_update", tree, indices, values, keep, tree.capacity + 1,
+        {"block_max_batch": block_max},
+    )  # fmt: skip
 
 
 def _load() -> TreeOps:

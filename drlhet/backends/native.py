@@ -113,11 +113,12 @@ def ffi_update(
     values: jax.Array,
     keep: jax.Array | None,
     workspace: int = 0,
+    attrs: dict | None = None,
 ) -> SumTreeState:
     """`update` through the registered FFI handler ``target``: operands ``(nodes, indices [B],
     values [B], keep [B])``, the nodes aliased to the first result (updated in place when
     donated); with ``workspace > 0`` a second result of that many int32 slots per tree, scratch
-    for the handler (XLA allocates it)."""
+    for the handler (XLA allocates it); ``attrs``: attributes beyond branching and capacity."""
     indices = jnp.asarray(indices, jnp.int32)
     values = jnp.asarray(values, jnp.float32)
     keep = jnp.ones(indices.shape, bool) if keep is None else jnp.asarray(keep, bool)
@@ -129,7 +130,7 @@ def ffi_update(
     call = jax.ffi.ffi_call(
         target, tuple(out), vmap_method="broadcast_all", input_output_aliases={0: 0}
     )
-    nodes = call(tree.nodes, indices, values, keep, **_attrs(tree))[0]
+    nodes = call(tree.nodes, indices, values, keep, **_attrs(tree), **(attrs or {}))[0]
     return SumTreeState(nodes, tree.capacity, tree.branching)
 
 

@@ -21,6 +21,7 @@ from drlhet.dse.baselines import baselines
 from drlhet.dse.build import build_model, cpu_devices_here, replay_backends_here
 from drlhet.dse.cache import ProfileCache
 from drlhet.dse.devices import load_sheets
+from drlhet.dse.gpu_profile import load_gpu_profiles
 from drlhet.dse.key import ProfileKey
 from drlhet.dse.measure import measure_mapping
 from drlhet.dse.model import Prediction
@@ -77,6 +78,7 @@ def dse_command(
     reprofile: bool = False,
     out: Path = Path("runs/dse.json"),
     cpu_devices: int = 2,
+    gpu_profile: Path | None = None,
 ) -> dict:
     """Predicts the throughput of every mapping and ranks them (docs/design.md section 5).
 
@@ -93,6 +95,9 @@ def dse_command(
       reprofile: measure the profiles again even when cached.
       out: JSON with every prediction.
       cpu_devices: XLA CPU devices of this process.
+      gpu_profile: primitives measured on a GPU (``experiments/profile_gpu.py``'s JSON, e.g.
+        ``results/gpu_profile_h100.json``): for this shape, they replace the sheet model of
+        the GPU they were measured on (a GPU present here is profiled anyway).
     """
     with bad_input(options=_KEY_OPTIONS):
         set_cpu_devices(cpu_devices)
@@ -101,11 +106,14 @@ def dse_command(
             raise ValueError(f"--delay must be >= 0, got {delay}")
         if top < 1:
             raise ValueError(f"--top must be >= 1, got {top}")
+        gpu_rows = load_gpu_profiles(gpu_profile) if gpu_profile is not None else None
     present = cpu_devices_here()
     with bad_input(f"--devices {devices or default_devices()}: "):
         devs = expand_devices(devices or default_devices(), len(present), load_sheets())
     cache = ProfileCache(cache_dir or default_cache_dir())
-    model = build_model(shape, cache=cache, reprofile=reprofile)
+    model = build_model(shape, cache=cache, reprofile=reprofile, gpu_rows=gpu_rows)
+    if gpu_profile is not None and model.gpu is None:
+        print(f"note: {gpu_profile} has no rows for this shape; GPUs stay modeled from sheets")
     preds = search(model, devs, delay, present=present, backends_here=replay_backends_here())
     if not any(p.note == "" for p in preds):
         why = preds[0].note if preds else "no placement has costs"
@@ -161,9 +169,10 @@ def _print_ranking(
         f"({len(feasible)} feasible, {len(runnable)} runnable here)"
     )
     print(
-        "basis: profiled = predicted from costs measured on this machine; modeled (sheet) = "
-        "predicted with device sheets (drlhet/dse/sheets); modeled (cycle model) = the FPGA "
-        "modules' cycle models (hls/rmm, hls/learner); measured = run here"
+        "basis: profiled = predicted from costs measured on this machine; <gpu> measured = "
+        "from primitives measured on that GPU (a GPU profile); modeled (sheet) = predicted "
+        "with device sheets (drlhet/dse/sheets); modeled (cycle model) = the FPGA modules' "
+        "cycle models (hls/rmm, hls/learner); measured = run here"
     )
     head = f"{'#':>3} {'mapping':<64} {'trained/s':>11} {'basis':>28} {'bottleneck':>16}"
     print(head + (f" {'measured':>11}" if measured is not None else ""))

@@ -16,19 +16,22 @@ from typing import Any
 
 import jax
 
-from drlhet.backends.base import CPU, providing
+from drlhet.backends.base import CPU, GPU, providing
 from drlhet.dse.baselines import host_replay_backend, profile_python_replay
 from drlhet.dse.cache import ProfileCache
 from drlhet.dse.devices import load_sheets
+from drlhet.dse.gpu_profile import GpuProfiles, profile_row, sheet_for_device
 from drlhet.dse.key import ProfileKey
 from drlhet.dse.model import Model
-from drlhet.dse.profile import profile_config
+from drlhet.dse.profile import compute_figures, profile_config
 from drlhet.dse.trace import shapes_of
 
 __all__ = [
     "replay_backends_here",
     "cpu_devices_here",
     "build_model",
+    "first_gpu",
+    "gpu_rows_here",
     "merge_models",
 ]
 
@@ -63,16 +66,58 @@ def _host_costs(
     return {host: {s: prof[s]["median"] for s in _HOST_STAGES}} if prof else {}
 
 
+def first_gpu() -> Any:
+    """This process's first GPU device, or None."""
+    try:
+        return jax.devices(GPU)[0]
+    except RuntimeError:
+        return None
+
+
+def gpu_rows_here(
+    key: ProfileKey,
+    cache: ProfileCache,
+    reprofile: bool = False,
+    sheets: dict[str, dict] | None = None,
+    log: Callable[[str], None] = print,
+) -> list[dict]:
+    """GPU profile rows (`drlhet.dse.gpu_profile`) of every replay backend that runs on this
+    machine's first GPU, at ``key``'s shape: each primitive timed in a compiled scan on the GPU
+    (`drlhet.dse.profile.compute_figures`), from ``cache`` or measured now (and cached). None
+    without a GPU, or when no device sheet matches it (the DSE names GPUs by their sheets)."""
+    gpu = first_gpu()
+    if gpu is None:
+        return []
+    sheet = sheet_for_device(gpu.device_kind, sheets)
+    if sheet is None:
+        log(f"note: no device sheet matches this GPU ({gpu.device_kind}); it stays unprofiled")
+        return []
+    rows = []
+    for backend in [b.name for b in providing("replay", GPU, runnable=True) if not b.host]:
+        k = dataclasses.replace(key, backend=backend)
+        cache_key = dataclasses.replace(key, backend=f"{backend}@{sheet}")
+        figs = None if reprofile else cache.get(cache_key)
+        if figs is None:
+            log(f"profiling {k.name()} on {gpu.device_kind} (measured; cached in {cache.path})")
+            figs = compute_figures(k, gpu)
+            cache.put(cache_key, figs)
+        rows.append(profile_row(k.name(), backend, gpu.device_kind, sheet, figs))
+    return rows
+
+
 def build_model(
     key: ProfileKey,
     cache: ProfileCache,
     reprofile: bool = False,
     sheets_dir: Path | None = None,
     log: Callable[[str], None] = print,
+    gpu_rows: list[dict] | None = None,
 ) -> Model:
     """A `Model` for ``key`` (its ``backend`` is ignored): CPU profiles of every replay backend
-    here, from ``cache`` or measured now (and cached), the host baseline's costs, and the
-    device sheets (``sheets_dir``, default: the shipped ones)."""
+    here, from ``cache`` or measured now (and cached), the host baseline's costs, the device
+    sheets (``sheets_dir``, default: the shipped ones), and GPU profiles: ``gpu_rows`` (e.g.
+    read from a file measured on another machine), then those of a GPU present here
+    (`gpu_rows_here`, measured or cached), which replace the sheet model of their GPU."""
     cpus = jax.devices(CPU)
     profiles = {}
     for backend in replay_backends_here():
@@ -84,12 +129,16 @@ def build_model(
             cache.put(k, prof)
         profiles[backend] = prof
     host_costs = _host_costs(key, cache, reprofile, cpus[0], log)
+    sheets = load_sheets(sheets_dir)
+    rows = list(gpu_rows or []) + gpu_rows_here(key, cache, reprofile, sheets, log)
+    gpu = GpuProfiles(rows, dataclasses.replace(key, backend=None).name()) if rows else None
     return Model(
         shapes_of(key),
-        load_sheets(sheets_dir),
+        sheets,
         profiles,
         cpu_cores=os.cpu_count() or 1,
         host_costs=host_costs,
+        gpu=gpu or None,
     )
 
 
@@ -117,4 +166,4 @@ def merge_models(models: list[Model]) -> Model:
         }
         for b, costs in first.host_costs.items()
     }
-    return Model(first.s, first.sheets, profiles, first.cpu_cores, host)
+    return Model(first.s, first.sheets, profiles, first.cpu_cores, host, gpu=first.gpu)

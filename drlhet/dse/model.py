@@ -42,6 +42,7 @@ from collections.abc import Mapping
 
 from drlhet.backends.base import CPU, GROUPS, BackendUnavailable, Placement, get, providing
 from drlhet.dse.devices import MODELS, DeviceModel, link_seconds
+from drlhet.dse.gpu_profile import GpuProfiles
 from drlhet.dse.pipelined import pipelined_busy
 from drlhet.dse.shapes import Shapes
 
@@ -114,6 +115,10 @@ class Model:
       host_driven: model the pipeline's host-driven loops on CPU-only splits too (as
         `drlhet.runtime.pipeline.host_driven` runs them); else those run, and are modeled, with
         in-program channels.
+      gpu: primitives measured on real GPUs (`drlhet.dse.gpu_profile.GpuProfiles`, this run's
+        shape): a group on a GPU sheet they were measured on costs what was measured (the
+        replay: with its own backend's profile), not the sheet's model; the prediction's basis
+        then names ``<sheet> measured``.
     """
 
     def __init__(
@@ -124,6 +129,7 @@ class Model:
         cpu_cores: int = 1,
         host_costs: Mapping[str, dict[str, float]] | None = None,
         host_driven: bool = False,
+        gpu: GpuProfiles | None = None,
     ):
         self.s = shapes
         self.sheets = sheets
@@ -131,6 +137,7 @@ class Model:
         self.cpu_cores = max(1, cpu_cores)
         self.host_costs = dict(host_costs or {})
         self.host_driven = host_driven
+        self.gpu = gpu
 
     # --- per-device costs -----------------------------------------------------------------
     def kind(self, device: str) -> str:
@@ -156,8 +163,19 @@ class Model:
         if self.kind(place.device) == CPU:
             backend = place.backend if group == "replay" else None
             return {p: self.figure("compute", p, backend) for p in prims}
+        if self.measured_on_gpu(group, place):
+            assert self.gpu is not None
+            backend = place.backend if group == "replay" else None
+            return {p: self.gpu.seconds(place.device, p, backend) for p in prims}
         model, sheet = self._device_model(place.device), self.sheets[place.device]
         return {p: model.seconds(p, sheet, self.s) for p in prims}
+
+    def measured_on_gpu(self, group: str, place: Place) -> bool:
+        """Whether ``group``'s costs on ``place`` come from a GPU profile (the replay: one of
+        ``place.backend``)."""
+        if self.gpu is None or self.kind(place.device) == CPU:
+            return False
+        return self.gpu.has(place.device, place.backend if group == "replay" else None)
 
     def figure(self, group: str, name: str, backend: str | None) -> float:
         """A measured CPU figure (median seconds): ``profiles[backend][group][name]``; with
@@ -347,14 +365,26 @@ class Model:
         )
 
     def basis(self, places: dict[str, Place]) -> str:
-        """``profiled`` when every group runs on this machine's CPU, else ``modeled (...)``
-        naming what the modeled costs rest on (``sheet``, ``cycle model``)."""
+        """``profiled`` when every group runs on this machine's CPU; ``profiled (<sheet>
+        measured)`` when every group runs on one GPU whose primitives were measured (a GPU
+        profile); else ``modeled (...)`` naming what the costs rest on (``sheet``, ``cycle
+        model``, ``<sheet> measured``; a split with a measured GPU also rests on the sheets'
+        links and dispatch)."""
         sources = {
-            self._device_model(p.device).source(g)
+            f"{p.device} measured"
+            if self.measured_on_gpu(g, p)
+            else self._device_model(p.device).source(g)
             for g, p in places.items()
             if self.kind(p.device) != CPU
         }
-        return f"modeled ({', '.join(sorted(sources))})" if sources else "profiled"
+        if not sources:
+            return "profiled"
+        measured = {x for x in sources if x.endswith(" measured")}
+        if measured == sources and len({p.device for p in places.values()}) == 1:
+            return f"profiled ({', '.join(sorted(sources))})"
+        if measured:
+            sources.add("sheet")
+        return f"modeled ({', '.join(sorted(sources))})"
 
     def _fused(self, places: dict[str, Place]) -> dict[str, float]:
         """The terms of one fused scan: compute times, no dispatch, no hop."""

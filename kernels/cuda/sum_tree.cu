@@ -6,7 +6,9 @@
 //   drlhet_cuda_update (nodes f32[V, T], indices s32[V, B], values f32[V, B], keep pred[V, B])
 //                      -> (nodes f32[V, T] aliased to the input, workspace s32[V * (C + 1)])
 //
-// Attributes: branching (K) and capacity (C), int64. Semantics are the reference's
+// Attributes: branching (K) and capacity (C), int64; the update also block_max_batch: a batch of
+// at most that many entries per tree is written by one block per tree in one launch
+// (drlhet_cuda_update_block), a larger one by 3 + depth launches over the whole batch. Semantics are the reference's
 // (drlhet/replay/sum_tree.py), bit for bit. Bad values cannot be reported without waiting for
 // the device: a batch with a kept index outside [0, C) or a negative / non-finite priority is
 // refused whole on the device (its tree unchanged), as the reference refuses it inside jit; a
@@ -23,6 +25,7 @@ namespace ffi = xla::ffi;
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kBlockThreads = 1024;  // drlhet_cuda_update_block: one block per tree
 
 unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
@@ -75,7 +78,8 @@ ffi::Error FindImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
 ffi::Error UpdateImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
                       ffi::Buffer<ffi::S32> indices, ffi::Buffer<ffi::F32> values,
                       ffi::Buffer<ffi::PRED> keep, ffi::ResultBuffer<ffi::F32> out,
-                      ffi::ResultBuffer<ffi::S32> work, int64_t branching, int64_t capacity) {
+                      ffi::ResultBuffer<ffi::S32> work, int64_t branching, int64_t capacity,
+                      int64_t block_max_batch) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
   if (auto err = Trees(branching, capacity, nodes.element_count(), &lay, &trees); err.failure()) {
@@ -94,13 +98,18 @@ ffi::Error UpdateImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
   }
   if (n == 0) return LastError("drlhet_cuda_update");
   int32_t* winner = work->typed_data();  // [V, C], then bad [V]
-  int32_t* bad = winner + trees * capacity;
-  cudaMemsetAsync(winner, 0xFF, trees * capacity * sizeof(int32_t), stream);  // all -1
-  cudaMemsetAsync(bad, 0, trees * sizeof(int32_t), stream);
   const int64_t batch = n / trees;
   const int32_t k = static_cast<int32_t>(branching);
   const int32_t* idx = indices.typed_data();
   const bool* kp = keep.typed_data();
+  if (batch <= block_max_batch) {  // one block per tree, one launch
+    drlhet_cuda_update_block<<<static_cast<unsigned>(trees), kBlockThreads, 0, stream>>>(
+        dst, capacity, k, idx, values.typed_data(), kp, batch, winner);
+    return LastError("drlhet_cuda_update");
+  }
+  int32_t* bad = winner + trees * capacity;
+  cudaMemsetAsync(winner, 0xFF, trees * capacity * sizeof(int32_t), stream);  // all -1
+  cudaMemsetAsync(bad, 0, trees * sizeof(int32_t), stream);
   drlhet_cuda_update_claim<<<Blocks(n), kThreads, 0, stream>>>(idx, values.typed_data(), kp,
                                                                 batch, n, capacity, winner, bad);
   drlhet_cuda_update_leaves<<<Blocks(n), kThreads, 0, stream>>>(
@@ -136,4 +145,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetCudaUpdate, UpdateImpl,
                                   .Ret<ffi::Buffer<ffi::F32>>()   // nodes (aliased)
                                   .Ret<ffi::Buffer<ffi::S32>>()   // workspace
                                   .Attr<int64_t>("branching")
-                                  .Attr<int64_t>("capacity"));
+                                  .Attr<int64_t>("capacity")
+                                  .Attr<int64_t>("block_max_batch"),
+                              {ffi::Traits::kCmdBufferCompatible});

@@ -99,4 +99,53 @@ __global__ void drlhet_cuda_update_level(float* nodes, int64_t capacity, int32_t
                         drlhet::AncestorAt(indices[i], lay, level));
 }
 
+// The whole update of one tree in one block (grid = V trees, one block each): the three phases
+// above, separated by __syncthreads instead of launches, each thread taking every blockDim-th
+// entry. For batches small enough that one block keeps up: one graph node instead of 3 + depth
+// launches and a memset. The winner slots of the batch's leaves are set to -1 first (the
+// workspace is not cleared: only those slots are read). A refused batch writes no node.
+__global__ void __launch_bounds__(1024)
+    drlhet_cuda_update_block(float* nodes, int64_t capacity, int32_t k, const int32_t* indices,
+                             const float* values, const bool* keep, int64_t batch,
+                             int32_t* winner) {
+  __shared__ int refused;
+  const int64_t v = blockIdx.x;
+  drlhet::TreeLayout lay;
+  drlhet::MakeLayout(capacity, k, &lay);
+  float* tree = nodes + v * lay.size;
+  int32_t* win = winner + v * capacity;
+  const int32_t* idx = indices + v * batch;
+  const float* val = values + v * batch;
+  const bool* kp = keep + v * batch;
+  if (threadIdx.x == 0) refused = 0;
+  __syncthreads();
+  for (int64_t b = threadIdx.x; b < batch; b += blockDim.x) {
+    if (!kp[b]) continue;
+    if (drlhet::ValidEntry(idx[b], val[b], capacity)) {
+      win[idx[b]] = -1;
+    } else {
+      refused = 1;
+    }
+  }
+  __syncthreads();
+  if (refused) return;  // the same value in every thread after the barrier
+  for (int64_t b = threadIdx.x; b < batch; b += blockDim.x) {
+    if (kp[b]) atomicMax(win + idx[b], static_cast<int32_t>(b));
+  }
+  __syncthreads();
+  for (int64_t b = threadIdx.x; b < batch; b += blockDim.x) {
+    if (drlhet::IsWinner(win[idx[b]], static_cast<int32_t>(b), kp[b])) {
+      tree[lay.offsets[lay.depth] + idx[b]] = val[b];
+    }
+  }
+  for (int level = lay.depth - 1; level >= 0; --level) {
+    __syncthreads();  // the level below is written
+    for (int64_t b = threadIdx.x; b < batch; b += blockDim.x) {
+      if (drlhet::IsWinner(win[idx[b]], static_cast<int32_t>(b), kp[b])) {
+        drlhet::RecomputeNode(tree, lay, level, drlhet::AncestorAt(idx[b], lay, level));
+      }
+    }
+  }
+}
+
 }  // extern "C"

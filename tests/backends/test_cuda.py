@@ -173,11 +173,15 @@ def test_an_invalid_entry_refuses_the_whole_batch(probe, index, value):
 # ---- on a GPU -------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def gpu():
+@pytest.fixture(scope="module", params=["one block per tree", "one launch per level"])
+def gpu(request):
+    """The cuda backend's ops, its update on either path (`cuda.BLOCK_MAX_BATCH`: every batch
+    in one block per tree, or every batch over the whole grid, a launch per level)."""
     if not cuda.gpu_devices():
         pytest.skip(NO_GPU)
-    return backends.tree_ops("cuda")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cuda, "BLOCK_MAX_BATCH", 2**40 if request.param.startswith("one block") else 0)
+        yield backends.tree_ops("cuda")
 
 
 @pytest.mark.parametrize("k, capacity", KS_CAPACITIES)
@@ -211,6 +215,21 @@ def test_gpu_scan_of_sample_and_update_equals_jax(gpu):
     (tree_g, idx_g), (tree_j, idx_j) = run(gpu), run(st.REFERENCE)
     np.testing.assert_array_equal(np.asarray(idx_g), np.asarray(idx_j))
     np.testing.assert_array_equal(bits(tree_g.nodes), bits(tree_j.nodes))
+
+
+def test_gpu_vmapped_writes_equal_the_reference_tree_by_tree(gpu):
+    k, capacity, trees = 16, 777, 3
+    nodes = jnp.stack([random_tree(capacity, k, seed=s).nodes for s in range(trees)])
+    batch = [random_updates(capacity, 300, seed=s) for s in range(trees)]
+    idx, vals = jnp.stack([b[0] for b in batch]), jnp.stack([b[1] for b in batch])
+    keep = jnp.asarray(np.random.default_rng(0).random((trees, 300)) < 0.9)
+
+    def write(ops):
+        return jax.jit(
+            jax.vmap(lambda n, i, v, kp: ops.write(st.SumTreeState(n, capacity, k), i, v, kp).nodes)
+        )(nodes, idx, vals, keep)
+
+    np.testing.assert_array_equal(bits(write(gpu)), bits(write(st.REFERENCE)))
 
 
 def test_gpu_refuses_a_bad_batch_on_the_device(gpu):

@@ -1,0 +1,108 @@
+"""Measured GPU costs for the DSE: profiles taken on a real GPU replace its sheet model (pure).
+
+docs/design.md section 5: a device that is present is profiled, not modeled. A *GPU profile* is
+a list of rows written by ``experiments/profile_gpu.py`` on a machine with a GPU, one row per
+(training shape, replay backend): every primitive's time per call inside a compiled scan on that
+GPU (``compute``: ``{primitive: {"median", "min", "max"}}`` seconds), with the device sheet the
+GPU was matched to (`sheet_for_device`). `GpuProfiles` picks the rows of one run's shape; the
+model (`drlhet.dse.model.Model`) then costs a group placed on that sheet's GPU from them and
+labels the prediction *measured* for that device.
+
+This module imports no JAX.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from drlhet.backends.base import GPU
+
+__all__ = ["sheet_for_device", "profile_row", "GpuProfiles", "load_gpu_profiles"]
+
+
+def sheet_for_device(device_kind: str, sheets: dict[str, dict] | None = None) -> str | None:
+    """The GPU sheet a device is an instance of: the sheet whose name appears in the device's
+    kind (``"NVIDIA H100 80GB HBM3"`` -> ``h100``), or None when no sheet matches."""
+    if sheets is None:
+        from drlhet.dse.devices import load_sheets
+
+        sheets = load_sheets()
+    kind = device_kind.lower()
+    names = [n for n, s in sheets.items() if s["kind"] == GPU and n.lower() in kind]
+    return max(names, key=len) if names else None
+
+
+def profile_row(
+    key_name: str, backend: str, device_kind: str, sheet: str | None, compute: dict, **extra: Any
+) -> dict[str, Any]:
+    """One GPU profile row: the ``compute`` figures (``{primitive: {"median", "min", "max"}}``
+    seconds per call) of replay backend ``backend`` at the shape ``key_name``, measured on a GPU
+    of kind ``device_kind`` (an instance of ``sheet``); ``extra`` fields are kept beside."""
+    return {
+        "key": key_name,
+        "backend": backend,
+        "device_kind": device_kind,
+        "sheet": sheet,
+        "compute": compute,
+        "measured": True,
+        **extra,
+    }
+
+
+class GpuProfiles:
+    """Measured compute figures per GPU sheet and replay backend, for one run's shape.
+
+    Args:
+      rows: profile rows (`load_gpu_profiles`), of any shapes: only those whose ``key``
+        matches ``key_prefix`` (the run's `drlhet.dse.key.ProfileKey` name without a backend)
+        are kept.
+      key_prefix: the run's key name, backend left out.
+    """
+
+    def __init__(self, rows: list[dict], key_prefix: str):
+        self.figures: dict[str, dict[str, dict]] = {}
+        self.device_kinds: dict[str, str] = {}
+        for row in rows:
+            if row.get("sheet") and row["key"] == f"{key_prefix}-{row['backend']}":
+                self.figures.setdefault(row["sheet"], {})[row["backend"]] = row["compute"]
+                self.device_kinds[row["sheet"]] = row["device_kind"]
+
+    def has(self, sheet: str, backend: str | None = None) -> bool:
+        """Whether ``sheet``'s GPU was measured (for ``backend``'s replay, when given)."""
+        got = self.figures.get(sheet, {})
+        return bool(got) if backend is None else backend in got
+
+    def seconds(self, sheet: str, primitive: str, backend: str | None) -> float:
+        """Median seconds per call of ``primitive`` on ``sheet``'s GPU: with the replay
+        ``backend``'s profile, or (``backend`` None: actors, learner, which do not depend on
+        it) the median over every backend's."""
+        got = self.figures[sheet]
+        profs = [got[backend]] if backend is not None else list(got.values())
+        values = sorted(p[primitive]["median"] for p in profs)
+        return values[len(values) // 2]
+
+    def __bool__(self) -> bool:
+        return bool(self.figures)
+
+
+def load_gpu_profiles(path: Path) -> list[dict[str, Any]]:
+    """The rows of a GPU profile file (``experiments/profile_gpu.py``'s output).
+
+    Raises:
+      ValueError: the file is missing, not JSON, or its rows lack a field the DSE needs.
+    """
+    try:
+        rows = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"GPU profile {path} does not exist") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"GPU profile {path} is not valid JSON: {e}") from None
+    if not isinstance(rows, list):
+        raise ValueError(f"GPU profile {path} is not a list of rows")
+    for i, row in enumerate(rows):
+        for field in ("key", "backend", "device_kind", "sheet", "compute"):
+            if not isinstance(row, dict) or field not in row:
+                raise ValueError(f"GPU profile {path}: row {i} lacks {field!r}")
+    return rows

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The CUDA backend's GPU checks in one command, on a machine with an NVIDIA GPU, nvcc and
+# jax[cuda] already installed; nothing is downloaded (extra wheels, e.g. gymnax and tyro, can
+# lie in a folder named by WHEELS). Each stage has its own time limit and log; a failing stage
+# does not stop the next. Stages (default: all, in this order):
+#   build     pip install -e . without build isolation (CMake builds the CPU and CUDA kernels
+#             for CUDA_ARCH, default 90)
+#   tests     the GPU tests: tests/backends/test_cuda.py and the conformance suite's cuda cases
+#   quick     bench_replay at 2^20 leaves, B 4096, K 16: cuda vs jax on the GPU vs native (CPU)
+#   train     DQN + PER on CartPole, 3 seeds, to a mean return of 475: replay cuda, then jax,
+#             everything on the GPU
+#   bench     bench_replay --device gpu over capacities 2^14..2^22 x batches 32..65536
+#   profile   experiments/profile_gpu.py: every primitive on the GPU, for the DSE
+#   probe     the cuda update's two paths against jax at 2^20 leaves (not in the default list)
+#   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
+# Usage: OUT=results/raw/gpu experiments/gpu_checks.sh [stage ...]
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-results/raw/gpu}
+PY=${PYTHON:-python3}
+ARCH=${CUDA_ARCH:-90}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(build tests quick train bench profile)
+
+if [ -n "${WHEELS:-}" ] && [ -d "$WHEELS" ]; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/drlhet-site "$WHEELS"/*.whl && export PYTHONPATH=/tmp/drlhet-site
+fi
+
+stage() {  # stage NAME LIMIT_S COMMAND...: runs with a time limit, logs to $OUT/NAME.log
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  echo "== $name (limit ${limit}s): $*"
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: exit $rc after $((SECONDS - t0)) s"
+  tail -n "${TAIL:-15}" "$OUT/$name.log"
+}
+
+for s in "${stages[@]}"; do
+  case $s in
+    build)
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
+        --format=csv,noheader
+      $PY -c "import jax; print('jax', jax.__version__, jax.devices())"
+      stage build 300 $PY -m pip install --no-build-isolation --no-deps -e . \
+        -Ccmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH" -Cbuild-dir=build/gpu ;;
+    tests)
+      stage tests 300 $PY -m pytest -q -p no:cacheprovider -rs tests/backends/test_cuda.py \
+        tests/backends/conformance.py -k "cuda or gpu" ;;
+    quick)
+      stage quick 200 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
+        --batches 4096 --modes fused --no-peers --no-thread-scaling --no-limits \
+        --out "$OUT/bench_quick.json" ;;
+    train)
+      for b in ${TRAIN_BACKENDS:-cuda jax}; do
+        stage "train_$b" 240 $PY -m drlhet train --backend "$b" --seeds 3 \
+          --stop-at-return 475 --no-progress --out "${RUNS:-$OUT/runs}" --name "dqn-cartpole-$b-gpu"
+      done ;;
+    bench)
+      stage bench "${BENCH_LIMIT:-420}" $PY experiments/bench_replay.py --device gpu --modes fused \
+        --capacities 16384 131072 1048576 4194304 --batches ${BENCH_BATCHES:-32 256 1024 4096 16384 65536} \
+        --no-peers --no-thread-scaling --repeats 5 --out "$OUT/bench_replay_gpu.json" ;;
+    profile)
+      stage profile 300 $PY experiments/profile_gpu.py --out "$OUT/gpu_profile.json" ;;
+    probe)  # the cuda update's two paths (one block per tree; a launch per level) and jax
+      for bm in 65536 0; do
+        stage "probe_block$bm" 150 $PY experiments/bench_replay.py --device gpu \
+          --capacities 1048576 --batches 256 4096 16384 65536 --branchings 16 \
+          --backends cuda jax --ops sample update step --modes fused --no-peers \
+          --no-thread-scaling --no-limits --cuda-block-max-batch $bm --out "/tmp/probe_$bm.json"
+      done ;;
+    dump)  # the optimized programs and their thunks (command buffers) of the fused step
+      rm -rf /tmp/xla_dump
+      export XLA_FLAGS="--xla_dump_to=/tmp/xla_dump --xla_dump_hlo_as_text"
+      stage dump 150 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
+        --batches 4096 --branchings 16 --backends cuda jax --ops step --modes fused \
+        --no-peers --no-thread-scaling --no-limits --repeats 1 --out /tmp/dump.json
+      unset XLA_FLAGS
+      tar czf "$OUT/xla_dump.tgz" -C /tmp xla_dump ;;
+    *) echo "unknown stage $s"; exit 2 ;;
+  esac
+done

@@ -1,0 +1,137 @@
+"""GPU profiles in the DSE: primitives measured on a GPU replace its sheet model, labelled so."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_model import model, places, stats
+
+from drlhet.dse import build
+from drlhet.dse.cache import ProfileCache
+from drlhet.dse.gpu_profile import (
+    GpuProfiles,
+    load_gpu_profiles,
+    profile_row,
+    sheet_for_device,
+)
+from drlhet.dse.key import ProfileKey
+
+US = 1e-6
+PREFIX = "dqn-CartPole-v1-h64x64-B100-C4096-K16-E4-S2"
+
+
+def figures(**us) -> dict:
+    base = {"actors": 40, "insert": 30, "sample": 20, "train": 50, "update": 10}
+    return {p: stats(v) for p, v in {**base, **us}.items()}
+
+
+def rows() -> list[dict]:
+    return [
+        profile_row(f"{PREFIX}-jax", "jax", "Toy GPU 80GB", "gpu", figures(sample=120)),
+        profile_row(f"{PREFIX}-cuda", "cuda", "Toy GPU 80GB", "gpu", figures(train=70)),
+        # another shape: ignored for this run
+        profile_row("dqn-CartPole-v1-h64x64-B999-C4096-K16-E4-S2-jax", "jax", "Toy", "gpu", {}),
+    ]
+
+
+def test_a_device_is_matched_to_the_sheet_named_in_its_kind():
+    assert sheet_for_device("NVIDIA H100 80GB HBM3") == "h100"
+    assert sheet_for_device("NVIDIA A100-SXM4-40GB") == "a100"
+    assert sheet_for_device("NVIDIA H200") is None  # no sheet: stays unprofiled
+    assert sheet_for_device("Toy GPU", {"gpu": {"kind": "gpu"}, "link": {"kind": "link"}}) == "gpu"
+
+
+def test_profiles_keep_the_rows_of_the_run_shape_only():
+    gp = GpuProfiles(rows(), PREFIX)
+    assert gp.has("gpu") and gp.has("gpu", "cuda") and not gp.has("gpu", "native")
+    assert not gp.has("h100")
+    assert gp.seconds("gpu", "sample", "jax") == pytest.approx(120 * US)
+    # actors / learner do not depend on the replay backend: the median over the backends' rows
+    # (of two, the upper one)
+    assert gp.seconds("gpu", "train", None) == pytest.approx(70 * US)
+    assert not GpuProfiles(rows(), "another-shape")
+
+
+def test_a_fused_gpu_mapping_costs_what_was_measured_and_says_so():
+    m = model(gpu=GpuProfiles(rows(), PREFIX))
+    p = m.predict(places("jax@gpu", "cuda@gpu", "jax@gpu"))
+    # actors + insert + S (sample + train + update): the replay's from the cuda row, train the
+    # median of both rows (70 us)
+    assert p.iteration_s == pytest.approx((40 + 30 + 2 * (20 + 70 + 10)) * US)
+    assert p.basis == "profiled (gpu measured)"
+    # the jax replay on the same GPU costs its own row (its sample: 120 us)
+    q = m.predict(places("jax@gpu", "jax@gpu", "jax@gpu"))
+    assert q.iteration_s - p.iteration_s == pytest.approx(2 * (120 - 20) * US)
+
+
+def test_a_split_with_a_measured_gpu_rests_on_the_sheets_too():
+    m = model(gpu=GpuProfiles(rows(), PREFIX))
+    p = m.predict(places("jax@cpu:0", "native@cpu:0", "jax@gpu"))
+    assert p.basis == "modeled (gpu measured, sheet)"
+    # without the profile, the same mapping is the sheet's
+    assert model().predict(places("jax@cpu:0", "native@cpu:0", "jax@gpu")).basis == (
+        "modeled (sheet)"
+    )
+
+
+def test_an_unmeasured_backend_on_a_measured_gpu_keeps_the_sheet_model():
+    only_jax = [r for r in rows() if r["backend"] == "jax"]
+    m = model(gpu=GpuProfiles(only_jax, PREFIX))
+    sheet_model = model().compute("replay", places("jax@gpu", "cuda@gpu", "jax@gpu")["replay"])
+    assert m.compute("replay", places("jax@gpu", "cuda@gpu", "jax@gpu")["replay"]) == sheet_model
+    assert m.predict(places("jax@gpu", "cuda@gpu", "jax@gpu")).basis == (
+        "modeled (gpu measured, sheet)"
+    )
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "does not exist"),
+        ("{not json", "not valid JSON"),
+        ('{"a": 1}', "not a list of rows"),
+        ('[{"key": "k", "backend": "jax"}]', "row 0 lacks 'device_kind'"),
+    ],
+)
+def test_a_bad_profile_file_is_refused_with_its_reason(tmp_path, content, message):
+    path = tmp_path / "gpu.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        load_gpu_profiles(path)
+
+
+def test_a_profile_file_round_trips(tmp_path):
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps(rows()))
+    assert (
+        GpuProfiles(load_gpu_profiles(path), PREFIX).figures == GpuProfiles(rows(), PREFIX).figures
+    )
+
+
+class _StandIn:
+    """A GPU as JAX would report it (the CPU stands in: only its kind is read)."""
+
+    device_kind = "NVIDIA H100 80GB HBM3"
+
+
+def test_a_gpu_present_here_is_profiled_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    calls = []
+
+    def measure(key, device):
+        calls.append((key.backend, device.device_kind))
+        return figures()
+
+    monkeypatch.setattr(build, "first_gpu", lambda: _StandIn())
+    monkeypatch.setattr(build, "compute_figures", measure)
+    key = ProfileKey(batch=100, capacity=4096)
+    cache = ProfileCache(tmp_path, fp="test")
+    got = build.gpu_rows_here(key, cache, log=lambda _: None)
+    assert calls and all(kind == _StandIn.device_kind for _, kind in calls)
+    assert {r["backend"] for r in got} == {b for b, _ in calls}
+    assert all(r["sheet"] == "h100" and r["compute"] == figures() for r in got)
+    assert build.gpu_rows_here(key, cache, log=lambda _: None) == got  # cached
+    assert len(calls) == len(got)
+    monkeypatch.setattr(build, "first_gpu", lambda: None)
+    assert build.gpu_rows_here(key, cache, log=lambda _: None) == []

@@ -32,10 +32,13 @@ FFI_SYMBOLS = ("DrlhetCudaFind", "DrlhetCudaUpdate")
 """The FFI handlers the library exports (registered as ``drlhet_cuda_find``/``_update``)."""
 MAX_BRANCHING = 256  # kMaxBranching in kernels/include/drlhet/sum_tree.h
 MAX_CAPACITY = 2**31 - 1  # leaf indices are int32
-BLOCK_MAX_BATCH = 8192
+BLOCK_MAX_BATCH = 1024
 """An update of at most this many entries per tree runs as one kernel, one block of 1024
 threads per tree (phases separated by barriers); a larger one as 3 + depth launches over the
-whole batch (one thread per entry). Read when a program is traced."""
+whole batch (one thread per entry). Read when a program is traced. Measured on an H100 at 2^20
+leaves, K 16 (the buffer's update, in a fused scan): B 256 one block 35 us, per level 54 us;
+B 4096 one block 134 us, per level 60 us (results/bench_replay_gpu_h100_paths.json); 1024 is
+between the two, not measured."""
 
 
 def gpu_devices() -> list:
@@ -107,7 +110,9 @@ BACKEND = register(
         provides=("replay",),
         needs="a GPU, and the CUDA kernel library built on `pip install` where nvcc works",
         loader=_load,
-        rank=-1,  # not the GPU's default replay until measured faster than jax there
+        # the GPU's default replay: its fused sample + update step measured 1.7-2.5x the jax
+        # backend's on an H100 from B 32 to 16384 at 2^20 leaves, equal at 65536 (docs/results.md)
+        rank=1,
         summary="CUDA sum tree as XLA FFI custom calls inside jit (float32 trees)",
     )
 )

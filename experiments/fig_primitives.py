@@ -9,6 +9,11 @@ of the repeats, converted from items/s to seconds per call. Two modes, as there:
   percall  a jitted primitive called from Python (dispatch included): the latency a caller sees
   fused    the primitive inside a jitted ``lax.scan`` (no dispatch): its cost in a fused loop
 
+GPU rows *measured* on a lent H100 (2026-11-26, ``bench_replay.py --device gpu``; fused mode,
+sample and update, in the batch sweep at 2^20 only, where they were measured) are read from
+``--gpu-results`` and drawn labelled so: for each batch the cuda update path its default takes
+there (`drlhet.backends.cuda.BLOCK_MAX_BATCH`), and ``jax`` on the GPU from the same run.
+
 Devices that are not on this machine are *modeled* by the DSE's device models
 (`drlhet.dse.devices.MODELS`): the FPGA board from the replay module's cycle model at the
 sheet's clock (labelled ``modeled (cycle model)``), the GPU from its device sheet (``modeled
@@ -33,6 +38,7 @@ import io
 import json
 import os
 import platform
+import re
 import tempfile
 from pathlib import Path
 from typing import Literal
@@ -74,6 +80,15 @@ class Args:
     """Device sheets of the modeled devices (``drlhet/dse/sheets``)."""
     threading: Literal["default", "pin1", "xla1"] = "default"
     """As bench_replay's ``--threading``; ``xla1`` acts only if jax is not yet imported."""
+    gpu_results: tuple[Path, ...] = (
+        Path("results/bench_replay_gpu_h100_paths.json"),
+        Path("results/bench_replay_gpu_h100.json"),
+    )
+    """bench_replay rows measured on a GPU (``--device gpu``), drawn beside this machine's; the
+    first file that has a point wins. Empty: none."""
+    replot: Path | None = None
+    """Measure nothing: redraw this figure's JSON (e.g. the committed one) with the GPU rows
+    of ``--gpu-results`` in place of the ones it had, written to ``--out`` and ``--plot``."""
     out: Path = Path("results/fig_primitives.json")
     plot: Path = Path("results/fig_primitives.png")
 
@@ -204,6 +219,51 @@ def modeled(
     return rows, notes
 
 
+def gpu_measured(
+    files: tuple[Path, ...], capacity: int, k: int, ops: tuple[str, ...]
+) -> tuple[list[dict], list[str]]:
+    """Fused rows measured on a GPU at ``capacity`` and K ``k`` (seconds per call), from the
+    bench_replay rows of ``files``: per batch, cuda on the update path its default takes at
+    that batch and jax from the same run; and notes on missing files."""
+    from drlhet.backends.cuda import BLOCK_MAX_BATCH
+
+    rows: list[dict] = []
+    notes: list[str] = []
+    seen: set[tuple[str, str, int]] = set()
+    for f in files:
+        if not f.exists():
+            notes.append(f"{f}: no such file; its GPU rows are omitted")
+            continue
+        got = [
+            r for r in json.loads(f.read_text())
+            if r.get("impl") in ("drlhet-cuda", "drlhet-jax") and r.get("mode") == "fused"
+            and r.get("capacity") == capacity and r.get("branching") == k and r.get("op") in ops
+        ]  # fmt: skip
+        for r in got:
+            path = str(r.get("cuda_update_path", ""))
+            ran = re.search(r"BLOCK_MAX_BATCH=(\d+)", path)
+            if ran and (r["batch"] <= int(ran[1])) != (r["batch"] <= BLOCK_MAX_BATCH):
+                continue  # cuda took the other update path in that run (jax beside it)
+            key = (r["impl"], r["op"], r["batch"])
+            if key in seen:
+                continue
+            seen.add(key)
+            b = r["batch"]
+            rows.append(
+                {
+                    "backend": r["impl"].removeprefix("drlhet-"), "device": r["device"],
+                    "primitive": r["op"], "mode": "fused", "batch": b, "capacity": capacity,
+                    "branching": k, "seconds": b / r["items_per_s"],
+                    "seconds_min": b / r["items_per_s_max"],
+                    "seconds_max": b / r["items_per_s_min"],
+                    "label": f"measured (GPU, {r.get('date', 'date not recorded')})",
+                    "threading": "n/a (GPU)", "source": str(f),
+                    "cuda_update_path": path or None,
+                }
+            )  # fmt: skip
+    return rows, notes
+
+
 def series_name(r: dict) -> str:
     """A row's curve: backend on device, with its basis."""
     basis = "measured" if r["label"].startswith("measured") else r["label"]
@@ -298,7 +358,8 @@ def plot(args: Args, rows: list[dict], path: Path) -> None:
     legend(fig, colors)
     fig.suptitle(
         f"Replay primitives per call: {measured_label()}, threading "
-        f"{args.threading}; min-max of {args.repeats} repeats shaded; other devices modeled",
+        f"{args.threading}; min-max of {args.repeats} repeats shaded; GPU rows measured on an "
+        "H100 where labelled so, other devices modeled",
         fontsize=11,
     )
     fig.tight_layout(rect=(0, 0.1, 1, 0.97))
@@ -320,8 +381,25 @@ def scaled(args: Args) -> Args:
     )
 
 
+def replot(args: Args) -> list[dict]:
+    """``args.replot``'s rows, its GPU-measured ones replaced by ``--gpu-results``'."""
+    old = json.loads(args.replot.read_text())  # type: ignore[union-attr]
+    rows = [r for r in old if not r["label"].startswith("measured (GPU")]
+    gpu_rows, notes = gpu_measured(args.gpu_results, args.at_capacity, args.branching, PRIMITIVES)
+    for note in notes:
+        print(f"note: {note}")
+    rows += [{**r, "sweep": "batch"} for r in gpu_rows]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(rows, indent=1))
+    plot(args, rows, args.plot)
+    print(f"redrew {args.replot} with {len(gpu_rows)} GPU rows: {args.out}, {args.plot}")
+    return rows
+
+
 def main(args: Args) -> list[dict]:
     args = scaled(args)
+    if args.replot is not None:
+        return replot(args)
     if args.repeats < 2:
         raise ValueError(f"repeats must be >= 2, got {args.repeats}")
     k = args.branching
@@ -339,6 +417,10 @@ def main(args: Args) -> list[dict]:
         threading=args.threading,
     )
     model_rows, notes = modeled(points, args.sheets, PRIMITIVES)
+    gpu_rows: list[dict] = []
+    if "fused" in args.modes and args.gpu_results:
+        gpu_rows, gpu_notes = gpu_measured(args.gpu_results, args.at_capacity, k, PRIMITIVES)
+        notes += gpu_notes
     for note in dict.fromkeys(notes):
         print(f"note: {note}")
     rows = []
@@ -346,6 +428,7 @@ def main(args: Args) -> list[dict]:
         for r in got + model_rows:
             if (r["capacity"], r["batch"], r["branching"]) in pts and r["mode"] in args.modes:
                 rows.append({**r, "sweep": sweep})
+    rows += [{**r, "sweep": "batch"} for r in gpu_rows]  # every batch that was measured
     for sweep, fixed in (("batch", "at_capacity"), ("capacity", "at_batch")):
         sel = [r for r in rows if r["sweep"] == sweep]
         print_table(sel, sweep, f"vs {sweep} ({fixed} {getattr(args, fixed)}, K {k})")

@@ -55,6 +55,41 @@ def test_fig_primitives_tiny(experiment, tmp_path):
                 assert {("batch", backend, op, mode), ("capacity", backend, op, mode)} <= got
 
 
+def test_fig_primitives_draws_gpu_rows_of_the_default_update_path(
+    experiment, tmp_path, monkeypatch
+):
+    fp = experiment("fig_primitives")
+    from drlhet.backends import cuda
+
+    monkeypatch.setattr(cuda, "BLOCK_MAX_BATCH", 1024)
+
+    def row(impl, batch, block_max, rate):
+        return {
+            "impl": impl, "op": "sample", "mode": "fused", "capacity": 2**20, "branching": 16,
+            "batch": batch, "items_per_s": rate, "items_per_s_min": rate / 2,
+            "items_per_s_max": rate * 2, "device": "NVIDIA H100 80GB HBM3", "date": "d",
+            "cuda_update_path": f"(BLOCK_MAX_BATCH={block_max})",
+        }  # fmt: skip
+
+    rows = [row(i, b, m, 1e6 * b) for i in ("drlhet-cuda", "drlhet-jax")
+            for b in (256, 4096) for m in (0, 65536)]  # fmt: skip
+    rows[0]["items_per_s"] = 2e6 * 256  # cuda at 256 on the per-level path: not the default's
+    rows.append({**row("drlhet-native", 256, 0, 1.0), "device": "host CPU"})
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps(rows))
+    got, notes = fp.gpu_measured((path, tmp_path / "missing.json"), 2**20, 16, ("sample",))
+    assert notes == [f"{tmp_path / 'missing.json'}: no such file; its GPU rows are omitted"]
+    picked = {(r["backend"], r["batch"]): r["cuda_update_path"] for r in got}
+    assert picked == {
+        ("cuda", 256): "(BLOCK_MAX_BATCH=65536)",  # one block per tree up to 1024
+        ("jax", 256): "(BLOCK_MAX_BATCH=65536)",  # jax from the same run
+        ("cuda", 4096): "(BLOCK_MAX_BATCH=0)",  # a launch per level above it
+        ("jax", 4096): "(BLOCK_MAX_BATCH=0)",
+    }
+    assert all(r["seconds"] == pytest.approx(1e-6) for r in got)  # B / (1e6 B) items/s
+    assert all(r["label"] == "measured (GPU, d)" for r in got)
+
+
 def test_fig_branching_tiny(experiment, tmp_path):
     fb = experiment("fig_branching")
     args = fb.Args(

@@ -4,10 +4,13 @@ The kernels (``kernels/cuda/sum_tree_kernels.cuh``, FFI handlers in ``kernels/cu
 built by CMake on ``pip install`` where ``nvcc`` works) implement the reference's ``find`` and
 ``update`` bit for bit (Zhang, Meng, Prasanna, TPDS 2023, Sec. 5.2: the replay on the GPU). One
 thread descends per target; an update resolves duplicates (the last kept entry wins), writes the
-winners' leaves, then recomputes their ancestors one level per launch, each node the sequential
-sum of its K children as the reference sums it. ``update`` writes the tree in place
-(``input_output_aliases``; donate the buffer state) and never waits on the host: a batch with a
-bad index or priority is refused whole on the device, as the reference refuses it inside jit.
+winners' leaves, then recomputes their ancestors level by level, each node the sequential sum of
+its K children as the reference sums it: in one block per tree (one launch) for a batch of at
+most `BLOCK_MAX_BATCH`, else one launch per phase and level over the whole batch. Both handlers
+are recorded into XLA's command buffers (CUDA graphs) with the rest of the step. ``update``
+writes the tree in place (``input_output_aliases``; donate the buffer state) and never waits on
+the host: a batch with a bad index or priority is refused whole on the device, as the reference
+refuses it inside jit.
 
 Lookup raises `BackendUnavailable` naming what is missing: the library (no CUDA compiler at
 install) or a GPU (none visible to JAX).

@@ -35,7 +35,6 @@ This module is pure: it imports no JAX and nothing of the training stack.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from collections.abc import Mapping
@@ -44,6 +43,7 @@ from drlhet.backends.base import CPU, GROUPS, BackendUnavailable, Placement, get
 from drlhet.dse.devices import MODELS, DeviceModel, link_seconds
 from drlhet.dse.gpu_profile import GpuProfiles
 from drlhet.dse.pipelined import pipelined_busy
+from drlhet.dse.prediction import Prediction
 from drlhet.dse.shapes import Shapes
 
 __all__ = ["Shapes", "Place", "Prediction", "Model"]
@@ -67,37 +67,6 @@ _REPLAY_STAGES = tuple(st for st, (g, _) in _STAGES.items() if g == "replay")
 
 Place = Placement
 """One group's placement: ``backend`` on ``device`` (``cpu:0``, ``h100``, ``u250``)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Prediction:
-    """A mapping's predicted iteration time and throughput.
-
-    Attributes:
-      places: group -> `Place`.
-      iteration_s: predicted seconds per iteration.
-      trained_samples_per_s: ``sgd_steps * batch / iteration_s``.
-      env_steps_per_s: ``num_envs / iteration_s``.
-      basis: ``profiled`` (costs measured on this machine) or ``modeled (...)`` naming its
-        sources (``sheet``: device sheets; ``cycle model``: the FPGA replay module's).
-      runnable: every device and backend is present here.
-      bottleneck: the term that sets the time (a resource, or ``chain``/``fused``).
-      terms: the cost terms (seconds) the time was built from.
-      note: why a mapping is infeasible, if it is (``iteration_s`` is then ``inf``).
-    """
-
-    places: dict[str, Place]
-    iteration_s: float
-    trained_samples_per_s: float
-    env_steps_per_s: float
-    basis: str
-    runnable: bool
-    bottleneck: str
-    terms: dict[str, float]
-    note: str = ""
-
-    def mapping_text(self) -> str:
-        return ",".join(f"{g}={self.places[g]}" for g in GROUPS)
 
 
 class Model:

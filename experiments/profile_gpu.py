@@ -32,8 +32,15 @@ from drlhet.dse.profile import compute_figures
 SHAPES = {
     "default": ProfileKey(),
     "large": ProfileKey(hidden=(256, 256), batch=4096, capacity=1 << 20, num_envs=64),
+    **{
+        f"b{b}_c{c.bit_length() - 1}": ProfileKey(batch=b, capacity=c)
+        for b in (64, 256)
+        for c in (1 << 17, 1 << 20)
+    },
 }
-"""The shapes profiled: the DSE's default run, and a large-batch, large-buffer, large-net one."""
+"""The shapes that can be profiled: the DSE's default run, a large-batch, large-buffer,
+large-net one, and the four of the DSE's validation (``b64_c17`` ... ``b256_c20``: DQN 64x64,
+B 64 / 256, 2^17 / 2^20 leaves, as experiments/validate_dse.py and fig_mapping.py use)."""
 
 
 @dataclasses.dataclass
@@ -49,6 +56,9 @@ class Args:
 
 
 def main(args: Args) -> list[dict]:
+    unknown = [s for s in args.shapes if s not in SHAPES]
+    if unknown:
+        raise SystemExit(f"profile_gpu: unknown --shapes {unknown}; known: {list(SHAPES)}")
     try:
         gpu = jax.devices(GPU)[0]
     except RuntimeError as e:

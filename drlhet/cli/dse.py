@@ -14,18 +14,18 @@ from typing import Annotated
 
 import tyro
 
-from drlhet.backends.base import CPU, PLATFORMS
+from drlhet.backends.base import CPU, GPU, PLATFORMS, providing
 from drlhet.cli.common import UsageError, bad_input, set_cpu_devices
 from drlhet.cli.common import cache_dir as default_cache_dir
 from drlhet.dse.baselines import baselines
-from drlhet.dse.build import build_model, cpu_devices_here, replay_backends_here
+from drlhet.dse.build import build_model, cpu_devices_here, first_gpu, replay_backends_here
 from drlhet.dse.cache import ProfileCache
 from drlhet.dse.devices import load_sheets
-from drlhet.dse.gpu_profile import load_gpu_profiles
+from drlhet.dse.gpu_profile import load_gpu_profiles, sheet_for_device
 from drlhet.dse.key import ProfileKey
 from drlhet.dse.measure import measure_mapping
 from drlhet.dse.model import Prediction
-from drlhet.dse.search import expand_devices, search
+from drlhet.dse.search import best_to_run, expand_devices, search
 from drlhet.runtime.config import TrainConfig, check
 from drlhet.runtime.trainer import make_trainer
 
@@ -87,7 +87,7 @@ def dse_command(
         replay backend here is profiled).
       delay: priority-update delay k (0: strict chain; >= 1: slowest stage).
       devices: devices to map onto: ``cpu`` (this machine's XLA CPU devices), ``cpu:N``, and
-        device sheets (``h100``, ``a100``, ``u200``, ``u250``); absent ones are modeled.
+        device sheets (``h100``, ``h200``, ``a100``, ``u200``, ``u250``); absent ones are modeled.
         Default: ``cpu`` and every shipped sheet of a device.
       top: rows to print (the JSON has them all).
       measure: also run every runnable mapping and print its measured throughput.
@@ -232,7 +232,10 @@ def auto_mapping(
     backend: str | None = None,
 ) -> str:
     """The DSE's best mapping runnable here for ``config`` (profiles from the user's cache
-    folder, measured and cached when missing), its replay on ``backend`` if given.
+    folder, measured and cached when missing), its replay on ``backend`` if given: over this
+    machine's CPU devices, and its GPU as measured (a GPU profile; never from a sheet alone),
+    where only a mapping with every group on the GPU is taken (`drlhet.dse.search.best_to_run`),
+    named ``gpu:0``.
 
     Raises:
       ValueError: no mapping runnable here (with that replay backend).
@@ -240,13 +243,25 @@ def auto_mapping(
     key = ProfileKey.of(config)
     present = cpu_devices_here()
     model = build_model(key, cache=ProfileCache(default_cache_dir()), log=log)
-    here = replay_backends_here() if backend is None else [backend]
-    preds = search(model, present, delay, present=present, backends_here=here)
-    best = next((p for p in preds if p.runnable), None)
-    if best is None:
-        raise ValueError(f"no mapping runnable here with replay backends {here}")
+    gpu = first_gpu()
+    sheet = sheet_for_device(gpu.device_kind, model.sheets) if gpu is not None else None
+    if sheet is not None and (model.gpu is None or not model.gpu.has(sheet)):
+        sheet = None  # a GPU here is taken only as measured (its profile), never from a sheet
+    gpu_replay = [b.name for b in providing("replay", GPU, runnable=True) if not b.host]
+    if backend is not None:
+        gpu_replay = [b for b in gpu_replay if b == backend]
+    devices = present + ([sheet] if sheet else [])
+    preds = search(model, devices, delay, present=present)  # runnable: backends that load
+    if backend is not None:
+        preds = [p for p in preds if p.places["replay"].backend == backend]
+    picked = best_to_run(preds, sheet, gpu_replay)
+    if picked is None:
+        raise ValueError(
+            "no mapping runnable here" + (f" with replay backend {backend!r}" if backend else "")
+        )
+    best, text = picked
     log(
-        f"--mapping auto: {best.mapping_text()} ({best.trained_samples_per_s:,.0f} trained "
-        f"samples/s predicted, profiled)"
+        f"--mapping auto: {text} ({best.trained_samples_per_s:,.0f} trained samples/s "
+        f"predicted, {best.basis})"
     )
-    return best.mapping_text()
+    return text

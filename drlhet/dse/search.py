@@ -15,10 +15,10 @@ import dataclasses
 import itertools
 from collections.abc import Iterable
 
-from drlhet.backends.base import CPU, GROUPS, PLATFORMS, get, loads, names, providing
+from drlhet.backends.base import CPU, GPU, GROUPS, PLATFORMS, get, loads, names, providing
 from drlhet.dse.model import Model, Place, Prediction
 
-__all__ = ["expand_devices", "enumerate_mappings", "search"]
+__all__ = ["expand_devices", "enumerate_mappings", "search", "best_to_run"]
 
 
 def expand_devices(text: str, cpu_devices: int = 2, sheets: dict | None = None) -> list[str]:
@@ -143,3 +143,30 @@ def search(
         )
     )
     return out
+
+
+def best_to_run(
+    preds: list[Prediction], gpu_sheet: str | None = None, gpu_replay: Iterable[str] = ()
+) -> tuple[Prediction, str] | None:
+    """The best of ``preds`` (best first, from `search`) that this machine can run, and its
+    mapping as the runtime names devices: a runnable one (this machine's CPU devices), or one
+    with every group on this machine's GPU, whose device sheet is ``gpu_sheet`` (renamed
+    ``gpu:0``), its replay on a backend of ``gpu_replay`` (those that load on the GPU) and the
+    other groups on backends that load there. A mapping split between the CPU and the GPU is
+    not taken: none has run on a GPU yet. None when nothing qualifies."""
+    replay_ok = set(gpu_replay)
+    for p in preds:
+        if p.note:
+            continue
+        if p.runnable:
+            return p, p.mapping_text()
+        if gpu_sheet is None or any(pl.device != gpu_sheet for pl in p.places.values()):
+            continue
+        others_ok = all(
+            loads(pl.backend) and GPU in get(pl.backend).platforms
+            for g, pl in p.places.items()
+            if g != "replay"
+        )
+        if p.places["replay"].backend in replay_ok and others_ok:
+            return p, p.mapping_text().replace(f"@{gpu_sheet}", f"@{GPU}:0")
+    return None

@@ -38,7 +38,8 @@ def rows() -> list[dict]:
 def test_a_device_is_matched_to_the_sheet_named_in_its_kind():
     assert sheet_for_device("NVIDIA H100 80GB HBM3") == "h100"
     assert sheet_for_device("NVIDIA A100-SXM4-40GB") == "a100"
-    assert sheet_for_device("NVIDIA H200") is None  # no sheet: stays unprofiled
+    assert sheet_for_device("NVIDIA H200") == "h200"
+    assert sheet_for_device("Tesla T4") is None  # no sheet: stays unprofiled
     assert sheet_for_device("Toy GPU", {"gpu": {"kind": "gpu"}, "link": {"kind": "link"}}) == "gpu"
 
 

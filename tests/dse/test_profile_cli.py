@@ -20,6 +20,7 @@ from drlhet.dse.profile_pipeline import PIPELINE_FIGURES
 from drlhet.dse.search import search
 
 TINY = ProfileKey(hidden=(8,), batch=16, capacity=1024, num_envs=2, sgd_steps=2)
+PRIMITIVES = ("actors", "insert", "sample", "train", "update")
 FP = "tests"  # a fixed fingerprint: a rebuild of the package during the session keeps it
 
 
@@ -232,3 +233,33 @@ def test_a_shape_that_cannot_train_is_refused_before_profiling(capsys, monkeypat
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["drlhet: error: --batch (2048) must be <= --capacity (1024)"]
+
+
+def test_auto_takes_a_gpu_here_only_as_measured_and_names_it_gpu0(
+    tmp_path, monkeypatch, cache_base
+):
+    from drlhet.cli import dse as dse_cli
+    from drlhet.dse import build
+
+    shutil.copytree(for_the_cli(cache_base), tmp_path / "cache")
+    monkeypatch.setenv("DRLHET_CACHE", str(tmp_path / "cache"))
+
+    class StandIn:  # a GPU as JAX reports it; nothing runs on it here
+        device_kind = "NVIDIA H100 80GB HBM3"
+
+    fast = {p: {"median": 1e-9, "min": 1e-9, "max": 1e-9} for p in PRIMITIVES}
+    monkeypatch.setattr(build, "compute_figures", lambda key, device: fast)
+    cfg = TINY.train_config()
+    for where in (build, dse_cli):
+        monkeypatch.setattr(where, "first_gpu", StandIn)
+    logs: list[str] = []
+    text = dse_cli.auto_mapping(cfg, 0, log=logs.append)
+    assert text == "actors=jax@gpu:0,replay=jax@gpu:0,learner=jax@gpu:0"
+    assert any("profiled (h100 measured)" in line for line in logs), logs
+    # asked for a replay backend that does not load on the GPU: the CPU's best
+    assert dse_cli.auto_mapping(cfg, 0, log=logs.append, backend="native").startswith(
+        "actors=jax@cpu:"
+    )
+    for where in (build, dse_cli):  # no GPU: the CPU's best, as before
+        monkeypatch.setattr(where, "first_gpu", lambda: None)
+    assert dse_cli.auto_mapping(cfg, 0, log=logs.append).startswith("actors=jax@cpu:")

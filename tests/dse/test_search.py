@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from test_model import NATIVE, PROFILE, SHAPES, US, places, toy_sheets
 
 from drlhet.backends import base
 from drlhet.backends.base import CPU, FPGA, GPU, Backend, get
 from drlhet.dse.model import Model, Place
-from drlhet.dse.search import enumerate_mappings, search
+from drlhet.dse.search import best_to_run, enumerate_mappings, search
 
 HOST = {"replay_in": 500 * US, "replay_next": 500 * US, "apply": 100 * US}
 
@@ -97,3 +99,22 @@ def test_a_link_is_not_a_device():
     with pytest.raises(ValueError, match="not a device"):
         enumerate_mappings(m, ["cpu:0", "link"])
     assert Place("jax", "gpu") in {x["learner"] for x in enumerate_mappings(m, ["cpu:0", "gpu"])}
+
+
+def _pred(a: str, r: str, ln: str, rate: float, runnable: bool, note: str = ""):
+    p = Model(SHAPES, toy_sheets(), {"jax": PROFILE, "native": NATIVE}).predict(places(a, r, ln))
+    return dataclasses.replace(p, trained_samples_per_s=rate, runnable=runnable, note=note)
+
+
+def test_best_to_run_takes_a_fused_mapping_on_the_gpu_here_named_as_the_runtime_names_it():
+    on_gpu = _pred("jax@gpu", "jax@gpu", "jax@gpu", 3.0, runnable=False)
+    split = _pred("jax@cpu:0", "jax@gpu", "jax@gpu", 4.0, runnable=False)
+    infeasible = _pred("jax@gpu", "jax@gpu", "jax@gpu", 5.0, runnable=False, note="too big")
+    on_cpu = _pred("jax@cpu:0", "native@cpu:0", "jax@cpu:0", 2.0, runnable=True)
+    preds = [infeasible, split, on_gpu, on_cpu]  # best first
+    got = best_to_run(preds, "gpu", ["jax"])
+    assert got == (on_gpu, f"actors=jax@{GPU}:0,replay=jax@{GPU}:0,learner=jax@{GPU}:0")
+    # no GPU here, or its replay backend does not load there: the best runnable CPU mapping
+    assert best_to_run(preds, None, ["jax"]) == (on_cpu, on_cpu.mapping_text())
+    assert best_to_run(preds, "gpu", ["cuda"]) == (on_cpu, on_cpu.mapping_text())
+    assert best_to_run([split, infeasible], "gpu", ["jax"]) is None

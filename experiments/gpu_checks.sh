@@ -10,6 +10,8 @@
 #   train     DQN + PER on CartPole, 3 seeds, to a mean return of 475: replay cuda, then jax,
 #             everything on the GPU
 #   bench     bench_replay --device gpu over capacities 2^14..2^22 x batches 32..65536
+#             (BENCH_BATCHES, BENCH_LIMIT; not yet run whole: on 2026-11-26 its 100 s limit
+#             cut off batches 32 4096 65536 after 2^20, B 32, on an H100 machine)
 #   profile   experiments/profile_gpu.py: every primitive on the GPU, for the DSE
 #   probe     the cuda update's two paths against jax at 2^20 leaves (not in the default list)
 #   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
@@ -61,8 +63,9 @@ for s in "${stages[@]}"; do
           --stop-at-return 475 --no-progress --out "${RUNS:-$OUT/runs}" --name "dqn-cartpole-$b-gpu"
       done ;;
     bench)
-      stage bench "${BENCH_LIMIT:-420}" $PY experiments/bench_replay.py --device gpu --modes fused \
-        --capacities 16384 131072 1048576 4194304 --batches ${BENCH_BATCHES:-32 256 1024 4096 16384 65536} \
+      stage bench "${BENCH_LIMIT:-420}" $PY experiments/bench_replay.py --device gpu \
+        --modes fused --capacities 16384 131072 1048576 4194304 \
+        --batches ${BENCH_BATCHES:-32 256 1024 4096 16384 65536} \
         --no-peers --no-thread-scaling --repeats 5 --out "$OUT/bench_replay_gpu.json" ;;
     profile)
       stage profile 300 $PY experiments/profile_gpu.py --out "$OUT/gpu_profile.json" ;;

@@ -8,9 +8,10 @@
 //
 // Attributes: branching (K) and capacity (C), int64; the update also block_max_batch: a batch of
 // at most that many entries per tree is written by one block per tree in one launch
-// (drlhet_cuda_update_block), a larger one by 3 + depth launches over the whole batch. Semantics are the reference's
-// (drlhet/replay/sum_tree.py), bit for bit. Bad values cannot be reported without waiting for
-// the device: a batch with a kept index outside [0, C) or a negative / non-finite priority is
+// (drlhet_cuda_update_block), a larger one by 3 + depth launches over the whole batch. Both
+// handlers are command-buffer compatible (XLA records them into the step's CUDA graph).
+// Semantics are the reference's (drlhet/replay/sum_tree.py), bit for bit. Bad values cannot be
+// reported without waiting for the device: a batch with a kept index outside [0, C) or a negative / non-finite priority is
 // refused whole on the device (its tree unchanged), as the reference refuses it inside jit; a
 // target that is not > 0 descends as 0. Shapes and attributes are checked on the host.
 #include <cuda_runtime.h>

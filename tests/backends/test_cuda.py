@@ -102,6 +102,26 @@ def test_lookup_loads_with_a_gpu_and_names_what_is_missing_without():
     assert backends.default("replay", backends.GPU) == want
 
 
+def test_the_update_names_its_path_and_writes_the_tree_in_place(monkeypatch):
+    """The custom call as JAX lowers it (no GPU needed): the update-path threshold
+    `cuda.BLOCK_MAX_BATCH` read at trace time, and the tree aliased to the first result."""
+    path = library_path("drlhet_cuda", "the CUDA kernels") if shutil.which("nvcc") else None
+    if path is None:
+        pytest.skip("missing library: the CUDA toolkit (nvcc is not on PATH)")
+    tree = random_tree(100, 4)
+    for block_max in (77, 0):
+        monkeypatch.setattr(cuda, "BLOCK_MAX_BATCH", block_max)
+        fresh = lambda t, i, v: cuda.update(t, i, v)  # noqa: E731 - a new trace each time
+        text = (
+            jax.jit(fresh, donate_argnums=0)
+            .lower(tree, jnp.arange(5), jnp.ones(5, jnp.float32))
+            .as_text()
+        )
+        call = next(ln for ln in text.splitlines() if "@drlhet_cuda_update" in ln)
+        assert f"block_max_batch = {block_max} : i64" in call
+        assert "output_operand_aliases" in call and "operand_index = 0" in call
+
+
 @pytest.mark.parametrize("k, capacity", KS_CAPACITIES)
 def test_each_thread_descends_as_the_reference(probe, k, capacity):
     tree = np.asarray(random_tree(capacity, k, seed=k).nodes)

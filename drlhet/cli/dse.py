@@ -44,8 +44,9 @@ def profile_command(
     cache_dir: Path | None = None,
     cpu_devices: int = 2,
 ) -> Path:
-    """Profiles every primitive of a run on this machine's CPU (every replay backend here) and
-    caches the result (JSON, reused until the package or the machine changes).
+    """Profiles every primitive of a run on this machine's CPU (every replay backend here), and
+    on its GPU if it has one that matches a device sheet, and caches the result (JSON, reused
+    until the package or the machine changes).
 
     Args:
       shape: the run's shape (`drlhet.dse.key.ProfileKey`; its backend is ignored: every
@@ -64,6 +65,10 @@ def profile_command(
         print(f"{backend}: compute us per call (measured, {prof['device']}): {med}")
         med = {k: f"{v['median'] * 1e6:.1f}" for k, v in prof["call"].items()}
         print(f"{backend}: host-loop call us (measured): {med}")
+    for sheet, by_backend in (model.gpu.figures if model.gpu else {}).items():
+        for backend, figs in by_backend.items():
+            med = {k: f"{v['median'] * 1e6:.1f}" for k, v in figs.items()}
+            print(f"{backend}: compute us per call (measured, this GPU: {sheet}): {med}")
     print(f"profiles: {cache.path}")
     return cache.path
 

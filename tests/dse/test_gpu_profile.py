@@ -136,3 +136,20 @@ def test_a_gpu_present_here_is_profiled_once_then_read_from_the_cache(tmp_path, 
     assert len(calls) == len(got)
     monkeypatch.setattr(build, "first_gpu", lambda: None)
     assert build.gpu_rows_here(key, cache, log=lambda _: None) == []
+
+
+@pytest.mark.parametrize("content", [None, "[{}]"])
+def test_the_cli_refuses_a_bad_gpu_profile_in_one_line_before_profiling(
+    tmp_path, capsys, monkeypatch, content
+):
+    from drlhet.cli import main
+
+    monkeypatch.setattr("drlhet.cli.dse.build_model", lambda *a, **k: pytest.fail("profiled"))
+    path = tmp_path / "gpu.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SystemExit) as stop:
+        main(["dse", "--gpu-profile", str(path), "--cache-dir", str(tmp_path)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"drlhet: error: GPU profile {path}"), err

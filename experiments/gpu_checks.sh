@@ -13,6 +13,8 @@
 #             (BENCH_BATCHES, BENCH_LIMIT; not yet run whole: on 2026-11-26 its 100 s limit
 #             cut off batches 32 4096 65536 after 2^20, B 32, on an H100 machine)
 #   profile   experiments/profile_gpu.py: every primitive on the GPU, for the DSE
+#   split     DQN to 475 with the learner on the GPU and the rest on the host (k = 0, then 4;
+#             SPLIT_MAPPING), not in the default list: no split has run on a GPU yet
 #   probe     the cuda update's two paths against jax at 2^20 leaves (not in the default list)
 #   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
 # Usage: OUT=results/raw/gpu experiments/gpu_checks.sh [stage ...]
@@ -69,6 +71,12 @@ for s in "${stages[@]}"; do
         --no-peers --no-thread-scaling --repeats 5 --out "$OUT/bench_replay_gpu.json" ;;
     profile)
       stage profile 300 $PY experiments/profile_gpu.py --out "$OUT/gpu_profile.json" ;;
+    split)  # mappings split between the host CPU and the GPU (never run on a GPU before)
+      for k in 0 4; do
+        stage "split_k$k" 240 $PY -m drlhet train --delay $k --stop-at-return 475 \
+          --mapping "${SPLIT_MAPPING:-actors=cpu:0,replay=native@cpu:0,learner=gpu:0}" \
+          --no-progress --out "${RUNS:-$OUT/runs}" --name "split-k$k"
+      done ;;
     probe)  # the cuda update's two paths (one block per tree; a launch per level) and jax
       for bm in 65536 0; do
         stage "probe_block$bm" 150 $PY experiments/bench_replay.py --device gpu \

@@ -28,6 +28,7 @@ import numpy as np
 
 from drlhet.backends.channel import ChannelEnd, NativeChannel
 from drlhet.runtime.chunks import split_keys
+from drlhet.runtime.compiling import inlined, jit
 from drlhet.runtime.stage_loops import StageRun
 
 __all__ = ["Links", "open_links", "group_thread", "in_program_groups", "STAGE_INPUTS"]
@@ -85,7 +86,7 @@ def open_links(r: StageRun, lead: int) -> Links:
     """Opens and seeds the channels of run ``r`` (the replay runs at most ``lead`` calls ahead
     of the learner): two agents for the actors' first calls, the k pending updates."""
     st, loop, cfg = r.st, r.loop, r.tr.config
-    pack = jax.jit(jax.vmap(st.agent.pack))
+    pack = jit(jax.vmap(st.agent.pack))
     first = (pack(loop.actor_agent), pack(loop.agent))
     trans = jax.eval_shape(st.actor, first[0], *loop.env, loop.env_steps)[5]
     updates = jax.ShapeDtypeStruct((cfg.seeds, r.per_call, st.entry.size), jnp.uint32)
@@ -100,7 +101,7 @@ def open_links(r: StageRun, lead: int) -> Links:
     for words in first:
         links.params.put(words)
     # the k updates the state holds (empty ones at the start of a run)
-    words = np.asarray(jax.jit(jax.vmap(jax.vmap(st.entry.pack)))(loop.pending))  # [S, k, We]
+    words = np.asarray(jit(jax.vmap(jax.vmap(st.entry.pack)))(loop.pending))  # [S, k, We]
     for j in range(cfg.delay):
         links.updates.put(words[:, j])
     return links
@@ -124,19 +125,19 @@ def _steps(r: StageRun, links: Links) -> dict[str, Any]:
 
     def actors(c, steps):
         ch = links.ends(c["ids"])
-        *env, trans, finished = st.actor(ch["params"].recv(c["token"]), *c["env"], steps)
+        *env, trans, finished = inlined(st.actor)(ch["params"].recv(c["token"]), *c["env"], steps)
         token = ch["transitions"].send(trans, c["token"])
         return {**c, "env": tuple(env), "token": token}, {"finished": finished}
 
     def replay(c, steps):
         ch = links.ends(c["ids"])
         trans = ch["transitions"].recv(c["token"])
-        rep, batches = st.replay(c["rep"], trans, updates(ch, c["token"]), steps)
+        rep, batches = inlined(st.replay)(c["rep"], trans, updates(ch, c["token"]), steps)
         return {**c, "rep": rep, "token": ch["batches"].send(batches, c["token"])}, {}
 
     def learner(c, steps):
         ch = links.ends(c["ids"])
-        agent, ups, metrics = st.learner(c["agent"], ch["batches"].recv(c["token"]))
+        agent, ups, metrics = inlined(st.learner)(c["agent"], ch["batches"].recv(c["token"]))
         token = ch["updates"].send(jnp.swapaxes(ups, 0, 1), c["token"], p)
         token = ch["params"].send(agent, token)
         return {**c, "agent": agent, "token": token}, {"metrics": metrics}
@@ -144,7 +145,9 @@ def _steps(r: StageRun, links: Links) -> dict[str, Any]:
     def actors_replay(c, steps):
         ch = links.ends(c["ids"])
         words, ups = ch["params"].recv(c["token"]), updates(ch, c["token"])
-        *env, finished, rep, batches = st.actor_replay(words, *c["env"], steps, c["rep"], ups)
+        *env, finished, rep, batches = inlined(st.actor_replay)(
+            words, *c["env"], steps, c["rep"], ups
+        )
         token = ch["batches"].send(batches, c["token"])
         return {**c, "env": tuple(env), "rep": rep, "token": token}, {"finished": finished}
 
@@ -186,7 +189,7 @@ def chunk_program(r: StageRun, links: Links, group: str, first: bool, last: bool
 
     def split(c):
         env = list(c["env"])
-        env[4], k_eval = split_keys(env[4])
+        env[4], k_eval = inlined(split_keys)(env[4])
         return {**c, "env": tuple(env)}, k_eval
 
     def run(c, steps):
@@ -219,7 +222,7 @@ def chunk_program(r: StageRun, links: Links, group: str, first: bool, last: bool
         c, outs = run({**donated, **kept}, steps)
         return {k: c[k] for k in donated}, {k: c[k] for k in kept}, outs
 
-    return jax.jit(program, donate_argnums=0)
+    return jit(program, donate_argnums=0)
 
 
 def _stack(pre: list[dict], outs: dict, post: list[dict]) -> dict:

@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from drlhet.runtime.compiling import jit
 from drlhet.runtime.config import TrainConfig
 
 __all__ = ["chunk_row", "host_summary", "check_replay_error", "split_keys"]
@@ -67,7 +68,7 @@ def host_summary(
     return summary
 
 
-@jax.jit
+@jit
 def split_keys(key: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``[S]`` keys -> two ``[S]`` keys (the carried one and a fresh one)."""
     pair = jax.vmap(jax.random.split)(key)

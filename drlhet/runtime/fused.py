@@ -8,6 +8,7 @@ import time
 import jax
 
 from drlhet.runtime.chunks import check_replay_error, chunk_row
+from drlhet.runtime.compiling import jit
 from drlhet.runtime.saving import ChunkHook
 from drlhet.runtime.trainer import Trainer, TrainState
 
@@ -31,7 +32,7 @@ def run_fused(
     """
     cfg = tr.config
     states = jax.device_put(states, device)
-    chunk = jax.jit(jax.vmap(tr.chunk), donate_argnums=0)
+    chunk = jit(jax.vmap(tr.chunk), donate_argnums=0)
     rows, last = [], time.perf_counter()
     for i in range(first, tr.chunks):
         states, summary = chunk(states)

@@ -32,6 +32,7 @@ import numpy as np
 from drlhet.backends import channel
 from drlhet.runtime.channel_stages import Links, group_thread, in_program_groups, open_links
 from drlhet.runtime.chunks import check_replay_error, chunk_row, host_summary
+from drlhet.runtime.compiling import jit
 from drlhet.runtime.host_loop import LoopState, final_state, place_state
 from drlhet.runtime.saving import ChunkHook
 from drlhet.runtime.stage_loops import StageRun, group_loop
@@ -101,7 +102,7 @@ def run_pipeline(
     )
     crew = Crew()
     ch = {"reports": crew.channel((len(_GROUPS) + len(names)) * tr.chunks)}
-    agent_words = jax.jit(jax.vmap(st.agent.pack))(loop.agent)
+    agent_words = jit(jax.vmap(st.agent.pack))(loop.agent)
     # the host thread evaluates while the stages run: compile it now, not in chunk 1
     k_eval = jax.ShapeDtypeStruct(
         loop.env[4].shape, loop.env[4].dtype, sharding=agent_words.sharding
@@ -148,7 +149,7 @@ def _host_channels(r: StageRun, crew: Crew, lead: int, agent_words: Any) -> None
         updates=crew.channel(lead + 2),
     )
     loop = r.loop
-    r.ch["params"].put(jax.jit(jax.vmap(r.st.agent.pack))(loop.actor_agent))  # actors call 0
+    r.ch["params"].put(jit(jax.vmap(r.st.agent.pack))(loop.actor_agent))  # actors call 0
     r.ch["params"].put(loop.move("learner", "actors")(agent_words))  # call 1
 
 
@@ -197,7 +198,7 @@ def _finish(cfg, st: PipelineStages, loop: LoopState, crew: Crew, ch: dict, link
         results.update(one)
     loop.env, loop.env_steps = results["actors"]
     loop.rep, fifo = results["replay"]
-    loop.agent = jax.jit(jax.vmap(st.agent.unpack))(results["learner"])
+    loop.agent = jit(jax.vmap(st.agent.unpack))(results["learner"])
     if links is not None:  # per-step messages [S, We] on the host
         left = links.updates.drain()
         fifo = UpdateFifo(np.stack(left, axis=1)) if left else None
@@ -208,8 +209,8 @@ def _finish(cfg, st: PipelineStages, loop: LoopState, crew: Crew, ch: dict, link
             fifo.push(updates)
         next_agent = ch["params"].drain()[0]
     agent_dev = jax.device_put(next_agent, loop.devices["actors"])
-    loop.actor_agent = jax.jit(jax.vmap(st.agent.unpack))(agent_dev)
+    loop.actor_agent = jit(jax.vmap(st.agent.unpack))(agent_dev)
     if fifo is None:
         return final_state(cfg, loop, [])
-    pending: Any = jax.jit(jax.vmap(jax.vmap(st.entry.unpack)))(fifo.take(len(fifo)))
+    pending: Any = jit(jax.vmap(jax.vmap(st.entry.unpack)))(fifo.take(len(fifo)))
     return final_state(cfg, loop, [pending])

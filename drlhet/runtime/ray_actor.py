@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from drlhet.runtime.compiling import jit
 from drlhet.runtime.config import TrainConfig, n_step_of
 from drlhet.runtime.trainer import _random_actions, make_trainer
 
@@ -63,7 +64,7 @@ def _rollout_fn(cfg: TrainConfig, tr, iterations: int, random: bool):
         finished = (done[0].sum(), done[1].sum())
         return env_state, obs, fifo, ret, key, trans, finished
 
-    return jax.jit(jax.vmap(one, in_axes=(0, 0, 0, 0, 0, 0, None)))
+    return jit(jax.vmap(one, in_axes=(0, 0, 0, 0, 0, 0, None)))
 
 
 class RolloutActor:
@@ -85,7 +86,7 @@ class RolloutActor:
         self.joined = not _restarted()  # a restarted actor waits for `rejoin`
         salt = index + 1 + (0 if self.joined else os.getpid() << 8)  # a restart: new episodes
         keys = jax.random.split(jax.random.fold_in(jax.random.key(cfg.seed), salt), cfg.seeds)
-        state = jax.jit(jax.vmap(self.tr.init))(keys)
+        state = jit(jax.vmap(self.tr.init))(keys)
         self.env = (state.env_state, state.obs, state.fifo, state.episode_return, state.key)
         self.agent = state.agent
         self.fill_steps = (n_step_of(cfg) - 1) * cfg.num_envs

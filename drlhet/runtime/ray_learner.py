@@ -34,6 +34,7 @@ import numpy as np
 
 from drlhet.backends import CPU
 from drlhet.runtime.chunks import check_replay_error, chunk_row, host_summary, split_keys
+from drlhet.runtime.compiling import jit
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.ray_actor import RolloutActor, params_digest
 from drlhet.runtime.saving import ChunkHook
@@ -158,7 +159,7 @@ def _learn_fn(cfg: TrainConfig, tr: Trainer, iterations: int, train: bool):
         return agent, rep, pending, key, jax.tree.map(jnp.mean, metrics)
 
     vm = jax.vmap(one, in_axes=(0, 0, 0, 0, 0, None))
-    return jax.jit(vm, donate_argnums=(0, 1, 2))
+    return jit(vm, donate_argnums=(0, 1, 2))
 
 
 class _Learner:
@@ -172,10 +173,10 @@ class _Learner:
         cfg = tr.config
         keys = jax.random.split(jax.random.key(cfg.seed), cfg.seeds)
         with jax.default_device(device):
-            s = jax.jit(jax.vmap(tr.init))(keys)
+            s = jit(jax.vmap(tr.init))(keys)
         self.state = [s.agent, s.replay, s.pending, s.key]
         self.env_steps = 0
-        self.evaluate = jax.jit(jax.vmap(tr.parts.evaluate))
+        self.evaluate = jit(jax.vmap(tr.parts.evaluate))
         self.learn = {t: _learn_fn(cfg, tr, rc.rollout, t) for t in (False, True)}
         self.iters, self.version = 0, 0
         n = len(actors)

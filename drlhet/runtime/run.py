@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import jax
 
+from drlhet.runtime.compiling import jit
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.fused import run_fused
 from drlhet.runtime.host_loop import run_iteration_loop
@@ -83,8 +84,8 @@ def run(
     if start is None:
         keys = jax.random.split(jax.random.key(cfg.seed), cfg.seeds)
         with jax.default_device(devices["replay"]):
-            states = jax.jit(jax.vmap(tr.init))(keys)
-            states = jax.jit(jax.vmap(tr.warmup), donate_argnums=0)(states)
+            states = jit(jax.vmap(tr.init))(keys)
+            states = jit(jax.vmap(tr.warmup), donate_argnums=0)(states)
     else:
         states = start.states
     first = 0 if start is None else start.chunk + 1

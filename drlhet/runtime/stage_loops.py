@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from drlhet.runtime.chunks import split_keys
+from drlhet.runtime.compiling import jit
 from drlhet.runtime.host_loop import LoopState
 from drlhet.runtime.stages import PipelineStages
 from drlhet.runtime.threads import Channel, Clock
@@ -146,7 +147,7 @@ def _send(channel: Channel, move, x, clock: Clock) -> None:
 def _fifo(r: StageRun) -> UpdateFifo:
     """The replay's queue of updates, seeded with the k the state holds (empty ones at the start
     of a run; packed, on its device)."""
-    pack = jax.jit(jax.vmap(jax.vmap(r.st.entry.pack)))
+    pack = jit(jax.vmap(jax.vmap(r.st.entry.pack)))
     return UpdateFifo(pack(r.loop.pending))
 
 

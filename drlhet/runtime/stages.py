@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from drlhet.replay.delayed import after_sample
+from drlhet.runtime.compiling import jit
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.parts import Batch, Parts
 from drlhet.runtime.payload import Payload, payload_of
@@ -130,12 +131,12 @@ def iteration_stages(cfg: TrainConfig, tr: Trainer) -> IterationStages:
         return p.train(agent_state, Batch(data, weights), k)
 
     return IterationStages(
-        actor_step=jax.jit(vm(actor_fn, in_axes=(0, 0, 0, 0, 0, 0, None)), donate_argnums=(1, 3)),
-        replay_in=jax.jit(vm(replay_in_fn, in_axes=(0, 0, 0, None)), donate_argnums=0),
-        replay_next=jax.jit(vm(replay_next_fn, in_axes=(0, 0, 0, 0, 0, None)), donate_argnums=0),
-        replay_apply=jax.jit(vm(apply_fn), donate_argnums=0),
-        learner=jax.jit(vm(learner_fn), donate_argnums=() if cfg.delay else 0),
-        evaluate=jax.jit(vm(p.evaluate)),
+        actor_step=jit(vm(actor_fn, in_axes=(0, 0, 0, 0, 0, 0, None)), donate_argnums=(1, 3)),
+        replay_in=jit(vm(replay_in_fn, in_axes=(0, 0, 0, None)), donate_argnums=0),
+        replay_next=jit(vm(replay_next_fn, in_axes=(0, 0, 0, 0, 0, None)), donate_argnums=0),
+        replay_apply=jit(vm(apply_fn), donate_argnums=0),
+        learner=jit(vm(learner_fn), donate_argnums=() if cfg.delay else 0),
+        evaluate=jit(vm(p.evaluate)),
     )
 
 
@@ -197,11 +198,11 @@ def pipeline_stages(cfg: TrainConfig, tr: Trainer, unroll: int, example: Any) ->
 
     ar_axes = (0, 0, 0, 0, 0, 0, None, 0, 0)  # every argument per seed but the env steps
     return PipelineStages(
-        actor=jax.jit(vm(actor_fn, in_axes=(0, 0, 0, 0, 0, 0, None)), donate_argnums=(1, 3)),
-        replay=jax.jit(vm(replay_fn, in_axes=(0, 0, 0, None)), donate_argnums=0),
-        learner=jax.jit(vm(learner_fn)),  # not donated: the actors keep the previous params
-        actor_replay=jax.jit(vm(actor_replay_fn, in_axes=ar_axes), donate_argnums=(1, 3, 7)),
-        evaluate=jax.jit(vm(evaluate_fn)),
+        actor=jit(vm(actor_fn, in_axes=(0, 0, 0, 0, 0, 0, None)), donate_argnums=(1, 3)),
+        replay=jit(vm(replay_fn, in_axes=(0, 0, 0, None)), donate_argnums=0),
+        learner=jit(vm(learner_fn)),  # not donated: the actors keep the previous params
+        actor_replay=jit(vm(actor_replay_fn, in_axes=ar_axes), donate_argnums=(1, 3, 7)),
+        evaluate=jit(vm(evaluate_fn)),
         unroll=unroll,
         agent=agent,
         entry=entry,

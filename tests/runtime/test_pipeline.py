@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from drlhet.runtime import pipeline
+from drlhet.runtime import compiling, pipeline
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.payload import payload_of
 from drlhet.runtime.run import run
@@ -164,12 +164,12 @@ def test_a_nan_priority_is_refused_and_stops_every_thread(monkeypatch, host):
     # programs: closing the channels cancels them)
     def wrap(learner):
         def nan_priorities(agent, batches):
-            agent, updates, metrics = learner(agent, batches)
+            agent, updates, metrics = compiling.inlined(learner)(agent, batches)
             b = SMALL.batch_size
             nan = np.float32(np.nan).view(np.uint32)
             return agent, updates.at[..., 2 * b :].set(nan), metrics
 
-        return nan_priorities
+        return compiling.jit(nan_priorities)  # a stage: called alone, or inside a program
 
     with_learner(monkeypatch, wrap)
     monkeypatch.setattr(pipeline, "_FORCE_HOST_CHANNELS", host)

@@ -6,7 +6,9 @@
 //   drlhet_descend_one   DescendOne for each of n targets, one after the other (what each GPU
 //                        thread of kernels/cuda does for its target)
 //   drlhet_update_phases the GPU update's three phases (WinnerMerge, IsWinner, RecomputeNode),
-//                        run serially on the host
+//                        run serially on the host; levels 0..top recomputed whole, as the
+//                        per-level path does for its narrow levels (NarrowTop)
+//   drlhet_narrow_top    NarrowTop for (capacity, k, batch, max_nodes)
 #include <cstdint>
 
 #include "drlhet/sum_tree.h"
@@ -43,9 +45,11 @@ int drlhet_descend_one(const float* tree, int64_t capacity, int k, const float* 
 }
 
 // Returns 0 (tree updated), 1 (an invalid entry: batch refused, tree unchanged) or -1 (bad
-// layout). `winner` is scratch of `capacity` slots.
+// layout). `winner` is scratch of `capacity` slots. Levels 0..top (-1: none) have every node
+// recomputed, the others each winner's ancestor.
 int drlhet_update_phases(float* tree, int64_t capacity, int k, const int32_t* indices,
-                         const float* values, const bool* keep, int32_t n, int32_t* winner) {
+                         const float* values, const bool* keep, int32_t n, int32_t* winner,
+                         int top) {
   drlhet::TreeLayout lay;
   if (!drlhet::MakeLayout(capacity, k, &lay)) return -1;
   for (int32_t b = 0; b < n; ++b) {
@@ -62,6 +66,12 @@ int drlhet_update_phases(float* tree, int64_t capacity, int k, const int32_t* in
     }
   }
   for (int level = lay.depth - 1; level >= 0; --level) {
+    if (level <= top) {
+      for (int64_t node = 0; node < drlhet::NodesAt(lay, level); ++node) {
+        drlhet::RecomputeNode(tree, lay, level, node);
+      }
+      continue;
+    }
     for (int32_t b = 0; b < n; ++b) {
       if (keep[b] && drlhet::IsWinner(winner[indices[b]], b, keep[b])) {
         drlhet::RecomputeNode(tree, lay, level, drlhet::AncestorAt(indices[b], lay, level));
@@ -69,6 +79,13 @@ int drlhet_update_phases(float* tree, int64_t capacity, int k, const int32_t* in
     }
   }
   return 0;
+}
+
+// Returns NarrowTop, or -2 for a bad (capacity, k).
+int drlhet_narrow_top(int64_t capacity, int k, int64_t batch, int64_t max_nodes) {
+  drlhet::TreeLayout lay;
+  if (!drlhet::MakeLayout(capacity, k, &lay)) return -2;
+  return drlhet::NarrowTop(lay, batch, max_nodes);
 }
 
 }  // extern "C"

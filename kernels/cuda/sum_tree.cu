@@ -8,7 +8,8 @@
 //
 // Attributes: branching (K) and capacity (C), int64; the update also block_max_batch: a batch of
 // at most that many entries per tree is written by one block per tree in one launch
-// (drlhet_cuda_update_block), a larger one by 3 + depth launches over the whole batch. Both
+// (drlhet_cuda_update_block), a larger one by launches over the whole batch: claim, leaves,
+// one per wide level, and one for the narrow levels at the top (drlhet_cuda_update_top). Both
 // handlers are command-buffer compatible (XLA records them into the step's CUDA graph).
 // Semantics are the reference's (drlhet/replay/sum_tree.py), bit for bit. Bad values cannot be
 // reported without waiting for the device: a batch with a kept index outside [0, C) or a negative / non-finite priority is
@@ -26,7 +27,10 @@ namespace ffi = xla::ffi;
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kBlockThreads = 1024;  // drlhet_cuda_update_block: one block per tree
+constexpr int kBlockThreads = 1024;  // drlhet_cuda_update_block / _top: one block per tree
+// The per-level path recomputes levels of at most this many nodes (and no more than the batch)
+// whole, in one launch (drlhet_cuda_update_top): 4 nodes per thread of its block at most.
+constexpr int64_t kNarrowMaxNodes = 4 * kBlockThreads;
 
 unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
@@ -115,9 +119,14 @@ ffi::Error UpdateImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
                                                                 batch, n, capacity, winner, bad);
   drlhet_cuda_update_leaves<<<Blocks(n), kThreads, 0, stream>>>(
       dst, capacity, k, idx, values.typed_data(), kp, batch, n, winner, bad);
-  for (int level = lay.depth - 1; level >= 0; --level) {
+  const int top = drlhet::NarrowTop(lay, batch, kNarrowMaxNodes);
+  for (int level = lay.depth - 1; level > top; --level) {
     drlhet_cuda_update_level<<<Blocks(n), kThreads, 0, stream>>>(dst, capacity, k, idx, kp,
                                                                  batch, n, winner, bad, level);
+  }
+  if (top >= 0) {  // the narrow levels: every node once, one block per tree, one launch
+    drlhet_cuda_update_top<<<static_cast<unsigned>(trees), kBlockThreads, 0, stream>>>(
+        dst, capacity, k, bad, top);
   }
   return LastError("drlhet_cuda_update");
 }

@@ -99,11 +99,31 @@ __global__ void drlhet_cuda_update_level(float* nodes, int64_t capacity, int32_t
                         drlhet::AncestorAt(indices[i], lay, level));
 }
 
+// Phase 3 for the narrow levels (drlhet::NarrowTop): grid = V trees, one block each, which
+// recomputes every node of levels top .. 0, a level at a time, instead of one ancestor per
+// winning entry. A refused tree is skipped.
+__global__ void __launch_bounds__(1024)
+    drlhet_cuda_update_top(float* nodes, int64_t capacity, int32_t k, const int32_t* bad,
+                           int32_t top) {
+  if (bad[blockIdx.x]) return;  // the same in every thread of the block
+  drlhet::TreeLayout lay;
+  drlhet::MakeLayout(capacity, k, &lay);
+  float* tree = nodes + static_cast<int64_t>(blockIdx.x) * lay.size;
+  for (int level = top; level >= 0; --level) {
+    const int64_t count = drlhet::NodesAt(lay, level);
+    for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+      drlhet::RecomputeNode(tree, lay, level, j);
+    }
+    __syncthreads();  // the level is written before its parents read it
+  }
+}
+
 // The whole update of one tree in one block (grid = V trees, one block each): the three phases
 // above, separated by __syncthreads instead of launches, each thread taking every blockDim-th
 // entry. For batches small enough that one block keeps up: one graph node instead of 3 + depth
 // launches and a memset. The winner slots of the batch's leaves are set to -1 first (the
-// workspace is not cleared: only those slots are read). A refused batch writes no node.
+// workspace is not cleared: only those slots are read). Levels no wider than the batch have
+// every node recomputed once (NarrowTop). A refused batch writes no node.
 __global__ void __launch_bounds__(1024)
     drlhet_cuda_update_block(float* nodes, int64_t capacity, int32_t k, const int32_t* indices,
                              const float* values, const bool* keep, int64_t batch,
@@ -138,8 +158,15 @@ __global__ void __launch_bounds__(1024)
       tree[lay.offsets[lay.depth] + idx[b]] = val[b];
     }
   }
+  const int top = drlhet::NarrowTop(lay, batch, batch);  // levels 0..top: every node once
   for (int level = lay.depth - 1; level >= 0; --level) {
     __syncthreads();  // the level below is written
+    if (level <= top) {
+      for (int64_t j = threadIdx.x; j < drlhet::NodesAt(lay, level); j += blockDim.x) {
+        drlhet::RecomputeNode(tree, lay, level, j);
+      }
+      continue;
+    }
     for (int64_t b = threadIdx.x; b < batch; b += blockDim.x) {
       if (drlhet::IsWinner(win[idx[b]], static_cast<int32_t>(b), kp[b])) {
         drlhet::RecomputeNode(tree, lay, level, drlhet::AncestorAt(idx[b], lay, level));

@@ -55,8 +55,9 @@ def descend_one(lib, nodes, capacity, k, targets):
     return idx, val, total[0]
 
 
-def update_phases(lib, nodes, capacity, k, indices, values, keep):
-    """The GPU update's phases, serially on the host: (return code, nodes)."""
+def update_phases(lib, nodes, capacity, k, indices, values, keep, top=-1):
+    """The GPU update's phases, serially on the host, levels ``0..top`` recomputed whole:
+    (return code, nodes)."""
     out = np.array(nodes, F32)
     idx = np.ascontiguousarray(indices, np.int32)
     val = np.ascontiguousarray(values, F32)
@@ -65,9 +66,15 @@ def update_phases(lib, nodes, capacity, k, indices, values, keep):
     rc = lib.drlhet_update_phases(
         _ptr(out, ctypes.c_float), ctypes.c_int64(capacity), ctypes.c_int(k),
         _ptr(idx, ctypes.c_int32), _ptr(val, ctypes.c_float), _ptr(kp, ctypes.c_bool),
-        ctypes.c_int32(idx.size), _ptr(winner, ctypes.c_int32),
+        ctypes.c_int32(idx.size), _ptr(winner, ctypes.c_int32), ctypes.c_int(top),
     )  # fmt: skip
     return rc, out
+
+
+def narrow_top(lib, capacity, k, batch, max_nodes):
+    return lib.drlhet_narrow_top(
+        ctypes.c_int64(capacity), ctypes.c_int(k), ctypes.c_int64(batch), ctypes.c_int64(max_nodes)
+    )
 
 
 def bits(x):
@@ -150,16 +157,39 @@ def test_descent_at_prefix_boundaries_never_takes_a_zero(probe):
 
 
 @pytest.mark.parametrize("k, capacity", KS_CAPACITIES)
-def test_the_update_phases_equal_the_reference_write(probe, k, capacity):
+@pytest.mark.parametrize("whole", ["none", "narrow", "all"])
+def test_the_update_phases_equal_the_reference_write(probe, k, capacity, whole):
+    # the levels recomputed whole (every node, not each winner's ancestor): none, those the GPU
+    # picks for a batch of 257 (NarrowTop), or every level; the same bits each time, over a
+    # sequence of updates (each starts from the tree the last one wrote)
+    depth = len(st.layout(capacity, k).offsets) - 1
+    top = {"none": -1, "narrow": narrow_top(probe, capacity, k, 257, 4096), "all": depth - 1}
     tree = np.asarray(random_tree(capacity, k, seed=1).nodes)
     for seed in range(3):
         idx, vals = (np.asarray(x) for x in random_updates(capacity, 257, seed))
         keep = np.random.default_rng(seed).random(257) < 0.8
-        rc, got = update_phases(probe, tree, capacity, k, idx, vals, keep)
+        rc, got = update_phases(probe, tree, capacity, k, idx, vals, keep, top[whole])
         assert rc == 0
-        np.testing.assert_array_equal(
-            bits(got), bits(oracle.write(tree, capacity, k, idx, vals, keep))
-        )
+        want = oracle.write(tree, capacity, k, idx, vals, keep)
+        np.testing.assert_array_equal(bits(got), bits(want))
+        tree = want
+
+
+def test_the_narrow_levels_are_those_no_wider_than_the_batch_and_the_limit(probe):
+    # 2^20 leaves, K 16: levels of 1, 16, 256, 4096 and 65536 nodes above the leaves
+    capacity, k = 1 << 20, 16
+    assert [narrow_top(probe, capacity, k, b, 4096) for b in (1, 16, 255, 256, 4096, 1 << 16)] == [
+        0, 1, 1, 2, 3, 3,
+    ]  # fmt: skip
+    assert narrow_top(probe, capacity, k, 1 << 16, 1 << 16) == 4  # every level above the leaves
+    assert narrow_top(probe, 10, 3, 1, 4096) == 0  # 10 leaves: 4, 2, 1 nodes above them
+    assert narrow_top(probe, 10, 3, 4, 4096) == 2
+    assert narrow_top(probe, 1, 16, 8, 4096) == 0  # one leaf still has a root above it
+    # 5000 leaves, K 16: 1, 2, 20 and 313 nodes above them
+    assert narrow_top(probe, 5000, 16, 64, 4096) == 2
+    assert narrow_top(probe, 5000, 16, 64, 1) == 0  # the limit, not the batch
+    assert narrow_top(probe, 5000, 16, 64, 0) == -1
+    assert narrow_top(probe, 10, 1, 4, 4096) == -2  # K = 1: no layout
 
 
 def test_last_kept_duplicate_wins_and_dropped_entries_write_nothing(probe):

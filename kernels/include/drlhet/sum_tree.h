@@ -220,4 +220,27 @@ DRLHET_HD inline void RecomputeNode(float* tree, const TreeLayout& lay, int leve
   tree[lay.offsets[level] + node] = SeqSum(tree + lay.offsets[level + 1] + node * lay.k, lay.k);
 }
 
+// Nodes in use at `level`: ceil(capacity / K^(depth - level)); the level's other slots are
+// padding (always 0).
+DRLHET_HD inline int64_t NodesAt(const TreeLayout& lay, int level) {
+  int64_t n = lay.capacity;
+  for (int l = lay.depth; l > level; --l) n = (n + lay.k - 1) / lay.k;
+  return n;
+}
+
+// The deepest level L < depth whose levels 0..L each have at most min(batch, max_nodes) nodes,
+// or -1. An update of `batch` entries recomputes every node of those narrow levels once
+// instead of one ancestor per winning entry (up to `batch` recomputations of the same few
+// nodes, all writing one address). That gives the same bits: every parent already holds the
+// SeqSum of its children (the tree's invariant), so recomputing a clean one rewrites its value.
+DRLHET_HD inline int NarrowTop(const TreeLayout& lay, int64_t batch, int64_t max_nodes) {
+  int top = -1;
+  for (int level = 0; level < lay.depth; ++level) {
+    const int64_t n = NodesAt(lay, level);
+    if (n > batch || n > max_nodes) break;
+    top = level;
+  }
+  return top;
+}
+
 }  // namespace drlhet

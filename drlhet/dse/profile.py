@@ -42,6 +42,7 @@ import jax.numpy as jnp
 from drlhet.backends.base import CPU
 from drlhet.dse.key import ProfileKey
 from drlhet.dse.profile_pipeline import profile_pipeline
+from drlhet.runtime.compiling import jit
 from drlhet.runtime.parts import Batch
 from drlhet.runtime.stages import IterationStages, iteration_stages
 from drlhet.runtime.trainer import Trainer, make_trainer
@@ -87,8 +88,8 @@ def _setup(key: ProfileKey, fill: int) -> _Setup:
     cfg = key.train_config(warmup=fill)
     tr = make_trainer(cfg)
     p, vm = tr.parts, jax.vmap
-    state = jax.jit(vm(tr.init))(jax.random.split(jax.random.key(0), 1))
-    state = jax.jit(vm(tr.warmup), donate_argnums=0)(state)
+    state = jit(vm(tr.init))(jax.random.split(jax.random.key(0), 1))
+    state = jit(vm(tr.warmup), donate_argnums=0)(state)
     st = iteration_stages(cfg, tr)
     keys = jax.random.split(jax.random.key(1), 1)
     env_steps = int(state.env_steps[0])
@@ -97,7 +98,7 @@ def _setup(key: ProfileKey, fill: int) -> _Setup:
     )
     transitions, learn_keys = out[5], out[7]
     rep, batch, k_update = st.replay_in(state.replay, transitions, learn_keys[0], env_steps)
-    _, prio, _ = jax.jit(vm(lambda a, d, w, k: p.train(a, Batch(d, w), k)))(
+    _, prio, _ = jit(vm(lambda a, d, w, k: p.train(a, Batch(d, w), k)))(
         state.agent, batch.data, batch.weights, k_update
     )
     entry = (batch.indices, batch.stamps, prio)
@@ -111,7 +112,7 @@ def _scan_of(body: Callable, carry: Any, steps: int) -> Callable[[], Any]:
     """``steps`` calls of ``body`` in one compiled scan; the carry is donated and fed from one
     repeat to the next (as the training loop donates its state: without it, each call would
     copy the whole buffer)."""
-    f = jax.jit(lambda c: jax.lax.scan(body, c, None, length=steps)[0], donate_argnums=0)
+    f = jit(lambda c: jax.lax.scan(body, c, None, length=steps)[0], donate_argnums=0)
     held = [jax.tree.map(jnp.copy, carry)]
 
     def go():

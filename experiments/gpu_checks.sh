@@ -15,7 +15,9 @@
 #   profile   experiments/profile_gpu.py: every primitive on the GPU, for the DSE
 #   split     DQN to 475 with the learner on the GPU and the rest on the host (k = 0, then 4;
 #             SPLIT_MAPPING), not in the default list: no split has run on a GPU yet
-#   probe     the cuda update's two paths against jax at 2^20 leaves (not in the default list)
+#   probe     the cuda update's two paths against jax at 2^20 leaves (not in the default list;
+#             rows to $OUT/probe_<BLOCK_MAX_BATCH>.json). After a kernel change, e.g. the narrow
+#             levels of 2026-11-26 (not yet run on a GPU): build tests quick probe
 #   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
 # Usage: OUT=results/raw/gpu experiments/gpu_checks.sh [stage ...]
 set -u
@@ -82,7 +84,7 @@ for s in "${stages[@]}"; do
         stage "probe_block$bm" 150 $PY experiments/bench_replay.py --device gpu \
           --capacities 1048576 --batches 256 4096 16384 65536 --branchings 16 \
           --backends cuda jax --ops sample update step --modes fused --no-peers \
-          --no-thread-scaling --no-limits --cuda-block-max-batch $bm --out "/tmp/probe_$bm.json"
+          --no-thread-scaling --no-limits --cuda-block-max-batch $bm --out "$OUT/probe_$bm.json"
       done ;;
     dump)  # the optimized programs and their thunks (command buffers) of the fused step
       rm -rf /tmp/xla_dump

@@ -47,6 +47,7 @@ def main(args: Args) -> list[dict]:
 
     from drlhet.agents.dqn import DQNConfig
     from drlhet.backends import BackendUnavailable
+    from drlhet.runtime.compiling import jit  # as a run compiles its programs
     from drlhet.runtime.config import TrainConfig
     from drlhet.runtime.trainer import make_trainer
 
@@ -70,8 +71,8 @@ def main(args: Args) -> list[dict]:
         except BackendUnavailable as e:
             print(f"note: {name} skipped: {e}")
             continue
-        state = jax.jit(tr.warmup)(jax.jit(tr.init)(jax.random.key(0)))
-        step = jax.jit(tr.iterate, donate_argnums=0)
+        state = jit(tr.warmup)(jit(tr.init)(jax.random.key(0)))
+        step = jit(tr.iterate, donate_argnums=0)
         t = time.perf_counter()
         compiled = step.lower(state).compile()
         compile_s[name] = time.perf_counter() - t

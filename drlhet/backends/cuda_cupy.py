@@ -18,10 +18,32 @@ import numpy as np
 
 from drlhet.backends.base import BackendUnavailable
 
-__all__ = ["FATBIN", "fatbin_path", "CupyTree", "to_cupy", "to_jax"]
+__all__ = ["FATBIN", "fatbin_path", "CupyTree", "to_cupy", "to_jax", "narrow_top"]
 
 FATBIN = "drlhet_cuda_kernels.fatbin"
 _THREADS = 256
+_BLOCK_THREADS = 1024  # drlhet_cuda_update_top: one block per tree
+NARROW_MAX_NODES = 4 * _BLOCK_THREADS
+"""The widest level the update recomputes whole, as the FFI handler's ``kNarrowMaxNodes``."""
+
+
+def narrow_top(capacity: int, branching: int, batch: int, max_nodes: int) -> int:
+    """The shared header's ``NarrowTop``: the deepest level L above the leaves such that levels
+    0..L each have at most ``min(batch, max_nodes)`` nodes in use, or -1. An update of ``batch``
+    entries recomputes every node of those levels once, not one ancestor per winning entry
+    (the same bits: every parent already holds the sequential sum of its children)."""
+    from drlhet.replay.sum_tree import layout
+
+    depth = layout(capacity, branching).depth
+    nodes = [capacity]  # nodes[d]: nodes in use d levels above the leaves
+    for _ in range(depth):
+        nodes.append(-(-nodes[-1] // branching))
+    top = -1
+    for level in range(depth):
+        if nodes[depth - level] > min(batch, max_nodes):
+            break
+        top = level
+    return top
 
 
 def fatbin_path() -> Path:
@@ -118,9 +140,13 @@ class CupyTree:
                      np.int64(n), winner, bad)  # fmt: skip
         from drlhet.replay.sum_tree import layout
 
-        for level in range(layout(self.capacity, self.branching).depth - 1, -1, -1):
+        top = narrow_top(self.capacity, self.branching, int(batch), NARROW_MAX_NODES)
+        for level in range(layout(self.capacity, self.branching).depth - 1, top, -1):
             self._launch("drlhet_cuda_update_level", n, self.nodes, cap, k, idx, kp, batch,
                          np.int64(n), winner, bad, np.int32(level))  # fmt: skip
+        if top >= 0:  # the narrow levels, whole: one block per tree
+            kernel = _module().get_function("drlhet_cuda_update_top")
+            kernel((self.trees,), (_BLOCK_THREADS,), (self.nodes, cap, k, bad, np.int32(top)))
         return not bool(bad.any())
 
     def _shape(self) -> tuple[np.int64, np.int32]:

@@ -192,6 +192,20 @@ def test_the_narrow_levels_are_those_no_wider_than_the_batch_and_the_limit(probe
     assert narrow_top(probe, 10, 1, 4, 4096) == -2  # K = 1: no layout
 
 
+def test_cupy_picks_the_narrow_levels_as_the_ffi_handler_does(probe):
+    # CupyTree.update launches the same kernels from Python: its choice of levels must be the
+    # header's, or its trees would differ from the FFI path's on a GPU
+    from drlhet.backends.cuda_cupy import NARROW_MAX_NODES
+    from drlhet.backends.cuda_cupy import narrow_top as py_narrow_top
+
+    for k in (2, 3, 16, 64):
+        for capacity in (1, 2, 7, 100, 1000, 5000, 1 << 20):
+            for batch in (1, 3, 16, 255, 256, 4096, 1 << 16):
+                for limit in (0, 1, 300, NARROW_MAX_NODES):
+                    want = narrow_top(probe, capacity, k, batch, limit)
+                    assert py_narrow_top(capacity, k, batch, limit) == want, (k, capacity, batch)
+
+
 def test_last_kept_duplicate_wins_and_dropped_entries_write_nothing(probe):
     k, capacity = 3, 10
     tree = np.asarray(st.init(capacity, k).nodes)

@@ -26,13 +26,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from drlhet.backends.base import GPU, Backend, BackendUnavailable, register
-from drlhet.backends.native import ffi_find, ffi_update, library_path
+from drlhet.backends.native import ffi_find, ffi_update, library_path, tree_attrs
+from drlhet.replay import checks
 from drlhet.replay.sum_tree import SumTreeState, TreeOps
 
-__all__ = ["FFI_SYMBOLS", "find", "update", "gpu_devices"]
+__all__ = ["FFI_SYMBOLS", "FFI_TARGETS", "find", "update", "weigh", "update_checked", "gpu_devices"]
 
-FFI_SYMBOLS = ("DrlhetCudaFind", "DrlhetCudaUpdate")
-"""The FFI handlers the library exports (registered as ``drlhet_cuda_find``/``_update``)."""
+FFI_TARGETS = {
+    "DrlhetCudaFind": "drlhet_cuda_find",
+    "DrlhetCudaUpdate": "drlhet_cuda_update",
+    "DrlhetCudaWeigh": "drlhet_cuda_weigh",
+    "DrlhetCudaUpdateChecked": "drlhet_cuda_update_checked",
+}
+"""The FFI handlers the library exports, and the custom-call targets they are registered as."""
+FFI_SYMBOLS = tuple(FFI_TARGETS)
 MAX_BRANCHING = 256  # kMaxBranching in kernels/include/drlhet/sum_tree.h
 MAX_CAPACITY = 2**31 - 1  # leaf indices are int32
 BLOCK_MAX_BATCH = 1024
@@ -56,8 +63,7 @@ def gpu_devices() -> list:
 @functools.cache
 def _library() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(library_path("drlhet_cuda", "the CUDA kernels (built where nvcc works)")))
-    for symbol in FFI_SYMBOLS:
-        target = "drlhet_cuda_" + symbol.removeprefix("DrlhetCuda").lower()
+    for symbol, target in FFI_TARGETS.items():
         capsule = jax.ffi.pycapsule(getattr(lib, symbol))
         jax.ffi.register_ffi_target(target, capsule, platform="CUDA")
     return lib
@@ -100,11 +106,80 @@ def update(
     )  # fmt: skip
 
 
+def weigh(
+    tree: SumTreeState, targets: jax.Array, size: jax.Array, beta: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """CUDA `TreeOps.weigh`, the buffer's sample after its targets in one custom call:
+    ``(tree, targets [B], size [] int32, beta [] float32) -> (indices [B] int32, probabilities
+    [B], weights [B], error [] int32)``, as `drlhet.replay.buffer_ops.weigh` over `find`.
+
+    Two kernels (the descent with each probability and raw weight; the weights over their
+    maximum) and a clear of their 2 int32 of workspace per tree. ``beta`` is compared with
+    [0, 1] in float32.
+    """
+    _check(tree)
+    targets = jnp.asarray(targets, jnp.float32)
+    lead = tree.nodes.shape[:-1]  # trees stacked without vmap: one row each
+    out = (
+        jax.ShapeDtypeStruct(targets.shape, jnp.int32),
+        jax.ShapeDtypeStruct(targets.shape, jnp.float32),
+        jax.ShapeDtypeStruct(targets.shape, jnp.float32),
+        jax.ShapeDtypeStruct(lead, jnp.int32),
+        jax.ShapeDtypeStruct((*lead, 2), jnp.int32),
+    )
+    call = jax.ffi.ffi_call("drlhet_cuda_weigh", out, vmap_method="broadcast_all")
+    indices, probs, weights, error, _ = call(
+        tree.nodes, targets, jnp.asarray(size, jnp.int32), jnp.asarray(beta, jnp.float32),
+        err_empty=np.int64(checks.ERR_EMPTY), err_beta=np.int64(checks.ERR_BETA),
+        **tree_attrs(tree),
+    )  # fmt: skip
+    return indices, probs, weights, error
+
+
+def update_checked(
+    tree: SumTreeState,
+    indices: jax.Array,
+    raw: jax.Array,
+    values: jax.Array,
+    keep: jax.Array,
+    size: jax.Array,
+    max_priority: jax.Array,
+    error: jax.Array,
+) -> tuple[SumTreeState, jax.Array, jax.Array]:
+    """CUDA `TreeOps.update`, the buffer's priority update after its leaf values in one custom
+    call: ``(tree, indices [B] int32, raw [B], values [B], keep [B] bool, size [], max_priority
+    [], error []) -> (tree, max_priority, error)``, as `drlhet.replay.buffer_ops.update` over
+    `update` (the index and priority checks, the write, the running maximum and the error bits
+    on the device). The tree is written in place when donated; the workspace is each leaf's
+    winning entry, the tree's error bits and its largest kept priority (C + 2 int32 per tree).
+    """
+    _check(tree)
+    lead = tree.nodes.shape[:-1]  # trees stacked without vmap: one row each
+    out = (
+        jax.ShapeDtypeStruct(tree.nodes.shape, jnp.float32),
+        jax.ShapeDtypeStruct(lead, jnp.float32),
+        jax.ShapeDtypeStruct(lead, jnp.int32),
+        jax.ShapeDtypeStruct((*lead, tree.capacity + 2), jnp.int32),
+    )
+    call = jax.ffi.ffi_call(
+        "drlhet_cuda_update_checked", out, vmap_method="broadcast_all", input_output_aliases={0: 0}
+    )
+    nodes, max_out, err_out, _ = call(
+        tree.nodes, jnp.asarray(indices, jnp.int32), jnp.asarray(raw, jnp.float32),
+        jnp.asarray(values, jnp.float32), jnp.asarray(keep, bool), jnp.asarray(size, jnp.int32),
+        jnp.asarray(max_priority, jnp.float32), jnp.asarray(error, jnp.int32),
+        block_max_batch=np.int64(BLOCK_MAX_BATCH), priority_max=np.float32(checks.PRIORITY_MAX),
+        err_index=np.int64(checks.ERR_INDEX), err_priority=np.int64(checks.ERR_PRIORITY),
+        **tree_attrs(tree),
+    )  # fmt: skip
+    return SumTreeState(nodes, tree.capacity, tree.branching), max_out, err_out
+
+
 def _load() -> TreeOps:
     _library()  # BackendUnavailable when the library was not built
     if not gpu_devices():
         raise BackendUnavailable("no GPU: JAX sees no CUDA device here (jax[cuda] and a driver)")
-    return TreeOps(find, update)
+    return TreeOps(find, update, weigh=weigh, update=update_checked)
 
 
 BACKEND = register(

@@ -102,7 +102,7 @@ def ffi_find(
         jax.ShapeDtypeStruct(targets.shape[:-1], jnp.float32),
     )
     call = jax.ffi.ffi_call(target, out, vmap_method="broadcast_all")
-    indices, values, total = call(tree.nodes, targets, **_attrs(tree))
+    indices, values, total = call(tree.nodes, targets, **tree_attrs(tree))
     return indices, values, total
 
 
@@ -130,11 +130,12 @@ def ffi_update(
     call = jax.ffi.ffi_call(
         target, tuple(out), vmap_method="broadcast_all", input_output_aliases={0: 0}
     )
-    nodes = call(tree.nodes, indices, values, keep, **_attrs(tree), **(attrs or {}))[0]
+    nodes = call(tree.nodes, indices, values, keep, **tree_attrs(tree), **(attrs or {}))[0]
     return SumTreeState(nodes, tree.capacity, tree.branching)
 
 
-def _attrs(tree: SumTreeState) -> dict:
+def tree_attrs(tree: SumTreeState) -> dict:
+    """The FFI attributes every tree handler takes: ``branching`` and ``capacity``, int64."""
     return {"branching": np.int64(tree.branching), "capacity": np.int64(tree.capacity)}
 
 

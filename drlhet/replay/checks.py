@@ -38,7 +38,20 @@ __all__ = [
     "int32_or_never",
     "leaf_values",
     "check_beta",
+    "ERR_PRIORITY",
+    "ERR_INDEX",
+    "ERR_EMPTY",
+    "ERR_BETA",
 ]
+
+ERR_PRIORITY = 1
+"""Error bit: a negative, NaN, infinite or too large priority was refused."""
+ERR_INDEX = 2
+"""Error bit: an index outside the filled slots was refused."""
+ERR_EMPTY = 4
+"""Error bit: a sample of an empty buffer, or of one whose priorities are all 0."""
+ERR_BETA = 8
+"""Error bit: a sample with beta outside [0, 1]."""
 
 PRIORITY_MIN = 2.0**-60
 """Smallest stored ``p ** alpha`` of a positive priority (~8.7e-19): smaller ones are raised."""
@@ -174,7 +187,7 @@ def leaf_values(p: Any, alpha: float, dtype, shape: tuple[int, ...]) -> tuple[ja
     finite = jnp.isfinite(raw) & (raw >= 0)
     ok = jnp.all(finite & ~(power > PRIORITY_MAX))
     v = jnp.where(_positive(raw) & finite, jnp.maximum(power, PRIORITY_MIN), 0).astype(dtype)
-    if concrete(raw):
+    if concrete(raw, power):  # (a constant inside jit is concrete, its power is not)
         r, pw = np.asarray(raw), np.asarray(power)
         bad = ~np.isfinite(r) | (r < 0)
         if bad.any():

@@ -31,7 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from drlhet.replay import checks, sum_tree
+from drlhet.replay import buffer_ops, checks, sum_tree
+from drlhet.replay.checks import ERR_BETA, ERR_EMPTY, ERR_INDEX, ERR_PRIORITY
 from drlhet.replay.sum_tree import REFERENCE, SumTreeState, TreeOps
 
 __all__ = [
@@ -47,10 +48,6 @@ __all__ = [
     "STAMP_MASK",
 ]
 
-ERR_PRIORITY = 1  # a negative, NaN, infinite or too large priority was refused
-ERR_INDEX = 2  # an index outside the filled slots was refused
-ERR_EMPTY = 4  # a sample of an empty buffer, or of one whose priorities are all 0
-ERR_BETA = 8  # a sample with beta outside [0, 1]
 STAMP_MASK = 0x7FFFFFFF
 """Stamps count insertions modulo 2^31, so they stay >= 0 (-1 marks "no transition")."""
 _MESSAGES = (
@@ -261,49 +258,41 @@ def _sample(
     """Draws ``batch_size`` slots with ``P(i) = p_i^alpha / total`` and their IS weights
     (``beta`` in [0, 1]). Refused (eagerly ``ValueError``; under ``jit`` zero weights and a bit
     in ``error``): an empty buffer, all priorities 0, a bad ``beta``."""
-    beta_ok = checks.check_beta(beta)
+    checks.check_beta(beta)  # eagerly raises on a bad beta (under jit: ERR_BETA)
     if checks.concrete(state.size) and int(state.size) == 0:
         raise ValueError("cannot sample from an empty replay buffer (size 0)")
-    dtype = spec.dtype
     if spec.ops.draw is not None:  # a tree that draws on its own (fixed point)
         indices, probs = spec.ops.draw(state.tree, key, spec.batch_size, spec.stratified)
-        probs = probs.astype(dtype)
+        probs = probs.astype(spec.dtype)
+        weights, error = buffer_ops.is_weights(probs, state.size, beta)
     else:
-        indices, probs = _float_draw(spec, state.tree, key)
-    # A drawn leaf has P(i) > 0 whenever the total is (checks: P(i) >= 2^-123), so this is
-    # "total > 0" without reading the root again (which would make XLA copy the tree).
-    nonzero = jnp.max(probs) > 0
-    if checks.concrete(probs) and not bool(nonzero):
+        targets = _targets(spec, state.tree, key)
+        if spec.ops.weigh is not None:  # the backend's own, in one call
+            beta_f = jnp.asarray(beta, spec.dtype)
+            indices, probs, weights, error = spec.ops.weigh(state.tree, targets, state.size, beta_f)
+        elif spec.ops.find is not None:
+            indices, probs, weights, error = buffer_ops.weigh(
+                spec.ops.find, state.tree, targets, state.size, beta
+            )
+        else:
+            raise ValueError("the tree primitives have neither `find` nor `draw`")
+    if checks.concrete(error) and int(error) & ERR_EMPTY:
         raise ValueError(
             f"cannot sample: every priority of the {int(state.size)} stored transitions is 0"
         )
-    size = state.size.astype(dtype)
-    b = jnp.where(beta_ok, jnp.asarray(beta, dtype), 0)
-    raw_w = jnp.where(probs > 0, jnp.power(size * jnp.where(probs > 0, probs, 1), -b), 0)
-    weights = raw_w / jnp.maximum(jnp.max(raw_w), jnp.finfo(dtype).tiny)
-    weights = jnp.where(beta_ok, weights, 0)
-    error = jnp.asarray(
-        jnp.where(nonzero, 0, ERR_EMPTY) | jnp.where(beta_ok, 0, ERR_BETA), jnp.int32
-    )
     data = jax.tree.map(lambda buf: buf[indices], state.storage)
     return PrioritizedSample(indices, state.stamps[indices], data, probs, weights, error)
 
 
-def _float_draw(spec: _Spec, tree: SumTreeState, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Float targets (stratified or i.i.d.) and the descent: ``(indices [B], P(i) [B])``."""
+def _targets(spec: _Spec, tree: SumTreeState, key: jax.Array) -> jax.Array:
+    """``[B]`` prefix-sum targets in ``[0, total)``: stratified (one per ``1/B`` of the total)
+    or i.i.d."""
     dtype, b = spec.dtype, spec.batch_size
     tot = sum_tree.total(tree)
     uniform = jax.random.uniform(key, (b,), dtype)
     if spec.stratified:
-        targets = (jnp.arange(b, dtype=dtype) + uniform) * (tot / b)
-    else:
-        targets = uniform * tot
-    # Probabilities use the root read during the descent (see sum_tree.descend).
-    if spec.ops.find is None:
-        raise ValueError("the tree primitives have neither `find` nor `draw`")
-    indices, values, tot = spec.ops.find(tree, targets)
-    nonempty = tot > 0
-    return indices, jnp.where(nonempty, values / jnp.where(nonempty, tot, 1), 0)
+        return (jnp.arange(b, dtype=dtype) + uniform) * (tot / b)
+    return uniform * tot
 
 
 def _update_priorities(
@@ -316,21 +305,19 @@ def _update_priorities(
     """Sets the raw priorities of ``indices`` ``[B]`` (integers; last duplicate wins); entries
     whose ``stamps`` ``[B]`` (integers) no longer match their slot are dropped. A batch with a
     bad index or priority is refused whole; B = 0 is a no-op."""
-    idx, in_range = checks.indices_in_range(indices, state.size)
+    idx, _ = checks.indices_in_range(indices, state.size)  # eager: raises on a bad index
     b = idx.shape[0]
     raw = jnp.asarray(priorities, spec.dtype)
-    values, finite = checks.leaf_values(raw, spec.alpha, spec.dtype, (b,))
-    keep = jnp.broadcast_to(in_range & finite, (b,))
+    values, _ = checks.leaf_values(raw, spec.alpha, spec.dtype, (b,))  # eager: raises
+    keep = jnp.ones((b,), bool)
     if stamps is not None:
         want, fits = checks.int32_or_never(stamps, (b,), "stamps")
-        keep = keep & fits & (state.stamps[jnp.clip(idx, 0, spec.capacity - 1)] == want)
+        keep = fits & (state.stamps[jnp.clip(idx, 0, spec.capacity - 1)] == want)
     if b == 0:
         return state
-    tree = spec.ops.write(state.tree, idx, values, keep)
-    new_max = jnp.max(jnp.where(keep, raw, 0))
-    err = jnp.where(in_range, 0, ERR_INDEX) | jnp.where(finite, 0, ERR_PRIORITY)
-    return state._replace(
-        tree=tree,
-        max_priority=jnp.maximum(state.max_priority, new_max),
-        error=state.error | err,
-    )
+    args = (state.tree, idx, raw, values, keep, state.size, state.max_priority, state.error)
+    if spec.ops.update is not None:  # the backend's own, in one call
+        tree, max_priority, error = spec.ops.update(*args)
+    else:
+        tree, max_priority, error = buffer_ops.update(spec.ops.write, *args)
+    return state._replace(tree=tree, max_priority=max_priority, error=error)

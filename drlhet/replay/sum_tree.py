@@ -353,6 +353,12 @@ class TreeOps(NamedTuple):
         key, batch_size, stratified) -> (indices [B] int32, probabilities [B] float32)``.
       numbers: ``"float"`` (matches `REFERENCE`) or ``"fixed"`` (matches
         `drlhet.replay.fixed_point.REFERENCE`), the reference it is tested against.
+      weigh: None (the buffer runs `drlhet.replay.buffer_ops.weigh` over ``find``), or the
+        backend's own: ``(tree, targets [B], size [] int32, beta [] float) -> (indices [B]
+        int32, probabilities [B], weights [B], error [] int32)``, equal to it bit for bit.
+      update: None (the buffer runs `drlhet.replay.buffer_ops.update` over ``write``), or the
+        backend's own: ``(tree, indices [B] int32, raw [B], values [B], keep [B] bool, size [],
+        max_priority [], error []) -> (tree, max_priority, error)``, equal to it bit for bit.
     """
 
     find: Callable[..., tuple[jax.Array, jax.Array, jax.Array]] | None
@@ -360,6 +366,8 @@ class TreeOps(NamedTuple):
     init: Callable[..., Any] = init
     draw: Callable[..., tuple[jax.Array, jax.Array]] | None = None
     numbers: str = "float"
+    weigh: Callable[..., tuple[jax.Array, jax.Array, jax.Array, jax.Array]] | None = None
+    update: Callable[..., tuple[Any, jax.Array, jax.Array]] | None = None
 
 
 REFERENCE = TreeOps(descend, write)

@@ -9,6 +9,7 @@
 // Zhang, Meng, Prasanna, IEEE TPDS 2023, Sec. 4 (K-ary sum tree) and Sec. 5.2 (the GPU kernel).
 #pragma once
 
+#include "drlhet/prioritized.h"
 #include "drlhet/sum_tree.h"
 
 namespace drlhet_cuda {
@@ -28,14 +29,135 @@ __device__ inline void Find(const float* nodes, int64_t capacity, int32_t k, con
   if (i % batch == 0) totals[v] = total;
 }
 
-// The entry's tree, and whether it is its leaf's winner in a batch that was not refused.
-__device__ inline bool Wins(const int32_t* indices, const bool* keep, int64_t batch, int64_t i,
-                            int64_t capacity, const int32_t* winner, const int32_t* bad,
-                            int64_t* v) {
-  *v = i / batch;
-  if (!keep[i] || bad[*v]) return false;
-  const int32_t b = static_cast<int32_t>(i % batch);
-  return drlhet::IsWinner(winner[*v * capacity + indices[i]], b, keep[i]);
+// One update batch over V trees, as every update kernel reads it. A *plain* update (raw ==
+// nullptr; TreeOps.write) checks its kept entries only, against the capacity, and marks a refused
+// tree's bad word 1. A *checked* update (the buffer's, drlhet/replay/buffer_ops.py's update)
+// checks every entry against the buffer's size and limits (UpdateEntryErrors), puts the error
+// bits in bad, keeps the largest kept raw priority in max_bits, and at the end writes the
+// buffer's running maximum and error word (Finish).
+struct UpdateArgs {
+  float* nodes;             // [V, T], updated in place
+  int64_t capacity;         // C leaves per tree
+  int32_t k;                // K
+  const int32_t* indices;   // [n], n = V * batch
+  const float* values;      // [n] leaf values
+  const bool* keep;         // [n]
+  int64_t batch;
+  int64_t n;
+  int32_t* winner;          // [V, C] each leaf's winning entry (only the batch's slots are read)
+  int32_t* bad;             // [V] refusal (plain: 1; checked: error bits); 0 before the claim
+  // checked updates only
+  int32_t* max_bits;        // [V] OrderedBits of the largest kept raw priority; 0 before
+  const float* raw;         // [n] raw priorities, or nullptr for a plain update
+  const int32_t* size;      // [V] filled slots
+  float priority_max;       // largest accepted leaf value
+  int32_t err_index;
+  int32_t err_priority;
+  const float* max_in;      // [V] running maximum before
+  const int32_t* err_in;    // [V] error word before
+  float* max_out;           // [V]
+  int32_t* err_out;         // [V]
+};
+
+// The error bits entry i (of tree v) sets: checked, UpdateEntryErrors; plain, 1 for a kept
+// entry with an invalid index or value.
+__device__ inline int32_t EntryErrors(const UpdateArgs& a, int64_t i, int64_t v) {
+  if (a.raw != nullptr) {
+    return drlhet::UpdateEntryErrors(a.indices[i], a.size[v], a.raw[i], a.values[i],
+                                     a.priority_max, a.err_index, a.err_priority);
+  }
+  return a.keep[i] && !drlhet::ValidEntry(a.indices[i], a.values[i], a.capacity) ? 1 : 0;
+}
+
+// Whether entry i wins its leaf in a batch that was not refused (its tree: v).
+__device__ inline bool Wins(const UpdateArgs& a, int64_t i, int64_t* v) {
+  *v = i / a.batch;
+  if (!a.keep[i] || a.bad[*v]) return false;
+  const int32_t b = static_cast<int32_t>(i % a.batch);
+  return drlhet::IsWinner(a.winner[*v * a.capacity + a.indices[i]], b, a.keep[i]);
+}
+
+// Before the claim: -1 in the winner slot of each entry's leaf, 0 in its tree's bad and max
+// words (entry 0 of each tree). Only these slots are read later, so the rest of the workspace
+// is never cleared.
+__device__ inline void Reset(const UpdateArgs& a, int64_t i) {
+  const int64_t v = i / a.batch;
+  const int32_t idx = a.indices[i];
+  if (idx >= 0 && idx < a.capacity) a.winner[v * a.capacity + idx] = -1;
+  if (i % a.batch == 0) {
+    a.bad[v] = 0;
+    if (a.max_bits != nullptr) a.max_bits[v] = 0;
+  }
+}
+
+// Phase 1: entry i's errors into its tree's bad word, or its position into its leaf's winner
+// (atomicMax is WinnerMerge done atomically: the largest kept position wins) and its raw
+// priority into the tree's maximum. Every thread of the warp calls it (i may be out of range),
+// so that the warp's entries of one tree are merged before the atomics on the tree's words.
+__device__ inline void Claim(const UpdateArgs& a, int64_t i) {
+  const bool live = i < a.n;
+  const int64_t v = live ? i / a.batch : 0;
+  const int32_t err = live ? EntryErrors(a, i, v) : 0;
+  const bool take = live && err == 0 && a.keep[i];
+  if (take) atomicMax(a.winner + v * a.capacity + a.indices[i], static_cast<int32_t>(i % a.batch));
+  const int32_t top = take && a.raw != nullptr ? drlhet::OrderedBits(a.raw[i]) : 0;
+  // a warp's entries belong to one tree unless the batch is not a multiple of 32
+  const int64_t v0 = __shfl_sync(0xffffffffu, v, 0);
+  const bool one_tree = __all_sync(0xffffffffu, !live || v == v0);
+  if (one_tree) {
+    const int32_t errs = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(err));
+    const int32_t most = __reduce_max_sync(0xffffffffu, top);
+    if ((threadIdx.x & 31) == 0) {
+      if (errs) atomicOr(a.bad + v0, errs);
+      if (most > 0) atomicMax(a.max_bits + v0, most);
+    }
+    return;
+  }
+  if (err) atomicOr(a.bad + v, err);
+  if (top > 0) atomicMax(a.max_bits + v, top);
+}
+
+// Phase 2: the winners' leaves.
+__device__ inline void Leaf(const UpdateArgs& a, int64_t i, const drlhet::TreeLayout& lay) {
+  int64_t v = 0;
+  if (!Wins(a, i, &v)) return;
+  a.nodes[v * lay.size + lay.offsets[lay.depth] + a.indices[i]] = a.values[i];
+}
+
+// Phase 3 at one level: the winner's ancestor, recomputed from its children.
+__device__ inline void Ancestor(const UpdateArgs& a, int64_t i, const drlhet::TreeLayout& lay,
+                                int level) {
+  int64_t v = 0;
+  if (!Wins(a, i, &v)) return;
+  drlhet::RecomputeNode(a.nodes + v * lay.size, lay, level,
+                        drlhet::AncestorAt(a.indices[i], lay, level));
+}
+
+// A checked update's outputs for tree v, once its claims are all in: the running maximum
+// (unchanged when refused) and the error word.
+__device__ inline void Finish(const UpdateArgs& a, int64_t v) {
+  if (a.raw == nullptr) return;
+  const float largest = a.bad[v] ? 0.0f : drlhet::FromOrderedBits(a.max_bits[v]);
+  a.max_out[v] = drlhet::NewMaximum(a.max_in[v], largest);
+  a.err_out[v] = a.err_in[v] | a.bad[v];
+}
+
+// Levels top .. 0 of tree blockIdx.x, every node, by one block (after every level below is
+// written); also the tree's Finish. A refused tree writes no node.
+__device__ inline void TopLevels(const UpdateArgs& a, int top) {
+  const int64_t v = blockIdx.x;
+  if (threadIdx.x == 0) Finish(a, v);
+  if (a.bad[v]) return;  // the same in every thread of the block
+  drlhet::TreeLayout lay;
+  drlhet::MakeLayout(a.capacity, a.k, &lay);
+  float* tree = a.nodes + v * lay.size;
+  for (int level = top; level >= 0; --level) {
+    const int64_t count = drlhet::NodesAt(lay, level);
+    for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+      drlhet::RecomputeNode(tree, lay, level, j);
+    }
+    __syncthreads();  // the level is written before its parents read it
+  }
 }
 
 }  // namespace drlhet_cuda
@@ -55,110 +177,142 @@ __global__ void drlhet_cuda_find_k16(const float* nodes, int64_t capacity, int32
   drlhet_cuda::Find<16>(nodes, capacity, k, targets, batch, n, indices, values, totals);
 }
 
+// The plain update's arguments from the scalar ones the CuPy launches pass.
+#define DRLHET_PLAIN_UPDATE(nodes, values)                                                  \
+  drlhet_cuda::UpdateArgs a{nodes,   capacity, k,       indices, values,  keep,    batch, \
+                            n,       winner,   bad,     nullptr, nullptr, nullptr, 0.0f,  \
+                            0,       0,        nullptr, nullptr, nullptr, nullptr}
+
 // Phase 1. winner [V, capacity] all -1 and bad [V] all 0 before: each kept entry merges its
 // position into its leaf's winner, or marks its tree's batch bad (refused whole).
 __global__ void drlhet_cuda_update_claim(const int32_t* indices, const float* values,
                                          const bool* keep, int64_t batch, int64_t n,
                                          int64_t capacity, int32_t* winner, int32_t* bad) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n || !keep[i]) return;
-  const int64_t v = i / batch;
-  if (!drlhet::ValidEntry(indices[i], values[i], capacity)) {
-    atomicOr(bad + v, 1);
-    return;
-  }
-  // atomicMax is WinnerMerge done atomically: the largest kept position wins
-  atomicMax(winner + v * capacity + indices[i], static_cast<int32_t>(i % batch));
+  const int32_t k = 0;
+  DRLHET_PLAIN_UPDATE(nullptr, values);
+  drlhet_cuda::Claim(a, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
 }
 
 // Phase 2: the winners' leaves.
 __global__ void drlhet_cuda_update_leaves(float* nodes, int64_t capacity, int32_t k,
                                           const int32_t* indices, const float* values,
                                           const bool* keep, int64_t batch, int64_t n,
-                                          const int32_t* winner, const int32_t* bad) {
+                                          int32_t* winner, int32_t* bad) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t v = 0;
-  if (i >= n || !drlhet_cuda::Wins(indices, keep, batch, i, capacity, winner, bad, &v)) return;
+  if (i >= n) return;
+  DRLHET_PLAIN_UPDATE(nodes, values);
   drlhet::TreeLayout lay;
   drlhet::MakeLayout(capacity, k, &lay);
-  nodes[v * lay.size + lay.offsets[lay.depth] + indices[i]] = values[i];
+  drlhet_cuda::Leaf(a, i, lay);
 }
 
 // Phase 3, one launch per level from depth - 1 up to 0: the winners' ancestors at `level`,
 // each recomputed from its children (written by the previous launch).
 __global__ void drlhet_cuda_update_level(float* nodes, int64_t capacity, int32_t k,
                                          const int32_t* indices, const bool* keep, int64_t batch,
-                                         int64_t n, const int32_t* winner, const int32_t* bad,
+                                         int64_t n, int32_t* winner, int32_t* bad,
                                          int32_t level) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t v = 0;
-  if (i >= n || !drlhet_cuda::Wins(indices, keep, batch, i, capacity, winner, bad, &v)) return;
+  if (i >= n) return;
+  DRLHET_PLAIN_UPDATE(nodes, nullptr);
   drlhet::TreeLayout lay;
   drlhet::MakeLayout(capacity, k, &lay);
-  drlhet::RecomputeNode(nodes + v * lay.size, lay, level,
-                        drlhet::AncestorAt(indices[i], lay, level));
+  drlhet_cuda::Ancestor(a, i, lay, level);
 }
 
 // Phase 3 for the narrow levels (drlhet::NarrowTop): grid = V trees, one block each, which
 // recomputes every node of levels top .. 0, a level at a time, instead of one ancestor per
 // winning entry. A refused tree is skipped.
 __global__ void __launch_bounds__(1024)
-    drlhet_cuda_update_top(float* nodes, int64_t capacity, int32_t k, const int32_t* bad,
-                           int32_t top) {
-  if (bad[blockIdx.x]) return;  // the same in every thread of the block
-  drlhet::TreeLayout lay;
-  drlhet::MakeLayout(capacity, k, &lay);
-  float* tree = nodes + static_cast<int64_t>(blockIdx.x) * lay.size;
-  for (int level = top; level >= 0; --level) {
-    const int64_t count = drlhet::NodesAt(lay, level);
-    for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-      drlhet::RecomputeNode(tree, lay, level, j);
-    }
-    __syncthreads();  // the level is written before its parents read it
-  }
+    drlhet_cuda_update_top(float* nodes, int64_t capacity, int32_t k, int32_t* bad, int32_t top) {
+  const int32_t* indices = nullptr;
+  const bool* keep = nullptr;
+  const int64_t batch = 1, n = 0;
+  int32_t* winner = nullptr;
+  DRLHET_PLAIN_UPDATE(nodes, nullptr);
+  drlhet_cuda::TopLevels(a, top);
 }
 
-// The whole update of one tree in one block (grid = V trees, one block each): the three phases
-// above, separated by __syncthreads instead of launches, each thread taking every blockDim-th
-// entry. For batches small enough that one block keeps up: one graph node instead of 3 + depth
-// launches and a memset. The winner slots of the batch's leaves are set to -1 first (the
-// workspace is not cleared: only those slots are read). Levels no wider than the batch have
-// every node recomputed once (NarrowTop). A refused batch writes no node.
-__global__ void __launch_bounds__(1024)
-    drlhet_cuda_update_block(float* nodes, int64_t capacity, int32_t k, const int32_t* indices,
-                             const float* values, const bool* keep, int64_t batch,
-                             int32_t* winner) {
-  __shared__ int refused;
-  const int64_t v = blockIdx.x;
+// The FFI handlers' kernels: the same phases on a whole UpdateArgs (plain or checked).
+__global__ void drlhet_cuda_update_reset_args(drlhet_cuda::UpdateArgs a) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < a.n) drlhet_cuda::Reset(a, i);
+}
+
+__global__ void drlhet_cuda_update_claim_args(drlhet_cuda::UpdateArgs a) {
+  drlhet_cuda::Claim(a, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
+}
+
+__global__ void drlhet_cuda_update_leaves_args(drlhet_cuda::UpdateArgs a) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.n) return;
   drlhet::TreeLayout lay;
-  drlhet::MakeLayout(capacity, k, &lay);
-  float* tree = nodes + v * lay.size;
-  int32_t* win = winner + v * capacity;
-  const int32_t* idx = indices + v * batch;
-  const float* val = values + v * batch;
-  const bool* kp = keep + v * batch;
-  if (threadIdx.x == 0) refused = 0;
+  drlhet::MakeLayout(a.capacity, a.k, &lay);
+  drlhet_cuda::Leaf(a, i, lay);
+}
+
+__global__ void drlhet_cuda_update_level_args(drlhet_cuda::UpdateArgs a, int32_t level) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.n) return;
+  drlhet::TreeLayout lay;
+  drlhet::MakeLayout(a.capacity, a.k, &lay);
+  drlhet_cuda::Ancestor(a, i, lay, level);
+}
+
+__global__ void __launch_bounds__(1024)
+    drlhet_cuda_update_top_args(drlhet_cuda::UpdateArgs a, int32_t top) {
+  drlhet_cuda::TopLevels(a, top);
+}
+
+// The whole update of one tree in one block (grid = V trees, one block each): the phases
+// above, separated by __syncthreads instead of launches, each thread taking every blockDim-th
+// entry. For batches small enough that one block keeps up: one graph node instead of 4 + depth
+// launches. Levels no wider than the batch have every node recomputed once (NarrowTop). A
+// refused batch writes no node. Plain or checked (a.raw), as the per-level path.
+__global__ void __launch_bounds__(1024) drlhet_cuda_update_block(drlhet_cuda::UpdateArgs a) {
+  __shared__ int32_t refused, most;
+  const int64_t v = blockIdx.x, base = v * a.batch;
+  drlhet::TreeLayout lay;
+  drlhet::MakeLayout(a.capacity, a.k, &lay);
+  float* tree = a.nodes + v * lay.size;
+  int32_t* win = a.winner + v * a.capacity;
+  const int32_t* idx = a.indices + base;
+  const bool* kp = a.keep + base;
+  if (threadIdx.x == 0) refused = most = 0;
   __syncthreads();
-  for (int64_t b = threadIdx.x; b < batch; b += blockDim.x) {
-    if (!kp[b]) continue;
-    if (drlhet::ValidEntry(idx[b], val[b], capacity)) {
+  for (int64_t b = threadIdx.x; b < a.batch; b += blockDim.x) {
+    const int32_t err = drlhet_cuda::EntryErrors(a, base + b, v);
+    if (err) {
+      atomicOr(&refused, err);
+    } else if (kp[b]) {
       win[idx[b]] = -1;
-    } else {
-      refused = 1;
     }
   }
   __syncthreads();
-  if (refused) return;  // the same value in every thread after the barrier
-  for (int64_t b = threadIdx.x; b < batch; b += blockDim.x) {
-    if (kp[b]) atomicMax(win + idx[b], static_cast<int32_t>(b));
+  if (refused) {  // the same value in every thread after the barrier
+    if (threadIdx.x == 0) {
+      a.bad[v] = refused;
+      drlhet_cuda::Finish(a, v);
+    }
+    return;
+  }
+  for (int64_t b = threadIdx.x; b < a.batch; b += blockDim.x) {
+    if (!kp[b]) continue;
+    atomicMax(win + idx[b], static_cast<int32_t>(b));
+    if (a.raw != nullptr) atomicMax(&most, drlhet::OrderedBits(a.raw[base + b]));
   }
   __syncthreads();
-  for (int64_t b = threadIdx.x; b < batch; b += blockDim.x) {
+  if (threadIdx.x == 0) {
+    a.bad[v] = 0;
+    if (a.max_bits != nullptr) a.max_bits[v] = most;
+    drlhet_cuda::Finish(a, v);
+  }
+  for (int64_t b = threadIdx.x; b < a.batch; b += blockDim.x) {
     if (drlhet::IsWinner(win[idx[b]], static_cast<int32_t>(b), kp[b])) {
-      tree[lay.offsets[lay.depth] + idx[b]] = val[b];
+      tree[lay.offsets[lay.depth] + idx[b]] = a.values[base + b];
     }
   }
-  const int top = drlhet::NarrowTop(lay, batch, batch);  // levels 0..top: every node once
+  const int top = drlhet::NarrowTop(lay, a.batch, a.batch);  // levels 0..top: every node once
   for (int level = lay.depth - 1; level >= 0; --level) {
     __syncthreads();  // the level below is written
     if (level <= top) {
@@ -167,12 +321,14 @@ __global__ void __launch_bounds__(1024)
       }
       continue;
     }
-    for (int64_t b = threadIdx.x; b < batch; b += blockDim.x) {
+    for (int64_t b = threadIdx.x; b < a.batch; b += blockDim.x) {
       if (drlhet::IsWinner(win[idx[b]], static_cast<int32_t>(b), kp[b])) {
         drlhet::RecomputeNode(tree, lay, level, drlhet::AncestorAt(idx[b], lay, level));
       }
     }
   }
 }
+
+#undef DRLHET_PLAIN_UPDATE
 
 }  // extern "C"

@@ -1,0 +1,99 @@
+// CUDA kernels of the prioritized buffer's sample after its targets: the descent of each target,
+// its probability and its importance-sampling weight, in two launches (the weights are
+// normalised by the batch's largest, known only once every target has descended). The buffer's
+// reference is drlhet/replay/buffer_ops.py's weigh; the per-element logic is
+// drlhet/prioritized.h's and drlhet/sum_tree.h's, run serially on the CPU by
+// kernels/cpu/header_probe.cc. V trees, `batch` targets each, n = V * batch; a launch of
+// whole warps (blockDim a multiple of 32), every thread reaching the warp reductions.
+// Zhang, Meng, Prasanna, IEEE TPDS 2023, Sec. 5.2 (the GPU's sampling).
+#pragma once
+
+#include "drlhet/prioritized.h"
+#include "drlhet/sum_tree.h"
+
+namespace drlhet_cuda {
+
+struct SampleArgs {
+  const float* nodes;     // [V, T]
+  int64_t capacity;       // C
+  int32_t k;              // K
+  const float* targets;   // [n]
+  int64_t batch;
+  int64_t n;
+  const int32_t* size;    // [V] transitions stored
+  const float* beta;      // [V]
+  int32_t* indices;       // [n]
+  float* probs;           // [n]
+  float* weights;         // [n]: the raw weights after the descent, normalised in place after
+  int32_t* error;         // [V]
+  int32_t* scratch;       // [V, 2]: OrderedBits of the largest raw weight, any probability > 0;
+                          // 0 before the descent
+  int32_t err_empty;
+  int32_t err_beta;
+};
+
+// The descent of target i, its probability and raw weight; the tree's largest raw weight and
+// whether a probability is > 0 merged per warp, then atomically.
+template <int KStatic>
+__device__ inline void SampleDescend(const SampleArgs& a) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool live = i < a.n;
+  const int64_t v = live ? i / a.batch : 0;
+  int32_t top = 0;
+  bool positive = false;
+  if (live) {
+    drlhet::TreeLayout lay;
+    drlhet::MakeLayout(a.capacity, a.k, &lay);
+    float value = 0.0f, total = 0.0f;
+    a.indices[i] =
+        drlhet::DescendOne<KStatic>(a.nodes + v * lay.size, lay, a.targets[i], &value, &total);
+    const float p = drlhet::Probability(value, total);
+    const float w = drlhet::RawWeight(p, static_cast<float>(a.size[v]), a.beta[v]);
+    a.probs[i] = p;
+    a.weights[i] = w;
+    top = drlhet::OrderedBits(w);
+    positive = p > 0.0f;
+  }
+  const int64_t v0 = __shfl_sync(0xffffffffu, v, 0);
+  if (__all_sync(0xffffffffu, !live || v == v0)) {  // the warp's targets are one tree's
+    const int32_t most = __reduce_max_sync(0xffffffffu, top);
+    const bool any = __any_sync(0xffffffffu, positive);
+    if ((threadIdx.x & 31) == 0 && live) {
+      if (most > 0) atomicMax(a.scratch + 2 * v0, most);
+      if (any) atomicOr(a.scratch + 2 * v0 + 1, 1);
+    }
+    return;
+  }
+  if (top > 0) atomicMax(a.scratch + 2 * v, top);
+  if (positive) atomicOr(a.scratch + 2 * v + 1, 1);
+}
+
+// Each raw weight over its tree's largest; the tree's error bits (entry 0 of each tree).
+__device__ inline void SampleNormalise(const SampleArgs& a) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.n) return;
+  const int64_t v = i / a.batch;
+  const float beta = a.beta[v];
+  a.weights[i] = drlhet::Weight(a.weights[i], drlhet::FromOrderedBits(a.scratch[2 * v]), beta);
+  if (i % a.batch == 0) {
+    a.error[v] = drlhet::SampleErrors(a.scratch[2 * v + 1] != 0, beta, a.err_empty, a.err_beta);
+  }
+}
+
+}  // namespace drlhet_cuda
+
+extern "C" {
+
+__global__ void drlhet_cuda_sample_descend(drlhet_cuda::SampleArgs a) {
+  drlhet_cuda::SampleDescend<0>(a);
+}
+
+__global__ void drlhet_cuda_sample_descend_k16(drlhet_cuda::SampleArgs a) {
+  drlhet_cuda::SampleDescend<16>(a);
+}
+
+__global__ void drlhet_cuda_sample_normalise(drlhet_cuda::SampleArgs a) {
+  drlhet_cuda::SampleNormalise(a);
+}
+
+}  // extern "C"

@@ -1,0 +1,272 @@
+"""The CUDA backend's buffer calls: the whole sample after its targets (`cuda.weigh`) and the
+whole checked priority update (`cuda.update_checked`), each one custom call.
+
+On any machine with nvcc: each kernel's steps run serially on the CPU (kernels/cpu/
+header_probe.cc, the per-element logic of kernels/include/drlhet/prioritized.h) and equal the
+buffer's own code (`drlhet.replay.buffer_ops`) on whole batches, refusals included; the buffer
+built on the cuda ops lowers to one custom call for each. On a GPU: the kernels equal the
+buffer's code on the same GPU bit for bit (weights included), on both update paths.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conformance import buffer_trace, random_tree, random_updates
+
+from drlhet.backends import cuda
+from drlhet.backends.native import library_path
+from drlhet.replay import buffer_ops, checks
+from drlhet.replay import sum_tree as st
+from drlhet.replay.prioritized import make_prioritized_replay
+
+F32 = np.float32
+CASES = [(2, 1000), (3, 100), (16, 5000), (64, 5000), (16, 1), (3, 7)]
+NO_NVCC = "missing library: the CUDA toolkit (nvcc is not on PATH)"
+NO_GPU = "missing device: no GPU (JAX sees no CUDA device here)"
+C_INT, C_F, C_I32 = ctypes.c_int, ctypes.c_float, ctypes.c_int32
+
+
+def _ptr(a, ctype):
+    return a.ctypes.data_as(ctypes.POINTER(ctype))
+
+
+def bits(x):
+    return np.asarray(x, F32).view(np.uint32)
+
+
+@pytest.fixture(scope="module")
+def probe() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(library_path()))  # the CPU library (always built by `make test`)
+    lib.drlhet_weigh_phases.restype = C_INT
+    lib.drlhet_update_checked_phases.restype = C_INT
+    return lib
+
+
+def weigh_phases(lib, nodes, capacity, k, targets, size, beta):
+    """The GPU sample's kernels, serially: (indices, probabilities, weights, error)."""
+    nodes, t = np.ascontiguousarray(nodes, F32), np.ascontiguousarray(targets, F32)
+    idx, probs, w, err = (
+        np.zeros(t.size, np.int32),
+        np.zeros(t.size, F32),
+        np.zeros(t.size, F32),
+        np.zeros(1, np.int32),
+    )  # noqa: E501
+    rc = lib.drlhet_weigh_phases(
+        _ptr(nodes, C_F), ctypes.c_int64(capacity), C_INT(k), _ptr(t, C_F),
+        ctypes.c_int64(t.size), C_I32(size), C_F(beta), C_I32(checks.ERR_EMPTY),
+        C_I32(checks.ERR_BETA), _ptr(idx, C_I32), _ptr(probs, C_F), _ptr(w, C_F), _ptr(err, C_I32),
+    )  # fmt: skip
+    assert rc == 0
+    return idx, probs, w, int(err[0])
+
+
+def update_checked_phases(lib, nodes, capacity, k, args, top):
+    """The GPU's checked update, serially: (nodes, max_priority, error)."""
+    idx, raw, values, keep, size, max_in, err_in = args
+    out = np.array(nodes, F32)
+    idx, raw, values = (
+        np.ascontiguousarray(x, d) for x, d in ((idx, np.int32), (raw, F32), (values, F32))
+    )  # noqa: E501
+    keep = np.ascontiguousarray(keep, np.bool_)
+    winner = np.full(capacity, 12345, np.int32)  # never cleared whole: only the batch's slots
+    max_out, err_out = np.zeros(1, F32), np.zeros(1, np.int32)
+    rc = lib.drlhet_update_checked_phases(
+        _ptr(out, C_F), ctypes.c_int64(capacity), C_INT(k), _ptr(idx, C_I32), _ptr(raw, C_F),
+        _ptr(values, C_F), _ptr(keep, ctypes.c_bool), C_I32(idx.size), C_I32(size),
+        C_F(checks.PRIORITY_MAX), C_I32(checks.ERR_INDEX), C_I32(checks.ERR_PRIORITY),
+        C_F(max_in), C_I32(err_in), _ptr(winner, C_I32), C_INT(top), _ptr(max_out, C_F),
+        _ptr(err_out, C_I32),
+    )  # fmt: skip
+    assert rc == 0
+    return out, max_out[0], int(err_out[0])
+
+
+def stratified_targets(tree, b, seed):
+    total = np.float32(st.total(tree))
+    u = np.random.default_rng(seed).random(b).astype(F32)
+    return (np.arange(b, dtype=F32) + u) * (total / F32(b))
+
+
+# ---- on every machine: the kernels' steps on the CPU --------------------------------------
+
+
+@pytest.mark.parametrize("k, capacity", CASES)
+@pytest.mark.parametrize("beta", [0.4, 0.0, 1.0, 1.5, -0.25, float("nan")])
+def test_the_weigh_phases_equal_the_buffers_sample(probe, k, capacity, beta):
+    tree = random_tree(capacity, k, seed=k)
+    targets = stratified_targets(tree, 257, seed=capacity)
+    targets[:3] = [0.0, -1.0, np.nan]  # descend as 0
+    size = capacity - capacity // 3
+    got = weigh_phases(probe, tree.nodes, capacity, k, targets, size, beta)
+    want = jax.jit(lambda t, x: buffer_ops.weigh(st.REFERENCE.find, t, x, jnp.int32(size), beta))(
+        tree, targets
+    )
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(bits(got[1]), bits(want[1]))
+    # the host's powf may differ from XLA's CPU pow in the last place (a GPU takes both from
+    # libdevice: compared bit for bit there); beta 0 or refused: no power, the same bits
+    np.testing.assert_allclose(got[2], want[2], rtol=5e-7, atol=0)
+    if not 0 < beta <= 1:
+        np.testing.assert_array_equal(bits(got[2]), bits(want[2]))
+    assert got[3] == int(want[3]) == (0 if 0 <= beta <= 1 else checks.ERR_BETA)
+
+
+def test_an_all_zero_tree_is_refused_as_empty(probe):
+    capacity, k = 100, 4
+    tree = st.init(capacity, k)
+    targets = np.linspace(0, 1, 64, dtype=F32)
+    _, probs, weights, err = weigh_phases(probe, tree.nodes, capacity, k, targets, 50, 0.4)
+    assert err == checks.ERR_EMPTY and not probs.any() and not weights.any()
+    want = buffer_ops.weigh(st.REFERENCE.find, tree, targets, jnp.int32(50), 0.4)
+    assert int(want[3]) == checks.ERR_EMPTY
+
+
+@jax.jit
+def leaf_values(raw):
+    """The leaf values of ``raw`` as the buffer computes them under jit (no eager refusal)."""
+    return checks.leaf_values(raw, 0.6, jnp.float32, raw.shape)[0]
+
+
+def update_batches(capacity, b, seed):
+    """Batches of a checked update: duplicates and zero priorities, then each refusal."""
+    rng = np.random.default_rng(seed)
+    for case in ("good", "good", "index", "negative", "nan", "inf", "huge", "stale", "good"):
+        idx, raw = (np.array(x) for x in random_updates(capacity, b, seed=seed))
+        keep = rng.random(b) < (0.5 if case == "stale" else 0.9)
+        size = capacity if case != "index" else max(1, capacity // 2)
+        if case == "index":
+            idx[b // 3] = -1 if capacity == 1 else max(size, capacity - 1)
+        bad = {
+            "negative": -1.0,
+            "nan": np.nan,
+            "inf": np.inf,
+            "huge": 2.0**60,
+        }  # 2^60 ** 0.6 > PRIORITY_MAX
+        if case in bad:
+            raw[b // 2] = bad[case]
+            keep[b // 2] = False  # refused even when not kept: every entry is checked
+        yield case, idx.astype(np.int32), raw.astype(F32), keep, size
+
+
+@pytest.mark.parametrize("k, capacity", CASES)
+@pytest.mark.parametrize("whole", ["none", "narrow", "all"])
+def test_the_checked_update_phases_equal_the_buffers_update(probe, k, capacity, whole):
+    from drlhet.backends.cuda_cupy import NARROW_MAX_NODES, narrow_top
+
+    depth = st.layout(capacity, k).depth
+    tree, max_p = random_tree(capacity, k, seed=1), F32(1.5)
+    err = checks.ERR_EMPTY  # an earlier refusal's bit: kept, and the batch's own are added
+    reference = jax.jit(lambda *a: buffer_ops.update(st.REFERENCE.write, *a), donate_argnums=())
+    for n, (case, idx, raw, keep, size) in enumerate(update_batches(capacity, 300, seed=k)):
+        values = leaf_values(jnp.asarray(raw))
+        top = {"none": -1, "narrow": narrow_top(capacity, k, 300, NARROW_MAX_NODES)}
+        top["all"] = depth - 1
+        args = (idx, raw, np.asarray(values), keep, size, max_p, err)
+        got = update_checked_phases(probe, tree.nodes, capacity, k, args, top[whole])
+        want_tree, want_max, want_err = reference(
+            tree, jnp.asarray(idx), jnp.asarray(raw), values, jnp.asarray(keep),
+            jnp.int32(size), jnp.float32(max_p), jnp.int32(err),
+        )  # fmt: skip
+        np.testing.assert_array_equal(bits(got[0]), bits(want_tree.nodes), err_msg=case)
+        assert bits(got[1]) == bits(want_max) and got[2] == int(want_err), (n, case)
+        refused = case in ("index", "negative", "nan", "inf", "huge")
+        assert (got[2] != checks.ERR_EMPTY) == refused, case
+        if refused:
+            np.testing.assert_array_equal(bits(got[0]), bits(tree.nodes))
+        tree, max_p = want_tree, F32(want_max)
+
+
+def test_the_largest_kept_priority_raises_the_running_maximum(probe):
+    capacity, k = 10, 3
+    tree = np.asarray(st.init(capacity, k).nodes)
+    idx = np.array([1, 2, 3], np.int32)
+    raw = np.array([5.0, 9.0, 7.0], F32)
+    args = (idx, raw, raw, np.array([True, False, True]), capacity, F32(1.0), 0)
+    _, max_p, err = update_checked_phases(probe, tree, capacity, k, args, -1)
+    assert max_p == 7.0 and err == 0  # 9 was not kept (a stale stamp)
+    args = (idx, raw, raw, np.array([True, False, True]), capacity, F32(8.0), 0)
+    assert update_checked_phases(probe, tree, capacity, k, args, -1)[1] == 8.0
+
+
+# ---- on every machine with nvcc: what the buffer asks of XLA -------------------------------
+
+
+def lowered(fn, *args) -> str:
+    if shutil.which("nvcc") is None:
+        pytest.skip(NO_NVCC)
+    return jax.jit(fn).lower(*args).as_text()
+
+
+def cuda_ops() -> st.TreeOps:
+    return st.TreeOps(cuda.find, cuda.update, weigh=cuda.weigh, update=cuda.update_checked)
+
+
+def test_the_buffer_on_cuda_samples_and_updates_in_one_custom_call_each():
+    fns = make_prioritized_replay(1000, 64, branching=16, tree_ops=cuda_ops())
+    state = fns.init({"x": jnp.float32(0)})
+    text = lowered(fns.sample, state, jax.random.key(0))
+    assert text.count("@drlhet_cuda_weigh") == 1 and "@drlhet_cuda_find" not in text
+    idx, pr = jnp.arange(64), jnp.ones(64)
+    text = lowered(lambda s: fns.update_priorities(s, idx, pr, jnp.zeros(64, jnp.int32)), state)
+    calls = [ln for ln in text.splitlines() if "@drlhet_cuda_update" in ln]
+    assert len(calls) == 1 and "@drlhet_cuda_update_checked" in calls[0], calls
+    assert f"block_max_batch = {cuda.BLOCK_MAX_BATCH} : i64" in calls[0]
+    assert "priority_max = 4.2949673E+9 : f32" in calls[0]
+    assert "output_operand_aliases" in calls[0] and "operand_index = 0" in calls[0]
+
+
+def test_vmapped_buffers_pass_one_row_per_tree():
+    fns = make_prioritized_replay(100, 8, branching=4, tree_ops=cuda_ops())
+    states = jax.vmap(lambda _: fns.init({"x": jnp.float32(0)}))(jnp.arange(3))
+    keys = jax.random.split(jax.random.key(0), 3)
+    text = lowered(jax.vmap(fns.sample), states, keys)
+    call = next(ln for ln in text.splitlines() if "@drlhet_cuda_weigh" in ln)
+    assert "tensor<3x8xf32>" in call and "tensor<3xi32>" in call  # targets, size
+
+
+# ---- on a GPU -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=["one block per tree", "one launch per level"])
+def gpu(request):
+    if not cuda.gpu_devices():
+        pytest.skip(NO_GPU)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cuda, "BLOCK_MAX_BATCH", 2**40 if request.param.startswith("one block") else 0)
+        yield cuda_ops()
+
+
+@pytest.mark.parametrize("k, capacity", CASES)
+def test_gpu_weigh_and_checked_update_equal_the_buffers_code(gpu, k, capacity):
+    tree = random_tree(capacity, k, seed=k)
+    targets = jnp.asarray(stratified_targets(tree, 4096, seed=k))
+    for beta in (0.4, 1.0, 1.5):
+        args = (tree, targets, jnp.int32(capacity), jnp.float32(beta))
+        got = jax.jit(gpu.weigh)(*args)
+        want = jax.jit(lambda *a: buffer_ops.weigh(st.REFERENCE.find, *a))(*args)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    max_p, err = jnp.float32(1.5), jnp.int32(0)
+    for case, idx, raw, keep, size in update_batches(capacity, 4096, seed=k):
+        values = leaf_values(jnp.asarray(raw))
+        args = (jnp.asarray(idx), jnp.asarray(raw), values, jnp.asarray(keep), jnp.int32(size))
+        got = jax.jit(gpu.update)(tree, *args, max_p, err)
+        want = jax.jit(lambda *a: buffer_ops.update(st.REFERENCE.write, *a))(
+            tree, *args, max_p, err
+        )
+        np.testing.assert_array_equal(bits(got[0].nodes), bits(want[0].nodes), err_msg=case)
+        assert bits(got[1]) == bits(want[1]) and int(got[2]) == int(want[2]), case
+        tree, max_p, err = want
+
+
+def test_gpu_buffer_with_its_own_calls_equals_the_buffer_over_find_and_write(gpu):
+    fused = buffer_trace(gpu)
+    plain = buffer_trace(gpu._replace(weigh=None, update=None))
+    for a, b in zip(jax.tree.leaves(fused), jax.tree.leaves(plain), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -207,6 +207,38 @@ def buffer_trace(tree_ops: st.TreeOps):
     return s, trace
 
 
+def refusal_trace(tree_ops: st.TreeOps):
+    """A jitted buffer on ``tree_ops`` given bad values: a beta outside [0, 1], an index at the
+    first unfilled slot, a NaN, a too large and a negative priority, stale stamps, then good
+    rounds. Every refusal must leave the same state and error bits as the reference's."""
+    fns = make_prioritized_replay(40, 16, branching=3, tree_ops=tree_ops)
+    add, upd, sample = jax.jit(fns.add), jax.jit(fns.update_priorities), jax.jit(fns.sample)
+    s = add(fns.init({"x": jnp.float32(0)}), {"x": jnp.arange(30, dtype=jnp.float32)})
+    trace = [sample(s, jax.random.key(0), 1.5)]  # refused: zero weights, ERR_BETA
+    good = trace[0]
+    for bad in ("index", "nan", "huge", "negative", "stale", None):
+        idx, pr, stamps = good.indices, good.data["x"] + 1, good.stamps
+        if bad == "index":
+            idx = idx.at[3].set(30)  # size 30: the first unfilled slot
+        elif bad in ("nan", "huge", "negative"):
+            pr = pr.at[5].set({"nan": jnp.nan, "huge": 2.0**60, "negative": -1.0}[bad])
+        elif bad == "stale":
+            stamps = stamps.at[::2].add(1)
+        s = upd(s, idx, pr, stamps)
+        trace.append((s.tree, s.max_priority, s.error))
+        good = sample(s, jax.random.key(len(trace)), 0.5)
+        trace.append(good)
+    return s, trace
+
+
+def test_refusals_under_jit_equal_the_reference(other):
+    outs = [refusal_trace(ops) for ops in (backends.tree_ops(other), st.REFERENCE)]
+    # each refusal happened (the sample's bits are its own, the updates' the state's)
+    assert int(outs[1][1][0].error) == 8 and int(outs[1][0].error) == 3
+    for a, b in zip(jax.tree.leaves(outs[0]), jax.tree.leaves(outs[1]), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_prioritized_buffer_equals_the_reference(other):
     outs = [buffer_trace(ops) for ops in (backends.tree_ops(other), st.REFERENCE)]
     for a, b in zip(jax.tree.leaves(outs[0]), jax.tree.leaves(outs[1]), strict=True):

@@ -136,12 +136,14 @@ def leaf_values(raw):
 def update_batches(capacity, b, seed):
     """Batches of a checked update: duplicates and zero priorities, then each refusal."""
     rng = np.random.default_rng(seed)
-    for case in ("good", "good", "index", "negative", "nan", "inf", "huge", "stale", "good"):
+    cases = ("good", "good", "index", "below", "negative", "nan", "inf", "huge", "stale", "good")
+    for case in cases:
         idx, raw = (np.array(x) for x in random_updates(capacity, b, seed=seed))
         keep = rng.random(b) < (0.5 if case == "stale" else 0.9)
         size = capacity if case != "index" else max(1, capacity // 2)
-        if case == "index":
-            idx[b // 3] = -1 if capacity == 1 else max(size, capacity - 1)
+        if case in ("index", "below"):  # one entry at the first slot past the filled ones, or -1
+            idx = idx % size
+            idx[b // 3] = size if case == "index" else -1
         bad = {
             "negative": -1.0,
             "nan": np.nan,
@@ -175,7 +177,7 @@ def test_the_checked_update_phases_equal_the_buffers_update(probe, k, capacity, 
         )  # fmt: skip
         np.testing.assert_array_equal(bits(got[0]), bits(want_tree.nodes), err_msg=case)
         assert bits(got[1]) == bits(want_max) and got[2] == int(want_err), (n, case)
-        refused = case in ("index", "negative", "nan", "inf", "huge")
+        refused = case in ("index", "below", "negative", "nan", "inf", "huge")
         assert (got[2] != checks.ERR_EMPTY) == refused, case
         if refused:
             np.testing.assert_array_equal(bits(got[0]), bits(tree.nodes))

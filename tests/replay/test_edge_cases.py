@@ -130,6 +130,16 @@ def test_a_priority_above_the_range_is_refused(priorities):
     assert int(added.error) == ERR_PRIORITY and int(added.size) == int(s.size)
 
 
+def test_priorities_fixed_inside_a_jitted_function_are_accepted():
+    # a constant inside jit is a concrete array, its power (alpha != 1) a tracer: the eager
+    # check must not convert the tracer to NumPy (it once did, and every such update failed)
+    fns, s = filled(alpha=0.6)
+    fixed = jnp.float32([2.0, 3.0])
+    out = jax.jit(lambda st_: fns.update_priorities(st_, jnp.arange(2), fixed))(s)
+    assert int(out.error) == 0
+    np.testing.assert_allclose(leaves_of(out)[:2], np.float32([2.0, 3.0]) ** 0.6, rtol=1e-6)
+
+
 def test_the_range_is_decided_after_alpha():
     # 1e12 ** 0.5 = 1e6 is in range although 1e12 is not: the check is on p ** alpha
     fns, s = filled(alpha=0.5)

@@ -77,6 +77,10 @@ class Args:
     """With ``--device gpu``: at least this many steps per timed scan on the GPU (a short scan
     times the program's launch and completion, tens of microseconds per call, more than its
     steps)."""
+    plain: bool = True
+    """For a backend with its own buffer calls (``TreeOps.weigh`` / ``update``: the whole
+    sample and the checked update in one custom call each), also measure it without them,
+    its ``find`` and ``write`` under the buffer's XLA code (``drlhet-NAME-plain``)."""
     cuda_block_max_batch: int | None = None
     """``drlhet.backends.cuda.BLOCK_MAX_BATCH`` for this run (None: the library's): the largest
     update batch the cuda backend writes with one block per tree."""
@@ -184,10 +188,13 @@ def main(args: Args) -> list[dict]:
         return jax.devices(backends_api.GPU if on_gpu else backends_api.CPU)[0]
 
     # ---------------------------------------------------------------- drlhet
-    def drlhet_ops(capacity: int, batch: int, k: int, steps: int, backend: str) -> dict:
-        fns = make_prioritized_replay(
-            capacity, batch, branching=k, tree_ops=backends_api.tree_ops(backend)
-        )
+    def drlhet_ops(
+        capacity: int, batch: int, k: int, steps: int, backend: str, plain: bool = False
+    ) -> dict:
+        ops = backends_api.tree_ops(backend)
+        if plain:  # the backend's find and write only, the rest in XLA
+            ops = ops._replace(weigh=None, update=None)
+        fns = make_prioritized_replay(capacity, batch, branching=k, tree_ops=ops)
         example = jax.tree.map(lambda x: x[0], transitions(1))
         with jax.default_device(device_of(backend)):  # built where the backend runs
             state = fns.init(example)
@@ -387,6 +394,13 @@ def main(args: Args) -> list[dict]:
                 )
             except ValueError as e:  # a backend built for some K only (fpga: 4..64)
                 print(f"note: {name} skipped at K {k}: {e}")
+                continue
+            ops = backends_api.tree_ops(name)
+            if args.plain and (ops.weigh is not None or ops.update is not None):
+                steps_of[f"drlhet-{name}-plain"] = steps_of[f"drlhet-{name}"]
+                impls[f"drlhet-{name}-plain"] = drlhet_ops(
+                    capacity, batch, k, steps_of[f"drlhet-{name}"], name, plain=True
+                )
         if "native" in backends and args.thread_scaling:
             impls["drlhet-native-1t"] = with_threads(
                 drlhet_ops(capacity, batch, k, steps, "native"), 1
@@ -417,7 +431,7 @@ def main(args: Args) -> list[dict]:
 
         def where(impl: str) -> dict:
             """The row's device and what its speed is the speed of."""
-            name = impl.removeprefix("drlhet-").removesuffix("-1t")
+            name = impl.removeprefix("drlhet-").removesuffix("-1t").removesuffix("-plain")
             if not impl.startswith("drlhet-") or device_of(name).platform == backends_api.CPU:
                 return {"device": "cpu", "speed_of": speed_of(impl)}
             dev = device_of(name)
@@ -470,8 +484,8 @@ def speed_of(impl: str) -> str:
     simulation's (it proves function; the board's speed comes from the cycle model)."""
     from drlhet.backends import CPU, get
 
-    name = impl.removeprefix("drlhet-")
-    if impl.startswith("drlhet-") and get(name.removesuffix("-1t")).simulates(CPU, "replay"):
+    name = impl.removeprefix("drlhet-").removesuffix("-1t").removesuffix("-plain")
+    if impl.startswith("drlhet-") and get(name).simulates(CPU, "replay"):
         return "C-simulation on this CPU: function only, not the board's speed"
     return "this CPU"
 
@@ -515,8 +529,16 @@ def print_ratios(rows: list[dict], capacity: int, batch: int, k: int, depth: int
                 print(f"step: {impl} fused / {peer} {mode} = {ours / theirs:.2f}x")
     nat, ref = rate("drlhet-native", "step", "fused"), rate("drlhet-jax", "step", "fused")
     one = rate("drlhet-native-1t", "step", "fused")
-    if nat and ref:
-        print(f"step: drlhet-native fused / drlhet-jax fused = {nat / ref:.2f}x")
+    names = sorted(  # speeds of a device, not of a simulation
+        {r["impl"] for r in rows if "simulation" not in r.get("speed_of", "simulation")}
+    )
+    for impl in names:  # every backend against jax; one with its own calls against without
+        ours = rate(impl, "step", "fused")
+        if ours and ref and impl not in ("drlhet-jax", "drlhet-native-1t"):
+            print(f"step: {impl} fused / drlhet-jax fused = {ours / ref:.2f}x")
+        plain = rate(impl + "-plain", "step", "fused")
+        if ours and plain:
+            print(f"step: {impl} own sample/update calls / {impl}-plain = {ours / plain:.2f}x")
     if nat and one:
         print(f"step: drlhet-native all threads / 1 thread = {nat / one:.2f}x")
     limit = next((r for r in rows if r["impl"] == "machine-limit"), None)

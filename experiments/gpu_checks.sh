@@ -5,8 +5,10 @@
 # does not stop the next. Stages (default: all, in this order):
 #   build     pip install -e . without build isolation (CMake builds the CPU and CUDA kernels
 #             for CUDA_ARCH, default 90)
-#   tests     the GPU tests: tests/backends/test_cuda.py and the conformance suite's cuda cases
-#   quick     bench_replay at 2^20 leaves, B 4096, K 16: cuda vs jax on the GPU vs native (CPU)
+#   tests     the GPU tests: tests/backends/test_cuda.py, test_cuda_buffer.py (the buffer's own
+#             calls: weigh, update_checked) and the conformance suite's cuda cases
+#   quick     bench_replay at 2^20 leaves, B 4096, K 16: cuda (its own sample and update calls)
+#             vs cuda-plain (find and write under XLA's code) vs jax on the GPU vs native (CPU)
 #   train     DQN + PER on CartPole, 3 seeds, to a mean return of 475: replay cuda, then jax,
 #             everything on the GPU
 #   bench     bench_replay --device gpu over capacities 2^14..2^22 x batches 32..65536
@@ -17,7 +19,8 @@
 #             SPLIT_MAPPING), not in the default list: no split has run on a GPU yet
 #   probe     the cuda update's two paths against jax at 2^20 leaves (not in the default list;
 #             rows to $OUT/probe_<BLOCK_MAX_BATCH>.json). After a kernel change, e.g. the narrow
-#             levels of 2026-11-26 (not yet run on a GPU): build tests quick probe
+#             levels and the own sample / update calls of 2026-11-26 (neither yet run on a
+#             GPU): build tests quick probe dump
 #   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
 # Usage: OUT=results/raw/gpu experiments/gpu_checks.sh [stage ...]
 set -u
@@ -56,7 +59,7 @@ for s in "${stages[@]}"; do
         -Ccmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH" -Cbuild-dir=build/gpu ;;
     tests)
       stage tests 300 $PY -m pytest -q -p no:cacheprovider -rs tests/backends/test_cuda.py \
-        tests/backends/conformance.py -k "cuda or gpu" ;;
+        tests/backends/test_cuda_buffer.py tests/backends/conformance.py -k "cuda or gpu" ;;
     quick)
       stage quick 200 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
         --batches 4096 --modes fused --no-peers --no-thread-scaling --no-limits \

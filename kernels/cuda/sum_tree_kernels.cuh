@@ -307,8 +307,9 @@ __global__ void __launch_bounds__(1024) drlhet_cuda_update_block(drlhet_cuda::Up
     if (a.max_bits != nullptr) a.max_bits[v] = most;
     drlhet_cuda::Finish(a, v);
   }
+  // a dropped entry's index is never read: a plain update may drop one outside [0, C)
   for (int64_t b = threadIdx.x; b < a.batch; b += blockDim.x) {
-    if (drlhet::IsWinner(win[idx[b]], static_cast<int32_t>(b), kp[b])) {
+    if (kp[b] && drlhet::IsWinner(win[idx[b]], static_cast<int32_t>(b), true)) {
       tree[lay.offsets[lay.depth] + idx[b]] = a.values[base + b];
     }
   }
@@ -322,7 +323,7 @@ __global__ void __launch_bounds__(1024) drlhet_cuda_update_block(drlhet_cuda::Up
       continue;
     }
     for (int64_t b = threadIdx.x; b < a.batch; b += blockDim.x) {
-      if (drlhet::IsWinner(win[idx[b]], static_cast<int32_t>(b), kp[b])) {
+      if (kp[b] && drlhet::IsWinner(win[idx[b]], static_cast<int32_t>(b), true)) {
         drlhet::RecomputeNode(tree, lay, level, drlhet::AncestorAt(idx[b], lay, level));
       }
     }

@@ -304,6 +304,16 @@ def test_gpu_refuses_a_bad_batch_on_the_device(gpu):
     np.testing.assert_array_equal(bits(bad.nodes), bits(tree.nodes))
 
 
+def test_gpu_dropped_entries_outside_the_tree_are_never_read(gpu):
+    tree = random_tree(100, 4)
+    idx = jnp.asarray([1, 2**31 - 1, -5, 3], jnp.int32)
+    vals = jnp.asarray([0.5, 1.0, 1.0, 0.25], jnp.float32)
+    keep = jnp.asarray([True, False, False, True])
+    got = jax.jit(gpu.write)(tree, idx, vals, keep).nodes
+    want = st.REFERENCE.write(tree, idx, vals, keep).nodes
+    np.testing.assert_array_equal(bits(got), bits(want))
+
+
 def test_cupy_kernels_equal_the_reference(gpu):
     from drlhet.backends import cuda_cupy
 

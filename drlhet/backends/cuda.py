@@ -154,6 +154,8 @@ def update_checked(
     winning entry, the tree's error bits and its largest kept priority (C + 2 int32 per tree).
     """
     _check(tree)
+    if jnp.shape(indices)[-1:] == (0,):  # nothing to write, nothing checked
+        return tree, jnp.asarray(max_priority), jnp.asarray(error)
     lead = tree.nodes.shape[:-1]  # trees stacked without vmap: one row each
     out = (
         jax.ShapeDtypeStruct(tree.nodes.shape, jnp.float32),

@@ -119,6 +119,26 @@ void StartFrom(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes, float* dst) {
   }
 }
 
+// A plain update's arguments; the workspace holds winner [V, C], then bad [V] (then, for a
+// checked update, max_bits [V]).
+drlhet_cuda::UpdateArgs PlainArgs(float* nodes, int64_t capacity, int64_t branching,
+                                  ffi::Buffer<ffi::S32> indices, ffi::Buffer<ffi::F32> values,
+                                  ffi::Buffer<ffi::PRED> keep, int64_t trees,
+                                  ffi::ResultBuffer<ffi::S32> work) {
+  drlhet_cuda::UpdateArgs a{};
+  a.nodes = nodes;
+  a.capacity = capacity;
+  a.k = static_cast<int32_t>(branching);
+  a.indices = indices.typed_data();
+  a.values = values.typed_data();
+  a.keep = keep.typed_data();
+  a.n = indices.element_count();
+  a.batch = a.n / trees;
+  a.winner = work->typed_data();
+  a.bad = a.winner + trees * capacity;
+  return a;
+}
+
 ffi::Error UpdateImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
                       ffi::Buffer<ffi::S32> indices, ffi::Buffer<ffi::F32> values,
                       ffi::Buffer<ffi::PRED> keep, ffi::ResultBuffer<ffi::F32> out,
@@ -137,18 +157,8 @@ ffi::Error UpdateImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
   }
   StartFrom(stream, nodes, out->typed_data());
   if (n == 0) return LastError("drlhet_cuda_update");
-  int32_t* winner = work->typed_data();  // [V, C], then bad [V]
-  drlhet_cuda::UpdateArgs a{};
-  a.nodes = out->typed_data();
-  a.capacity = capacity;
-  a.k = static_cast<int32_t>(branching);
-  a.indices = indices.typed_data();
-  a.values = values.typed_data();
-  a.keep = keep.typed_data();
-  a.batch = n / trees;
-  a.n = n;
-  a.winner = winner;
-  a.bad = winner + trees * capacity;
+  const drlhet_cuda::UpdateArgs a =
+      PlainArgs(out->typed_data(), capacity, branching, indices, values, keep, trees, work);
   LaunchUpdate(stream, a, lay, trees, block_max_batch);
   return LastError("drlhet_cuda_update");
 }
@@ -179,19 +189,9 @@ ffi::Error UpdateCheckedImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
     return ffi::Error::InvalidArgument("drlhet_cuda_update_checked: operand shapes do not match");
   }
   StartFrom(stream, nodes, out->typed_data());
-  int32_t* winner = work->typed_data();  // [V, C], then bad [V], then max_bits [V]
-  drlhet_cuda::UpdateArgs a{};
-  a.nodes = out->typed_data();
-  a.capacity = capacity;
-  a.k = static_cast<int32_t>(branching);
-  a.indices = indices.typed_data();
-  a.values = values.typed_data();
-  a.keep = keep.typed_data();
-  a.batch = n / trees;
-  a.n = n;
-  a.winner = winner;
-  a.bad = winner + trees * capacity;
-  a.max_bits = a.bad + trees;
+  drlhet_cuda::UpdateArgs a =
+      PlainArgs(out->typed_data(), capacity, branching, indices, values, keep, trees, work);
+  a.max_bits = a.bad + trees;  // after bad [V] in the workspace
   a.raw = raw.typed_data();
   a.size = size.typed_data();
   a.priority_max = priority_max;

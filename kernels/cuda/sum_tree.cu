@@ -32,19 +32,13 @@
 
 #include "sample_kernels.cuh"
 #include "sum_tree_kernels.cuh"
+// after the kernels it launches
+#include "launch.cuh"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
 
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int kBlockThreads = 1024;  // drlhet_cuda_update_block / _top: one block per tree
-// The per-level path recomputes levels of at most this many nodes (and no more than the batch)
-// whole, in one launch (drlhet_cuda_update_top): 4 nodes per thread of its block at most.
-constexpr int64_t kNarrowMaxNodes = 4 * kBlockThreads;
-
-unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
 ffi::Error LastError(const char* what) {
   const cudaError_t e = cudaGetLastError();
@@ -85,30 +79,11 @@ ffi::Error FindImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
   if (n == 0) return ffi::Error::Success();
   const int32_t k = static_cast<int32_t>(branching);
   auto kernel = k == 16 ? drlhet_cuda_find_k16 : drlhet_cuda_find;
-  kernel<<<Blocks(n), kThreads, 0, stream>>>(nodes.typed_data(), capacity, k,
+  kernel<<<drlhet_cuda::Blocks(n), drlhet_cuda::kThreads, 0, stream>>>(nodes.typed_data(), capacity, k,
                                              targets.typed_data(), n / trees, n,
                                              indices->typed_data(), values->typed_data(),
                                              totals->typed_data());
   return LastError("drlhet_cuda_find");
-}
-
-// The update's launches: one block per tree up to block_max_batch entries per tree, else
-// reset, claim, leaves, one launch per wide level and one for the narrow levels (and Finish).
-void LaunchUpdate(cudaStream_t stream, const drlhet_cuda::UpdateArgs& a,
-                  const drlhet::TreeLayout& lay, int64_t trees, int64_t block_max_batch) {
-  if (a.batch <= block_max_batch) {
-    drlhet_cuda_update_block<<<static_cast<unsigned>(trees), kBlockThreads, 0, stream>>>(a);
-    return;
-  }
-  drlhet_cuda_update_reset_args<<<Blocks(a.n), kThreads, 0, stream>>>(a);
-  drlhet_cuda_update_claim_args<<<Blocks(a.n), kThreads, 0, stream>>>(a);
-  drlhet_cuda_update_leaves_args<<<Blocks(a.n), kThreads, 0, stream>>>(a);
-  const int top = drlhet::NarrowTop(lay, a.batch, kNarrowMaxNodes);
-  for (int level = lay.depth - 1; level > top; --level) {
-    drlhet_cuda_update_level_args<<<Blocks(a.n), kThreads, 0, stream>>>(a, level);
-  }
-  // always launched: it also writes a checked update's outputs (top -1: no level recomputed)
-  drlhet_cuda_update_top_args<<<static_cast<unsigned>(trees), kBlockThreads, 0, stream>>>(a, top);
 }
 
 // Starts the update on a copy of the nodes when XLA did not alias them (no donation).
@@ -159,7 +134,7 @@ ffi::Error UpdateImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
   if (n == 0) return LastError("drlhet_cuda_update");
   const drlhet_cuda::UpdateArgs a =
       PlainArgs(out->typed_data(), capacity, branching, indices, values, keep, trees, work);
-  LaunchUpdate(stream, a, lay, trees, block_max_batch);
+  drlhet_cuda::LaunchUpdate(stream, a, lay, trees, block_max_batch);
   return LastError("drlhet_cuda_update");
 }
 
@@ -201,7 +176,7 @@ ffi::Error UpdateCheckedImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
   a.err_in = err_in.typed_data();
   a.max_out = max_out->typed_data();
   a.err_out = err_out->typed_data();
-  LaunchUpdate(stream, a, lay, trees, block_max_batch);
+  drlhet_cuda::LaunchUpdate(stream, a, lay, trees, block_max_batch);
   return LastError("drlhet_cuda_update_checked");
 }
 
@@ -223,7 +198,6 @@ ffi::Error WeighImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
       work->element_count() != 2 * trees) {
     return ffi::Error::InvalidArgument("drlhet_cuda_weigh: operand shapes do not match");
   }
-  cudaMemsetAsync(work->typed_data(), 0, 2 * trees * sizeof(int32_t), stream);
   drlhet_cuda::SampleArgs a{nodes.typed_data(),    capacity,
                             static_cast<int32_t>(branching), targets.typed_data(),
                             n / trees,             n,
@@ -232,9 +206,7 @@ ffi::Error WeighImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
                             weights->typed_data(), error->typed_data(),
                             work->typed_data(),    static_cast<int32_t>(err_empty),
                             static_cast<int32_t>(err_beta)};
-  auto descend = branching == 16 ? drlhet_cuda_sample_descend_k16 : drlhet_cuda_sample_descend;
-  descend<<<Blocks(n), kThreads, 0, stream>>>(a);
-  drlhet_cuda_sample_normalise<<<Blocks(n), kThreads, 0, stream>>>(a);
+  drlhet_cuda::LaunchWeigh(stream, a, trees);
   return LastError("drlhet_cuda_weigh");
 }
 

@@ -56,7 +56,7 @@ def weigh_phases(lib, nodes, capacity, k, targets, size, beta):
         np.zeros(t.size, F32),
         np.zeros(t.size, F32),
         np.zeros(1, np.int32),
-    )  # noqa: E501
+    )
     rc = lib.drlhet_weigh_phases(
         _ptr(nodes, C_F), ctypes.c_int64(capacity), C_INT(k), _ptr(t, C_F),
         ctypes.c_int64(t.size), C_I32(size), C_F(beta), C_I32(checks.ERR_EMPTY),
@@ -72,7 +72,7 @@ def update_checked_phases(lib, nodes, capacity, k, args, top):
     out = np.array(nodes, F32)
     idx, raw, values = (
         np.ascontiguousarray(x, d) for x, d in ((idx, np.int32), (raw, F32), (values, F32))
-    )  # noqa: E501
+    )
     keep = np.ascontiguousarray(keep, np.bool_)
     winner = np.full(capacity, 12345, np.int32)  # never cleared whole: only the batch's slots
     max_out, err_out = np.zeros(1, F32), np.zeros(1, np.int32)

@@ -1,0 +1,81 @@
+// The CUDA backend's update and sample calls run by the host emulation of the CUDA execution
+// model (cuda_emu.h): the same kernels (../sum_tree_kernels.cuh, ../sample_kernels.cuh) through
+// the same launch sequences (../launch.cuh) as the XLA FFI handlers, exported for ctypes
+// (tests/backends/test_cuda_emu.py). Built on every machine, with or without a CUDA toolkit.
+// The workspace starts as garbage, as XLA leaves it: the launches must not read what they did
+// not write.
+#include <cstdint>
+#include <vector>
+
+#include "cuda_emu.h"
+// the kernels, then their launches
+#include "../sample_kernels.cuh"
+#include "../sum_tree_kernels.cuh"
+#include "../launch.cuh"
+
+namespace {
+
+constexpr int32_t kGarbage = 0x5A5A5A5A;
+
+}  // namespace
+
+extern "C" {
+
+// drlhet_cuda_weigh on `trees` trees of `batch` targets each. Returns 0, or -1 for a bad
+// (capacity, k).
+int drlhet_emu_weigh(const float* nodes, int64_t capacity, int k, const float* targets,
+                     int64_t trees, int64_t batch, const int32_t* size, const float* beta,
+                     int32_t err_empty, int32_t err_beta, int32_t* indices, float* probs,
+                     float* weights, int32_t* error) {
+  drlhet::TreeLayout lay;
+  if (!drlhet::MakeLayout(capacity, k, &lay) || trees < 1 || batch < 1) return -1;
+  std::vector<int32_t> scratch(2 * trees, kGarbage);
+  const drlhet_cuda::SampleArgs a{nodes,   capacity, k,       targets, batch,
+                                  trees * batch, size,  beta,    indices, probs,
+                                  weights, error,    scratch.data(), err_empty, err_beta};
+  drlhet_cuda::LaunchWeigh(nullptr, a, trees);
+  return 0;
+}
+
+// drlhet_cuda_update (raw == nullptr) or drlhet_cuda_update_checked on `trees` trees of `batch`
+// entries each, the nodes in place; one block per tree when batch <= block_max_batch. The
+// checked update's outputs are max_out and err_out; bad_out [trees] is each tree's refusal word.
+// Returns 0, or -1 for a bad (capacity, k).
+int drlhet_emu_update(float* nodes, int64_t capacity, int k, const int32_t* indices,
+                      const float* values, const bool* keep, int64_t trees, int64_t batch,
+                      int64_t block_max_batch, const float* raw, const int32_t* size,
+                      float priority_max, int32_t err_index, int32_t err_priority,
+                      const float* max_in, const int32_t* err_in, float* max_out,
+                      int32_t* err_out, int32_t* bad_out) {
+  drlhet::TreeLayout lay;
+  if (!drlhet::MakeLayout(capacity, k, &lay) || trees < 1 || batch < 1) return -1;
+  std::vector<int32_t> work(trees * (capacity + 2), kGarbage);
+  drlhet_cuda::UpdateArgs a{};
+  a.nodes = nodes;
+  a.capacity = capacity;
+  a.k = k;
+  a.indices = indices;
+  a.values = values;
+  a.keep = keep;
+  a.batch = batch;
+  a.n = trees * batch;
+  a.winner = work.data();
+  a.bad = a.winner + trees * capacity;
+  if (raw != nullptr) {
+    a.max_bits = a.bad + trees;
+    a.raw = raw;
+    a.size = size;
+    a.priority_max = priority_max;
+    a.err_index = err_index;
+    a.err_priority = err_priority;
+    a.max_in = max_in;
+    a.err_in = err_in;
+    a.max_out = max_out;
+    a.err_out = err_out;
+  }
+  drlhet_cuda::LaunchUpdate(nullptr, a, lay, trees, block_max_batch);
+  for (int64_t v = 0; v < trees; ++v) bad_out[v] = a.bad[v];
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,58 @@
+// The launch sequences of the CUDA backend's update and sample calls, shared by the XLA FFI
+// handlers (sum_tree.cu, on XLA's stream) and the host emulation of the CUDA execution model
+// (emu/cuda_emu.h, which defines DRLHET_LAUNCH and DRLHET_ZERO before including this), so that
+// the emulation runs the same launches in the same order as a GPU.
+// Include after sample_kernels.cuh and sum_tree_kernels.cuh.
+#pragma once
+
+#include <cstdint>
+
+#include "drlhet/sum_tree.h"
+
+#if defined(__CUDACC__)
+#define DRLHET_LAUNCH(kernel, grid, threads, stream, ...) \
+  kernel<<<static_cast<unsigned>(grid), threads, 0, stream>>>(__VA_ARGS__)
+#define DRLHET_ZERO(ptr, bytes, stream) cudaMemsetAsync(ptr, 0, bytes, stream)
+#endif
+
+namespace drlhet_cuda {
+
+constexpr int kThreads = 256;
+constexpr int kBlockThreads = 1024;  // drlhet_cuda_update_block / _top: one block per tree
+// The per-level path recomputes levels of at most this many nodes (and no more than the batch)
+// whole, in one launch (drlhet_cuda_update_top): 4 nodes per thread of its block at most.
+constexpr int64_t kNarrowMaxNodes = 4 * kBlockThreads;
+
+inline unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+// The update's launches: one block per tree up to block_max_batch entries per tree, else
+// reset, claim, leaves, one launch per wide level and one for the narrow levels (and Finish).
+inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet::TreeLayout& lay,
+                         int64_t trees, int64_t block_max_batch) {
+  if (a.batch <= block_max_batch) {
+    DRLHET_LAUNCH(drlhet_cuda_update_block, trees, kBlockThreads, stream, a);
+    return;
+  }
+  DRLHET_LAUNCH(drlhet_cuda_update_reset_args, Blocks(a.n), kThreads, stream, a);
+  DRLHET_LAUNCH(drlhet_cuda_update_claim_args, Blocks(a.n), kThreads, stream, a);
+  DRLHET_LAUNCH(drlhet_cuda_update_leaves_args, Blocks(a.n), kThreads, stream, a);
+  const int top = drlhet::NarrowTop(lay, a.batch, kNarrowMaxNodes);
+  for (int level = lay.depth - 1; level > top; --level) {
+    DRLHET_LAUNCH(drlhet_cuda_update_level_args, Blocks(a.n), kThreads, stream, a, level);
+  }
+  // always launched: it also writes a checked update's outputs (top -1: no level recomputed)
+  DRLHET_LAUNCH(drlhet_cuda_update_top_args, trees, kBlockThreads, stream, a, top);
+}
+
+// The sample's launches after its targets: its scratch cleared, the descent, the weights.
+inline void LaunchWeigh(cudaStream_t stream, const SampleArgs& a, int64_t trees) {
+  DRLHET_ZERO(a.scratch, 2 * trees * sizeof(int32_t), stream);
+  if (a.k == 16) {
+    DRLHET_LAUNCH(drlhet_cuda_sample_descend_k16, Blocks(a.n), kThreads, stream, a);
+  } else {
+    DRLHET_LAUNCH(drlhet_cuda_sample_descend, Blocks(a.n), kThreads, stream, a);
+  }
+  DRLHET_LAUNCH(drlhet_cuda_sample_normalise, Blocks(a.n), kThreads, stream, a);
+}
+
+}  // namespace drlhet_cuda

@@ -1,0 +1,167 @@
+"""The CUDA backend's kernels and launch sequences under the host emulation of the CUDA
+execution model (kernels/cuda/emu: each block as OS threads, __syncthreads and the warp
+collectives as barriers, host atomics), on every machine: what a GPU computes, not how fast.
+
+The same kernels and launches as the XLA FFI handlers (kernels/cuda/launch.cuh): the plain
+update on both paths equals the NumPy oracle; the checked update and the sample call equal the
+buffer's own code (`drlhet.replay.buffer_ops`), over one tree and over several whose entries
+share warps, refusals included. The workspace starts as garbage, as XLA leaves it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import oracle
+import pytest
+from conformance import random_tree, random_updates
+from test_cuda_buffer import bits, leaf_values, stratified_targets, update_batches
+
+from drlhet.backends.native import library_path
+from drlhet.replay import buffer_ops, checks
+from drlhet.replay import sum_tree as st
+
+F32 = np.float32
+CASES = [(2, 1000), (3, 100), (16, 5000), (64, 777), (16, 1), (3, 7)]
+PATHS = {"one block per tree": 2**40, "one launch per level": 0}
+P = ctypes.POINTER
+
+
+C_TYPES = {np.float32: ctypes.c_float, np.int32: ctypes.c_int32, np.bool_: ctypes.c_bool}
+
+
+def ptr(a):
+    """A pointer to a NumPy array's data (None: a null pointer)."""
+    return None if a is None else a.ctypes.data_as(P(C_TYPES[a.dtype.type]))
+
+
+@pytest.fixture(scope="module")
+def emu() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(library_path("drlhet_cuda_emu", "the CUDA kernels' host emulation")))
+    lib.drlhet_emu_weigh.restype = ctypes.c_int
+    lib.drlhet_emu_update.restype = ctypes.c_int
+    return lib
+
+
+def emu_update(lib, nodes, capacity, k, idx, values, keep, block_max, checked=None):
+    """One update of V = len(nodes) trees: (nodes [V, T], bad [V], max [V], err [V])."""
+    out = np.array(nodes, F32, ndmin=2)
+    trees, batch = out.shape[0], np.asarray(idx).reshape(out.shape[0], -1).shape[1]
+    idx, values = (np.ascontiguousarray(x, d) for x, d in ((idx, np.int32), (values, F32)))
+    keep = np.ascontiguousarray(keep, np.bool_)
+    raw = size = max_in = err_in = None
+    if checked is not None:
+        raw, size, max_in, err_in = (
+            np.ascontiguousarray(x, d)
+            for x, d in zip(checked, (F32, np.int32, F32, np.int32), strict=True)
+        )
+    max_out, err_out = np.zeros(trees, F32), np.zeros(trees, np.int32)
+    bad = np.zeros(trees, np.int32)
+    rc = lib.drlhet_emu_update(
+        ptr(out), ctypes.c_int64(capacity), ctypes.c_int(k), ptr(idx), ptr(values), ptr(keep),
+        ctypes.c_int64(trees), ctypes.c_int64(batch), ctypes.c_int64(block_max), ptr(raw),
+        ptr(size), ctypes.c_float(checks.PRIORITY_MAX), ctypes.c_int32(checks.ERR_INDEX),
+        ctypes.c_int32(checks.ERR_PRIORITY), ptr(max_in), ptr(err_in), ptr(max_out),
+        ptr(err_out), ptr(bad),
+    )  # fmt: skip
+    assert rc == 0
+    return out, bad, max_out, err_out
+
+
+def emu_weigh(lib, nodes, capacity, k, targets, size, beta):
+    """The sample call on V trees: (indices, probabilities, weights [V, B], error [V])."""
+    nodes = np.array(nodes, F32, ndmin=2)
+    trees = nodes.shape[0]
+    t = np.ascontiguousarray(np.reshape(targets, (trees, -1)), F32)
+    size, beta = np.ascontiguousarray(size, np.int32), np.ascontiguousarray(beta, F32)
+    idx, probs, w = np.zeros(t.shape, np.int32), np.zeros(t.shape, F32), np.zeros(t.shape, F32)
+    err = np.zeros(trees, np.int32)
+    rc = lib.drlhet_emu_weigh(
+        ptr(nodes), ctypes.c_int64(capacity), ctypes.c_int(k), ptr(t), ctypes.c_int64(trees),
+        ctypes.c_int64(t.shape[1]), ptr(size), ptr(beta), ctypes.c_int32(checks.ERR_EMPTY),
+        ctypes.c_int32(checks.ERR_BETA), ptr(idx), ptr(probs), ptr(w), ptr(err),
+    )  # fmt: skip
+    assert rc == 0
+    return idx, probs, w, err
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("k, capacity", CASES)
+def test_the_plain_update_equals_the_oracle_over_three_trees(emu, k, capacity, path):
+    # 3 trees of 300 entries: warps that straddle two trees; garbage in the workspace
+    trees = np.stack([np.asarray(random_tree(capacity, k, seed=s).nodes) for s in range(3)])
+    for step in range(2):
+        batch = [random_updates(capacity, 300, seed=10 * step + s) for s in range(3)]
+        idx = np.stack([np.asarray(b[0]) for b in batch])
+        vals = np.stack([np.asarray(b[1]) for b in batch])
+        keep = np.random.default_rng(step).random((3, 300)) < 0.85
+        idx[~keep] = np.where(np.arange(300) % 2 == 0, -7, 2**31 - 1)[np.nonzero(~keep)[1]]
+        got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, PATHS[path])
+        assert not bad.any()
+        for v in range(3):
+            want = oracle.write(trees[v], capacity, k, idx[v], vals[v], keep[v])
+            np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"tree {v}")
+        trees = got
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_bad_kept_entry_refuses_its_tree_only(emu, path):
+    k, capacity = 4, 300
+    trees = np.stack([np.asarray(random_tree(capacity, k, seed=s).nodes) for s in range(2)])
+    idx = np.tile(np.arange(40, dtype=np.int32), (2, 1))
+    vals = np.ones((2, 40), F32)
+    vals[1, 17] = np.nan
+    keep = np.ones((2, 40), bool)
+    got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, PATHS[path])
+    assert list(bad) == [0, 1]
+    np.testing.assert_array_equal(bits(got[1]), bits(trees[1]))
+    want = oracle.write(trees[0], capacity, k, idx[0], vals[0])
+    np.testing.assert_array_equal(bits(got[0]), bits(want))
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("k, capacity", CASES)
+def test_the_checked_update_equals_the_buffers_update(emu, k, capacity, path):
+    tree, max_p, err = random_tree(capacity, k, seed=2), F32(1.5), checks.ERR_EMPTY
+    reference = jax.jit(lambda *a: buffer_ops.update(st.REFERENCE.write, *a))
+    for case, idx, raw, keep, size in update_batches(capacity, 300, seed=k):
+        values = np.asarray(leaf_values(jnp.asarray(raw)))
+        checked = (raw, [size], [max_p], [err])
+        got, _, got_max, got_err = emu_update(
+            emu, tree.nodes, capacity, k, idx, values, keep, PATHS[path], checked
+        )
+        want = reference(
+            tree, jnp.asarray(idx), jnp.asarray(raw), jnp.asarray(values), jnp.asarray(keep),
+            jnp.int32(size), jnp.float32(max_p), jnp.int32(err),
+        )  # fmt: skip
+        np.testing.assert_array_equal(bits(got[0]), bits(want[0].nodes), err_msg=case)
+        assert bits(got_max[0]) == bits(want[1]) and got_err[0] == int(want[2]), case
+        tree, max_p = want[0], F32(want[1])
+
+
+@pytest.mark.parametrize("k, capacity", CASES)
+def test_the_sample_call_equals_the_buffers_sample_over_three_trees(emu, k, capacity):
+    trees = [random_tree(capacity, k, seed=s) for s in range(3)]
+    targets = np.stack([stratified_targets(t, 300, seed=s) for s, t in enumerate(trees)])
+    targets[0, :2] = [np.nan, -1.0]
+    sizes, betas = [capacity, max(1, capacity // 2), 1], [0.4, 1.0, 1.5]
+    nodes = np.stack([np.asarray(t.nodes) for t in trees])
+    got = emu_weigh(emu, nodes, capacity, k, targets, sizes, betas)
+    for v, tree in enumerate(trees):
+        want = buffer_ops.weigh(
+            st.REFERENCE.find, tree, jnp.asarray(targets[v]), jnp.int32(sizes[v]), betas[v]
+        )
+        np.testing.assert_array_equal(got[0][v], want[0])
+        np.testing.assert_array_equal(bits(got[1][v]), bits(want[1]))
+        np.testing.assert_allclose(got[2][v], want[2], rtol=5e-7, atol=0)  # host powf
+        assert got[3][v] == int(want[3]), v
+    assert list(got[3]) == [0, 0, checks.ERR_BETA] and not got[2][2].any()
+
+
+def test_an_empty_tree_is_refused_by_the_sample_call(emu):
+    tree = np.asarray(st.init(50, 4).nodes)
+    _, probs, weights, err = emu_weigh(emu, tree, 50, 4, np.linspace(0, 1, 64), [20], [0.4])
+    assert err[0] == checks.ERR_EMPTY and not probs.any() and not weights.any()

@@ -11,6 +11,7 @@ buffer's code on the same GPU bit for bit (weights included), on both update pat
 from __future__ import annotations
 
 import ctypes
+import functools
 import shutil
 
 import jax
@@ -272,3 +273,37 @@ def test_gpu_buffer_with_its_own_calls_equals_the_buffer_over_find_and_write(gpu
     plain = buffer_trace(gpu._replace(weigh=None, update=None))
     for a, b in zip(jax.tree.leaves(fused), jax.tree.leaves(plain), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_gpu_vmapped_calls_equal_the_buffers_code_tree_by_tree(gpu):
+    k, capacity, b = 16, 777, 300  # 300 entries: warps that straddle two trees
+    trees = [random_tree(capacity, k, seed=s) for s in range(3)]
+    nodes = jnp.stack([t.nodes for t in trees])
+    targets = jnp.asarray(np.stack([stratified_targets(t, b, s) for s, t in enumerate(trees)]))
+    sizes, betas = jnp.asarray([777, 500, 1], jnp.int32), jnp.asarray([0.4, 1.0, 1.5])
+
+    def weigh(fn):
+        return jax.jit(jax.vmap(lambda n, *a: fn(st.SumTreeState(n, capacity, k), *a)))(
+            nodes, targets, sizes, betas
+        )
+
+    got, want = weigh(gpu.weigh), weigh(functools.partial(buffer_ops.weigh, st.REFERENCE.find))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    idx = jnp.asarray(np.random.default_rng(0).integers(0, 500, (3, b)), jnp.int32)
+    raw = jnp.asarray(np.random.default_rng(1).random((3, b)), jnp.float32)
+    raw = raw.at[2, 7].set(jnp.nan)  # tree 2 refuses its batch
+    values = jax.vmap(leaf_values)(raw)
+    keep = jnp.asarray(np.random.default_rng(2).random((3, b)) < 0.8)
+    maxs, errs = jnp.full(3, 1.5, jnp.float32), jnp.zeros(3, jnp.int32)
+
+    def update(fn):
+        step = jax.vmap(lambda n, *a: fn(st.SumTreeState(n, capacity, k), *a))
+        return jax.jit(step)(nodes, idx, raw, values, keep, sizes, maxs, errs)
+
+    got, want = update(gpu.update), update(functools.partial(buffer_ops.update, st.REFERENCE.write))
+    np.testing.assert_array_equal(bits(got[0].nodes), bits(want[0].nodes))
+    np.testing.assert_array_equal(bits(got[1]), bits(want[1]))
+    np.testing.assert_array_equal(np.asarray(got[2]), np.asarray(want[2]))
+    # tree 1's indices are all below its size 500; tree 2 holds 1 transition and a NaN
+    assert list(np.asarray(want[2])) == [0, 0, checks.ERR_PRIORITY | checks.ERR_INDEX]

@@ -53,6 +53,8 @@ def is_weights(probs: jax.Array, size: jax.Array, beta: Any) -> tuple[jax.Array,
     dtype = probs.dtype
     given = jnp.asarray(beta)
     beta_ok = (given >= 0) & (given <= 1)
+    # A drawn leaf has P(i) > 0 whenever the total is (checks: P(i) >= 2^-123), so this is
+    # "total > 0" without reading the root again (which would make XLA copy the tree).
     nonzero = jnp.max(probs) > 0
     b = jnp.where(beta_ok, jnp.asarray(beta, dtype), 0)
     drawable = probs > 0

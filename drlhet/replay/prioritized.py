@@ -19,7 +19,9 @@ docs/design.md section 2:
   no-ops. The representable range of priorities is `drlhet.replay.checks`'s.
 
 The tree primitives are an argument (`drlhet.replay.sum_tree.TreeOps`; a backend provides
-them, `drlhet.backends.tree_ops`), chosen statically: this package imports no backend.
+them, `drlhet.backends.tree_ops`), chosen statically: this package imports no backend. The code
+around them is `drlhet.replay.buffer_ops`'s; a backend may run it in one call of its own each
+(``TreeOps.weigh`` for the sample after its targets, ``TreeOps.update`` for the checked update).
 """
 
 from __future__ import annotations

@@ -57,38 +57,41 @@ inline void __syncthreads() { emu::block->sync.arrive_and_wait(); }
 
 namespace emu {
 
-// Every lane puts `v`, the warp waits, each lane reads all 32, the warp waits again (so that
-// the slots are free for the next collective).
-template <typename T, typename Reduce>
-T WarpAll(T v, Reduce reduce) {
+// A warp collective: every lane puts `v` in its slot and the warp waits (Publish); each lane
+// reads the slots it needs (Slot); the warp waits again so that the slots are free for the next
+// collective (Release).
+template <typename T>
+void Publish(T v) {
   static_assert(sizeof(T) <= sizeof(uint64_t));
-  const unsigned base = threadIdx.x & ~31u;
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
   block->slots[threadIdx.x] = bits;
-  Barrier& warp = *block->warps[threadIdx.x / 32];
-  warp.arrive_and_wait();
-  T out{};
-  for (unsigned lane = 0; lane < 32; ++lane) {
-    T x;
-    std::memcpy(&x, &block->slots[base + lane], sizeof(T));
-    out = lane == 0 ? x : reduce(out, x);
-  }
-  warp.arrive_and_wait();
+  block->warps[threadIdx.x / 32]->arrive_and_wait();
+}
+
+template <typename T>
+T Slot(unsigned lane) {
+  T x;
+  std::memcpy(&x, &block->slots[(threadIdx.x & ~31u) + lane], sizeof(T));
+  return x;
+}
+
+inline void Release() { block->warps[threadIdx.x / 32]->arrive_and_wait(); }
+
+template <typename T, typename Reduce>
+T WarpAll(T v, Reduce reduce) {
+  Publish(v);
+  T out = Slot<T>(0);
+  for (unsigned lane = 1; lane < 32; ++lane) out = reduce(out, Slot<T>(lane));
+  Release();
   return out;
 }
 
 template <typename T>
 T WarpRead(T v, unsigned src) {
-  const unsigned base = threadIdx.x & ~31u;
-  uint64_t bits = 0;
-  std::memcpy(&bits, &v, sizeof(T));
-  block->slots[threadIdx.x] = bits;
-  Barrier& warp = *block->warps[threadIdx.x / 32];
-  warp.arrive_and_wait();
-  T out;
-  std::memcpy(&out, &block->slots[base + src], sizeof(T));
-  warp.arrive_and_wait();
+  Publish(v);
+  const T out = Slot<T>(src);
+  Release();
   return out;
 }
 

@@ -37,8 +37,8 @@ test: $(STAMP)
 # training, benchmarks and GPU profiles, each stage logged; on an H100, 2026-11-26, its 44 GPU tests passed).
 gpu-test: $(STAMP)
 	$(BIN)/pip install --quiet "jax[cuda13]" "cupy-cuda13x>=14.0"
-	$(BIN)/python -m pytest -q tests/backends/test_cuda.py tests/backends/conformance.py \
-	  -k "cuda or gpu"
+	$(BIN)/python -m pytest -q tests/backends/test_cuda.py tests/backends/test_cuda_buffer.py \
+	  tests/backends/conformance.py -k "(cuda or gpu) and not emulated"
 
 # Benchmarks write under results/raw/ (not committed), never over the committed, pinned results.
 bench: $(STAMP)

@@ -480,13 +480,14 @@ def main(args: Args) -> list[dict]:
 
 def speed_of(impl: str) -> str:
     """What a row's speed is the speed of: the implementation on this CPU, or, for a backend
-    that runs here only as a simulation (``fpga``: the replay module's C-simulation), the
-    simulation's (it proves function; the board's speed comes from the cycle model)."""
+    that runs here only as a simulation (``fpga``: the replay module's C-simulation; ``cuda``:
+    its kernels under the host emulation of CUDA), the simulation's (it proves function; the
+    board's speed comes from the cycle model, the GPU's from a GPU)."""
     from drlhet.backends import CPU, get
 
     name = impl.removeprefix("drlhet-").removesuffix("-1t").removesuffix("-plain")
     if impl.startswith("drlhet-") and get(name).simulates(CPU, "replay"):
-        return "C-simulation on this CPU: function only, not the board's speed"
+        return f"simulation of {name} on this CPU: function only, not the hardware's speed"
     return "this CPU"
 
 

@@ -59,7 +59,8 @@ for s in "${stages[@]}"; do
         -Ccmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH" -Cbuild-dir=build/gpu ;;
     tests)
       stage tests 300 $PY -m pytest -q -p no:cacheprovider -rs tests/backends/test_cuda.py \
-        tests/backends/test_cuda_buffer.py tests/backends/conformance.py -k "cuda or gpu" ;;
+        tests/backends/test_cuda_buffer.py tests/backends/conformance.py \
+        -k "(cuda or gpu) and not emulated" ;;
     quick)
       stage quick 200 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
         --batches 4096 --modes fused --no-peers --no-thread-scaling --no-limits \

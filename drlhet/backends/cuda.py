@@ -12,8 +12,15 @@ writes the tree in place (``input_output_aliases``; donate the buffer state) and
 the host: a batch with a bad index or priority is refused whole on the device, as the reference
 refuses it inside jit.
 
-Lookup raises `BackendUnavailable` naming what is missing: the library (no CUDA compiler at
-install) or a GPU (none visible to JAX).
+On a CPU device the same calls run the same kernels and handler bodies under a host emulation
+of the CUDA execution model (``kernels/cuda/emu``: each block's threads as fibers, barriers and
+warp collectives between them), registered under the same custom-call targets for the ``cpu``
+platform: ``replay=cuda@cpu:0`` is a functional simulation of the GPU (right results, not its
+speed; never a default nor a DSE candidate there), which is how the conformance suite tests
+this module's calls (shapes, ``vmap``, aliasing, workspaces) on machines without a GPU.
+
+Lookup raises `BackendUnavailable` naming what is missing: with a GPU visible to JAX, the GPU
+library (no CUDA compiler at install); without one, the host emulation.
 """
 
 from __future__ import annotations
@@ -25,12 +32,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from drlhet.backends.base import GPU, Backend, BackendUnavailable, register
+from drlhet.backends.base import CPU, GPU, Backend, BackendUnavailable, register
 from drlhet.backends.native import ffi_find, ffi_update, library_path, tree_attrs
 from drlhet.replay import checks
 from drlhet.replay.sum_tree import SumTreeState, TreeOps
 
-__all__ = ["FFI_SYMBOLS", "FFI_TARGETS", "find", "update", "weigh", "update_checked", "gpu_devices"]
+__all__ = [
+    "FFI_SYMBOLS",
+    "FFI_TARGETS",
+    "EMU_SYMBOLS",
+    "GPU_LIBRARY",
+    "EMU_LIBRARY",
+    "find",
+    "update",
+    "weigh",
+    "update_checked",
+    "gpu_devices",
+]
 
 FFI_TARGETS = {
     "DrlhetCudaFind": "drlhet_cuda_find",
@@ -40,6 +58,12 @@ FFI_TARGETS = {
 }
 """The FFI handlers the library exports, and the custom-call targets they are registered as."""
 FFI_SYMBOLS = tuple(FFI_TARGETS)
+EMU_SYMBOLS = {symbol: symbol.replace("DrlhetCuda", "DrlhetEmu") for symbol in FFI_SYMBOLS}
+"""The host emulation's handlers (``libdrlhet_cuda_emu``, platform ``cpu``) of each GPU handler:
+the same bodies (``kernels/cuda/handlers.h``), registered under the same targets."""
+GPU_LIBRARY = ("drlhet_cuda", "the CUDA kernels (built where nvcc works)")
+EMU_LIBRARY = ("drlhet_cuda_emu", "the CUDA kernels' host emulation")
+"""Each library's stem and what it holds (`drlhet.backends.native.library_path`'s arguments)."""
 MAX_BRANCHING = 256  # kMaxBranching in kernels/include/drlhet/sum_tree.h
 MAX_CAPACITY = 2**31 - 1  # leaf indices are int32
 BLOCK_MAX_BATCH = 1024
@@ -61,12 +85,31 @@ def gpu_devices() -> list:
 
 
 @functools.cache
-def _library() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(library_path("drlhet_cuda", "the CUDA kernels (built where nvcc works)")))
+def _register(platform: str) -> None:
+    """Registers the handlers of ``platform`` (``"CUDA"``: the GPU library's; ``cpu``: the
+    host emulation's) under `FFI_TARGETS`' names, once.
+
+    Raises:
+      BackendUnavailable: that library was not built.
+    """
+    stem, what = GPU_LIBRARY if platform == "CUDA" else EMU_LIBRARY
+    lib = ctypes.CDLL(str(library_path(stem, what)))
     for symbol, target in FFI_TARGETS.items():
-        capsule = jax.ffi.pycapsule(getattr(lib, symbol))
-        jax.ffi.register_ffi_target(target, capsule, platform="CUDA")
-    return lib
+        handler = getattr(lib, symbol if platform == "CUDA" else EMU_SYMBOLS[symbol])
+        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(handler), platform=platform)
+
+
+def _library() -> None:
+    """Registers what runs here: the GPU's handlers where JAX sees a GPU (their library is then
+    needed), the host emulation's where it is built (needed without a GPU)."""
+    if gpu_devices():
+        _register("CUDA")
+        try:
+            _register(CPU)
+        except BackendUnavailable:
+            pass  # cuda@cpu is a simulation: a GPU does without it
+    else:
+        _register(CPU)
 
 
 def _check(tree: SumTreeState) -> None:
@@ -178,9 +221,14 @@ def update_checked(
 
 
 def _load() -> TreeOps:
-    _library()  # BackendUnavailable when the library was not built
-    if not gpu_devices():
-        raise BackendUnavailable("no GPU: JAX sees no CUDA device here (jax[cuda] and a driver)")
+    try:
+        _library()
+    except BackendUnavailable as e:
+        if gpu_devices():
+            raise
+        raise BackendUnavailable(
+            f"no GPU (JAX sees no CUDA device here: jax[cuda] and a driver), and {e}"
+        ) from None
     return TreeOps(find, update, weigh=weigh, update=update_checked)
 
 
@@ -189,11 +237,14 @@ BACKEND = register(
         name="cuda",
         platforms=(GPU,),
         provides=("replay",),
-        needs="a GPU, and the CUDA kernel library built on `pip install` where nvcc works",
+        needs="a GPU, and the CUDA kernel library built on `pip install` where nvcc works; on a "
+        "CPU device, the kernels' host emulation (built on `pip install` everywhere)",
         loader=_load,
         # the GPU's default replay: its fused sample + update step measured 1.7-2.5x the jax
         # backend's on an H100 from B 32 to 16384 at 2^20 leaves, equal at 65536 (docs/results.md)
         rank=1,
-        summary="CUDA sum tree as XLA FFI custom calls inside jit (float32 trees)",
+        simulation=(CPU, ("replay",)),
+        summary="CUDA sum tree as XLA FFI custom calls inside jit (float32 trees); on a CPU "
+        "device, its kernels under a host emulation of CUDA (function, not speed)",
     )
 )

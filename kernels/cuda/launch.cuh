@@ -1,7 +1,7 @@
 // The launch sequences of the CUDA backend's update and sample calls, shared by the XLA FFI
 // handlers (sum_tree.cu, on XLA's stream) and the host emulation of the CUDA execution model
-// (emu/cuda_emu.h, which defines DRLHET_LAUNCH and DRLHET_ZERO before including this), so that
-// the emulation runs the same launches in the same order as a GPU.
+// (emu/cuda_emu.h, which defines DRLHET_LAUNCH and the runtime calls before including this), so
+// that the emulation runs the same launches in the same order as a GPU.
 // Include after sample_kernels.cuh and sum_tree_kernels.cuh.
 #pragma once
 
@@ -12,7 +12,6 @@
 #if defined(__CUDACC__)
 #define DRLHET_LAUNCH(kernel, grid, threads, stream, ...) \
   kernel<<<static_cast<unsigned>(grid), threads, 0, stream>>>(__VA_ARGS__)
-#define DRLHET_ZERO(ptr, bytes, stream) cudaMemsetAsync(ptr, 0, bytes, stream)
 #endif
 
 namespace drlhet_cuda {
@@ -46,7 +45,7 @@ inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet:
 
 // The sample's launches after its targets: its scratch cleared, the descent, the weights.
 inline void LaunchWeigh(cudaStream_t stream, const SampleArgs& a, int64_t trees) {
-  DRLHET_ZERO(a.scratch, 2 * trees * sizeof(int32_t), stream);
+  cudaMemsetAsync(a.scratch, 0, 2 * trees * sizeof(int32_t), stream);
   if (a.k == 16) {
     DRLHET_LAUNCH(drlhet_cuda_sample_descend_k16, Blocks(a.n), kThreads, stream, a);
   } else {

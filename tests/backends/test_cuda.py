@@ -4,8 +4,10 @@ On any machine with nvcc: the library and the CuPy fatbin are built by the insta
 the FFI handlers; each GPU thread's logic (`DescendOne`; the update's phases `ValidEntry`,
 `WinnerMerge`, `IsWinner`, `RecomputeNode` from kernels/include/drlhet/sum_tree.h) runs on the
 CPU through kernels/cpu/header_probe.cc and equals the NumPy oracle bit for bit on whole trees.
-On a GPU: the kernels equal the reference (the conformance suite runs them too), for K up to 64,
-capacities that are not powers of K, duplicates, inside a jitted scan, and through CuPy.
+On a GPU, and on a CPU device where the same custom calls run the kernels under the host
+emulation of CUDA (cuda_places.py): the calls equal the reference on the same device (the
+conformance suite runs them too), for K up to 64, capacities that are not powers of K,
+duplicates, inside a jitted scan, on both update paths; on a GPU also through CuPy.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 import oracle
 import pytest
 from conformance import random_tree, random_updates
+from cuda_places import devices
 
 from drlhet import backends
 from drlhet.backends import cuda
@@ -27,7 +30,6 @@ from drlhet.replay import sum_tree as st
 
 F32 = np.float32
 KS_CAPACITIES = [(2, 1000), (3, 100), (16, 5000), (32, 3000), (64, 5000), (16, 1), (3, 7)]
-NO_GPU = "missing device: no GPU (JAX sees no CUDA device here)"
 
 
 def _ptr(a, ctype):
@@ -98,15 +100,25 @@ def test_library_and_fatbin_are_built_where_nvcc_works():
         assert kernel in fatbin, f"the fatbin has no kernel {kernel!r}"
 
 
-def test_lookup_loads_with_a_gpu_and_names_what_is_missing_without():
-    if cuda.gpu_devices():
-        assert backends.tree_ops("cuda").find is cuda.find
-    else:
-        with pytest.raises(backends.BackendUnavailable, match="no GPU|not built"):
-            backends.load("cuda")
-    # the GPU's default replay where it loads (measured faster than jax on a GPU)
-    want = "cuda" if cuda.gpu_devices() else "jax"
-    assert backends.default("replay", backends.GPU) == want
+def test_lookup_loads_on_a_gpu_and_as_a_simulation_on_the_cpu(monkeypatch):
+    if not cuda.gpu_devices():
+        devices("emulated cpu")  # skips, naming the library, where it was not built
+    ops = backends.tree_ops("cuda")
+    assert ops.find is cuda.find and ops.weigh is cuda.weigh
+    b = backends.get("cuda")
+    assert b.runs_on(backends.GPU, "replay") and not b.simulates(backends.GPU)
+    assert b.simulates(backends.CPU, "replay")  # never a default nor a candidate on a CPU
+    assert "cuda" not in [x.name for x in backends.providing("replay", backends.CPU)]
+    assert backends.default("replay", backends.GPU) == "cuda"
+    # without a GPU and without the emulation, the error names both
+    monkeypatch.setattr(cuda, "gpu_devices", lambda: [])
+    monkeypatch.setattr(cuda, "_library", _missing_emulation)
+    with pytest.raises(backends.BackendUnavailable, match="no GPU.*host emulation"):
+        cuda.BACKEND.loader()
+
+
+def _missing_emulation():
+    raise backends.BackendUnavailable("the CUDA kernels' host emulation are not built")
 
 
 def test_the_update_names_its_path_and_writes_the_tree_in_place(monkeypatch):
@@ -236,34 +248,23 @@ def test_an_invalid_entry_refuses_the_whole_batch(probe, index, value):
     assert rc == 0
 
 
-# ---- on a GPU -------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module", params=["one block per tree", "one launch per level"])
-def gpu(request):
-    """The cuda backend's ops, its update on either path (`cuda.BLOCK_MAX_BATCH`: every batch
-    in one block per tree, or every batch over the whole grid, a launch per level)."""
-    if not cuda.gpu_devices():
-        pytest.skip(NO_GPU)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cuda, "BLOCK_MAX_BATCH", 2**40 if request.param.startswith("one block") else 0)
-        yield backends.tree_ops("cuda")
+# ---- on a GPU, and under the host emulation on a CPU device (cuda_places.py) -----------------
 
 
 @pytest.mark.parametrize("k, capacity", KS_CAPACITIES)
-def test_gpu_trees_and_samples_equal_jax_on_the_same_gpu(gpu, k, capacity):
+def test_trees_and_samples_equal_jax_on_the_same_device(place, k, capacity):
     tree = random_tree(capacity, k)
     rng = np.random.default_rng(k)
     targets = jnp.asarray(rng.random(4096) * float(st.total(tree)), jnp.float32)
-    for got, want in zip(gpu.find(tree, targets), st.REFERENCE.find(tree, targets), strict=True):
+    for got, want in zip(place.find(tree, targets), st.REFERENCE.find(tree, targets), strict=True):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     idx, vals = random_updates(capacity, 4096, seed=k)
-    got = gpu.write(tree, idx, vals, None).nodes
+    got = place.write(tree, idx, vals, None).nodes
     want = st.REFERENCE.write(tree, idx, vals, None).nodes
     np.testing.assert_array_equal(bits(got), bits(want))
 
 
-def test_gpu_scan_of_sample_and_update_equals_jax(gpu):
+def test_scan_of_sample_and_update_equals_jax(place):
     k, capacity, steps = 32, 3000, 20
 
     def run(ops):
@@ -278,12 +279,12 @@ def test_gpu_scan_of_sample_and_update_equals_jax(gpu):
             random_tree(capacity, k)
         )
 
-    (tree_g, idx_g), (tree_j, idx_j) = run(gpu), run(st.REFERENCE)
+    (tree_g, idx_g), (tree_j, idx_j) = run(place), run(st.REFERENCE)
     np.testing.assert_array_equal(np.asarray(idx_g), np.asarray(idx_j))
     np.testing.assert_array_equal(bits(tree_g.nodes), bits(tree_j.nodes))
 
 
-def test_gpu_vmapped_writes_equal_the_reference_tree_by_tree(gpu):
+def test_vmapped_writes_equal_the_reference_tree_by_tree(place):
     k, capacity, trees = 16, 777, 3
     nodes = jnp.stack([random_tree(capacity, k, seed=s).nodes for s in range(trees)])
     batch = [random_updates(capacity, 300, seed=s) for s in range(trees)]
@@ -295,21 +296,21 @@ def test_gpu_vmapped_writes_equal_the_reference_tree_by_tree(gpu):
             jax.vmap(lambda n, i, v, kp: ops.write(st.SumTreeState(n, capacity, k), i, v, kp).nodes)
         )(nodes, idx, vals, keep)
 
-    np.testing.assert_array_equal(bits(write(gpu)), bits(write(st.REFERENCE)))
+    np.testing.assert_array_equal(bits(write(place)), bits(write(st.REFERENCE)))
 
 
-def test_gpu_refuses_a_bad_batch_on_the_device(gpu):
+def test_a_bad_batch_is_refused_on_the_device(place):
     tree = random_tree(100, 4)
-    bad = gpu.write(tree, jnp.asarray([1, 2]), jnp.asarray([1.0, jnp.nan]), None)
+    bad = place.write(tree, jnp.asarray([1, 2]), jnp.asarray([1.0, jnp.nan]), None)
     np.testing.assert_array_equal(bits(bad.nodes), bits(tree.nodes))
 
 
-def test_gpu_dropped_entries_outside_the_tree_are_never_read(gpu):
+def test_dropped_entries_outside_the_tree_are_never_read(place):
     tree = random_tree(100, 4)
     idx = jnp.asarray([1, 2**31 - 1, -5, 3], jnp.int32)
     vals = jnp.asarray([0.5, 1.0, 1.0, 0.25], jnp.float32)
     keep = jnp.asarray([True, False, False, True])
-    got = jax.jit(gpu.write)(tree, idx, vals, keep).nodes
+    got = jax.jit(place.write)(tree, idx, vals, keep).nodes
     want = st.REFERENCE.write(tree, idx, vals, keep).nodes
     np.testing.assert_array_equal(bits(got), bits(want))
 

@@ -4,8 +4,9 @@ whole checked priority update (`cuda.update_checked`), each one custom call.
 On any machine with nvcc: each kernel's steps run serially on the CPU (kernels/cpu/
 header_probe.cc, the per-element logic of kernels/include/drlhet/prioritized.h) and equal the
 buffer's own code (`drlhet.replay.buffer_ops`) on whole batches, refusals included; the buffer
-built on the cuda ops lowers to one custom call for each. On a GPU: the kernels equal the
-buffer's code on the same GPU bit for bit (weights included), on both update paths.
+built on the cuda ops lowers to one custom call for each. On a GPU, and on a CPU device where
+the same calls run the kernels under the host emulation of CUDA (cuda_places.py): the calls
+equal the buffer's code on the same device bit for bit (weights included), on both update paths.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from drlhet.replay.prioritized import make_prioritized_replay
 F32 = np.float32
 CASES = [(2, 1000), (3, 100), (16, 5000), (64, 5000), (16, 1), (3, 7)]
 NO_NVCC = "missing library: the CUDA toolkit (nvcc is not on PATH)"
-NO_GPU = "missing device: no GPU (JAX sees no CUDA device here)"
 C_INT, C_F, C_I32 = ctypes.c_int, ctypes.c_float, ctypes.c_int32
 
 
@@ -233,25 +233,16 @@ def test_vmapped_buffers_pass_one_row_per_tree():
     assert "tensor<3x8xf32>" in call and "tensor<3xi32>" in call  # targets, size
 
 
-# ---- on a GPU -------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module", params=["one block per tree", "one launch per level"])
-def gpu(request):
-    if not cuda.gpu_devices():
-        pytest.skip(NO_GPU)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cuda, "BLOCK_MAX_BATCH", 2**40 if request.param.startswith("one block") else 0)
-        yield cuda_ops()
+# ---- on a GPU, and under the host emulation on a CPU device (cuda_places.py) -----------------
 
 
 @pytest.mark.parametrize("k, capacity", CASES)
-def test_gpu_weigh_and_checked_update_equal_the_buffers_code(gpu, k, capacity):
+def test_weigh_and_checked_update_equal_the_buffers_code(place, k, capacity):
     tree = random_tree(capacity, k, seed=k)
     targets = jnp.asarray(stratified_targets(tree, 4096, seed=k))
     for beta in (0.4, 1.0, 1.5):
         args = (tree, targets, jnp.int32(capacity), jnp.float32(beta))
-        got = jax.jit(gpu.weigh)(*args)
+        got = jax.jit(place.weigh)(*args)
         want = jax.jit(lambda *a: buffer_ops.weigh(st.REFERENCE.find, *a))(*args)
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
@@ -259,7 +250,7 @@ def test_gpu_weigh_and_checked_update_equal_the_buffers_code(gpu, k, capacity):
     for case, idx, raw, keep, size in update_batches(capacity, 4096, seed=k):
         values = leaf_values(jnp.asarray(raw))
         args = (jnp.asarray(idx), jnp.asarray(raw), values, jnp.asarray(keep), jnp.int32(size))
-        got = jax.jit(gpu.update)(tree, *args, max_p, err)
+        got = jax.jit(place.update)(tree, *args, max_p, err)
         want = jax.jit(lambda *a: buffer_ops.update(st.REFERENCE.write, *a))(
             tree, *args, max_p, err
         )
@@ -268,14 +259,14 @@ def test_gpu_weigh_and_checked_update_equal_the_buffers_code(gpu, k, capacity):
         tree, max_p, err = want
 
 
-def test_gpu_buffer_with_its_own_calls_equals_the_buffer_over_find_and_write(gpu):
-    fused = buffer_trace(gpu)
-    plain = buffer_trace(gpu._replace(weigh=None, update=None))
+def test_the_buffer_with_its_own_calls_equals_the_buffer_over_find_and_write(place):
+    fused = buffer_trace(place)
+    plain = buffer_trace(place._replace(weigh=None, update=None))
     for a, b in zip(jax.tree.leaves(fused), jax.tree.leaves(plain), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_gpu_vmapped_calls_equal_the_buffers_code_tree_by_tree(gpu):
+def test_vmapped_calls_equal_the_buffers_code_tree_by_tree(place):
     k, capacity, b = 16, 777, 300  # 300 entries: warps that straddle two trees
     trees = [random_tree(capacity, k, seed=s) for s in range(3)]
     nodes = jnp.stack([t.nodes for t in trees])
@@ -287,7 +278,7 @@ def test_gpu_vmapped_calls_equal_the_buffers_code_tree_by_tree(gpu):
             nodes, targets, sizes, betas
         )
 
-    got, want = weigh(gpu.weigh), weigh(functools.partial(buffer_ops.weigh, st.REFERENCE.find))
+    got, want = weigh(place.weigh), weigh(functools.partial(buffer_ops.weigh, st.REFERENCE.find))
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
     idx = jnp.asarray(np.random.default_rng(0).integers(0, 500, (3, b)), jnp.int32)
@@ -301,7 +292,10 @@ def test_gpu_vmapped_calls_equal_the_buffers_code_tree_by_tree(gpu):
         step = jax.vmap(lambda n, *a: fn(st.SumTreeState(n, capacity, k), *a))
         return jax.jit(step)(nodes, idx, raw, values, keep, sizes, maxs, errs)
 
-    got, want = update(gpu.update), update(functools.partial(buffer_ops.update, st.REFERENCE.write))
+    got, want = (
+        update(place.update),
+        update(functools.partial(buffer_ops.update, st.REFERENCE.write)),
+    )
     np.testing.assert_array_equal(bits(got[0].nodes), bits(want[0].nodes))
     np.testing.assert_array_equal(bits(got[1]), bits(want[1]))
     np.testing.assert_array_equal(np.asarray(got[2]), np.asarray(want[2]))

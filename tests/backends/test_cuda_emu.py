@@ -1,11 +1,14 @@
 """The CUDA backend's kernels and launch sequences under the host emulation of the CUDA
-execution model (kernels/cuda/emu: each block as OS threads, __syncthreads and the warp
-collectives as barriers, host atomics), on every machine: what a GPU computes, not how fast.
+execution model (kernels/cuda/emu: each block's threads as fibers, __syncthreads and the warp
+collectives as barriers), called directly on every machine: what a GPU computes, not how fast.
+(The same emulation behind the backend's custom calls on a CPU device: cuda_places.py.)
 
 The same kernels and launches as the XLA FFI handlers (kernels/cuda/launch.cuh): the plain
 update on both paths equals the NumPy oracle; the checked update and the sample call equal the
 buffer's own code (`drlhet.replay.buffer_ops`), over one tree and over several whose entries
-share warps, refusals included. The workspace starts as garbage, as XLA leaves it.
+share warps, refusals included, with each block's threads started in order, reversed and
+shuffled. The workspace starts as garbage, as XLA leaves it. A launch whose barriers can never
+complete fails instead of hanging.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from drlhet.replay import sum_tree as st
 F32 = np.float32
 CASES = [(2, 1000), (3, 100), (16, 5000), (64, 777), (16, 1), (3, 7)]
 PATHS = {"one block per tree": 2**40, "one launch per level": 0}
+SCHEDULES = {"in order": 0, "reversed": 1, "shuffled": 12345}
 P = ctypes.POINTER
 
 
@@ -43,12 +47,22 @@ def ptr(a):
 def emu() -> ctypes.CDLL:
     try:
         path = library_path("drlhet_cuda_emu", "the CUDA kernels' host emulation")
-    except BackendUnavailable as e:  # built wherever the C++ compiler has C++20's <barrier>
+    except BackendUnavailable as e:  # built wherever <ucontext.h> exists
         pytest.skip(f"missing library: the CUDA kernels' host emulation ({e})")
     lib = ctypes.CDLL(str(path))
     lib.drlhet_emu_weigh.restype = ctypes.c_int
     lib.drlhet_emu_update.restype = ctypes.c_int
+    lib.drlhet_emu_divergent_barriers.restype = ctypes.c_int
     return lib
+
+
+@pytest.fixture(params=SCHEDULES)
+def schedule(emu, request):
+    """The order each block's threads start in (in order, reversed, shuffled), for one test:
+    a read of another thread's write that no barrier orders gives a different result in one."""
+    emu.drlhet_emu_schedule(ctypes.c_int64(SCHEDULES[request.param]))
+    yield request.param
+    emu.drlhet_emu_schedule(ctypes.c_int64(0))
 
 
 def emu_update(lib, nodes, capacity, k, idx, values, keep, block_max, checked=None):
@@ -95,7 +109,7 @@ def emu_weigh(lib, nodes, capacity, k, targets, size, beta):
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("k, capacity", CASES)
-def test_the_plain_update_equals_the_oracle_over_three_trees(emu, k, capacity, path):
+def test_the_plain_update_equals_the_oracle_over_three_trees(emu, schedule, k, capacity, path):
     # 3 trees of 300 entries: warps that straddle two trees; garbage in the workspace
     trees = np.stack([np.asarray(random_tree(capacity, k, seed=s).nodes) for s in range(3)])
     for step in range(2):
@@ -129,7 +143,7 @@ def test_a_bad_kept_entry_refuses_its_tree_only(emu, path):
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("k, capacity", CASES)
-def test_the_checked_update_equals_the_buffers_update(emu, k, capacity, path):
+def test_the_checked_update_equals_the_buffers_update(emu, schedule, k, capacity, path):
     tree, max_p, err = random_tree(capacity, k, seed=2), F32(1.5), checks.ERR_EMPTY
     reference = jax.jit(lambda *a: buffer_ops.update(st.REFERENCE.write, *a))
     for case, idx, raw, keep, size in update_batches(capacity, 300, seed=k):
@@ -148,7 +162,7 @@ def test_the_checked_update_equals_the_buffers_update(emu, k, capacity, path):
 
 
 @pytest.mark.parametrize("k, capacity", CASES)
-def test_the_sample_call_equals_the_buffers_sample_over_three_trees(emu, k, capacity):
+def test_the_sample_call_equals_the_buffers_sample_over_three_trees(emu, schedule, k, capacity):
     trees = [random_tree(capacity, k, seed=s) for s in range(3)]
     targets = np.stack([stratified_targets(t, 300, seed=s) for s, t in enumerate(trees)])
     targets[0, :2] = [np.nan, -1.0]
@@ -170,3 +184,13 @@ def test_an_empty_tree_is_refused_by_the_sample_call(emu):
     tree = np.asarray(st.init(50, 4).nodes)
     _, probs, weights, err = emu_weigh(emu, tree, 50, 4, np.linspace(0, 1, 64), [20], [0.4])
     assert err[0] == checks.ERR_EMPTY and not probs.any() and not weights.any()
+
+
+def test_a_launch_whose_barriers_never_complete_fails_instead_of_hanging(emu):
+    assert emu.drlhet_emu_divergent_barriers() == -2
+    # the emulation is usable after it
+    tree = random_tree(50, 4)
+    got, bad, _, _ = emu_update(emu, tree.nodes, 50, 4, np.arange(3), np.ones(3, F32), [1] * 3, 0)
+    np.testing.assert_array_equal(
+        bits(got[0]), bits(oracle.write(tree.nodes, 50, 4, [0, 1, 2], [1.0] * 3))
+    )

@@ -1,28 +1,34 @@
 // A functional emulation of the CUDA execution model on the host, for the CUDA backend's kernels
-// (kernels/cuda/*.cuh) on a machine without a GPU. Each block runs as blockDim OS threads (the
-// blocks of a launch one after the other, launches in order, as on one stream), with
-// __syncthreads as a barrier of the block, the warp collectives the kernels use (__shfl_sync,
-// __all_sync, __any_sync, __reduce_or_sync, __reduce_max_sync) as barriers of 32 threads, and
-// the atomics as host atomics. A thread that returns leaves its barriers, as an exited GPU
-// thread stops counting. It proves the kernels' logic and their launch sequences (what a GPU
-// computes, races between the threads of a block included), not their speed; masks other than
-// the full warp, and blocks that are not whole warps, are not modelled.
-// Include this before the kernels; it defines the CUDA keywords they use.
+// (kernels/cuda/*.cuh) and its XLA FFI handlers (kernels/cuda/handlers.h) on a machine without a
+// GPU. The blocks of a launch run one after the other, launches in order (one stream); each
+// block's threads run as fibers (ucontext) on the calling thread, each until it waits at a
+// barrier or returns. __syncthreads is a barrier of the block; the warp collectives the kernels
+// use (__shfl_sync, __all_sync, __any_sync, __reduce_or_sync, __reduce_max_sync) are barriers of
+// 32 over per-lane slots; a thread that returns leaves its barriers, as an exited GPU thread
+// stops counting. `emu::SetSchedule` picks the order the threads start in (forward, reverse or a
+// seeded shuffle), so that a read of another thread's write that a barrier does not order is
+// seen in some schedule. A barrier that can never complete (threads of a block waiting at
+// different barriers) fails the launch (`cudaGetLastError`), where a GPU would hang.
+// It proves the kernels' logic, their barriers and their launch sequences (what a GPU computes),
+// not their speed; masks other than the full warp, blocks that are not whole warps and the GPU's
+// weaker memory ordering are not modelled. Calls are serialised (`emu::Lock`).
+// Include this before the kernels; it defines the CUDA keywords and runtime calls they use.
 #pragma once
 
-#include <pthread.h>
+#include <ucontext.h>
 
-#include <barrier>
+#include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
-#include <stdexcept>
+#include <mutex>
+#include <numeric>
+#include <random>
 #include <tuple>
 #include <vector>
 
-#define __global__
+#define __global__ inline  // the kernels are defined in every translation unit that launches them
 #define __device__
 #define __shared__ static
 #define __launch_bounds__(n)
@@ -32,41 +38,157 @@ struct dim3 {
   dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 
+// the running thread's (set on every switch), and the launch's
+inline dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+// The runtime calls the launch sequences and the FFI handlers make.
+using cudaStream_t = void*;
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidConfiguration = 9, cudaErrorLaunchFailure = 719 };
+enum cudaMemcpyKind { cudaMemcpyDeviceToDevice = 3 };
+
 namespace emu {
 
-using Barrier = std::barrier<>;
+inline cudaError_t last_error = cudaSuccess;
+inline int64_t schedule = 0;  // 0: threads start in order, 1: in reverse, else a seeded shuffle
 
-struct Block {  // what the threads of one block share
-  explicit Block(unsigned threads) : sync(threads) {
-    for (unsigned w = 0; w < threads / 32; ++w) warps.push_back(std::make_unique<Barrier>(32));
-    slots.resize(threads);
-  }
-  Barrier sync;
-  std::vector<std::unique_ptr<Barrier>> warps;
-  std::vector<uint64_t> slots;  // one per thread, for the warp collectives
+// Emulated calls share the state above: one at a time.
+inline std::mutex& Lock() {
+  static std::mutex m;
+  return m;
+}
+
+inline void SetSchedule(int64_t s) { schedule = s; }
+
+struct Barrier {
+  unsigned expected = 0, arrived = 0;
+  std::vector<unsigned> waiting;
 };
 
-inline thread_local Block* block = nullptr;
+constexpr size_t kStack = 64 * 1024;
 
-}  // namespace emu
+struct Block {  // one block's threads, barriers and warp slots
+  ucontext_t main;
+  std::vector<ucontext_t> ctx;
+  std::vector<bool> done;
+  std::deque<unsigned> ready;
+  unsigned current = 0;
+  Barrier sync;
+  std::vector<Barrier> warps;
+  std::vector<uint64_t> slots;  // one per thread, for the warp collectives
+  void (*body)(void*) = nullptr;
+  void* args = nullptr;
+};
 
-inline thread_local dim3 threadIdx, blockIdx;
-inline dim3 blockDim, gridDim;
+inline Block* block = nullptr;
 
-inline void __syncthreads() { emu::block->sync.arrive_and_wait(); }
+// Fiber stacks, kept from launch to launch.
+inline char* Stack(unsigned t) {
+  static std::vector<std::unique_ptr<char[]>> stacks;
+  while (stacks.size() <= t) stacks.emplace_back(new char[kStack]);
+  return stacks[t].get();
+}
 
-namespace emu {
+inline void Release(Barrier& b) {
+  b.arrived = 0;
+  for (unsigned t : b.waiting) block->ready.push_back(t);
+  b.waiting.clear();
+}
+
+inline void Wait(Barrier& b) {
+  if (++b.arrived == b.expected) {
+    Release(b);  // the last to arrive goes on
+    return;
+  }
+  b.waiting.push_back(block->current);
+  swapcontext(&block->ctx[block->current], &block->main);
+}
+
+inline void Drop(Barrier& b) {
+  --b.expected;
+  if (b.arrived > 0 && b.arrived == b.expected) Release(b);
+}
+
+inline void FiberMain() {
+  block->body(block->args);
+  const unsigned t = block->current;
+  Drop(block->warps[t / 32]);
+  Drop(block->sync);
+  block->done[t] = true;
+}  // on to block->main (uc_link)
+
+inline std::vector<unsigned> StartOrder(unsigned threads, unsigned b) {
+  std::vector<unsigned> order(threads);
+  std::iota(order.begin(), order.end(), 0u);
+  if (schedule == 1) std::reverse(order.begin(), order.end());
+  if (schedule > 1) std::shuffle(order.begin(), order.end(), std::mt19937_64(schedule + b));
+  return order;
+}
+
+// Runs block `b` of `threads` threads to the end; false if some barrier never completed.
+inline bool RunBlock(Block& blk, unsigned b, unsigned threads) {
+  blk.ctx.assign(threads, ucontext_t{});
+  blk.done.assign(threads, false);
+  blk.sync = Barrier{threads, 0, {}};
+  blk.warps.assign(threads / 32, Barrier{32, 0, {}});
+  blk.slots.assign(threads, 0);
+  for (unsigned t : StartOrder(threads, b)) {
+    getcontext(&blk.ctx[t]);
+    blk.ctx[t].uc_stack.ss_sp = Stack(t);
+    blk.ctx[t].uc_stack.ss_size = kStack;
+    blk.ctx[t].uc_link = &blk.main;
+    makecontext(&blk.ctx[t], FiberMain, 0);
+    blk.ready.push_back(t);
+  }
+  blockIdx = dim3(b);
+  while (!blk.ready.empty()) {
+    blk.current = blk.ready.front();
+    blk.ready.pop_front();
+    threadIdx = dim3(blk.current);
+    swapcontext(&blk.main, &blk.ctx[blk.current]);
+  }
+  return std::all_of(blk.done.begin(), blk.done.end(), [](bool d) { return d; });
+}
+
+template <typename Kernel, typename Args>
+void Invoke(void* p) {
+  auto* job = static_cast<std::pair<Kernel, Args>*>(p);
+  std::apply(job->first, job->second);
+}
+
+// kernel<<<grid, threads>>>(args...): every block, one after the other. A bad configuration
+// or a barrier that never completes sets the error `cudaGetLastError` returns.
+template <typename Kernel, typename... A>
+void Launch(Kernel kernel, unsigned grid, unsigned threads, A... args) {
+  if (grid == 0 || threads == 0 || threads % 32 != 0 || threads > 1024) {
+    last_error = cudaErrorInvalidConfiguration;
+    return;
+  }
+  std::pair<Kernel, std::tuple<A...>> job(kernel, std::tuple<A...>(args...));
+  Block blk;
+  blk.body = Invoke<Kernel, std::tuple<A...>>;
+  blk.args = &job;
+  block = &blk;
+  blockDim = dim3(threads);
+  gridDim = dim3(grid);
+  for (unsigned b = 0; b < grid; ++b) {
+    if (!RunBlock(blk, b, threads)) {
+      last_error = cudaErrorLaunchFailure;  // a GPU would hang here
+      break;
+    }
+  }
+  block = nullptr;
+}
 
 // A warp collective: every lane puts `v` in its slot and the warp waits (Publish); each lane
 // reads the slots it needs (Slot); the warp waits again so that the slots are free for the next
-// collective (Release).
+// collective (Done).
 template <typename T>
 void Publish(T v) {
   static_assert(sizeof(T) <= sizeof(uint64_t));
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
   block->slots[threadIdx.x] = bits;
-  block->warps[threadIdx.x / 32]->arrive_and_wait();
+  Wait(block->warps[threadIdx.x / 32]);
 }
 
 template <typename T>
@@ -76,14 +198,14 @@ T Slot(unsigned lane) {
   return x;
 }
 
-inline void Release() { block->warps[threadIdx.x / 32]->arrive_and_wait(); }
+inline void Done() { Wait(block->warps[threadIdx.x / 32]); }
 
 template <typename T, typename Reduce>
 T WarpAll(T v, Reduce reduce) {
   Publish(v);
   T out = Slot<T>(0);
   for (unsigned lane = 1; lane < 32; ++lane) out = reduce(out, Slot<T>(lane));
-  Release();
+  Done();
   return out;
 }
 
@@ -91,11 +213,13 @@ template <typename T>
 T WarpRead(T v, unsigned src) {
   Publish(v);
   const T out = Slot<T>(src);
-  Release();
+  Done();
   return out;
 }
 
 }  // namespace emu
+
+inline void __syncthreads() { emu::Wait(emu::block->sync); }
 
 template <typename T>
 T __shfl_sync(unsigned, T v, int src) {
@@ -114,71 +238,40 @@ inline int __reduce_max_sync(unsigned, int v) {
   return emu::WarpAll<int>(v, [](int a, int b) { return a > b ? a : b; });
 }
 
+// Fibers of one block never run at once: a read-modify-write is atomic between barriers.
 inline int atomicMax(int* p, int v) {
-  int old = __atomic_load_n(p, __ATOMIC_RELAXED);
-  while (old < v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_ACQ_REL,
-                                                 __ATOMIC_RELAXED)) {
-  }
+  const int old = *p;
+  if (v > old) *p = v;
   return old;
 }
-inline int atomicOr(int* p, int v) { return __atomic_fetch_or(p, v, __ATOMIC_ACQ_REL); }
-
-namespace emu {
-
-template <typename Kernel, typename Args>
-struct Job {
-  Kernel kernel;
-  Args* args;
-  Block* block;
-  dim3 thread, block_index;
-};
-
-template <typename Kernel, typename Args>
-void* RunThread(void* p) {
-  auto* job = static_cast<Job<Kernel, Args>*>(p);
-  threadIdx = job->thread;
-  blockIdx = job->block_index;
-  block = job->block;
-  std::apply(job->kernel, *job->args);
-  // an exited thread no longer counts at its block's or its warp's barriers
-  block->warps[threadIdx.x / 32]->arrive_and_drop();
-  block->sync.arrive_and_drop();
-  return nullptr;
+inline int atomicOr(int* p, int v) {
+  const int old = *p;
+  *p = old | v;
+  return old;
 }
 
-// kernel<<<grid, threads>>>(args...): every block, one after the other, each as `threads` host
-// threads (a multiple of 32) with small stacks.
-template <typename Kernel, typename... A>
-void Launch(Kernel kernel, unsigned grid, unsigned threads, A... args) {
-  if (threads == 0 || threads % 32 != 0 || threads > 1024) {
-    throw std::invalid_argument("emu::Launch: blockDim must be a multiple of 32, at most 1024");
-  }
-  std::tuple<A...> packed(args...);
-  blockDim = dim3(threads);
-  gridDim = dim3(grid);
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, 256 * 1024);
-  for (unsigned b = 0; b < grid; ++b) {
-    Block shared(threads);
-    std::vector<Job<Kernel, std::tuple<A...>>> jobs(threads);
-    std::vector<pthread_t> ids(threads);
-    for (unsigned t = 0; t < threads; ++t) {
-      jobs[t] = {kernel, &packed, &shared, dim3(t), dim3(b)};
-      if (pthread_create(&ids[t], &attr, RunThread<Kernel, std::tuple<A...>>, &jobs[t]) != 0) {
-        std::fprintf(stderr, "emu::Launch: cannot start thread %u of a block\n", t);
-        std::abort();  // the started threads would wait for it at their barriers forever
-      }
-    }
-    for (pthread_t id : ids) pthread_join(id, nullptr);
-  }
-  pthread_attr_destroy(&attr);
+inline cudaError_t cudaGetLastError() {
+  const cudaError_t e = emu::last_error;
+  emu::last_error = cudaSuccess;
+  return e;
 }
-
-}  // namespace emu
+inline const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    default: return "unspecified launch failure (a barrier never completed)";
+  }
+}
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
+                                   cudaStream_t) {
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
+  std::memset(ptr, value, bytes);
+  return cudaSuccess;
+}
 
 // What the launch sequences (kernels/cuda/launch.cuh) call.
-using cudaStream_t = void*;
 #define DRLHET_LAUNCH(kernel, grid, threads, stream, ...) \
   emu::Launch(kernel, static_cast<unsigned>(grid), static_cast<unsigned>(threads), __VA_ARGS__)
-#define DRLHET_ZERO(ptr, bytes, stream) std::memset(ptr, 0, bytes)

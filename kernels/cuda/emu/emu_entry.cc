@@ -5,6 +5,7 @@
 // The workspace starts as garbage, as XLA leaves it: the launches must not read what they did
 // not write.
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "cuda_emu.h"
@@ -17,30 +18,59 @@ namespace {
 
 constexpr int32_t kGarbage = 0x5A5A5A5A;
 
+// Lane 0 of each warp waits at a warp collective, the other lanes at __syncthreads: neither
+// barrier can complete (a GPU hangs).
+__global__ void DivergentBarriers() {
+  if (threadIdx.x % 32 == 0) {
+    (void)__shfl_sync(0xffffffffu, 1, 0);
+  } else {
+    __syncthreads();
+  }
+}
+
+// 0, or -2 when a launch failed (a bad configuration, or a barrier that never completed).
+int Status() { return cudaGetLastError() == cudaSuccess ? 0 : -2; }
+
 }  // namespace
 
 extern "C" {
 
+// The order the threads of each block start in: 0 in order, 1 in reverse, else a shuffle seeded
+// by `schedule` (cuda_emu.h). For every later call.
+void drlhet_emu_schedule(int64_t schedule) {
+  const std::lock_guard<std::mutex> lock(emu::Lock());
+  emu::SetSchedule(schedule);
+}
+
+// Launches DivergentBarriers (2 blocks of 64 threads): the emulation's check that a launch
+// whose barriers never complete fails (-2) instead of hanging.
+int drlhet_emu_divergent_barriers() {
+  const std::lock_guard<std::mutex> lock(emu::Lock());
+  emu::Launch(DivergentBarriers, 2, 64);
+  return Status();
+}
+
 // drlhet_cuda_weigh on `trees` trees of `batch` targets each. Returns 0, or -1 for a bad
-// (capacity, k).
+// (capacity, k), -2 for a failed launch.
 int drlhet_emu_weigh(const float* nodes, int64_t capacity, int k, const float* targets,
                      int64_t trees, int64_t batch, const int32_t* size, const float* beta,
                      int32_t err_empty, int32_t err_beta, int32_t* indices, float* probs,
                      float* weights, int32_t* error) {
   drlhet::TreeLayout lay;
   if (!drlhet::MakeLayout(capacity, k, &lay) || trees < 1 || batch < 1) return -1;
+  const std::lock_guard<std::mutex> lock(emu::Lock());
   std::vector<int32_t> scratch(2 * trees, kGarbage);
   const drlhet_cuda::SampleArgs a{nodes,   capacity, k,       targets, batch,
                                   trees * batch, size,  beta,    indices, probs,
                                   weights, error,    scratch.data(), err_empty, err_beta};
   drlhet_cuda::LaunchWeigh(nullptr, a, trees);
-  return 0;
+  return Status();
 }
 
 // drlhet_cuda_update (raw == nullptr) or drlhet_cuda_update_checked on `trees` trees of `batch`
 // entries each, the nodes in place; one block per tree when batch <= block_max_batch. The
 // checked update's outputs are max_out and err_out; bad_out [trees] is each tree's refusal word.
-// Returns 0, or -1 for a bad (capacity, k).
+// Returns 0, or -1 for a bad (capacity, k), -2 for a failed launch.
 int drlhet_emu_update(float* nodes, int64_t capacity, int k, const int32_t* indices,
                       const float* values, const bool* keep, int64_t trees, int64_t batch,
                       int64_t block_max_batch, const float* raw, const int32_t* size,
@@ -49,6 +79,7 @@ int drlhet_emu_update(float* nodes, int64_t capacity, int k, const int32_t* indi
                       int32_t* err_out, int32_t* bad_out) {
   drlhet::TreeLayout lay;
   if (!drlhet::MakeLayout(capacity, k, &lay) || trees < 1 || batch < 1) return -1;
+  const std::lock_guard<std::mutex> lock(emu::Lock());
   std::vector<int32_t> work(trees * (capacity + 2), kGarbage);
   drlhet_cuda::UpdateArgs a{};
   a.nodes = nodes;
@@ -75,7 +106,7 @@ int drlhet_emu_update(float* nodes, int64_t capacity, int k, const int32_t* indi
   }
   drlhet_cuda::LaunchUpdate(nullptr, a, lay, trees, block_max_batch);
   for (int64_t v = 0; v < trees; ++v) bad_out[v] = a.bad[v];
-  return 0;
+  return Status();
 }
 
 }  // extern "C"

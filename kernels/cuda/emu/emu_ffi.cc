@@ -1,0 +1,37 @@
+// The CUDA backend's XLA FFI handlers on the host (platform "cpu"): the handler bodies of the
+// GPU's (../handlers.h), their kernels run by the host emulation of the CUDA execution model
+// (cuda_emu.h). drlhet/backends/cuda.py registers them under the GPU handlers' custom-call
+// targets, so that `cuda.find`, `update`, `weigh` and `update_checked` run inside XLA programs
+// on a CPU device: the backend's calls, shapes, vmapping, aliasing and workspaces, and its
+// kernels, tested wherever `make test` runs. Function, not speed (one call at a time).
+#include <mutex>
+#include <utility>
+
+#include "cuda_emu.h"
+// the kernels, their launches, then the handlers
+#include "../sample_kernels.cuh"
+#include "../sum_tree_kernels.cuh"
+#include "../launch.cuh"
+#include "../handlers.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+// A GPU handler's body with no stream, one call at a time.
+template <auto& Impl>
+constexpr auto OnHost = [](auto&&... args) {
+  const std::lock_guard<std::mutex> lock(emu::Lock());
+  return Impl(cudaStream_t{}, std::forward<decltype(args)>(args)...);
+};
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuFind, OnHost<drlhet_cuda::FindImpl>,
+                              drlhet_cuda::FindBinding(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuUpdate, OnHost<drlhet_cuda::UpdateImpl>,
+                              drlhet_cuda::UpdateBinding(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuUpdateChecked, OnHost<drlhet_cuda::UpdateCheckedImpl>,
+                              drlhet_cuda::UpdateCheckedBinding(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuWeigh, OnHost<drlhet_cuda::WeighImpl>,
+                              drlhet_cuda::WeighBinding(ffi::Ffi::Bind()));

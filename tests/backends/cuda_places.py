@@ -1,0 +1,36 @@
+"""Where the tests run the CUDA backend's custom calls: on a GPU (the kernels themselves) and on a
+CPU device, where the same handler bodies run the same kernels under the host emulation of the
+CUDA execution model (kernels/cuda/emu: function, not speed). The fixtures (conftest.py) run
+each place on both update paths (`cuda.BLOCK_MAX_BATCH`: every batch in one block per tree, or
+every batch over the whole grid, a launch per level), everything in the test on that place's
+device: the reference too.
+"""
+
+from __future__ import annotations
+
+import jax
+import pytest
+
+from drlhet import backends
+from drlhet.backends import cuda
+from drlhet.backends.native import library_path
+
+NO_GPU = "missing device: no GPU (JAX sees no CUDA device here)"
+PATHS = {"one block per tree": 2**40, "one launch per level": 0}
+PLACES = ("gpu", "emulated cpu")
+
+
+def devices(place: str) -> list:
+    """The devices of ``place``; skips, naming what is missing, where it has none here."""
+    if place == "gpu":
+        if not cuda.gpu_devices():
+            pytest.skip(NO_GPU)
+        return cuda.gpu_devices()
+    try:
+        library_path(*cuda.EMU_LIBRARY)
+    except backends.BackendUnavailable as e:  # built wherever <ucontext.h> exists
+        pytest.skip(f"missing library: the CUDA kernels' host emulation ({e})")
+    return jax.devices(backends.CPU)
+
+
+__all__ = ["NO_GPU", "PATHS", "PLACES", "devices"]

@@ -203,3 +203,14 @@ def test_backends_command_lists_the_registry(capsys):
     for name in ("jax", "native", "python", "fpga"):
         assert any(line.startswith(name) for line in out.splitlines())
     assert "modeled only" in out
+    # a backend that also simulates its hardware on the CPU says so
+    assert "fpga (cpu: sim)" in next(ln for ln in out.splitlines() if ln.startswith("fpga"))
+
+
+def test_a_run_names_the_placements_that_only_simulate_their_hardware():
+    from drlhet.cli.train import simulated
+
+    mapping = "actors=jax@cpu:0,replay=cuda@cpu:0,learner=fpga@cpu:1"
+    assert simulated(mapping) == ["replay=cuda@cpu:0", "learner=fpga@cpu:1"]
+    assert simulated("actors=jax@gpu:0,replay=cuda@gpu:0,learner=jax@gpu:0") == []
+    assert simulated("actors=jax@cpu:0,replay=native@cpu:0,learner=jax@cpu:0") == []

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import tyro
 
-from drlhet.backends import CPU, describe
+from drlhet.backends import CPU, describe, get
 from drlhet.cli.checkpoints import (
     CHECKPOINTS,
     peek_run,
@@ -328,6 +328,8 @@ def _report(config, rows, reached, stop_at_return, wall: float, run_dir: Path) -
         f"throughput (measured, this machine, all seeds, after the first chunk): "
         f"{env_sps:,.0f} env steps/s, {trained_sps:,.0f} trained samples/s"
     )
+    for part in simulated(rows[-1]["mapping"]):
+        print(f"note: {part} is a simulation of its hardware: its speed is not that hardware's")
     if "ray" in rows[-1]:
         print(ray_summary(rows[-1]["ray"]))
     if reached:
@@ -338,13 +340,27 @@ def _report(config, rows, reached, stop_at_return, wall: float, run_dir: Path) -
     print(f"wall time {wall:.1f} s; curve: {run_dir / 'curve.png'}")
 
 
+def simulated(mapping: str) -> list[str]:
+    """The placements of a mapping's text (``group=backend@device,...``) whose backend only
+    simulates its hardware on that device (``replay=cuda@cpu:0``, ``learner=fpga@cpu:0``)."""
+    out = []
+    for part in mapping.split(","):
+        group, _, place = part.partition("=")
+        backend, _, device = place.partition("@")
+        if device and get(backend).simulates(device.split(":")[0], group):
+            out.append(part)
+    return out
+
+
 def backends_command() -> list[dict]:
     """Lists every backend: where it runs, what it provides, and whether it loads here."""
     rows = describe()
     for r in rows:
         where = "/".join(r["platforms"])
+        if r["simulation"]:  # (platform, groups): simulated there
+            where += f" ({r['simulation'][0]}: sim)"
         groups = "+".join(r["provides"])
-        print(f"{r['name']:<8} {where:<8} {groups:<22} rank {r['rank']:<3} {r['status']}")
+        print(f"{r['name']:<8} {where:<16} {groups:<22} rank {r['rank']:<3} {r['status']}")
         if r["summary"]:
             print(f"{'':<8} {r['summary']}")
     return rows

@@ -186,6 +186,18 @@ def test_an_empty_tree_is_refused_by_the_sample_call(emu):
     assert err[0] == checks.ERR_EMPTY and not probs.any() and not weights.any()
 
 
+def test_the_schedules_start_the_threads_in_order_reversed_and_shuffled(emu, schedule):
+    order = np.full(64, -1, np.int32)
+    assert emu.drlhet_emu_start_order(64, ptr(order)) == 0
+    assert sorted(order) == list(range(64))  # every thread ran once
+    if schedule == "in order":
+        assert list(order) == list(range(64))
+    elif schedule == "reversed":
+        assert list(order) == list(range(63, -1, -1))
+    else:
+        assert list(order) not in (list(range(64)), list(range(63, -1, -1)))
+
+
 def test_a_launch_whose_barriers_never_complete_fails_instead_of_hanging(emu):
     assert emu.drlhet_emu_divergent_barriers() == -2
     # the emulation is usable after it

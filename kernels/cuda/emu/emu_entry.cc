@@ -28,6 +28,10 @@ __global__ void DivergentBarriers() {
   }
 }
 
+// Each thread appends its index to `order` as it starts (the fibers of a block never run at
+// once, so the append needs no atomics).
+__global__ void RecordStart(int32_t* order, int32_t* count) { order[(*count)++] = threadIdx.x; }
+
 // 0, or -2 when a launch failed (a bad configuration, or a barrier that never completed).
 int Status() { return cudaGetLastError() == cudaSuccess ? 0 : -2; }
 
@@ -47,6 +51,14 @@ void drlhet_emu_schedule(int64_t schedule) {
 int drlhet_emu_divergent_barriers() {
   const std::lock_guard<std::mutex> lock(emu::Lock());
   emu::Launch(DivergentBarriers, 2, 64);
+  return Status();
+}
+
+// The order the threads of one block of `threads` start in under the current schedule.
+int drlhet_emu_start_order(int threads, int32_t* order) {
+  const std::lock_guard<std::mutex> lock(emu::Lock());
+  int32_t count = 0;
+  emu::Launch(RecordStart, 1, static_cast<unsigned>(threads), order, &count);
   return Status();
 }
 

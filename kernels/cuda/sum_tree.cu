@@ -27,7 +27,8 @@
 // Semantics are the reference's (drlhet/replay/sum_tree.py), bit for bit. Bad values cannot be
 // reported without waiting for the device: a batch with a kept index outside [0, C) or a
 // negative / non-finite priority is refused whole on the device (its tree unchanged), as the
-// reference refuses it inside jit; a target that is not > 0 descends as 0. Shapes and attributes are checked on the host.
+// reference refuses it inside jit; a target that is not > 0 descends as 0. Shapes and
+// attributes are checked on the host.
 #include <cuda_runtime.h>
 
 #include "sample_kernels.cuh"

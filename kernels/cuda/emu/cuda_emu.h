@@ -28,6 +28,10 @@
 #include <tuple>
 #include <vector>
 
+// What the library exports (it is built with hidden visibility, so that the kernels' names and
+// the shared header's functions never bind to another library's).
+#define DRLHET_EMU_EXPORT __attribute__((visibility("default")))
+
 #define __global__ inline  // the kernels are defined in every translation unit that launches them
 #define __device__
 #define __shared__ static
@@ -43,7 +47,11 @@ inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 // The runtime calls the launch sequences and the FFI handlers make.
 using cudaStream_t = void*;
-enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidConfiguration = 9, cudaErrorLaunchFailure = 719 };
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorLaunchFailure = 719,
+};
 enum cudaMemcpyKind { cudaMemcpyDeviceToDevice = 3 };
 
 namespace emu {

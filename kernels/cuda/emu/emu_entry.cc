@@ -41,21 +41,21 @@ extern "C" {
 
 // The order the threads of each block start in: 0 in order, 1 in reverse, else a shuffle seeded
 // by `schedule` (cuda_emu.h). For every later call.
-void drlhet_emu_schedule(int64_t schedule) {
+DRLHET_EMU_EXPORT void drlhet_emu_schedule(int64_t schedule) {
   const std::lock_guard<std::mutex> lock(emu::Lock());
   emu::SetSchedule(schedule);
 }
 
 // Launches DivergentBarriers (2 blocks of 64 threads): the emulation's check that a launch
 // whose barriers never complete fails (-2) instead of hanging.
-int drlhet_emu_divergent_barriers() {
+DRLHET_EMU_EXPORT int drlhet_emu_divergent_barriers() {
   const std::lock_guard<std::mutex> lock(emu::Lock());
   emu::Launch(DivergentBarriers, 2, 64);
   return Status();
 }
 
 // The order the threads of one block of `threads` start in under the current schedule.
-int drlhet_emu_start_order(int threads, int32_t* order) {
+DRLHET_EMU_EXPORT int drlhet_emu_start_order(int threads, int32_t* order) {
   const std::lock_guard<std::mutex> lock(emu::Lock());
   int32_t count = 0;
   emu::Launch(RecordStart, 1, static_cast<unsigned>(threads), order, &count);
@@ -64,10 +64,11 @@ int drlhet_emu_start_order(int threads, int32_t* order) {
 
 // drlhet_cuda_weigh on `trees` trees of `batch` targets each. Returns 0, or -1 for a bad
 // (capacity, k), -2 for a failed launch.
-int drlhet_emu_weigh(const float* nodes, int64_t capacity, int k, const float* targets,
-                     int64_t trees, int64_t batch, const int32_t* size, const float* beta,
-                     int32_t err_empty, int32_t err_beta, int32_t* indices, float* probs,
-                     float* weights, int32_t* error) {
+DRLHET_EMU_EXPORT int drlhet_emu_weigh(const float* nodes, int64_t capacity, int k,
+                                       const float* targets, int64_t trees, int64_t batch,
+                                       const int32_t* size, const float* beta, int32_t err_empty,
+                                       int32_t err_beta, int32_t* indices, float* probs,
+                                       float* weights, int32_t* error) {
   drlhet::TreeLayout lay;
   if (!drlhet::MakeLayout(capacity, k, &lay) || trees < 1 || batch < 1) return -1;
   const std::lock_guard<std::mutex> lock(emu::Lock());
@@ -83,12 +84,14 @@ int drlhet_emu_weigh(const float* nodes, int64_t capacity, int k, const float* t
 // entries each, the nodes in place; one block per tree when batch <= block_max_batch. The
 // checked update's outputs are max_out and err_out; bad_out [trees] is each tree's refusal word.
 // Returns 0, or -1 for a bad (capacity, k), -2 for a failed launch.
-int drlhet_emu_update(float* nodes, int64_t capacity, int k, const int32_t* indices,
-                      const float* values, const bool* keep, int64_t trees, int64_t batch,
-                      int64_t block_max_batch, const float* raw, const int32_t* size,
-                      float priority_max, int32_t err_index, int32_t err_priority,
-                      const float* max_in, const int32_t* err_in, float* max_out,
-                      int32_t* err_out, int32_t* bad_out) {
+DRLHET_EMU_EXPORT int drlhet_emu_update(float* nodes, int64_t capacity, int k,
+                                        const int32_t* indices, const float* values,
+                                        const bool* keep, int64_t trees, int64_t batch,
+                                        int64_t block_max_batch, const float* raw,
+                                        const int32_t* size, float priority_max,
+                                        int32_t err_index, int32_t err_priority,
+                                        const float* max_in, const int32_t* err_in,
+                                        float* max_out, int32_t* err_out, int32_t* bad_out) {
   drlhet::TreeLayout lay;
   if (!drlhet::MakeLayout(capacity, k, &lay) || trees < 1 || batch < 1) return -1;
   const std::lock_guard<std::mutex> lock(emu::Lock());

@@ -27,6 +27,13 @@ constexpr auto OnHost = [](auto&&... args) {
 
 }  // namespace
 
+extern "C" {
+DRLHET_EMU_EXPORT XLA_FFI_Error* DrlhetEmuFind(XLA_FFI_CallFrame* call_frame);
+DRLHET_EMU_EXPORT XLA_FFI_Error* DrlhetEmuUpdate(XLA_FFI_CallFrame* call_frame);
+DRLHET_EMU_EXPORT XLA_FFI_Error* DrlhetEmuUpdateChecked(XLA_FFI_CallFrame* call_frame);
+DRLHET_EMU_EXPORT XLA_FFI_Error* DrlhetEmuWeigh(XLA_FFI_CallFrame* call_frame);
+}
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuFind, OnHost<drlhet_cuda::FindImpl>,
                               drlhet_cuda::FindBinding(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuUpdate, OnHost<drlhet_cuda::UpdateImpl>,

@@ -50,7 +50,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check drlhet tests experiments
 	$(BIN)/mypy --check-untyped-defs drlhet
 
-# The C++ kernels (kernels/cpu, kernels/fpga_sim) built with ASan + UBSan into build/sanitize
+# The C++ kernels (kernels/cpu, kernels/fpga_sim, and the CUDA kernels under their host emulation,
+# kernels/cuda/emu, whose fibers ASan is told about) built with ASan + UBSan into build/sanitize
 # (the installed libraries are not touched), then their tests with those libraries loaded
 # (tests/conftest.py reads DRLHET_TEST_KERNEL_DIR). Python is not instrumented, so the sanitizer
 # runtimes are preloaded and leak detection is off (Python itself never frees everything); the
@@ -61,7 +62,7 @@ lint: $(STAMP)
 SANITIZE_DIR := build/sanitize
 SANITIZE_CXX ?= g++
 SANITIZE_TESTS := tests/backends/test_native.py tests/backends/conformance.py \
-	tests/backends/test_fpga.py tests/backends/test_channel.py \
+	tests/backends/test_cuda_emu.py tests/backends/test_fpga.py tests/backends/test_channel.py \
 	tests/backends/test_kernel_header.py tests/backends/test_fpga_learner.py \
 	tests/backends/test_fpga_learner_ddpg.py tests/backends/test_fuzz.py
 SANITIZE_RT = $(shell $(SANITIZE_CXX) -print-file-name=libasan.so) \

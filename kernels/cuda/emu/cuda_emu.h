@@ -17,6 +17,16 @@
 
 #include <ucontext.h>
 
+#if defined(__SANITIZE_ADDRESS__)  // `make sanitize`: AddressSanitizer follows the fibers
+#include <sanitizer/common_interface_defs.h>
+#define DRLHET_FIBER_SWITCH(save, bottom, size) __sanitizer_start_switch_fiber(save, bottom, size)
+#define DRLHET_FIBER_SWITCHED(save, bottom, size) \
+  __sanitizer_finish_switch_fiber(save, bottom, size)
+#else
+#define DRLHET_FIBER_SWITCH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
+#define DRLHET_FIBER_SWITCHED(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
+#endif
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -85,6 +95,8 @@ struct Block {  // one block's threads, barriers and warp slots
   std::vector<uint64_t> slots;  // one per thread, for the warp collectives
   void (*body)(void*) = nullptr;
   void* args = nullptr;
+  const void* main_bottom = nullptr;  // the calling thread's stack (for the sanitizer)
+  size_t main_size = 0;
 };
 
 inline Block* block = nullptr;
@@ -102,13 +114,21 @@ inline void Release(Barrier& b) {
   b.waiting.clear();
 }
 
+// From the running fiber back to the block's scheduler, until the fiber is resumed.
+inline void Yield() {
+  void* fake_stack = nullptr;
+  DRLHET_FIBER_SWITCH(&fake_stack, block->main_bottom, block->main_size);
+  swapcontext(&block->ctx[block->current], &block->main);
+  DRLHET_FIBER_SWITCHED(fake_stack, nullptr, nullptr);
+}
+
 inline void Wait(Barrier& b) {
   if (++b.arrived == b.expected) {
     Release(b);  // the last to arrive goes on
     return;
   }
   b.waiting.push_back(block->current);
-  swapcontext(&block->ctx[block->current], &block->main);
+  Yield();
 }
 
 inline void Drop(Barrier& b) {
@@ -117,11 +137,13 @@ inline void Drop(Barrier& b) {
 }
 
 inline void FiberMain() {
+  DRLHET_FIBER_SWITCHED(nullptr, &block->main_bottom, &block->main_size);
   block->body(block->args);
   const unsigned t = block->current;
   Drop(block->warps[t / 32]);
   Drop(block->sync);
   block->done[t] = true;
+  DRLHET_FIBER_SWITCH(nullptr, block->main_bottom, block->main_size);  // this fiber ends
 }  // on to block->main (uc_link)
 
 inline std::vector<unsigned> StartOrder(unsigned threads, unsigned b) {
@@ -152,7 +174,10 @@ inline bool RunBlock(Block& blk, unsigned b, unsigned threads) {
     blk.current = blk.ready.front();
     blk.ready.pop_front();
     threadIdx = dim3(blk.current);
+    void* fake_stack = nullptr;
+    DRLHET_FIBER_SWITCH(&fake_stack, Stack(blk.current), kStack);
     swapcontext(&blk.main, &blk.ctx[blk.current]);
+    DRLHET_FIBER_SWITCHED(fake_stack, nullptr, nullptr);
   }
   return std::all_of(blk.done.begin(), blk.done.end(), [](bool d) { return d; });
 }

@@ -77,6 +77,11 @@ class Args:
     """With ``--device gpu``: at least this many steps per timed scan on the GPU (a short scan
     times the program's launch and completion, tens of microseconds per call, more than its
     steps)."""
+    unroll: int = 1
+    """Steps per iteration of the fused scan's loop (``lax.scan(unroll=...)``). On a GPU each
+    iteration of XLA's loop reads its condition back to the host before the next is launched,
+    a fixed cost (tens of microseconds) that every backend pays once per iteration; unrolling
+    pays it once per ``unroll`` steps, as a training loop may do too."""
     plain: bool = True
     """For a backend with its own buffer calls (``TreeOps.weigh`` / ``update``: the whole
     sample and the checked update in one custom call each), also measure it without them,
@@ -158,7 +163,7 @@ def main(args: Args) -> list[dict]:
         for op, body in bodies.items():
             fused = jax.jit(
                 lambda s, key, body=body: jax.lax.scan(
-                    lambda c, kk: body(c, kk), s, jax.random.split(key, steps)
+                    lambda c, kk: body(c, kk), s, jax.random.split(key, steps), unroll=args.unroll
                 ),
                 donate_argnums=0,
             )
@@ -450,6 +455,8 @@ def main(args: Args) -> list[dict]:
                     "batch": batch,
                     "branching": k if impl.startswith("drlhet") else None,
                     "steps_per_repeat": n_steps,
+                    "unroll": args.unroll,
+                    "xla_flags": os.environ.get("XLA_FLAGS", ""),
                     "items_per_s": statistics.median(rates),
                     "items_per_s_min": rates[0],
                     "items_per_s_max": rates[-1],

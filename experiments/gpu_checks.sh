@@ -21,6 +21,8 @@
 #             rows to $OUT/probe_<BLOCK_MAX_BATCH>.json). After a kernel change, e.g. the narrow
 #             levels and the own sample / update calls of 2026-11-26 (neither yet run on a
 #             GPU): build tests quick probe dump
+#             (UNROLL: steps per iteration of the timed scan's loop, default 1; PROBE_BLOCKS:
+#             the one-block thresholds to run, default "65536 0")
 #   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
 # DEADLINE_S (seconds from the start) caps every stage's limit so the whole run ends in time,
 # and skips a stage that would get under 15 s: the device time of a lent machine is counted.
@@ -65,7 +67,7 @@ for s in "${stages[@]}"; do
       stage build 300 $PY -m pip install --no-build-isolation --no-deps -e . \
         -Ccmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH" -Cbuild-dir=build/gpu ;;
     tests)
-      stage tests 300 $PY -m pytest -q -p no:cacheprovider -rs -n "${TEST_WORKERS:-4}" \
+      stage tests 300 $PY -m pytest -q -p no:cacheprovider -rfEs --tb=short -n "${TEST_WORKERS:-4}" \
         --dist loadfile tests/backends/test_cuda.py \
         tests/backends/test_cuda_buffer.py tests/backends/conformance.py \
         -k "(cuda or gpu) and not emulated" ;;
@@ -92,11 +94,12 @@ for s in "${stages[@]}"; do
           --no-progress --out "${RUNS:-$OUT/runs}" --name "split-k$k"
       done ;;
     probe)  # the cuda update's two paths (one block per tree; a launch per level) and jax
-      for bm in 65536 0; do
-        stage "probe_block$bm" 150 $PY experiments/bench_replay.py --device gpu \
+      for bm in ${PROBE_BLOCKS:-65536 0}; do
+        stage "probe_block${bm}_u${UNROLL:-1}" 150 $PY experiments/bench_replay.py --device gpu \
           --capacities 1048576 --batches 256 4096 16384 65536 --branchings 16 \
-          --backends cuda jax --ops sample update step --modes fused --no-peers \
-          --no-thread-scaling --no-limits --cuda-block-max-batch $bm --out "$OUT/probe_$bm.json"
+          --backends ${PROBE_BACKENDS:-cuda jax} --ops sample update step --modes fused --no-peers \
+          --no-thread-scaling --no-limits --cuda-block-max-batch $bm --unroll "${UNROLL:-1}" \
+          --out "$OUT/probe_${bm}_u${UNROLL:-1}.json"
       done ;;
     dump)  # the optimized programs and their thunks (command buffers) of the fused step
       rm -rf /tmp/xla_dump

@@ -4,9 +4,10 @@
 // kernel that does a whole sample or a whole checked update in one call (kernels/cuda) and for
 // the CPU probe that runs the same steps serially (kernels/cpu/header_probe.cc).
 //
-// Bit-exactness: each function performs the reference's float operations in its order, with IEEE
-// division and no contraction (nvcc --fmad=false); a division by a batch-wide scalar is a
-// product with its reciprocal, as the reference writes it. The weights call powf: on a GPU nvcc and XLA
+// Bit-exactness: each function performs the reference's float operations in its order, with no
+// contraction (nvcc --fmad=false); a division by a batch-wide scalar is a product with its
+// reciprocal, as the reference writes it, and the reciprocal is XLA's where the code runs
+// (`Reciprocal`: IEEE on a CPU, rcp.approx.f32 on a GPU). The weights call powf: on a GPU nvcc and XLA
 // both take it from libdevice (__nv_powf); a host compiler's powf may differ from XLA's CPU
 // pow in the last place, so the CPU probe's weights are compared to a tolerance and the GPU
 // kernels' bit for bit. Error bits and the leaf-value limit are arguments: the Python side owns
@@ -22,12 +23,27 @@
 
 namespace drlhet {
 
+// 1 / x as XLA computes it on the device that runs the code. XLA's GPU backend compiles an f32
+// division to div.full (it sets LLVM's -nvptx-prec-divf32=1), and LLVM selects rcp.approx.f32
+// for 1 / x at that level, which gives div.full's result: within 2 ulp of IEEE, not IEEE (a
+// lent H100 measured the IEEE reciprocal 1 ulp off XLA's in most weights). On a CPU, XLA
+// divides as IEEE does.
+DRLHET_HD inline float Reciprocal(float x) {
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+#else
+  return 1.0f / x;
+#endif
+}
+
 // ---- A drawn batch --------------------------------------------------------------------------
 // P(i) = v_i * (1 / total) of a drawn leaf; 0 when the total is not > 0. A product with the
 // reciprocal, as the reference writes it (XLA turns its division by a broadcast scalar into
 // this product, so the reference spells it out).
 DRLHET_HD inline float Probability(float value, float total) {
-  return total > 0.0f ? value * (1.0f / total) : 0.0f;
+  return total > 0.0f ? value * Reciprocal(total) : 0.0f;
 }
 
 // beta in [0, 1] (false for NaN): otherwise the sample is refused.
@@ -45,7 +61,7 @@ DRLHET_HD inline float RawWeight(float probability, float size, float beta) {
 DRLHET_HD inline float Weight(float raw, float max_raw, float beta) {
   const float tiny = 1.17549435e-38f;  // the smallest normal float32, jnp.finfo.tiny
   const float m = max_raw > tiny ? max_raw : tiny;
-  return BetaOk(beta) ? raw * (1.0f / m) : 0.0f;
+  return BetaOk(beta) ? raw * Reciprocal(m) : 0.0f;
 }
 
 // The sample's error bits: empty (no drawn probability > 0), beta outside [0, 1].

@@ -124,13 +124,39 @@ __device__ inline void Leaf(const UpdateArgs& a, int64_t i, const drlhet::TreeLa
   a.nodes[v * lay.size + lay.offsets[lay.depth] + a.indices[i]] = a.values[i];
 }
 
+// drlhet::RecomputeNode with its loads issued before its adds. A GPU thread stalls at an add
+// until the load it needs returns, so SeqSum's loop over a runtime K waits for a round trip to
+// memory per child (or per few, as nvcc unrolls it); here the children are read kLoadChunk at a
+// time into registers (unrolled, predicated loads), then added in SeqSum's order: the same
+// additions in the same order, so the same bits, for one round trip per kLoadChunk children.
+constexpr int kLoadChunk = 16;
+
+__device__ inline void RecomputeNodeWide(float* tree, const drlhet::TreeLayout& lay, int level,
+                                         int64_t node) {
+  const float* c = tree + lay.offsets[level + 1] + node * lay.k;
+  float acc = 0.0f;
+  for (int base = 0; base < lay.k; base += kLoadChunk) {
+    float chunk[kLoadChunk];
+#pragma unroll
+    for (int j = 0; j < kLoadChunk; ++j) chunk[j] = base + j < lay.k ? c[base + j] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < kLoadChunk; ++j) {
+      if (base + j == 0) {
+        acc = chunk[j];  // SeqSum takes child 0 as it is
+      } else if (base + j < lay.k) {
+        acc = drlhet::SumChild(acc, chunk[j]);
+      }
+    }
+  }
+  tree[lay.offsets[level] + node] = acc;
+}
+
 // Phase 3 at one level: the winner's ancestor, recomputed from its children.
 __device__ inline void Ancestor(const UpdateArgs& a, int64_t i, const drlhet::TreeLayout& lay,
                                 int level) {
   int64_t v = 0;
   if (!Wins(a, i, &v)) return;
-  drlhet::RecomputeNode(a.nodes + v * lay.size, lay, level,
-                        drlhet::AncestorAt(a.indices[i], lay, level));
+  RecomputeNodeWide(a.nodes + v * lay.size, lay, level, drlhet::AncestorAt(a.indices[i], lay, level));
 }
 
 // A checked update's outputs for tree v, once its claims are all in: the running maximum
@@ -154,7 +180,7 @@ __device__ inline void TopLevels(const UpdateArgs& a, int top) {
   for (int level = top; level >= 0; --level) {
     const int64_t count = drlhet::NodesAt(lay, level);
     for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-      drlhet::RecomputeNode(tree, lay, level, j);
+      RecomputeNodeWide(tree, lay, level, j);
     }
     __syncthreads();  // the level is written before its parents read it
   }
@@ -318,13 +344,13 @@ __global__ void __launch_bounds__(1024) drlhet_cuda_update_block(drlhet_cuda::Up
     __syncthreads();  // the level below is written
     if (level <= top) {
       for (int64_t j = threadIdx.x; j < drlhet::NodesAt(lay, level); j += blockDim.x) {
-        drlhet::RecomputeNode(tree, lay, level, j);
+        drlhet_cuda::RecomputeNodeWide(tree, lay, level, j);
       }
       continue;
     }
     for (int64_t b = threadIdx.x; b < a.batch; b += blockDim.x) {
       if (kp[b] && drlhet::IsWinner(win[idx[b]], static_cast<int32_t>(b), true)) {
-        drlhet::RecomputeNode(tree, lay, level, drlhet::AncestorAt(idx[b], lay, level));
+        drlhet_cuda::RecomputeNodeWide(tree, lay, level, drlhet::AncestorAt(idx[b], lay, level));
       }
     }
   }

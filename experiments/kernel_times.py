@@ -1,0 +1,99 @@
+"""Each GPU kernel's duration, from the CSV that Nsight Compute (``ncu --csv``) writes.
+
+On a GPU the replay step is a dozen short kernels inside one CUDA graph per loop iteration, and
+a step's time in ``bench_replay.py`` (kernels, their launches and the loop's own cost) says
+nothing of which kernel holds it back. ``experiments/gpu_checks.sh kernels`` runs the fused step
+under ``ncu --metrics gpu__time_duration.sum`` (each kernel alone, clocks not locked) and this
+script groups the rows by kernel: launches, mean and total microseconds, *measured* by ncu on
+that GPU. A kernel's time under ncu is its own execution without its neighbours: the sum over
+a step's kernels is a lower bound of the step, the rest being launches and the loop.
+
+Usage:
+  python experiments/kernel_times.py ncu_cuda.csv [ncu_jax.csv ...] --out kernel_times.json
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import tyro
+
+UNIT_TO_US = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+UNIT_TO_US |= {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
+
+
+@dataclasses.dataclass
+class Args:
+    csv_files: tuple[Path, ...]
+    """ncu's CSV logs (``ncu --csv --metrics gpu__time_duration.sum --log-file F``)."""
+    out: Path = Path("kernel_times.json")
+
+
+def durations(path: Path) -> dict[str, list[float]]:
+    """Kernel name -> the duration of each of its launches, in microseconds.
+
+    Lines that are not part of ncu's CSV table (its ``==PROF==`` notes, the program's own
+    output) are skipped; a file without the table raises ``ValueError`` naming it.
+    """
+    lines = [ln for ln in path.read_text().splitlines() if ln.startswith('"')]
+    rows = list(csv.DictReader(lines))
+    out: dict[str, list[float]] = {}
+    for row in rows:
+        if row.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        scale = UNIT_TO_US.get(row.get("Metric Unit", ""), None)
+        if scale is None:
+            raise ValueError(f"{path}: unknown unit {row.get('Metric Unit')!r}")
+        value = float(row["Metric Value"].replace(",", ""))
+        out.setdefault(row["Kernel Name"], []).append(value * scale)
+    if not out:
+        raise ValueError(f"{path}: no gpu__time_duration.sum rows (not an ncu --csv log?)")
+    return out
+
+
+def summarise(path: Path) -> list[dict]:
+    """One row per kernel of ``path``, the longest total first."""
+    rows = [
+        {
+            "file": path.name,
+            "kernel": name,
+            "launches": len(times),
+            "mean_us": statistics.fmean(times),
+            "median_us": statistics.median(times),
+            "total_us": sum(times),
+            "measured": "ncu gpu__time_duration.sum, each kernel alone",
+        }
+        for name, times in durations(path).items()
+    ]
+    return sorted(rows, key=lambda r: -r["total_us"])
+
+
+def main(args: Args) -> list[dict]:
+    rows: list[dict] = []
+    for path in args.csv_files:
+        if not path.is_file():
+            sys.exit(f"error: no ncu log {path}")
+        try:
+            summary = summarise(path)
+        except ValueError as e:
+            sys.exit(f"error: {e}")
+        rows += summary
+        print(f"== {path.name}: launches, mean and median us, total us (measured by ncu)")
+        for r in summary[:25]:
+            print(
+                f"{r['launches']:6d} {r['mean_us']:9.2f} {r['median_us']:9.2f} "
+                f"{r['total_us']:11.1f}  {r['kernel'][:90]}"
+            )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(rows, indent=1))
+    print(f"wrote {len(rows)} rows to {args.out}")
+    return rows
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

@@ -434,6 +434,14 @@ def main(args: Args) -> list[dict]:
                 impls[key[0]][key[1:]]()
                 times[key].append(time.perf_counter() - t)
 
+        def cuda_path(impl: str) -> int | None:
+            """The one-block threshold a cuda row ran with (None for other backends)."""
+            if not impl.startswith("drlhet-cuda"):
+                return None
+            from drlhet.backends import cuda
+
+            return int(cuda.BLOCK_MAX_BATCH)
+
         def where(impl: str) -> dict:
             """The row's device and what its speed is the speed of."""
             name = impl.removeprefix("drlhet-").removesuffix("-1t").removesuffix("-plain")
@@ -456,6 +464,7 @@ def main(args: Args) -> list[dict]:
                     "branching": k if impl.startswith("drlhet") else None,
                     "steps_per_repeat": n_steps,
                     "unroll": args.unroll,
+                    "cuda_block_max_batch": cuda_path(impl),
                     "xla_flags": os.environ.get("XLA_FLAGS", ""),
                     "items_per_s": statistics.median(rates),
                     "items_per_s_min": rates[0],

@@ -9,11 +9,13 @@
 #             calls: weigh, update_checked) and the conformance suite's cuda cases
 #   quick     bench_replay at 2^20 leaves, B 4096, K 16: cuda (its own sample and update calls)
 #             vs cuda-plain (find and write under XLA's code) vs jax on the GPU vs native (CPU)
+#             (QUICK_BRANCHINGS="2 4 8 16 32 64" adds the K study at B 256: about 60 s more)
 #   train     DQN + PER on CartPole, 3 seeds, to a mean return of 475: replay cuda, then jax,
 #             everything on the GPU
-#   bench     bench_replay --device gpu over capacities 2^14..2^22 x batches 32..65536
-#             (BENCH_BATCHES, BENCH_LIMIT; not yet run whole: on 2026-11-26 its 100 s limit
-#             cut off batches 32 4096 65536 after 2^20, B 32, on an H100 machine)
+#   bench     bench_replay --device gpu, the step of cuda, jax (GPU) and native (host CPU) over
+#             capacities 2^14, 2^20, 2^22 x batches 32..65536, K 16: where the GPU overtakes the
+#             CPU (BENCH_CAPACITIES, BENCH_BATCHES, BENCH_OPS, BENCH_LIMIT; the whole grid of
+#             four ops and four capacities was cut off by its limit on 2026-11-26)
 #   profile   experiments/profile_gpu.py: every primitive on the GPU, for the DSE
 #   split     DQN to 475 with the learner on the GPU and the rest on the host (k = 0, then 4;
 #             SPLIT_MAPPING), not in the default list: no split has run on a GPU yet
@@ -77,18 +79,20 @@ for s in "${stages[@]}"; do
         -k "(cuda or gpu) and not emulated" ;;
     quick)
       stage quick 200 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
-        --batches 4096 --modes fused --no-peers --no-thread-scaling --no-limits \
-        --out "$OUT/bench_quick.json" ;;
+        --batches 4096 --branchings ${QUICK_BRANCHINGS:-16} --modes fused --no-peers \
+        --no-thread-scaling --no-limits --out "$OUT/bench_quick.json" ;;
     train)
       for b in ${TRAIN_BACKENDS:-cuda jax}; do
         stage "train_$b" 240 $PY -m drlhet train --backend "$b" --seeds 3 \
           --stop-at-return 475 --no-progress --out "${RUNS:-$OUT/runs}" --name "dqn-cartpole-$b-gpu"
       done ;;
     bench)
-      stage bench "${BENCH_LIMIT:-420}" $PY experiments/bench_replay.py --device gpu \
-        --modes fused --capacities 16384 131072 1048576 4194304 \
-        --batches ${BENCH_BATCHES:-32 256 1024 4096 16384 65536} \
-        --no-peers --no-thread-scaling --repeats 5 --out "$OUT/bench_replay_gpu.json" ;;
+      stage bench "${BENCH_LIMIT:-300}" $PY experiments/bench_replay.py --device gpu \
+        --modes fused --ops ${BENCH_OPS:-step} --no-plain \
+        --capacities ${BENCH_CAPACITIES:-16384 1048576 4194304} \
+        --batches ${BENCH_BATCHES:-32 256 1024 4096 16384 65536} --branchings 16 \
+        --no-peers --no-thread-scaling --no-limits --repeats 3 \
+        --out "$OUT/bench_replay_gpu.json" ;;
     profile)
       stage profile 300 $PY experiments/profile_gpu.py --out "$OUT/gpu_profile.json" ;;
     split)  # mappings split between the host CPU and the GPU (never run on a GPU before)

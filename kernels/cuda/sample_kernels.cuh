@@ -10,6 +10,7 @@
 
 #include "drlhet/prioritized.h"
 #include "drlhet/sum_tree.h"
+#include "wide_loads.cuh"
 
 namespace drlhet_cuda {
 
@@ -46,7 +47,7 @@ __device__ inline void SampleDescend(const SampleArgs& a) {
     drlhet::MakeLayout(a.capacity, a.k, &lay);
     float value = 0.0f, total = 0.0f;
     a.indices[i] =
-        drlhet::DescendOne<KStatic>(a.nodes + v * lay.size, lay, a.targets[i], &value, &total);
+        DescendOneWide<KStatic>(a.nodes + v * lay.size, lay, a.targets[i], &value, &total);
     const float p = drlhet::Probability(value, total);
     const float w = drlhet::RawWeight(p, static_cast<float>(a.size[v]), a.beta[v]);
     a.probs[i] = p;

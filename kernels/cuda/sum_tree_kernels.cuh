@@ -11,6 +11,7 @@
 
 #include "drlhet/prioritized.h"
 #include "drlhet/sum_tree.h"
+#include "wide_loads.cuh"
 
 namespace drlhet_cuda {
 
@@ -24,7 +25,7 @@ __device__ inline void Find(const float* nodes, int64_t capacity, int32_t k, con
   drlhet::MakeLayout(capacity, k, &lay);
   const int64_t v = i / batch;
   float value = 0.0f, total = 0.0f;
-  indices[i] = drlhet::DescendOne<KStatic>(nodes + v * lay.size, lay, targets[i], &value, &total);
+  indices[i] = DescendOneWide<KStatic>(nodes + v * lay.size, lay, targets[i], &value, &total);
   values[i] = value;
   if (i % batch == 0) totals[v] = total;
 }
@@ -124,39 +125,13 @@ __device__ inline void Leaf(const UpdateArgs& a, int64_t i, const drlhet::TreeLa
   a.nodes[v * lay.size + lay.offsets[lay.depth] + a.indices[i]] = a.values[i];
 }
 
-// drlhet::RecomputeNode with its loads issued before its adds. A GPU thread stalls at an add
-// until the load it needs returns, so SeqSum's loop over a runtime K waits for a round trip to
-// memory per child (or per few, as nvcc unrolls it); here the children are read kLoadChunk at a
-// time into registers (unrolled, predicated loads), then added in SeqSum's order: the same
-// additions in the same order, so the same bits, for one round trip per kLoadChunk children.
-constexpr int kLoadChunk = 16;
-
-__device__ inline void RecomputeNodeWide(float* tree, const drlhet::TreeLayout& lay, int level,
-                                         int64_t node) {
-  const float* c = tree + lay.offsets[level + 1] + node * lay.k;
-  float acc = 0.0f;
-  for (int base = 0; base < lay.k; base += kLoadChunk) {
-    float chunk[kLoadChunk];
-#pragma unroll
-    for (int j = 0; j < kLoadChunk; ++j) chunk[j] = base + j < lay.k ? c[base + j] : 0.0f;
-#pragma unroll
-    for (int j = 0; j < kLoadChunk; ++j) {
-      if (base + j == 0) {
-        acc = chunk[j];  // SeqSum takes child 0 as it is
-      } else if (base + j < lay.k) {
-        acc = drlhet::SumChild(acc, chunk[j]);
-      }
-    }
-  }
-  tree[lay.offsets[level] + node] = acc;
-}
-
 // Phase 3 at one level: the winner's ancestor, recomputed from its children.
 __device__ inline void Ancestor(const UpdateArgs& a, int64_t i, const drlhet::TreeLayout& lay,
                                 int level) {
   int64_t v = 0;
   if (!Wins(a, i, &v)) return;
-  RecomputeNodeWide(a.nodes + v * lay.size, lay, level, drlhet::AncestorAt(a.indices[i], lay, level));
+  RecomputeNodeWide(a.nodes + v * lay.size, lay, level,
+                    drlhet::AncestorAt(a.indices[i], lay, level));
 }
 
 // A checked update's outputs for tree v, once its claims are all in: the running maximum

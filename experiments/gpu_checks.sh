@@ -110,8 +110,10 @@ for s in "${stages[@]}"; do
           --out "$OUT/probe_${bm}_u${UNROLL:-1}.json"
       done ;;
     kernels)  # which kernel holds the step back: ncu times each one alone
+      ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)}
+      [ -z "$ncu" ] && { echo "== kernels: skipped, no ncu (Nsight Compute) here"; continue; }
       for b in cuda jax; do
-        stage "kernels_$b" 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+        stage "kernels_$b" 150 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
           --log-file "$OUT/ncu_$b.csv" $PY experiments/bench_replay.py --device gpu \
           --capacities 1048576 --batches ${KERNEL_BATCHES:-256 4096} --branchings 16 \
           --backends $b --no-plain --ops step --modes fused --no-peers --no-thread-scaling \

@@ -161,6 +161,57 @@ __device__ inline void TopLevels(const UpdateArgs& a, int top) {
   }
 }
 
+
+// The one-block update's leaves and levels of tree blockIdx.x, once its claims are in (win:
+// the tree's winner slots, base: its first entry); levels 0..top have every node recomputed.
+// A dropped entry's index is never read: a plain update may drop one outside [0, C).
+__device__ inline void BlockLevels(const UpdateArgs& a, const drlhet::TreeLayout& lay, float* tree,
+                                   const int32_t* win, int64_t base, int top) {
+  const int32_t* idx = a.indices + base;
+  const bool* kp = a.keep + base;
+  for (int64_t b = threadIdx.x; b < a.batch; b += blockDim.x) {
+    if (kp[b] && drlhet::IsWinner(win[idx[b]], static_cast<int32_t>(b), true)) {
+      tree[lay.offsets[lay.depth] + idx[b]] = a.values[base + b];
+    }
+  }
+  for (int level = lay.depth - 1; level >= 0; --level) {
+    __syncthreads();  // the level below is written
+    if (level <= top) {
+      for (int64_t j = threadIdx.x; j < drlhet::NodesAt(lay, level); j += blockDim.x) {
+        RecomputeNodeWide(tree, lay, level, j);
+      }
+      continue;
+    }
+    for (int64_t b = threadIdx.x; b < a.batch; b += blockDim.x) {
+      if (kp[b] && drlhet::IsWinner(win[idx[b]], static_cast<int32_t>(b), true)) {
+        RecomputeNodeWide(tree, lay, level, drlhet::AncestorAt(idx[b], lay, level));
+      }
+    }
+  }
+}
+
+// BlockLevels for a batch of at most blockDim entries (the default threshold): each thread's
+// one entry (its index, value and whether it won) is read once, not again at every level.
+__device__ inline void BlockLevelsOneEach(const UpdateArgs& a, const drlhet::TreeLayout& lay,
+                                          float* tree, const int32_t* win, int64_t base,
+                                          int top) {
+  const int64_t b = threadIdx.x;
+  const bool kept = b < a.batch && a.keep[base + b];
+  const int32_t leaf = kept ? a.indices[base + b] : 0;
+  const float value = kept ? a.values[base + b] : 0.0f;
+  const bool won = kept && drlhet::IsWinner(win[leaf], static_cast<int32_t>(b), true);
+  if (won) tree[lay.offsets[lay.depth] + leaf] = value;
+  for (int level = lay.depth - 1; level >= 0; --level) {
+    __syncthreads();  // the level below is written
+    if (level <= top) {
+      for (int64_t j = threadIdx.x; j < drlhet::NodesAt(lay, level); j += blockDim.x) {
+        RecomputeNodeWide(tree, lay, level, j);
+      }
+    } else if (won) {
+      RecomputeNodeWide(tree, lay, level, drlhet::AncestorAt(leaf, lay, level));
+    }
+  }
+}
 }  // namespace drlhet_cuda
 
 extern "C" {
@@ -308,26 +359,11 @@ __global__ void __launch_bounds__(1024) drlhet_cuda_update_block(drlhet_cuda::Up
     if (a.max_bits != nullptr) a.max_bits[v] = most;
     drlhet_cuda::Finish(a, v);
   }
-  // a dropped entry's index is never read: a plain update may drop one outside [0, C)
-  for (int64_t b = threadIdx.x; b < a.batch; b += blockDim.x) {
-    if (kp[b] && drlhet::IsWinner(win[idx[b]], static_cast<int32_t>(b), true)) {
-      tree[lay.offsets[lay.depth] + idx[b]] = a.values[base + b];
-    }
-  }
   const int top = drlhet::NarrowTop(lay, a.batch, a.batch);  // levels 0..top: every node once
-  for (int level = lay.depth - 1; level >= 0; --level) {
-    __syncthreads();  // the level below is written
-    if (level <= top) {
-      for (int64_t j = threadIdx.x; j < drlhet::NodesAt(lay, level); j += blockDim.x) {
-        drlhet_cuda::RecomputeNodeWide(tree, lay, level, j);
-      }
-      continue;
-    }
-    for (int64_t b = threadIdx.x; b < a.batch; b += blockDim.x) {
-      if (kp[b] && drlhet::IsWinner(win[idx[b]], static_cast<int32_t>(b), true)) {
-        drlhet_cuda::RecomputeNodeWide(tree, lay, level, drlhet::AncestorAt(idx[b], lay, level));
-      }
-    }
+  if (a.batch <= blockDim.x) {
+    drlhet_cuda::BlockLevelsOneEach(a, lay, tree, win, base, top);
+  } else {
+    drlhet_cuda::BlockLevels(a, lay, tree, win, base, top);
   }
 }
 

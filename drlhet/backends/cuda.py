@@ -193,7 +193,9 @@ def update_checked(
     call: ``(tree, indices [B] int32, raw [B], values [B], keep [B] bool, size [], max_priority
     [], error []) -> (tree, max_priority, error)``, as `drlhet.replay.buffer_ops.update` over
     `update` (the index and priority checks, the write, the running maximum and the error bits
-    on the device). The tree is written in place when donated; the workspace is each leaf's
+    on the device). The tree, maximum and error word are written in place when donated (each
+    thread of the kernels reads its tree's maximum and error word before it writes them); the
+    workspace is each leaf's
     winning entry, the tree's error bits and its largest kept priority (C + 2 int32 per tree).
     """
     _check(tree)
@@ -206,8 +208,13 @@ def update_checked(
         jax.ShapeDtypeStruct(lead, jnp.int32),
         jax.ShapeDtypeStruct((*lead, tree.capacity + 2), jnp.int32),
     )
+    # the tree, the running maximum and the error word in place: in a loop carry XLA then needs
+    # no copy of the two scalars after the call (two nodes of the step's graph on an H100)
     call = jax.ffi.ffi_call(
-        "drlhet_cuda_update_checked", out, vmap_method="broadcast_all", input_output_aliases={0: 0}
+        "drlhet_cuda_update_checked",
+        out,
+        vmap_method="broadcast_all",
+        input_output_aliases={0: 0, 6: 1, 7: 2},
     )
     nodes, max_out, err_out, _ = call(
         tree.nodes, jnp.asarray(indices, jnp.int32), jnp.asarray(raw, jnp.float32),

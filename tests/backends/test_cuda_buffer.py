@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import re
 import shutil
 
 import jax
@@ -221,7 +222,9 @@ def test_the_buffer_on_cuda_samples_and_updates_in_one_custom_call_each():
     assert len(calls) == 1 and "@drlhet_cuda_update_checked" in calls[0], calls
     assert f"block_max_batch = {cuda.BLOCK_MAX_BATCH} : i64" in calls[0]
     assert "priority_max = 4.2949673E+9 : f32" in calls[0]
-    assert "output_operand_aliases" in calls[0] and "operand_index = 0" in calls[0]
+    # the tree, the maximum and the error word in place (no copies of them in a loop carry)
+    aliases = re.findall(r"output_tuple_indices = \[(\d+)\], operand_index = (\d+)", calls[0])
+    assert sorted(aliases) == [("0", "0"), ("1", "6"), ("2", "7")], aliases
 
 
 def test_vmapped_buffers_pass_one_row_per_tree():

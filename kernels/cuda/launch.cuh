@@ -43,8 +43,18 @@ inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet:
   DRLHET_LAUNCH(drlhet_cuda_update_top_args, trees, kBlockThreads, stream, a, top);
 }
 
-// The sample's launches after its targets: its scratch cleared, the descent, the weights.
+// The sample's launches after its targets: one block per tree up to kBlockThreads targets per
+// tree, else its scratch cleared, the descent, the weights.
 inline void LaunchWeigh(cudaStream_t stream, const SampleArgs& a, int64_t trees) {
+  if (a.batch <= kBlockThreads) {
+    const int threads = static_cast<int>((a.batch + 31) / 32 * 32);  // whole warps
+    if (a.k == 16) {
+      DRLHET_LAUNCH(drlhet_cuda_sample_block_k16, trees, threads, stream, a);
+    } else {
+      DRLHET_LAUNCH(drlhet_cuda_sample_block, trees, threads, stream, a);
+    }
+    return;
+  }
   cudaMemsetAsync(a.scratch, 0, 2 * trees * sizeof(int32_t), stream);
   if (a.k == 16) {
     DRLHET_LAUNCH(drlhet_cuda_sample_descend_k16, Blocks(a.n), kThreads, stream, a);

@@ -1,6 +1,7 @@
 // CUDA kernels of the prioritized buffer's sample after its targets: the descent of each target,
 // its probability and its importance-sampling weight, in two launches (the weights are
-// normalised by the batch's largest, known only once every target has descended). The buffer's
+// normalised by the batch's largest, known only once every target has descended), or in one
+// block per tree for a batch no larger than a block. The buffer's
 // reference is drlhet/replay/buffer_ops.py's weigh; the per-element logic is
 // drlhet/prioritized.h's and drlhet/sum_tree.h's, run serially on the CPU by
 // kernels/cpu/header_probe.cc. V trees, `batch` targets each, n = V * batch; a launch of
@@ -81,6 +82,42 @@ __device__ inline void SampleNormalise(const SampleArgs& a) {
   }
 }
 
+// The whole sample of tree blockIdx.x by one block of whole warps, batch <= blockDim: each
+// thread descends its own target, the tree's largest raw weight and whether a probability is > 0
+// are merged in shared memory, then each thread normalises its own weight. One launch instead
+// of a memset and two launches (the same results: the same maximum, the same Weight).
+template <int KStatic>
+__device__ inline void SampleBlock(const SampleArgs& a) {
+  __shared__ int32_t most, any;
+  const int64_t v = blockIdx.x, b = threadIdx.x, i = v * a.batch + b;
+  const bool live = b < a.batch;
+  if (threadIdx.x == 0) most = any = 0;
+  __syncthreads();
+  float w = 0.0f;
+  bool positive = false;
+  if (live) {
+    drlhet::TreeLayout lay;
+    drlhet::MakeLayout(a.capacity, a.k, &lay);
+    float value = 0.0f, total = 0.0f;
+    a.indices[i] =
+        DescendOneWide<KStatic>(a.nodes + v * lay.size, lay, a.targets[i], &value, &total);
+    const float p = drlhet::Probability(value, total);
+    w = drlhet::RawWeight(p, static_cast<float>(a.size[v]), a.beta[v]);
+    a.probs[i] = p;
+    positive = p > 0.0f;
+  }
+  const int32_t warp_most = __reduce_max_sync(0xffffffffu, drlhet::OrderedBits(w));
+  const bool warp_any = __any_sync(0xffffffffu, positive);
+  if ((threadIdx.x & 31) == 0) {
+    if (warp_most > 0) atomicMax(&most, warp_most);
+    if (warp_any) atomicOr(&any, 1);
+  }
+  __syncthreads();
+  const float beta = a.beta[v];
+  if (live) a.weights[i] = drlhet::Weight(w, drlhet::FromOrderedBits(most), beta);
+  if (threadIdx.x == 0) a.error[v] = drlhet::SampleErrors(any != 0, beta, a.err_empty, a.err_beta);
+}
+
 }  // namespace drlhet_cuda
 
 extern "C" {
@@ -95,6 +132,15 @@ __global__ void drlhet_cuda_sample_descend_k16(drlhet_cuda::SampleArgs a) {
 
 __global__ void drlhet_cuda_sample_normalise(drlhet_cuda::SampleArgs a) {
   drlhet_cuda::SampleNormalise(a);
+}
+
+// grid = V trees, one block of whole warps each, at least `batch` threads
+__global__ void __launch_bounds__(1024) drlhet_cuda_sample_block(drlhet_cuda::SampleArgs a) {
+  drlhet_cuda::SampleBlock<0>(a);
+}
+
+__global__ void __launch_bounds__(1024) drlhet_cuda_sample_block_k16(drlhet_cuda::SampleArgs a) {
+  drlhet_cuda::SampleBlock<16>(a);
 }
 
 }  // extern "C"

@@ -262,6 +262,19 @@ def test_weigh_and_checked_update_equal_the_buffers_code(place, k, capacity):
         tree, max_p, err = want
 
 
+@pytest.mark.parametrize("k, capacity", [(2, 1000), (3, 7), (64, 5000)])
+def test_weigh_of_batches_no_larger_than_a_block_equals_the_buffers_code(place, k, capacity):
+    """Up to 1024 targets a tree, one block per tree samples (the grid's launches above it)."""
+    tree = random_tree(capacity, k, seed=k + 1)
+    for b, beta in ((1, 0.4), (33, 1.0), (1024, 0.6)):  # 33: a partial second warp
+        targets = jnp.asarray(stratified_targets(tree, b, seed=b))
+        args = (tree, targets, jnp.int32(capacity), jnp.float32(beta))
+        got = jax.jit(place.weigh)(*args)
+        want = jax.jit(lambda *a: buffer_ops.weigh(st.REFERENCE.find, *a))(*args)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=f"B {b}")
+
+
 def test_the_buffer_with_its_own_calls_equals_the_buffer_over_find_and_write(place):
     fused = buffer_trace(place)
     plain = buffer_trace(place._replace(weigh=None, update=None))

@@ -161,7 +161,6 @@ __device__ inline void TopLevels(const UpdateArgs& a, int top) {
   }
 }
 
-
 // The one-block update's leaves and levels of tree blockIdx.x, once its claims are in (win:
 // the tree's winner slots, base: its first entry); levels 0..top have every node recomputed.
 // A dropped entry's index is never read: a plain update may drop one outside [0, C).
@@ -212,6 +211,7 @@ __device__ inline void BlockLevelsOneEach(const UpdateArgs& a, const drlhet::Tre
     }
   }
 }
+
 }  // namespace drlhet_cuda
 
 extern "C" {

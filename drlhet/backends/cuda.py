@@ -247,8 +247,8 @@ BACKEND = register(
         needs="a GPU, and the CUDA kernel library built on `pip install` where nvcc works; on a "
         "CPU device, the kernels' host emulation (built on `pip install` everywhere)",
         loader=_load,
-        # the GPU's default replay: its fused sample + update step measured 1.7-2.5x the jax
-        # backend's on an H100 from B 32 to 16384 at 2^20 leaves, equal at 65536 (docs/results.md)
+        # the GPU's default replay: its fused sample + update step measured 1.5-2.5x the jax
+        # backend's on an H100 from B 32 to 65536 at 2^20 leaves (docs/results.md)
         rank=1,
         simulation=(CPU, ("replay",)),
         summary="CUDA sum tree as XLA FFI custom calls inside jit (float32 trees); on a CPU "

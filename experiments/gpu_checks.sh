@@ -27,7 +27,8 @@
 #             the one-block thresholds to run, default "65536 0")
 #   kernels   each kernel's duration in the fused step at 2^20 leaves (KERNEL_BATCHES, default
 #             "256 4096"), cuda then jax, under Nsight Compute (ncu, each kernel alone):
-#             $OUT/ncu_<backend>.csv and $OUT/kernel_times.json (experiments/kernel_times.py).
+#             its CSV in $OUT/kernels_<backend>.log, summed up per kernel in
+#             $OUT/kernel_times.json (experiments/kernel_times.py).
 #             Not in the default list; after a kernel change: build tests quick kernels probe
 #   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
 # DEADLINE_S (seconds from the start) caps every stage's limit so the whole run ends in time,
@@ -114,13 +115,15 @@ for s in "${stages[@]}"; do
       [ -z "$ncu" ] && { echo "== kernels: skipped, no ncu (Nsight Compute) here"; continue; }
       for b in cuda jax; do
         stage "kernels_$b" 150 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
-          --log-file "$OUT/ncu_$b.csv" $PY experiments/bench_replay.py --device gpu \
+          $PY experiments/bench_replay.py --device gpu \
           --capacities 1048576 --batches ${KERNEL_BATCHES:-256 4096} --branchings 16 \
           --backends $b --no-plain --ops step --modes fused --no-peers --no-thread-scaling \
           --no-limits --repeats 1 --gpu-steps 16 --out "/tmp/kernels_$b.json"
       done
-      stage kernel_times 30 $PY experiments/kernel_times.py "$OUT"/ncu_*.csv \
-        --out "$OUT/kernel_times.json" ;;
+      # ncu's table lies in each stage's log among the program's own lines (kernel_times.py
+      # reads the quoted CSV lines only)
+      stage kernel_times 30 $PY experiments/kernel_times.py "$OUT"/kernels_cuda.log \
+        "$OUT"/kernels_jax.log --out "$OUT/kernel_times.json" ;;
     dump)  # the optimized programs and their thunks (command buffers) of the fused step
       rm -rf /tmp/xla_dump
       export XLA_FLAGS="--xla_dump_to=/tmp/xla_dump --xla_dump_hlo_as_text"

@@ -9,7 +9,7 @@ that GPU. A kernel's time under ncu is its own execution without its neighbours:
 a step's kernels is a lower bound of the step, the rest being launches and the loop.
 
 Usage:
-  python experiments/kernel_times.py ncu_cuda.csv [ncu_jax.csv ...] --out kernel_times.json
+  python experiments/kernel_times.py kernels_cuda.log [kernels_jax.log ...] --out kernel_times.json
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ UNIT_TO_US |= {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 @dataclasses.dataclass
 class Args:
     csv_files: tuple[Path, ...]
-    """ncu's CSV logs (``ncu --csv --metrics gpu__time_duration.sum --log-file F``)."""
+    """Files holding ncu's CSV table (``ncu --csv --metrics gpu__time_duration.sum``), alone or
+    among other output: only its quoted lines are read."""
     out: Path = Path("kernel_times.json")
 
 

@@ -34,6 +34,21 @@ struct SampleArgs {
   int32_t err_beta;
 };
 
+// Target i (of tree v) descended: its index and probability written; returns its raw weight,
+// and whether its probability is > 0 in *positive.
+template <int KStatic>
+__device__ inline float DescendAndWeigh(const SampleArgs& a, int64_t v, int64_t i, bool* positive) {
+  drlhet::TreeLayout lay;
+  drlhet::MakeLayout(a.capacity, a.k, &lay);
+  float value = 0.0f, total = 0.0f;
+  a.indices[i] =
+      DescendOneWide<KStatic>(a.nodes + v * lay.size, lay, a.targets[i], &value, &total);
+  const float p = drlhet::Probability(value, total);
+  a.probs[i] = p;
+  *positive = p > 0.0f;
+  return drlhet::RawWeight(p, static_cast<float>(a.size[v]), a.beta[v]);
+}
+
 // The descent of target i, its probability and raw weight; the tree's largest raw weight and
 // whether a probability is > 0 merged per warp, then atomically.
 template <int KStatic>
@@ -44,17 +59,9 @@ __device__ inline void SampleDescend(const SampleArgs& a) {
   int32_t top = 0;
   bool positive = false;
   if (live) {
-    drlhet::TreeLayout lay;
-    drlhet::MakeLayout(a.capacity, a.k, &lay);
-    float value = 0.0f, total = 0.0f;
-    a.indices[i] =
-        DescendOneWide<KStatic>(a.nodes + v * lay.size, lay, a.targets[i], &value, &total);
-    const float p = drlhet::Probability(value, total);
-    const float w = drlhet::RawWeight(p, static_cast<float>(a.size[v]), a.beta[v]);
-    a.probs[i] = p;
+    const float w = DescendAndWeigh<KStatic>(a, v, i, &positive);
     a.weights[i] = w;
     top = drlhet::OrderedBits(w);
-    positive = p > 0.0f;
   }
   const int64_t v0 = __shfl_sync(0xffffffffu, v, 0);
   if (__all_sync(0xffffffffu, !live || v == v0)) {  // the warp's targets are one tree's
@@ -95,17 +102,7 @@ __device__ inline void SampleBlock(const SampleArgs& a) {
   __syncthreads();
   float w = 0.0f;
   bool positive = false;
-  if (live) {
-    drlhet::TreeLayout lay;
-    drlhet::MakeLayout(a.capacity, a.k, &lay);
-    float value = 0.0f, total = 0.0f;
-    a.indices[i] =
-        DescendOneWide<KStatic>(a.nodes + v * lay.size, lay, a.targets[i], &value, &total);
-    const float p = drlhet::Probability(value, total);
-    w = drlhet::RawWeight(p, static_cast<float>(a.size[v]), a.beta[v]);
-    a.probs[i] = p;
-    positive = p > 0.0f;
-  }
+  if (live) w = DescendAndWeigh<KStatic>(a, v, i, &positive);
   const int32_t warp_most = __reduce_max_sync(0xffffffffu, drlhet::OrderedBits(w));
   const bool warp_any = __any_sync(0xffffffffu, positive);
   if ((threadIdx.x & 31) == 0) {

@@ -26,7 +26,8 @@
 #             (UNROLL: steps per iteration of the timed scan's loop, default 1; PROBE_BLOCKS:
 #             the one-block thresholds to run, default "65536 0")
 #   kernels   each kernel's duration in the fused step at 2^20 leaves (KERNEL_BATCHES, default
-#             "256 4096"), cuda then jax, under Nsight Compute (ncu, each kernel alone):
+#             "256 4096"), of KERNEL_BACKENDS (default cuda; jax crashed under ncu), under
+#             Nsight Compute (ncu, each kernel alone, caches flushed before each):
 #             its CSV in $OUT/kernels_<backend>.log, summed up per kernel in
 #             $OUT/kernel_times.json (experiments/kernel_times.py).
 #             Not in the default list; after a kernel change: build tests quick kernels probe
@@ -113,7 +114,7 @@ for s in "${stages[@]}"; do
     kernels)  # which kernel holds the step back: ncu times each one alone
       ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)}
       [ -z "$ncu" ] && { echo "== kernels: skipped, no ncu (Nsight Compute) here"; continue; }
-      for b in cuda jax; do
+      for b in ${KERNEL_BACKENDS:-cuda}; do  # jax under ncu crashed (SIGSEGV) on 2026-11-26
         stage "kernels_$b" 150 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
           $PY experiments/bench_replay.py --device gpu \
           --capacities 1048576 --batches ${KERNEL_BATCHES:-256 4096} --branchings 16 \
@@ -122,8 +123,10 @@ for s in "${stages[@]}"; do
       done
       # ncu's table lies in each stage's log among the program's own lines (kernel_times.py
       # reads the quoted CSV lines only)
-      stage kernel_times 30 $PY experiments/kernel_times.py "$OUT"/kernels_cuda.log \
-        "$OUT"/kernels_jax.log --out "$OUT/kernel_times.json" ;;
+      logs=()
+      for b in ${KERNEL_BACKENDS:-cuda}; do logs+=("$OUT/kernels_$b.log"); done
+      stage kernel_times 30 $PY experiments/kernel_times.py --csv-files "${logs[@]}" \
+        --out "$OUT/kernel_times.json" ;;
     dump)  # the optimized programs and their thunks (command buffers) of the fused step
       rm -rf /tmp/xla_dump
       export XLA_FLAGS="--xla_dump_to=/tmp/xla_dump --xla_dump_hlo_as_text"

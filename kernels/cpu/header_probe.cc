@@ -9,6 +9,8 @@
 //                        run serially on the host; levels 0..top recomputed whole, as the
 //                        per-level path does for its narrow levels (NarrowTop)
 //   drlhet_narrow_top    NarrowTop for (capacity, k, batch, max_nodes)
+//   drlhet_layout        MakeLayout's depth, size, offsets and node counts per level
+//   drlhet_ancestor_at   AncestorAt of one leaf (32-bit arithmetic below 2^31, 64-bit above)
 //   drlhet_weigh_phases  the GPU sample's two kernels (descent, probability and raw weight;
 //                        weights over their maximum, error bits), serially
 //   drlhet_update_checked_phases  the GPU's checked update (reset, claim with the buffer's
@@ -106,6 +108,26 @@ int drlhet_narrow_top(int64_t capacity, int k, int64_t batch, int64_t max_nodes)
   drlhet::TreeLayout lay;
   if (!drlhet::MakeLayout(capacity, k, &lay)) return -2;
   return drlhet::NarrowTop(lay, batch, max_nodes);
+}
+
+// Returns the depth, or -1 for a bad (capacity, k). Outputs: size; offsets, counts [kMaxLevels]
+// (levels past the depth: 0).
+int drlhet_layout(int64_t capacity, int k, int64_t* size, int64_t* offsets, int64_t* counts) {
+  drlhet::TreeLayout lay;
+  const bool ok = drlhet::MakeLayout(capacity, k, &lay);
+  *size = lay.size;
+  for (int level = 0; level < drlhet::kMaxLevels; ++level) {
+    offsets[level] = lay.offsets[level];
+    counts[level] = lay.counts[level];
+  }
+  return ok ? lay.depth : -1;
+}
+
+// AncestorAt(leaf, level) in a tree over `capacity` leaves; -2 for a bad (capacity, k).
+int64_t drlhet_ancestor_at(int64_t capacity, int k, int64_t leaf, int level) {
+  drlhet::TreeLayout lay;
+  if (!drlhet::MakeLayout(capacity, k, &lay)) return -2;
+  return drlhet::AncestorAt(leaf, lay, level);
 }
 
 // Returns 0, or -1 for a bad (capacity, k). Outputs: indices, probs, weights [n]; error.

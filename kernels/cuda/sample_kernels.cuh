@@ -11,6 +11,7 @@
 
 #include "drlhet/prioritized.h"
 #include "drlhet/sum_tree.h"
+#include "block_layout.cuh"
 #include "wide_loads.cuh"
 
 namespace drlhet_cuda {
@@ -37,9 +38,8 @@ struct SampleArgs {
 // Target i (of tree v) descended: its index and probability written; returns its raw weight,
 // and whether its probability is > 0 in *positive.
 template <int KStatic>
-__device__ inline float DescendAndWeigh(const SampleArgs& a, int64_t v, int64_t i, bool* positive) {
-  drlhet::TreeLayout lay;
-  drlhet::MakeLayout(a.capacity, a.k, &lay);
+__device__ inline float DescendAndWeigh(const SampleArgs& a, const drlhet::TreeLayout& lay,
+                                       int64_t v, int64_t i, bool* positive) {
   float value = 0.0f, total = 0.0f;
   a.indices[i] =
       DescendOneWide<KStatic>(a.nodes + v * lay.size, lay, a.targets[i], &value, &total);
@@ -55,11 +55,12 @@ template <int KStatic>
 __device__ inline void SampleDescend(const SampleArgs& a) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool live = i < a.n;
-  const int64_t v = live ? i / a.batch : 0;
+  const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);
+  const int64_t v = live ? SlotOf(i, a.batch).tree : 0;
   int32_t top = 0;
   bool positive = false;
   if (live) {
-    const float w = DescendAndWeigh<KStatic>(a, v, i, &positive);
+    const float w = DescendAndWeigh<KStatic>(a, lay, v, i, &positive);
     a.weights[i] = w;
     top = drlhet::OrderedBits(w);
   }
@@ -81,10 +82,11 @@ __device__ inline void SampleDescend(const SampleArgs& a) {
 __device__ inline void SampleNormalise(const SampleArgs& a) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= a.n) return;
-  const int64_t v = i / a.batch;
+  const Slot s = SlotOf(i, a.batch);
+  const int64_t v = s.tree;
   const float beta = a.beta[v];
   a.weights[i] = drlhet::Weight(a.weights[i], drlhet::FromOrderedBits(a.scratch[2 * v]), beta);
-  if (i % a.batch == 0) {
+  if (s.pos == 0) {
     a.error[v] = drlhet::SampleErrors(a.scratch[2 * v + 1] != 0, beta, a.err_empty, a.err_beta);
   }
 }
@@ -99,10 +101,10 @@ __device__ inline void SampleBlock(const SampleArgs& a) {
   const int64_t v = blockIdx.x, b = threadIdx.x, i = v * a.batch + b;
   const bool live = b < a.batch;
   if (threadIdx.x == 0) most = any = 0;
-  __syncthreads();
+  const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);  // a barrier: most, any are 0
   float w = 0.0f;
   bool positive = false;
-  if (live) w = DescendAndWeigh<KStatic>(a, v, i, &positive);
+  if (live) w = DescendAndWeigh<KStatic>(a, lay, v, i, &positive);
   const int32_t warp_most = __reduce_max_sync(0xffffffffu, drlhet::OrderedBits(w));
   const bool warp_any = __any_sync(0xffffffffu, positive);
   if ((threadIdx.x & 31) == 0) {

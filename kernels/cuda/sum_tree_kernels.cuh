@@ -11,6 +11,7 @@
 
 #include "drlhet/prioritized.h"
 #include "drlhet/sum_tree.h"
+#include "block_layout.cuh"
 #include "wide_loads.cuh"
 
 namespace drlhet_cuda {
@@ -20,14 +21,13 @@ __device__ inline void Find(const float* nodes, int64_t capacity, int32_t k, con
                             int64_t batch, int64_t n, int32_t* indices, float* values,
                             float* totals) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const drlhet::TreeLayout& lay = BlockLayout(capacity, k);
   if (i >= n) return;
-  drlhet::TreeLayout lay;
-  drlhet::MakeLayout(capacity, k, &lay);
-  const int64_t v = i / batch;
+  const Slot s = SlotOf(i, batch);
   float value = 0.0f, total = 0.0f;
-  indices[i] = DescendOneWide<KStatic>(nodes + v * lay.size, lay, targets[i], &value, &total);
+  indices[i] = DescendOneWide<KStatic>(nodes + s.tree * lay.size, lay, targets[i], &value, &total);
   values[i] = value;
-  if (i % batch == 0) totals[v] = total;
+  if (s.pos == 0) totals[s.tree] = total;
 }
 
 // One update batch over V trees, as every update kernel reads it. A *plain* update (raw ==
@@ -72,20 +72,22 @@ __device__ inline int32_t EntryErrors(const UpdateArgs& a, int64_t i, int64_t v)
 
 // Whether entry i wins its leaf in a batch that was not refused (its tree: v).
 __device__ inline bool Wins(const UpdateArgs& a, int64_t i, int64_t* v) {
-  *v = i / a.batch;
+  const Slot s = SlotOf(i, a.batch);
+  *v = s.tree;
   if (!a.keep[i] || a.bad[*v]) return false;
-  const int32_t b = static_cast<int32_t>(i % a.batch);
-  return drlhet::IsWinner(a.winner[*v * a.capacity + a.indices[i]], b, a.keep[i]);
+  return drlhet::IsWinner(a.winner[*v * a.capacity + a.indices[i]], static_cast<int32_t>(s.pos),
+                          a.keep[i]);
 }
 
 // Before the claim: -1 in the winner slot of each entry's leaf, 0 in its tree's bad and max
 // words (entry 0 of each tree). Only these slots are read later, so the rest of the workspace
 // is never cleared.
 __device__ inline void Reset(const UpdateArgs& a, int64_t i) {
-  const int64_t v = i / a.batch;
+  const Slot s = SlotOf(i, a.batch);
+  const int64_t v = s.tree;
   const int32_t idx = a.indices[i];
   if (idx >= 0 && idx < a.capacity) a.winner[v * a.capacity + idx] = -1;
-  if (i % a.batch == 0) {
+  if (s.pos == 0) {
     a.bad[v] = 0;
     if (a.max_bits != nullptr) a.max_bits[v] = 0;
   }
@@ -97,10 +99,11 @@ __device__ inline void Reset(const UpdateArgs& a, int64_t i) {
 // so that the warp's entries of one tree are merged before the atomics on the tree's words.
 __device__ inline void Claim(const UpdateArgs& a, int64_t i) {
   const bool live = i < a.n;
-  const int64_t v = live ? i / a.batch : 0;
+  const Slot s = live ? SlotOf(i, a.batch) : Slot{0, 0};
+  const int64_t v = s.tree;
   const int32_t err = live ? EntryErrors(a, i, v) : 0;
   const bool take = live && err == 0 && a.keep[i];
-  if (take) atomicMax(a.winner + v * a.capacity + a.indices[i], static_cast<int32_t>(i % a.batch));
+  if (take) atomicMax(a.winner + v * a.capacity + a.indices[i], static_cast<int32_t>(s.pos));
   const int32_t top = take && a.raw != nullptr ? drlhet::OrderedBits(a.raw[i]) : 0;
   // a warp's entries belong to one tree unless the batch is not a multiple of 32
   const int64_t v0 = __shfl_sync(0xffffffffu, v, 0);
@@ -147,10 +150,9 @@ __device__ inline void Finish(const UpdateArgs& a, int64_t v) {
 // written); also the tree's Finish. A refused tree writes no node.
 __device__ inline void TopLevels(const UpdateArgs& a, int top) {
   const int64_t v = blockIdx.x;
+  const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);
   if (threadIdx.x == 0) Finish(a, v);
   if (a.bad[v]) return;  // the same in every thread of the block
-  drlhet::TreeLayout lay;
-  drlhet::MakeLayout(a.capacity, a.k, &lay);
   float* tree = a.nodes + v * lay.size;
   for (int level = top; level >= 0; --level) {
     const int64_t count = drlhet::NodesAt(lay, level);
@@ -200,6 +202,7 @@ __device__ inline void BlockLevelsOneEach(const UpdateArgs& a, const drlhet::Tre
   const float value = kept ? a.values[base + b] : 0.0f;
   const bool won = kept && drlhet::IsWinner(win[leaf], static_cast<int32_t>(b), true);
   if (won) tree[lay.offsets[lay.depth] + leaf] = value;
+  uint32_t node = static_cast<uint32_t>(leaf);  // a won leaf is in [0, C), C < 2^31
   for (int level = lay.depth - 1; level >= 0; --level) {
     __syncthreads();  // the level below is written
     if (level <= top) {
@@ -207,7 +210,8 @@ __device__ inline void BlockLevelsOneEach(const UpdateArgs& a, const drlhet::Tre
         RecomputeNodeWide(tree, lay, level, j);
       }
     } else if (won) {
-      RecomputeNodeWide(tree, lay, level, drlhet::AncestorAt(leaf, lay, level));
+      node /= static_cast<uint32_t>(lay.k);  // AncestorAt(leaf, lay, level), a level at a time
+      RecomputeNodeWide(tree, lay, level, node);
     }
   }
 }
@@ -251,10 +255,9 @@ __global__ void drlhet_cuda_update_leaves(float* nodes, int64_t capacity, int32_
                                           const bool* keep, int64_t batch, int64_t n,
                                           int32_t* winner, int32_t* bad) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const drlhet::TreeLayout& lay = drlhet_cuda::BlockLayout(capacity, k);
   if (i >= n) return;
   DRLHET_PLAIN_UPDATE(nodes, values);
-  drlhet::TreeLayout lay;
-  drlhet::MakeLayout(capacity, k, &lay);
   drlhet_cuda::Leaf(a, i, lay);
 }
 
@@ -265,10 +268,9 @@ __global__ void drlhet_cuda_update_level(float* nodes, int64_t capacity, int32_t
                                          int64_t n, int32_t* winner, int32_t* bad,
                                          int32_t level) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const drlhet::TreeLayout& lay = drlhet_cuda::BlockLayout(capacity, k);
   if (i >= n) return;
   DRLHET_PLAIN_UPDATE(nodes, nullptr);
-  drlhet::TreeLayout lay;
-  drlhet::MakeLayout(capacity, k, &lay);
   drlhet_cuda::Ancestor(a, i, lay, level);
 }
 
@@ -297,18 +299,14 @@ __global__ void drlhet_cuda_update_claim_args(drlhet_cuda::UpdateArgs a) {
 
 __global__ void drlhet_cuda_update_leaves_args(drlhet_cuda::UpdateArgs a) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= a.n) return;
-  drlhet::TreeLayout lay;
-  drlhet::MakeLayout(a.capacity, a.k, &lay);
-  drlhet_cuda::Leaf(a, i, lay);
+  const drlhet::TreeLayout& lay = drlhet_cuda::BlockLayout(a.capacity, a.k);
+  if (i < a.n) drlhet_cuda::Leaf(a, i, lay);
 }
 
 __global__ void drlhet_cuda_update_level_args(drlhet_cuda::UpdateArgs a, int32_t level) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= a.n) return;
-  drlhet::TreeLayout lay;
-  drlhet::MakeLayout(a.capacity, a.k, &lay);
-  drlhet_cuda::Ancestor(a, i, lay, level);
+  const drlhet::TreeLayout& lay = drlhet_cuda::BlockLayout(a.capacity, a.k);
+  if (i < a.n) drlhet_cuda::Ancestor(a, i, lay, level);
 }
 
 __global__ void __launch_bounds__(1024)
@@ -324,8 +322,7 @@ __global__ void __launch_bounds__(1024)
 __global__ void __launch_bounds__(1024) drlhet_cuda_update_block(drlhet_cuda::UpdateArgs a) {
   __shared__ int32_t refused, most;
   const int64_t v = blockIdx.x, base = v * a.batch;
-  drlhet::TreeLayout lay;
-  drlhet::MakeLayout(a.capacity, a.k, &lay);
+  const drlhet::TreeLayout& lay = drlhet_cuda::BlockLayout(a.capacity, a.k);
   float* tree = a.nodes + v * lay.size;
   int32_t* win = a.winner + v * a.capacity;
   const int32_t* idx = a.indices + base;

@@ -202,6 +202,75 @@ EDGE_CASES = [
 ]
 
 
+# (capacity, K): powers of K and not, 2^31 - 1 (the last capacity in 32-bit arithmetic) and past
+# it (MakeLayout's and AncestorAt's 64-bit path, which no kernel takes today: C < 2^31 there)
+LAYOUT_CASES = [
+    (1, 2),
+    (1, 16),
+    (10, 3),
+    (1000, 7),
+    (1 << 20, 16),
+    (3**13 + 1, 3),
+    (2**31 - 1, 2),
+    (2**31 + 5, 16),
+    (2**40 + 3, 3),
+    (2**40, 256),
+]
+MAX_LEVELS = 64  # kMaxLevels in the header
+
+
+def _layout(lib, capacity: int, k: int):
+    i64 = ctypes.c_int64
+    lib.drlhet_layout.argtypes = [i64, ctypes.c_int, ctypes.POINTER(i64)] + 2 * [
+        np.ctypeslib.ndpointer(np.int64, flags="C_CONTIGUOUS")
+    ]
+    lib.drlhet_layout.restype = ctypes.c_int
+    size, offsets, counts = (
+        i64(-1),
+        np.full(MAX_LEVELS, -1, np.int64),
+        np.full(MAX_LEVELS, -1, np.int64),
+    )
+    depth = lib.drlhet_layout(capacity, k, ctypes.byref(size), offsets, counts)
+    return depth, size.value, offsets, counts
+
+
+@pytest.mark.parametrize("capacity, k", LAYOUT_CASES)
+def test_make_layout_equals_the_reference_layout(lib, capacity, k):
+    """MakeLayout's depth, size and offsets are `drlhet.replay.sum_tree.layout`'s, its node
+    counts are ceil(C / K^(depth - level)) (NodesAt), and every level past the depth is 0."""
+    depth, size, offsets, counts = _layout(lib, capacity, k)
+    ref = st.layout(capacity, k)
+    assert (depth, size) == (ref.depth, ref.size)
+    assert tuple(offsets[: depth + 1].tolist()) == ref.offsets
+    assert counts[: depth + 1].tolist() == [
+        -(-capacity // k ** (depth - lv)) for lv in range(depth + 1)
+    ]
+    assert not offsets[depth + 1 :].any() and not counts[depth + 1 :].any()
+
+
+@pytest.mark.parametrize("capacity, k", [(0, 16), (10, 1), (10, MAX_BRANCHING + 1)])
+def test_make_layout_refuses_bad_arguments_and_zeroes_the_layout(lib, capacity, k):
+    depth, size, offsets, counts = _layout(lib, capacity, k)
+    assert depth == -1 and size == 0 and not offsets.any() and not counts.any()
+
+
+@pytest.mark.parametrize("capacity, k", LAYOUT_CASES)
+def test_ancestor_at_is_integer_division_by_a_power_of_k(lib, capacity, k):
+    lib.drlhet_ancestor_at.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int64, ctypes.c_int]
+    lib.drlhet_ancestor_at.restype = ctypes.c_int64
+    depth = st.layout(capacity, k).depth
+    leaves = {
+        0,
+        capacity - 1,
+        capacity // 2,
+        min(capacity - 1, 2**31 - 1),
+        min(capacity - 1, 2**31),
+    }
+    for leaf in sorted(leaves):
+        got = [lib.drlhet_ancestor_at(capacity, k, leaf, lv) for lv in range(depth + 1)]
+        assert got == [leaf // k ** (depth - lv) for lv in range(depth + 1)], leaf
+
+
 @pytest.mark.parametrize("children, u", EDGE_CASES)
 def test_choose_child_edge_cases(lib, children, u):
     assert_same(lib, children, u)

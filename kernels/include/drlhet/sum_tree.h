@@ -30,33 +30,56 @@ constexpr int kMaxLevels = 64;
 constexpr int kMaxBranching = 256;  // largest K the kernels accept
 
 // Level geometry of a tree over `capacity` leaves: level 0 is the root (padded to K slots);
-// every level's width is a multiple of K so a node's children are K contiguous slots.
+// every level's width is a multiple of K so a node's children are K contiguous slots. A plain
+// aggregate (no member initializers), so that a GPU block can hold one in shared memory
+// (kernels/cuda/block_layout.cuh); MakeLayout sets every member.
 struct TreeLayout {
-  int depth = 0;                     // levels below the root
-  int64_t offsets[kMaxLevels] = {};  // start slot of each level, root level first
-  int64_t size = 0;                  // total slots
-  int64_t capacity = 0;
-  int k = 0;
+  int depth;                   // levels below the root
+  int64_t offsets[kMaxLevels]; // start slot of each level, root level first
+  int64_t counts[kMaxLevels];  // nodes in use at each level, root level first (NodesAt)
+  int64_t size;                // total slots
+  int64_t capacity;
+  int k;
 };
 
-// Same algorithm as drlhet.replay.sum_tree.layout; returns false for bad arguments. Cheap enough
-// (one pass over the levels) for a GPU thread to compute it from (capacity, K) itself.
+// ceil(a / k) for a >= 0, k >= 1; in 32 bits where a fits, as a GPU divides 32-bit integers in a
+// few instructions and 64-bit ones in a long subroutine (the same quotient either way).
+DRLHET_HD inline int64_t DivCeil(int64_t a, int64_t k) {
+  if (a <= 0x7fffffff && k <= 0x7fffffff) {
+    const uint32_t a32 = static_cast<uint32_t>(a), k32 = static_cast<uint32_t>(k);
+    return static_cast<int64_t>(a32 / k32 + (a32 % k32 != 0 ? 1u : 0u));
+  }
+  return (a + k - 1) / k;
+}
+
+// Same algorithm as drlhet.replay.sum_tree.layout; returns false for bad arguments (every
+// member 0 then).
 DRLHET_HD inline bool MakeLayout(int64_t capacity, int64_t k, TreeLayout* out) {
+  out->depth = 0;
+  out->size = out->capacity = 0;
+  out->k = 0;
+  for (int level = 0; level < kMaxLevels; ++level) out->offsets[level] = out->counts[level] = 0;
   if (capacity < 1 || k < 2 || k > kMaxBranching) return false;
-  int64_t counts[kMaxLevels];
+  int64_t* counts = out->counts;  // leaves first while counting, reversed below
   int n = 0;
   counts[n++] = capacity;
   while (counts[n - 1] > 1 || n == 1) {
-    if (n >= kMaxLevels) return false;
-    counts[n] = (counts[n - 1] + k - 1) / k;
+    if (n >= kMaxLevels) {
+      for (int level = 0; level < kMaxLevels; ++level) counts[level] = 0;
+      return false;
+    }
+    counts[n] = DivCeil(counts[n - 1], k);
     ++n;
   }
-  // counts[0] leaves ... counts[n-1] == 1 root; widths top-down.
-  int64_t offset = 0;
+  for (int lo = 0, hi = n - 1; lo < hi; ++lo, --hi) {  // root first
+    const int64_t c = counts[lo];
+    counts[lo] = counts[hi];
+    counts[hi] = c;
+  }
+  int64_t offset = 0;  // widths top-down
   for (int level = 0; level < n; ++level) {
-    const int64_t c = counts[n - 1 - level];
     out->offsets[level] = offset;
-    offset += (c + k - 1) / k * k;
+    offset += DivCeil(counts[level], k) * k;
   }
   out->depth = n - 1;
   out->size = offset;
@@ -211,6 +234,11 @@ DRLHET_HD inline bool ValidEntry(int32_t index, float value, int64_t capacity) {
 
 // The index, at `level` (0 = root level), of the ancestor of leaf `leaf`.
 DRLHET_HD inline int64_t AncestorAt(int64_t leaf, const TreeLayout& lay, int level) {
+  if (leaf >= 0 && leaf <= 0x7fffffff) {  // 32-bit divisions (DivCeil), the same quotients
+    uint32_t node = static_cast<uint32_t>(leaf);
+    for (int l = lay.depth; l > level; --l) node /= static_cast<uint32_t>(lay.k);
+    return node;
+  }
   for (int l = lay.depth; l > level; --l) leaf /= lay.k;
   return leaf;
 }
@@ -222,11 +250,7 @@ DRLHET_HD inline void RecomputeNode(float* tree, const TreeLayout& lay, int leve
 
 // Nodes in use at `level`: ceil(capacity / K^(depth - level)); the level's other slots are
 // padding (always 0).
-DRLHET_HD inline int64_t NodesAt(const TreeLayout& lay, int level) {
-  int64_t n = lay.capacity;
-  for (int l = lay.depth; l > level; --l) n = (n + lay.k - 1) / lay.k;
-  return n;
-}
+DRLHET_HD inline int64_t NodesAt(const TreeLayout& lay, int level) { return lay.counts[level]; }
 
 // The deepest level L < depth whose levels 0..L each have at most min(batch, max_nodes) nodes,
 // or -1. An update of `batch` entries recomputes every node of those narrow levels once

@@ -1,5 +1,5 @@
 // CUDA kernels of the K-ary sum tree: one thread per target (find) or per update entry. Scalar
-// arguments only (each thread derives the tree's layout from capacity and K with MakeLayout), so
+// arguments only (each block derives the tree's layout from capacity and K: BlockLayout), so
 // that the same kernels run inside XLA (sum_tree.cu, the FFI handlers) and through CuPy
 // (drlhet/backends/cuda_cupy.py loads the fatbin CMake builds from this file). The per-element
 // logic is drlhet/sum_tree.h's, tested on the CPU (kernels/cpu/header_probe.cc).

@@ -89,6 +89,10 @@ class Args:
     cuda_block_max_batch: int | None = None
     """``drlhet.backends.cuda.BLOCK_MAX_BATCH`` for this run (None: the library's): the largest
     update batch the cuda backend writes with one block per tree."""
+    cuda_narrow_max_nodes: int | None = None
+    """``drlhet.backends.cuda.NARROW_MAX_NODES`` for this run (None: the library's): on the
+    per-level path, the widest level recomputed whole by one block per tree (wider levels no
+    wider than the batch: one thread per node)."""
     out: Path = Path("results/bench_replay.json")
 
 
@@ -338,6 +342,10 @@ def main(args: Args) -> list[dict]:
         from drlhet.backends import cuda
 
         cuda.BLOCK_MAX_BATCH = args.cuda_block_max_batch
+    if args.cuda_narrow_max_nodes is not None:
+        from drlhet.backends import cuda
+
+        cuda.NARROW_MAX_NODES = args.cuda_narrow_max_nodes
     backends: list[str] = []
     for name in args.backends:
         try:
@@ -434,13 +442,16 @@ def main(args: Args) -> list[dict]:
                 impls[key[0]][key[1:]]()
                 times[key].append(time.perf_counter() - t)
 
-        def cuda_path(impl: str) -> int | None:
-            """The one-block threshold a cuda row ran with (None for other backends)."""
+        def cuda_path(impl: str) -> dict:
+            """The update-path settings a cuda row ran with (None for other backends)."""
             if not impl.startswith("drlhet-cuda"):
-                return None
+                return {"cuda_block_max_batch": None, "cuda_narrow_max_nodes": None}
             from drlhet.backends import cuda
 
-            return int(cuda.BLOCK_MAX_BATCH)
+            return {
+                "cuda_block_max_batch": int(cuda.BLOCK_MAX_BATCH),
+                "cuda_narrow_max_nodes": int(cuda.NARROW_MAX_NODES),
+            }
 
         def where(impl: str) -> dict:
             """The row's device and what its speed is the speed of."""
@@ -464,7 +475,7 @@ def main(args: Args) -> list[dict]:
                     "branching": k if impl.startswith("drlhet") else None,
                     "steps_per_repeat": n_steps,
                     "unroll": args.unroll,
-                    "cuda_block_max_batch": cuda_path(impl),
+                    **cuda_path(impl),
                     "xla_flags": os.environ.get("XLA_FLAGS", ""),
                     "items_per_s": statistics.median(rates),
                     "items_per_s_min": rates[0],

@@ -25,6 +25,10 @@
 #             GPU): build tests quick probe dump
 #             (UNROLL: steps per iteration of the timed scan's loop, default 1; PROBE_BLOCKS:
 #             the one-block thresholds to run, default "65536 0")
+#   narrow    the per-level update's narrow levels: NARROW_SWEEP (default "4096 1024 256 0")
+#             as cuda.NARROW_MAX_NODES, the update and the step of cuda at 2^20 leaves, K 16,
+#             B 4096 16384 65536, jax in the first run for the ratio (rows to
+#             $OUT/narrow_<N>.json; not in the default list; about 25 s each)
 #   kernels   each kernel's duration in the fused step at 2^20 leaves (KERNEL_BATCHES, default
 #             "256 4096"), of KERNEL_BACKENDS (default cuda; jax crashed under ncu), under
 #             Nsight Compute (ncu, each kernel alone, caches flushed before each):
@@ -110,6 +114,15 @@ for s in "${stages[@]}"; do
           --backends ${PROBE_BACKENDS:-cuda jax} --ops sample update step --modes fused --no-peers \
           --no-thread-scaling --no-limits --cuda-block-max-batch $bm --unroll "${UNROLL:-1}" \
           --out "$OUT/probe_${bm}_u${UNROLL:-1}.json"
+      done ;;
+    narrow)  # where the one block's narrow levels end and a thread per node begins
+      backends="cuda jax"
+      for nm in ${NARROW_SWEEP:-4096 1024 256 0}; do
+        stage "narrow_$nm" 90 $PY experiments/bench_replay.py --device gpu \
+          --capacities 1048576 --batches 4096 16384 65536 --branchings 16 --backends $backends \
+          --ops update step --modes fused --no-plain --no-peers --no-thread-scaling --no-limits \
+          --cuda-narrow-max-nodes "$nm" --out "$OUT/narrow_$nm.json"
+        backends=cuda
       done ;;
     kernels)  # which kernel holds the step back: ncu times each one alone
       ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)}

@@ -73,7 +73,17 @@ whole batch (one thread per entry). Read when a program is traced (a function JA
 already traced keeps the value it saw). Measured on an H100 at 2^20
 leaves, K 16 (the buffer's update, in a fused scan): B 256 one block 35 us, per level 54 us;
 B 4096 one block 134 us, per level 60 us (results/bench_replay_gpu_h100_paths.json); 1024 is
-between the two, not measured."""
+between the two, not measured. After the shared-layout fix (third H100 session): the step at
+B 4096 runs at 47.6M items/s with one block, 70.1M per level."""
+NARROW_MAX_NODES = 4096
+"""On the per-level path, the levels of at most this many nodes (and no more than the batch)
+are recomputed whole by one block of 1024 threads per tree, in one launch; the levels no wider
+than the batch but wider than this, by one thread per node over the GPU (coalesced reads of
+their children); the levels wider than the batch, one thread per entry (its ancestor). All give
+the same bits. Read when a program is traced. 4096 is what every H100 run so far used; the
+third session's kernel times (results/kernel_times_h100_layout.json) put the one block's
+4096-node level at 23.9 us of the 58 us step at B 4096, so smaller values are the next thing
+to measure (``bench_replay.py --cuda-narrow-max-nodes``)."""
 
 
 def gpu_devices() -> list:
@@ -142,11 +152,9 @@ def update(
     workspace is each leaf's winning entry and the tree's refused flag (C + 1 int32 per tree).
     """
     _check(tree)
-    block_max = np.int64(BLOCK_MAX_BATCH)
-    return ffi_update(
-        "drlhet_cuda_update", tree, indices, values, keep, tree.capacity + 1,
-        {"block_max_batch": block_max},
-    )  # fmt: skip
+    paths = {"block_max_batch": np.int64(BLOCK_MAX_BATCH),
+             "narrow_max_nodes": np.int64(NARROW_MAX_NODES)}  # fmt: skip
+    return ffi_update("drlhet_cuda_update", tree, indices, values, keep, tree.capacity + 1, paths)
 
 
 def weigh(
@@ -220,7 +228,8 @@ def update_checked(
         tree.nodes, jnp.asarray(indices, jnp.int32), jnp.asarray(raw, jnp.float32),
         jnp.asarray(values, jnp.float32), jnp.asarray(keep, bool), jnp.asarray(size, jnp.int32),
         jnp.asarray(max_priority, jnp.float32), jnp.asarray(error, jnp.int32),
-        block_max_batch=np.int64(BLOCK_MAX_BATCH), priority_max=np.float32(checks.PRIORITY_MAX),
+        block_max_batch=np.int64(BLOCK_MAX_BATCH), narrow_max_nodes=np.int64(NARROW_MAX_NODES),
+        priority_max=np.float32(checks.PRIORITY_MAX),
         err_index=np.int64(checks.ERR_INDEX), err_priority=np.int64(checks.ERR_PRIORITY),
         **tree_attrs(tree),
     )  # fmt: skip

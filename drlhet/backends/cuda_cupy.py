@@ -24,7 +24,9 @@ FATBIN = "drlhet_cuda_kernels.fatbin"
 _THREADS = 256
 _BLOCK_THREADS = 1024  # drlhet_cuda_update_top: one block per tree
 NARROW_MAX_NODES = 4 * _BLOCK_THREADS
-"""The widest level the update recomputes whole, as the FFI handler's ``kNarrowMaxNodes``."""
+"""The widest level the update recomputes whole, in one block per tree: the default of
+``drlhet.backends.cuda.NARROW_MAX_NODES`` (the launches here recompute every wider level one
+thread per entry)."""
 
 
 def narrow_top(capacity: int, branching: int, batch: int, max_nodes: int) -> int:

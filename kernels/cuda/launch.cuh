@@ -18,16 +18,16 @@ namespace drlhet_cuda {
 
 constexpr int kThreads = 256;
 constexpr int kBlockThreads = 1024;  // drlhet_cuda_update_block / _top: one block per tree
-// The per-level path recomputes levels of at most this many nodes (and no more than the batch)
-// whole, in one launch (drlhet_cuda_update_top): 4 nodes per thread of its block at most.
-constexpr int64_t kNarrowMaxNodes = 4 * kBlockThreads;
 
 inline unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
 // The update's launches: one block per tree up to block_max_batch entries per tree, else
-// reset, claim, leaves, one launch per wide level and one for the narrow levels (and Finish).
+// reset, claim, leaves, then one launch per level from the leaves' parents up: a thread per
+// entry (its ancestor) at the levels wider than the batch, a thread per node at the levels no
+// wider than the batch but wider than narrow_max_nodes, and one block per tree for the rest
+// (the narrow levels, whole, and Finish).
 inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet::TreeLayout& lay,
-                         int64_t trees, int64_t block_max_batch) {
+                         int64_t trees, int64_t block_max_batch, int64_t narrow_max_nodes) {
   if (a.batch <= block_max_batch) {
     DRLHET_LAUNCH(drlhet_cuda_update_block, trees, kBlockThreads, stream, a);
     return;
@@ -35,9 +35,15 @@ inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet:
   DRLHET_LAUNCH(drlhet_cuda_update_reset_args, Blocks(a.n), kThreads, stream, a);
   DRLHET_LAUNCH(drlhet_cuda_update_claim_args, Blocks(a.n), kThreads, stream, a);
   DRLHET_LAUNCH(drlhet_cuda_update_leaves_args, Blocks(a.n), kThreads, stream, a);
-  const int top = drlhet::NarrowTop(lay, a.batch, kNarrowMaxNodes);
-  for (int level = lay.depth - 1; level > top; --level) {
+  const int whole = drlhet::NarrowTop(lay, a.batch, a.batch);  // levels 0..whole: <= batch
+  const int top = drlhet::NarrowTop(lay, a.batch, narrow_max_nodes);
+  for (int level = lay.depth - 1; level > whole; --level) {
     DRLHET_LAUNCH(drlhet_cuda_update_level_args, Blocks(a.n), kThreads, stream, a, level);
+  }
+  for (int level = whole; level > top; --level) {
+    const int64_t nodes = trees * drlhet::NodesAt(lay, level);
+    DRLHET_LAUNCH(drlhet_cuda_update_whole_level_args, Blocks(nodes), kThreads, stream, a, level,
+                  nodes);
   }
   // always launched: it also writes a checked update's outputs (top -1: no level recomputed)
   DRLHET_LAUNCH(drlhet_cuda_update_top_args, trees, kBlockThreads, stream, a, top);

@@ -20,7 +20,9 @@
 // Attributes: branching (K) and capacity (C), int64; the updates also block_max_batch: a batch
 // of at most that many entries per tree is written by one block per tree in one launch
 // (drlhet_cuda_update_block), a larger one by launches over the whole batch: reset, claim,
-// leaves, one per wide level, and one for the narrow levels at the top (drlhet_cuda_update_top);
+// leaves, one per level above them (a thread per entry where the level is wider than the batch,
+// a thread per node where not), and one for the narrow levels at the top, those of at most
+// narrow_max_nodes nodes (drlhet_cuda_update_top);
 // the checked update also priority_max (f32), err_index and err_priority, the sample err_empty
 // and err_beta (int64). Every handler is command-buffer compatible (XLA records it into the
 // step's CUDA graph).

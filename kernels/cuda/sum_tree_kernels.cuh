@@ -137,6 +137,18 @@ __device__ inline void Ancestor(const UpdateArgs& a, int64_t i, const drlhet::Tr
                     drlhet::AncestorAt(a.indices[i], lay, level));
 }
 
+// Phase 3 at a level no wider than the batch, but wider than the narrow levels' one block
+// takes: node j of the launch (tree j / count, node j % count of that tree's `count` nodes)
+// recomputed from its children, whether an entry's ancestor or not (the same bits: NarrowTop).
+// A warp reads the 32 K contiguous children of 32 neighbouring nodes, where one thread per entry
+// would read the scattered ancestors of the batch, several times over. A refused tree is skipped.
+__device__ inline void WholeLevelNode(const UpdateArgs& a, const drlhet::TreeLayout& lay,
+                                      int level, int64_t j) {
+  const Slot s = SlotOf(j, drlhet::NodesAt(lay, level));
+  if (a.bad[s.tree]) return;
+  RecomputeNodeWide(a.nodes + s.tree * lay.size, lay, level, s.pos);
+}
+
 // A checked update's outputs for tree v, once its claims are all in: the running maximum
 // (unchanged when refused) and the error word.
 __device__ inline void Finish(const UpdateArgs& a, int64_t v) {
@@ -307,6 +319,14 @@ __global__ void drlhet_cuda_update_level_args(drlhet_cuda::UpdateArgs a, int32_t
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const drlhet::TreeLayout& lay = drlhet_cuda::BlockLayout(a.capacity, a.k);
   if (i < a.n) drlhet_cuda::Ancestor(a, i, lay, level);
+}
+
+// grid: trees * NodesAt(level) threads in all (`nodes`), one node each
+__global__ void drlhet_cuda_update_whole_level_args(drlhet_cuda::UpdateArgs a, int32_t level,
+                                                    int64_t nodes) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const drlhet::TreeLayout& lay = drlhet_cuda::BlockLayout(a.capacity, a.k);
+  if (j < nodes) drlhet_cuda::WholeLevelNode(a, lay, level, j);
 }
 
 __global__ void __launch_bounds__(1024)

@@ -18,7 +18,8 @@ def place(request):
     device = devices(where)[0]
     ops = backends.tree_ops("cuda")
     with pytest.MonkeyPatch.context() as mp, jax.default_device(device):
-        mp.setattr(cuda, "BLOCK_MAX_BATCH", PATHS[path])
+        for name, value in PATHS[path].items():
+            mp.setattr(cuda, name, value)
         jax.clear_caches()  # the path is read when a function is traced
         yield ops
 

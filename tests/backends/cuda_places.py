@@ -2,8 +2,9 @@
 CPU device, where the same handler bodies run the same kernels under the host emulation of the
 CUDA execution model (kernels/cuda/emu: function, not speed). The fixtures (conftest.py) run
 each place on both update paths (`cuda.BLOCK_MAX_BATCH`: every batch in one block per tree, or
-every batch over the whole grid, a launch per level), everything in the test on that place's
-device: the reference too.
+every batch over the whole grid, a launch per level, there with `cuda.NARROW_MAX_NODES` 16 so
+that the levels of 17 to B nodes take the launches of a thread per node), everything in the test
+on that place's device: the reference too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ from drlhet.backends import cuda
 from drlhet.backends.native import library_path
 
 NO_GPU = "missing device: no GPU (JAX sees no CUDA device here)"
-PATHS = {"one block per tree": 2**40, "one launch per level": 0}
+PATHS = {
+    "one block per tree": {"BLOCK_MAX_BATCH": 2**40},
+    "one launch per level": {"BLOCK_MAX_BATCH": 0, "NARROW_MAX_NODES": 16},
+}
+"""Each update path's settings of `drlhet.backends.cuda`."""
 PLACES = ("gpu", "emulated cpu")
 
 

@@ -30,7 +30,13 @@ from drlhet.replay import sum_tree as st
 
 F32 = np.float32
 CASES = [(2, 1000), (3, 100), (16, 5000), (64, 777), (16, 1), (3, 7)]
-PATHS = {"one block per tree": 2**40, "one launch per level": 0}
+# the update's paths: (block_max_batch, narrow_max_nodes). Per level with 16: a level of 17 to
+# `batch` nodes is recomputed a thread per node (drlhet_cuda_update_whole_level_args)
+PATHS = {
+    "one block per tree": (2**40, 4096),
+    "one launch per level": (0, 4096),
+    "a thread per node": (0, 16),
+}
 SCHEDULES = {"in order": 0, "reversed": 1, "shuffled": 12345}
 P = ctypes.POINTER
 
@@ -65,8 +71,10 @@ def schedule(emu, request):
     emu.drlhet_emu_schedule(ctypes.c_int64(0))
 
 
-def emu_update(lib, nodes, capacity, k, idx, values, keep, block_max, checked=None):
-    """One update of V = len(nodes) trees: (nodes [V, T], bad [V], max [V], err [V])."""
+def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None):
+    """One update of V = len(nodes) trees on ``path`` (block_max_batch, narrow_max_nodes):
+    (nodes [V, T], bad [V], max [V], err [V])."""
+    block_max, narrow_max = path
     out = np.array(nodes, F32, ndmin=2)
     trees, batch = out.shape[0], np.asarray(idx).reshape(out.shape[0], -1).shape[1]
     idx, values = (np.ascontiguousarray(x, d) for x, d in ((idx, np.int32), (values, F32)))
@@ -81,7 +89,8 @@ def emu_update(lib, nodes, capacity, k, idx, values, keep, block_max, checked=No
     bad = np.zeros(trees, np.int32)
     rc = lib.drlhet_emu_update(
         ptr(out), ctypes.c_int64(capacity), ctypes.c_int(k), ptr(idx), ptr(values), ptr(keep),
-        ctypes.c_int64(trees), ctypes.c_int64(batch), ctypes.c_int64(block_max), ptr(raw),
+        ctypes.c_int64(trees), ctypes.c_int64(batch), ctypes.c_int64(block_max),
+        ctypes.c_int64(narrow_max), ptr(raw),
         ptr(size), ctypes.c_float(checks.PRIORITY_MAX), ctypes.c_int32(checks.ERR_INDEX),
         ctypes.c_int32(checks.ERR_PRIORITY), ptr(max_in), ptr(err_in), ptr(max_out),
         ptr(err_out), ptr(bad),
@@ -202,7 +211,9 @@ def test_a_launch_whose_barriers_never_complete_fails_instead_of_hanging(emu):
     assert emu.drlhet_emu_divergent_barriers() == -2
     # the emulation is usable after it
     tree = random_tree(50, 4)
-    got, bad, _, _ = emu_update(emu, tree.nodes, 50, 4, np.arange(3), np.ones(3, F32), [1] * 3, 0)
+    got, bad, _, _ = emu_update(
+        emu, tree.nodes, 50, 4, np.arange(3), np.ones(3, F32), [1] * 3, (0, 4096)
+    )
     np.testing.assert_array_equal(
         bits(got[0]), bits(oracle.write(tree.nodes, 50, 4, [0, 1, 2], [1.0] * 3))
     )

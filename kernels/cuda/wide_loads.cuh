@@ -4,12 +4,18 @@
 // waits for a round trip to memory per child (or per few, as nvcc unrolls it by 4). Here the
 // children are read kLoadChunk at a time into registers (unrolled, predicated loads), then used
 // in the rule's order: the same float operations in the same order, so the same bits, for one
-// round trip per kLoadChunk children. Compiled by nvcc for the GPU and by the host compiler for
-// the emulation (emu/cuda_emu.h), which runs them against the reference.
+// round trip per kLoadChunk children. Where K is a multiple of 4, four children come in each
+// 128-bit load (LoadChunk): a warp's scalar loads of 32 nodes' children touch about 16 cache
+// lines per instruction, one instruction per child. By our count of L1 wavefronts (an estimate,
+// not a profile) that is most of the narrow levels' 23.9 us at B 4096 on an H100 (ncu,
+// 2026-11-26); the vector loads are not yet measured there. Compiled by nvcc for the GPU and by the host
+// compiler for the emulation (emu/cuda_emu.h), which runs them against the reference, the
+// vector path's choices included (its load is a memcpy there).
 // Zhang, Meng, Prasanna, IEEE TPDS 2023, Sec. 4 (K-ary sum tree) and Sec. 5.2 (the GPU kernel).
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "drlhet/sum_tree.h"
 
@@ -17,16 +23,44 @@ namespace drlhet_cuda {
 
 constexpr int kLoadChunk = 16;
 
-// drlhet::ChooseChild for a runtime K: the children scanned in order (ScanChild), read a chunk
-// at a time. K fixed at compile time (ChooseChild<16>) already unrolls its loads.
-__device__ inline drlhet::Choice ChooseChildWide(const float* children, int k, float u) {
+// chunk[j] = c[j] for j < count (count <= kLoadChunk), else 0: four at a time where c is 16-byte
+// aligned and count a multiple of 4, else one at a time. The same values either way.
+__device__ inline void LoadChunk(const float* c, int count, float (&chunk)[kLoadChunk]) {
+  if ((reinterpret_cast<uintptr_t>(c) & 15u) == 0 && (count & 3) == 0) {
+#pragma unroll
+    for (int q = 0; q < kLoadChunk / 4; ++q) {
+      float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (4 * q < count) {
+#if defined(__CUDA_ARCH__)
+        const float4 w = reinterpret_cast<const float4*>(c)[q];
+        v[0] = w.x;
+        v[1] = w.y;
+        v[2] = w.z;
+        v[3] = w.w;
+#else
+        std::memcpy(v, c + 4 * q, sizeof(v));
+#endif
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) chunk[4 * q + j] = v[j];
+    }
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < kLoadChunk; ++j) chunk[j] = j < count ? c[j] : 0.0f;
+}
+
+// drlhet::ChooseChild: the children scanned in order (ScanChild), read a chunk at a time
+// (LoadChunk). KStatic > 0 fixes K at compile time (k_dynamic is then ignored).
+template <int KStatic>
+__device__ inline drlhet::Choice ChooseChildWide(const float* children, int k_dynamic, float u) {
+  const int k = KStatic > 0 ? KStatic : k_dynamic;
   float acc, left, left_nz;
   int32_t count, last_nz;
   drlhet::ScanBegin(acc, left, left_nz, count, last_nz);
   for (int base = 0; base < k; base += kLoadChunk) {
     float chunk[kLoadChunk];
-#pragma unroll
-    for (int j = 0; j < kLoadChunk; ++j) chunk[j] = base + j < k ? children[base + j] : 0.0f;
+    LoadChunk(children + base, k - base < kLoadChunk ? k - base : kLoadChunk, chunk);
 #pragma unroll
     for (int j = 0; j < kLoadChunk; ++j) {
       if (base + j < k) {
@@ -41,19 +75,19 @@ __device__ inline drlhet::Choice ChooseChildWide(const float* children, int k, f
   return out;
 }
 
-// drlhet::DescendOne with ChooseChildWide where K is a runtime value.
+// drlhet::DescendOne with ChooseChildWide (the same steps, its loads a chunk at a time).
 template <int KStatic>
 __device__ inline int32_t DescendOneWide(const float* tree, const drlhet::TreeLayout& lay,
                                          float target, float* value, float* level1_total) {
-  if (KStatic > 0) return drlhet::DescendOne<KStatic>(tree, lay, target, value, level1_total);
+  const int k = KStatic > 0 ? KStatic : lay.k;
   float u = target > 0.0f ? target : 0.0f;
   int64_t node = 0;
   for (int level = 1; level <= lay.depth; ++level) {
-    const drlhet::Choice c = ChooseChildWide(tree + lay.offsets[level] + node * lay.k, lay.k, u);
+    const drlhet::Choice c = ChooseChildWide<KStatic>(tree + lay.offsets[level] + node * k, k, u);
     if (level == 1) *level1_total = c.total;
     *value = c.value;
     u = drlhet::NextTarget(u, c.left);
-    node = node * lay.k + c.child;
+    node = node * k + c.child;
   }
   return static_cast<int32_t>(node);
 }
@@ -66,8 +100,7 @@ __device__ inline void RecomputeNodeWide(float* tree, const drlhet::TreeLayout& 
   float acc = 0.0f;
   for (int base = 0; base < lay.k; base += kLoadChunk) {
     float chunk[kLoadChunk];
-#pragma unroll
-    for (int j = 0; j < kLoadChunk; ++j) chunk[j] = base + j < lay.k ? c[base + j] : 0.0f;
+    LoadChunk(c + base, lay.k - base < kLoadChunk ? lay.k - base : kLoadChunk, chunk);
 #pragma unroll
     for (int j = 0; j < kLoadChunk; ++j) {
       if (base + j == 0) {

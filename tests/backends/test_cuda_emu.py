@@ -71,11 +71,22 @@ def schedule(emu, request):
     emu.drlhet_emu_schedule(ctypes.c_int64(0))
 
 
-def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None):
-    """One update of V = len(nodes) trees on ``path`` (block_max_batch, narrow_max_nodes):
-    (nodes [V, T], bad [V], max [V], err [V])."""
+def placed(a, offset: int):
+    """A copy of ``a`` whose data starts ``offset`` bytes past a 16-byte boundary (0: aligned,
+    so a K divisible by 4 takes LoadChunk's 128-bit loads; 4: not, so one child at a time)."""
+    flat = np.zeros(a.size + 8, a.dtype)
+    start = (-flat.ctypes.data % 16 + offset) // a.itemsize
+    out = flat[start : start + a.size].reshape(a.shape)
+    out[...] = a
+    assert out.ctypes.data % 16 == offset
+    return out
+
+
+def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, offset=0):
+    """One update of V = len(nodes) trees on ``path`` (block_max_batch, narrow_max_nodes), the
+    nodes ``offset`` bytes past a 16-byte boundary: (nodes [V, T], bad [V], max [V], err [V])."""
     block_max, narrow_max = path
-    out = np.array(nodes, F32, ndmin=2)
+    out = placed(np.array(nodes, F32, ndmin=2), offset)
     trees, batch = out.shape[0], np.asarray(idx).reshape(out.shape[0], -1).shape[1]
     idx, values = (np.ascontiguousarray(x, d) for x, d in ((idx, np.int32), (values, F32)))
     keep = np.ascontiguousarray(keep, np.bool_)
@@ -99,9 +110,10 @@ def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None):
     return out, bad, max_out, err_out
 
 
-def emu_weigh(lib, nodes, capacity, k, targets, size, beta):
-    """The sample call on V trees: (indices, probabilities, weights [V, B], error [V])."""
-    nodes = np.array(nodes, F32, ndmin=2)
+def emu_weigh(lib, nodes, capacity, k, targets, size, beta, offset=0):
+    """The sample call on V trees (their nodes ``offset`` bytes past a 16-byte boundary):
+    (indices, probabilities, weights [V, B], error [V])."""
+    nodes = placed(np.array(nodes, F32, ndmin=2), offset)
     trees = nodes.shape[0]
     t = np.ascontiguousarray(np.reshape(targets, (trees, -1)), F32)
     size, beta = np.ascontiguousarray(size, np.int32), np.ascontiguousarray(beta, F32)
@@ -187,6 +199,34 @@ def test_the_sample_call_equals_the_buffers_sample_over_three_trees(emu, schedul
         np.testing.assert_allclose(got[2][v], want[2], rtol=5e-7, atol=0)  # host powf
         assert got[3][v] == int(want[3]), v
     assert list(got[3]) == [0, 0, checks.ERR_BETA] and not got[2][2].any()
+
+
+@pytest.mark.parametrize("k, capacity", [(16, 5000), (64, 777), (4, 300), (20, 999)])
+def test_trees_off_a_16_byte_boundary_read_one_child_at_a_time_with_the_same_bits(emu, k, capacity):
+    """LoadChunk's two branches (kernels/cuda/wide_loads.cuh): an aligned tree with K divisible
+    by 4 is read four children per load, one 4 bytes off the boundary a child at a time; both
+    update and sample as the oracle and the buffer's code do."""
+    tree = random_tree(capacity, k, seed=3)
+    nodes = np.asarray(tree.nodes)
+    idx, vals = (np.asarray(x) for x in random_updates(capacity, 300, seed=4))
+    want = oracle.write(nodes, capacity, k, idx, vals)
+    targets = stratified_targets(tree, 300, seed=5)
+    want_idx, want_p, _, _ = buffer_ops.weigh(
+        st.REFERENCE.find, tree, jnp.asarray(targets), jnp.int32(capacity), 0.4
+    )
+    for offset in (0, 4):
+        for name, path in PATHS.items():
+            got, bad, _, _ = emu_update(
+                emu, nodes, capacity, k, idx, vals, np.ones(300, bool), path, offset=offset
+            )
+            assert not bad.any()
+            np.testing.assert_array_equal(bits(got[0]), bits(want), err_msg=f"{offset} {name}")
+        got_idx, got_p, _, err = emu_weigh(
+            emu, nodes, capacity, k, targets, [capacity], [0.4], offset=offset
+        )
+        np.testing.assert_array_equal(got_idx[0], want_idx, err_msg=str(offset))
+        np.testing.assert_array_equal(bits(got_p[0]), bits(want_p), err_msg=str(offset))
+        assert err[0] == 0
 
 
 def test_an_empty_tree_is_refused_by_the_sample_call(emu):

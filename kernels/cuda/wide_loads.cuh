@@ -8,9 +8,9 @@
 // 128-bit load (LoadChunk): a warp's scalar loads of 32 nodes' children touch about 16 cache
 // lines per instruction, one instruction per child. By our count of L1 wavefronts (an estimate,
 // not a profile) that is most of the narrow levels' 23.9 us at B 4096 on an H100 (ncu,
-// 2026-11-26); the vector loads are not yet measured there. Compiled by nvcc for the GPU and by the host
-// compiler for the emulation (emu/cuda_emu.h), which runs them against the reference, the
-// vector path's choices included (its load is a memcpy there).
+// 2026-11-26); the vector loads are not yet measured there. Compiled by nvcc for the GPU and
+// by the host compiler for the emulation (emu/cuda_emu.h), which runs them against the
+// reference, the vector path's choices included (its load is a memcpy there).
 // Zhang, Meng, Prasanna, IEEE TPDS 2023, Sec. 4 (K-ary sum tree) and Sec. 5.2 (the GPU kernel).
 #pragma once
 

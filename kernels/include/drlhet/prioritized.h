@@ -7,8 +7,8 @@
 // Bit-exactness: each function performs the reference's float operations in its order, with no
 // contraction (nvcc --fmad=false); a division by a batch-wide scalar is a product with its
 // reciprocal, as the reference writes it, and the reciprocal is XLA's where the code runs
-// (`Reciprocal`: IEEE on a CPU, rcp.approx.f32 on a GPU). The weights call powf: on a GPU nvcc and XLA
-// both take it from libdevice (__nv_powf); a host compiler's powf may differ from XLA's CPU
+// (`Reciprocal`: IEEE on a CPU, rcp.approx.f32 on a GPU). The weights call powf: on a GPU nvcc
+// and XLA both take it from libdevice (__nv_powf); a host compiler's powf may differ from XLA's CPU
 // pow in the last place, so the CPU probe's weights are compared to a tolerance and the GPU
 // kernels' bit for bit. Error bits and the leaf-value limit are arguments: the Python side owns
 // their values (drlhet/replay/checks.py).

@@ -6,7 +6,9 @@ built by CMake on ``pip install`` where ``nvcc`` works) implement the reference'
 thread descends per target; an update resolves duplicates (the last kept entry wins), writes the
 winners' leaves, then recomputes their ancestors level by level, each node the sequential sum of
 its K children as the reference sums it: in one block per tree (one launch) for a batch of at
-most `BLOCK_MAX_BATCH`, else one launch per phase and level over the whole batch. Both handlers
+most `BLOCK_MAX_BATCH`, in one cluster of blocks per tree (one launch, GPUs of compute capability
+9.0 and up) for a batch of at most `CLUSTER_MAX_BATCH`, else one launch per phase and level over
+the whole batch. Both handlers
 are recorded into XLA's command buffers (CUDA graphs) with the rest of the step. ``update``
 writes the tree in place (``input_output_aliases``; donate the buffer state) and never waits on
 the host: a batch with a bad index or priority is refused whole on the device, as the reference
@@ -85,6 +87,15 @@ third session's kernel times (results/kernel_times_h100_layout.json) put the one
 4096-node level at 23.9 us of the 58 us step at B 4096, so smaller values are the next thing
 to measure (``bench_replay.py --cuda-narrow-max-nodes``)."""
 
+CLUSTER_MAX_BATCH = 0
+"""An update or a sample of more than one block's entries per tree (`BLOCK_MAX_BATCH`; 1024 for
+the sample) but of at most this many runs as one kernel of one cluster of 8 blocks per tree
+(``kernels/cuda/cluster.cuh``: the phases and levels separated by cluster barriers instead of
+launches), on GPUs of compute capability 9.0 and up; elsewhere, and above it, per level. 0 (off)
+until a GPU has measured it against the per-level path: the path is tested on the host
+emulation, NOT yet run on a GPU (``bench_replay.py --cuda-cluster-max-batch``,
+``experiments/gpu_checks.sh cluster``). Read when a program is traced."""
+
 
 def gpu_devices() -> list:
     """JAX's GPU devices (empty when JAX has no GPU backend here)."""
@@ -153,7 +164,8 @@ def update(
     """
     _check(tree)
     paths = {"block_max_batch": np.int64(BLOCK_MAX_BATCH),
-             "narrow_max_nodes": np.int64(NARROW_MAX_NODES)}  # fmt: skip
+             "narrow_max_nodes": np.int64(NARROW_MAX_NODES),
+             "cluster_max_batch": np.int64(CLUSTER_MAX_BATCH)}  # fmt: skip
     return ffi_update("drlhet_cuda_update", tree, indices, values, keep, tree.capacity + 1, paths)
 
 
@@ -165,8 +177,9 @@ def weigh(
     [B], weights [B], error [] int32)``, as `drlhet.replay.buffer_ops.weigh` over `find`.
 
     Two kernels (the descent with each probability and raw weight; the weights over their
-    maximum) and a clear of their 2 int32 of workspace per tree. ``beta`` is compared with
-    [0, 1] in float32.
+    maximum) and a clear of their 2 int32 of workspace per tree; one kernel for a batch of at
+    most 1024 per tree (one block each) or, where enabled, `CLUSTER_MAX_BATCH` (one cluster
+    each). ``beta`` is compared with [0, 1] in float32.
     """
     _check(tree)
     targets = jnp.asarray(targets, jnp.float32)
@@ -182,7 +195,7 @@ def weigh(
     indices, probs, weights, error, _ = call(
         tree.nodes, targets, jnp.asarray(size, jnp.int32), jnp.asarray(beta, jnp.float32),
         err_empty=np.int64(checks.ERR_EMPTY), err_beta=np.int64(checks.ERR_BETA),
-        **tree_attrs(tree),
+        cluster_max_batch=np.int64(CLUSTER_MAX_BATCH), **tree_attrs(tree),
     )  # fmt: skip
     return indices, probs, weights, error
 
@@ -229,7 +242,7 @@ def update_checked(
         jnp.asarray(values, jnp.float32), jnp.asarray(keep, bool), jnp.asarray(size, jnp.int32),
         jnp.asarray(max_priority, jnp.float32), jnp.asarray(error, jnp.int32),
         block_max_batch=np.int64(BLOCK_MAX_BATCH), narrow_max_nodes=np.int64(NARROW_MAX_NODES),
-        priority_max=np.float32(checks.PRIORITY_MAX),
+        cluster_max_batch=np.int64(CLUSTER_MAX_BATCH), priority_max=np.float32(checks.PRIORITY_MAX),
         err_index=np.int64(checks.ERR_INDEX), err_priority=np.int64(checks.ERR_PRIORITY),
         **tree_attrs(tree),
     )  # fmt: skip

@@ -93,7 +93,8 @@ inline ffi::Error UpdateImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
                       ffi::Buffer<ffi::S32> indices, ffi::Buffer<ffi::F32> values,
                       ffi::Buffer<ffi::PRED> keep, ffi::ResultBuffer<ffi::F32> out,
                       ffi::ResultBuffer<ffi::S32> work, int64_t branching, int64_t capacity,
-                      int64_t block_max_batch, int64_t narrow_max_nodes) {
+                      int64_t block_max_batch, int64_t narrow_max_nodes,
+                      int64_t cluster_max_batch) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
   if (auto err = Trees(branching, capacity, nodes.element_count(), &lay, &trees); err.failure()) {
@@ -109,7 +110,7 @@ inline ffi::Error UpdateImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
   if (n == 0) return LastError("drlhet_cuda_update");
   const UpdateArgs a =
       PlainArgs(out->typed_data(), capacity, branching, indices, values, keep, trees, work);
-  LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes);
+  LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes, cluster_max_batch);
   return LastError("drlhet_cuda_update");
 }
 
@@ -122,8 +123,8 @@ inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> n
                              ffi::ResultBuffer<ffi::S32> err_out,
                              ffi::ResultBuffer<ffi::S32> work, int64_t branching,
                              int64_t capacity, int64_t block_max_batch,
-                             int64_t narrow_max_nodes, float priority_max, int64_t err_index,
-                             int64_t err_priority) {
+                             int64_t narrow_max_nodes, int64_t cluster_max_batch,
+                             float priority_max, int64_t err_index, int64_t err_priority) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
   if (auto err = Trees(branching, capacity, nodes.element_count(), &lay, &trees); err.failure()) {
@@ -152,7 +153,7 @@ inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> n
   a.err_in = err_in.typed_data();
   a.max_out = max_out->typed_data();
   a.err_out = err_out->typed_data();
-  LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes);
+  LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes, cluster_max_batch);
   return LastError("drlhet_cuda_update_checked");
 }
 
@@ -161,7 +162,8 @@ inline ffi::Error WeighImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
                      ffi::Buffer<ffi::F32> beta, ffi::ResultBuffer<ffi::S32> indices,
                      ffi::ResultBuffer<ffi::F32> probs, ffi::ResultBuffer<ffi::F32> weights,
                      ffi::ResultBuffer<ffi::S32> error, ffi::ResultBuffer<ffi::S32> work,
-                     int64_t branching, int64_t capacity, int64_t err_empty, int64_t err_beta) {
+                     int64_t branching, int64_t capacity, int64_t err_empty, int64_t err_beta,
+                     int64_t cluster_max_batch) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
   if (auto err = Trees(branching, capacity, nodes.element_count(), &lay, &trees); err.failure()) {
@@ -182,7 +184,7 @@ inline ffi::Error WeighImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
                             weights->typed_data(), error->typed_data(),
                             work->typed_data(),    static_cast<int32_t>(err_empty),
                             static_cast<int32_t>(err_beta)};
-  LaunchWeigh(stream, a, trees);
+  LaunchWeigh(stream, a, trees, cluster_max_batch);
   return LastError("drlhet_cuda_weigh");
 }
 
@@ -210,7 +212,8 @@ auto UpdateBinding(B bind) {
       .template Attr<int64_t>("branching")
       .template Attr<int64_t>("capacity")
       .template Attr<int64_t>("block_max_batch")
-      .template Attr<int64_t>("narrow_max_nodes");
+      .template Attr<int64_t>("narrow_max_nodes")
+      .template Attr<int64_t>("cluster_max_batch");
 }
 
 template <typename B>
@@ -231,6 +234,7 @@ auto UpdateCheckedBinding(B bind) {
       .template Attr<int64_t>("capacity")
       .template Attr<int64_t>("block_max_batch")
       .template Attr<int64_t>("narrow_max_nodes")
+      .template Attr<int64_t>("cluster_max_batch")
       .template Attr<float>("priority_max")
       .template Attr<int64_t>("err_index")
       .template Attr<int64_t>("err_priority");
@@ -250,7 +254,8 @@ auto WeighBinding(B bind) {
       .template Attr<int64_t>("branching")
       .template Attr<int64_t>("capacity")
       .template Attr<int64_t>("err_empty")
-      .template Attr<int64_t>("err_beta");
+      .template Attr<int64_t>("err_beta")
+      .template Attr<int64_t>("cluster_max_batch");
 }
 
 }  // namespace drlhet_cuda

@@ -12,24 +12,83 @@
 #if defined(__CUDACC__)
 #define DRLHET_LAUNCH(kernel, grid, threads, stream, ...) \
   kernel<<<static_cast<unsigned>(grid), threads, 0, stream>>>(__VA_ARGS__)
+#define DRLHET_LAUNCH_CLUSTER(kernel, grid, threads, cluster, stream, ...) \
+  drlhet_cuda::LaunchInClusters(kernel, grid, threads, cluster, stream, __VA_ARGS__)
 #endif
 
 namespace drlhet_cuda {
 
 constexpr int kThreads = 256;
 constexpr int kBlockThreads = 1024;  // drlhet_cuda_update_block / _top: one block per tree
+constexpr int kClusterBlocks = 8;    // the largest portable cluster
+#if defined(__CUDACC__)
+constexpr int kClusterMaxThreads = 1024;
+#else
+constexpr int kClusterMaxThreads = 128;  // the emulation: a fiber per thread, 64 KB each
+#endif
+
+#if defined(__CUDACC__)
+// kernel<<<grid, threads, 0, stream>>>(args...) in clusters of `cluster` blocks (a launch
+// attribute, so that the cluster's size is chosen per call). Errors: cudaGetLastError.
+template <typename... Params, typename... Args>
+inline void LaunchInClusters(void (*kernel)(Params...), unsigned grid, int threads,
+                             unsigned cluster, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = cluster;
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
+// Whether the current device launches clusters (compute capability 9.0 and up).
+inline bool ClustersSupported() {
+  int device = 0, cluster = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&cluster, cudaDevAttrClusterLaunch, device) == cudaSuccess &&
+         cluster != 0;
+}
+#else
+inline bool ClustersSupported() { return emu::ClustersSupported(); }
+#endif
+
+// Threads per block of a cluster launch over `batch` entries per tree: the batch spread over
+// kClusterBlocks blocks, in whole warps, at most kClusterMaxThreads.
+inline int ClusterThreads(int64_t batch) {
+  const int64_t per = (batch + kClusterBlocks - 1) / kClusterBlocks;
+  const int64_t warps = (per + 31) / 32;
+  return static_cast<int>(warps * 32 < kClusterMaxThreads ? warps * 32 : kClusterMaxThreads);
+}
+
+// Whether a batch of `batch` entries per tree takes the one-cluster-per-tree path.
+inline bool InClusters(int64_t batch, int64_t cluster_max_batch) {
+  return batch <= cluster_max_batch && ClustersSupported();
+}
 
 inline unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
-// The update's launches: one block per tree up to block_max_batch entries per tree, else
-// reset, claim, leaves, then one launch per level from the leaves' parents up: a thread per
-// entry (its ancestor) at the levels wider than the batch, a thread per node at the levels no
-// wider than the batch but wider than narrow_max_nodes, and one block per tree for the rest
-// (the narrow levels, whole, and Finish).
+// The update's launches: one block per tree up to block_max_batch entries per tree; else one
+// cluster per tree up to cluster_max_batch where the GPU has clusters; else reset, claim,
+// leaves, then one launch per level from the leaves' parents up: a thread per entry (its
+// ancestor) at the levels wider than the batch, a thread per node at the levels no wider than
+// the batch but wider than narrow_max_nodes, and one block per tree for the rest (the narrow
+// levels, whole, and Finish).
 inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet::TreeLayout& lay,
-                         int64_t trees, int64_t block_max_batch, int64_t narrow_max_nodes) {
+                         int64_t trees, int64_t block_max_batch, int64_t narrow_max_nodes,
+                         int64_t cluster_max_batch) {
   if (a.batch <= block_max_batch) {
     DRLHET_LAUNCH(drlhet_cuda_update_block, trees, kBlockThreads, stream, a);
+    return;
+  }
+  if (InClusters(a.batch, cluster_max_batch)) {
+    DRLHET_LAUNCH_CLUSTER(drlhet_cuda_update_cluster, trees * kClusterBlocks,
+                          ClusterThreads(a.batch), kClusterBlocks, stream, a, kClusterBlocks);
     return;
   }
   DRLHET_LAUNCH(drlhet_cuda_update_reset_args, Blocks(a.n), kThreads, stream, a);
@@ -50,8 +109,10 @@ inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet:
 }
 
 // The sample's launches after its targets: one block per tree up to kBlockThreads targets per
-// tree, else its scratch cleared, the descent, the weights.
-inline void LaunchWeigh(cudaStream_t stream, const SampleArgs& a, int64_t trees) {
+// tree; else one cluster per tree up to cluster_max_batch where the GPU has clusters; else its
+// scratch cleared, the descent, the weights.
+inline void LaunchWeigh(cudaStream_t stream, const SampleArgs& a, int64_t trees,
+                        int64_t cluster_max_batch) {
   if (a.batch <= kBlockThreads) {
     const int threads = static_cast<int>((a.batch + 31) / 32 * 32);  // whole warps
     if (a.k == 16) {
@@ -59,6 +120,12 @@ inline void LaunchWeigh(cudaStream_t stream, const SampleArgs& a, int64_t trees)
     } else {
       DRLHET_LAUNCH(drlhet_cuda_sample_block, trees, threads, stream, a);
     }
+    return;
+  }
+  if (InClusters(a.batch, cluster_max_batch)) {
+    auto kernel = a.k == 16 ? drlhet_cuda_sample_cluster_k16 : drlhet_cuda_sample_cluster;
+    DRLHET_LAUNCH_CLUSTER(kernel, trees * kClusterBlocks, ClusterThreads(a.batch),
+                          kClusterBlocks, stream, a, kClusterBlocks);
     return;
   }
   cudaMemsetAsync(a.scratch, 0, 2 * trees * sizeof(int32_t), stream);

@@ -22,7 +22,10 @@
 // (drlhet_cuda_update_block), a larger one by launches over the whole batch: reset, claim,
 // leaves, one per level above them (a thread per entry where the level is wider than the batch,
 // a thread per node where not), and one for the narrow levels at the top, those of at most
-// narrow_max_nodes nodes (drlhet_cuda_update_top);
+// narrow_max_nodes nodes (drlhet_cuda_update_top); the updates and the sample also
+// cluster_max_batch: a batch too large for one block but of at most that many entries per tree
+// runs in one launch of one cluster of blocks per tree where the GPU has clusters (sm_90 and
+// up: drlhet_cuda_update_cluster, drlhet_cuda_sample_cluster), else as above;
 // the checked update also priority_max (f32), err_index and err_priority, the sample err_empty
 // and err_beta (int64). Every handler is command-buffer compatible (XLA records it into the
 // step's CUDA graph).

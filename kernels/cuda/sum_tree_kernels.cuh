@@ -12,6 +12,7 @@
 #include "drlhet/prioritized.h"
 #include "drlhet/sum_tree.h"
 #include "block_layout.cuh"
+#include "cluster.cuh"
 #include "wide_loads.cuh"
 
 namespace drlhet_cuda {
@@ -95,10 +96,10 @@ __device__ inline void Reset(const UpdateArgs& a, int64_t i) {
 
 // Phase 1: entry i's errors into its tree's bad word, or its position into its leaf's winner
 // (atomicMax is WinnerMerge done atomically: the largest kept position wins) and its raw
-// priority into the tree's maximum. Every thread of the warp calls it (i may be out of range),
-// so that the warp's entries of one tree are merged before the atomics on the tree's words.
-__device__ inline void Claim(const UpdateArgs& a, int64_t i) {
-  const bool live = i < a.n;
+// priority into the tree's maximum. Every thread of the warp calls it (with live false where it
+// has no entry), so that the warp's entries of one tree are merged before the atomics on the
+// tree's words.
+__device__ inline void ClaimEntry(const UpdateArgs& a, int64_t i, bool live) {
   const Slot s = live ? SlotOf(i, a.batch) : Slot{0, 0};
   const int64_t v = s.tree;
   const int32_t err = live ? EntryErrors(a, i, v) : 0;
@@ -120,6 +121,9 @@ __device__ inline void Claim(const UpdateArgs& a, int64_t i) {
   if (err) atomicOr(a.bad + v, err);
   if (top > 0) atomicMax(a.max_bits + v, top);
 }
+
+// Phase 1 over the whole batch of every tree: thread i, entry i if there is one.
+__device__ inline void Claim(const UpdateArgs& a, int64_t i) { ClaimEntry(a, i, i < a.n); }
 
 // Phase 2: the winners' leaves.
 __device__ inline void Leaf(const UpdateArgs& a, int64_t i, const drlhet::TreeLayout& lay) {
@@ -225,6 +229,46 @@ __device__ inline void BlockLevelsOneEach(const UpdateArgs& a, const drlhet::Tre
       node /= static_cast<uint32_t>(lay.k);  // AncestorAt(leaf, lay, level), a level at a time
       RecomputeNodeWide(tree, lay, level, node);
     }
+  }
+}
+
+// The whole update of tree blockIdx.x / cs by one cluster of cs blocks (cluster.cuh): the
+// per-level path's phases (reset, claim, leaves and Finish, then the levels from the leaves'
+// parents up) over the cluster's cs * blockDim threads, each taking every (cs * blockDim)-th
+// entry or node, with a cluster barrier where the per-level path ends a launch; the levels of
+// at most min(batch, blockDim) nodes by the cluster's first block alone, after the last cluster
+// barrier, as drlhet_cuda_update_top does. No thread returns before that barrier. The same
+// writes as the per-level path, so the same bits; plain or checked (a.raw).
+__device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs) {
+  const int64_t v = blockIdx.x / cs, base = v * a.batch;
+  const int64_t t = (blockIdx.x % cs) * blockDim.x + threadIdx.x, all = cs * blockDim.x;
+  const int64_t lane = threadIdx.x & 31;
+  const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);
+  for (int64_t b = t; b < a.batch; b += all) Reset(a, base + b);
+  ClusterSync();
+  for (int64_t b = t; b - lane < a.batch; b += all) ClaimEntry(a, base + b, b < a.batch);
+  ClusterSync();
+  if (t == 0) Finish(a, v);
+  for (int64_t b = t; b < a.batch; b += all) Leaf(a, base + b, lay);
+  const int whole = drlhet::NarrowTop(lay, a.batch, a.batch);  // levels 0..whole: <= batch
+  const int top = drlhet::NarrowTop(lay, a.batch, blockDim.x);  // 0..top: the first block's
+  for (int level = lay.depth - 1; level > top; --level) {
+    ClusterSync();  // the level below is written (the leaves, at the first level)
+    if (level > whole) {
+      for (int64_t b = t; b < a.batch; b += all) Ancestor(a, base + b, lay, level);
+    } else if (!a.bad[v]) {
+      for (int64_t j = t; j < drlhet::NodesAt(lay, level); j += all) {
+        RecomputeNodeWide(a.nodes + v * lay.size, lay, level, j);
+      }
+    }
+  }
+  ClusterSync();
+  if (t >= blockDim.x || a.bad[v]) return;  // the same in every thread of a block
+  for (int level = top; level >= 0; --level) {
+    for (int64_t j = threadIdx.x; j < drlhet::NodesAt(lay, level); j += blockDim.x) {
+      RecomputeNodeWide(a.nodes + v * lay.size, lay, level, j);
+    }
+    __syncthreads();  // the level is written before its parents read it
   }
 }
 
@@ -382,6 +426,12 @@ __global__ void __launch_bounds__(1024) drlhet_cuda_update_block(drlhet_cuda::Up
   } else {
     drlhet_cuda::BlockLevels(a, lay, tree, win, base, top);
   }
+}
+
+// grid = V trees * cs blocks, in clusters of cs (ClusterUpdate); sm_90 and up.
+__global__ void __launch_bounds__(1024)
+    drlhet_cuda_update_cluster(drlhet_cuda::UpdateArgs a, int32_t cs) {
+  drlhet_cuda::ClusterUpdate(a, cs);
 }
 
 #undef DRLHET_PLAIN_UPDATE

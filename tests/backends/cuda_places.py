@@ -1,10 +1,11 @@
 """Where the tests run the CUDA backend's custom calls: on a GPU (the kernels themselves) and on a
 CPU device, where the same handler bodies run the same kernels under the host emulation of the
 CUDA execution model (kernels/cuda/emu: function, not speed). The fixtures (conftest.py) run
-each place on both update paths (`cuda.BLOCK_MAX_BATCH`: every batch in one block per tree, or
-every batch over the whole grid, a launch per level, there with `cuda.NARROW_MAX_NODES` 16 so
-that the levels of 17 to B nodes take the launches of a thread per node), everything in the test
-on that place's device: the reference too.
+each place on the three update paths (`cuda.BLOCK_MAX_BATCH`: every batch in one block per tree;
+or every batch over the whole grid, a launch per level, there with `cuda.NARROW_MAX_NODES` 16 so
+that the levels of 17 to B nodes take the launches of a thread per node; or, with
+`cuda.CLUSTER_MAX_BATCH`, every batch in one cluster of blocks per tree, the sample's too above
+1024 targets), everything in the test on that place's device: the reference too.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ NO_GPU = "missing device: no GPU (JAX sees no CUDA device here)"
 PATHS = {
     "one block per tree": {"BLOCK_MAX_BATCH": 2**40},
     "one launch per level": {"BLOCK_MAX_BATCH": 0, "NARROW_MAX_NODES": 16},
+    "one cluster per tree": {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40},
 }
 """Each update path's settings of `drlhet.backends.cuda`."""
 PLACES = ("gpu", "emulated cpu")

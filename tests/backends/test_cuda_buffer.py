@@ -216,12 +216,14 @@ def test_the_buffer_on_cuda_samples_and_updates_in_one_custom_call_each():
     state = fns.init({"x": jnp.float32(0)})
     text = lowered(fns.sample, state, jax.random.key(0))
     assert text.count("@drlhet_cuda_weigh") == 1 and "@drlhet_cuda_find" not in text
+    assert f"cluster_max_batch = {cuda.CLUSTER_MAX_BATCH} : i64" in text
     idx, pr = jnp.arange(64), jnp.ones(64)
     text = lowered(lambda s: fns.update_priorities(s, idx, pr, jnp.zeros(64, jnp.int32)), state)
     calls = [ln for ln in text.splitlines() if "@drlhet_cuda_update" in ln]
     assert len(calls) == 1 and "@drlhet_cuda_update_checked" in calls[0], calls
     assert f"block_max_batch = {cuda.BLOCK_MAX_BATCH} : i64" in calls[0]
     assert f"narrow_max_nodes = {cuda.NARROW_MAX_NODES} : i64" in calls[0]
+    assert f"cluster_max_batch = {cuda.CLUSTER_MAX_BATCH} : i64" in calls[0]
     assert "priority_max = 4.2949673E+9 : f32" in calls[0]
     # the tree, the maximum and the error word in place (no copies of them in a loop carry)
     aliases = re.findall(r"output_tuple_indices = \[(\d+)\], operand_index = (\d+)", calls[0])

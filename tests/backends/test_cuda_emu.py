@@ -30,13 +30,17 @@ from drlhet.replay import sum_tree as st
 
 F32 = np.float32
 CASES = [(2, 1000), (3, 100), (16, 5000), (64, 777), (16, 1), (3, 7)]
-# the update's paths: (block_max_batch, narrow_max_nodes). Per level with 16: a level of 17 to
-# `batch` nodes is recomputed a thread per node (drlhet_cuda_update_whole_level_args)
+# the update's paths: (block_max_batch, narrow_max_nodes, cluster_max_batch). Per level with 16:
+# a level of 17 to `batch` nodes is recomputed a thread per node
+# (drlhet_cuda_update_whole_level_args)
 PATHS = {
-    "one block per tree": (2**40, 4096),
-    "one launch per level": (0, 4096),
-    "a thread per node": (0, 16),
+    "one block per tree": (2**40, 4096, 0),
+    "one launch per level": (0, 4096, 0),
+    "a thread per node": (0, 16, 0),
+    "one cluster per tree": (0, 4096, 2**40),
 }
+# the sample's: cluster_max_batch (a batch of at most 1024 per tree takes one block either way)
+SAMPLE_PATHS = {"per launch": 0, "one cluster per tree": 2**40}
 SCHEDULES = {"in order": 0, "reversed": 1, "shuffled": 12345}
 P = ctypes.POINTER
 
@@ -59,6 +63,7 @@ def emu() -> ctypes.CDLL:
     lib.drlhet_emu_weigh.restype = ctypes.c_int
     lib.drlhet_emu_update.restype = ctypes.c_int
     lib.drlhet_emu_divergent_barriers.restype = ctypes.c_int
+    lib.drlhet_emu_cluster_ring.argtypes = [ctypes.c_uint] * 3 + [P(ctypes.c_int32)]
     return lib
 
 
@@ -83,9 +88,10 @@ def placed(a, offset: int):
 
 
 def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, offset=0):
-    """One update of V = len(nodes) trees on ``path`` (block_max_batch, narrow_max_nodes), the
-    nodes ``offset`` bytes past a 16-byte boundary: (nodes [V, T], bad [V], max [V], err [V])."""
-    block_max, narrow_max = path
+    """One update of V = len(nodes) trees on ``path`` (block_max_batch, narrow_max_nodes,
+    cluster_max_batch), the nodes ``offset`` bytes past a 16-byte boundary: (nodes [V, T],
+    bad [V], max [V], err [V])."""
+    block_max, narrow_max, cluster_max = path
     out = placed(np.array(nodes, F32, ndmin=2), offset)
     trees, batch = out.shape[0], np.asarray(idx).reshape(out.shape[0], -1).shape[1]
     idx, values = (np.ascontiguousarray(x, d) for x, d in ((idx, np.int32), (values, F32)))
@@ -101,7 +107,7 @@ def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, o
     rc = lib.drlhet_emu_update(
         ptr(out), ctypes.c_int64(capacity), ctypes.c_int(k), ptr(idx), ptr(values), ptr(keep),
         ctypes.c_int64(trees), ctypes.c_int64(batch), ctypes.c_int64(block_max),
-        ctypes.c_int64(narrow_max), ptr(raw),
+        ctypes.c_int64(narrow_max), ctypes.c_int64(cluster_max), ptr(raw),
         ptr(size), ctypes.c_float(checks.PRIORITY_MAX), ctypes.c_int32(checks.ERR_INDEX),
         ctypes.c_int32(checks.ERR_PRIORITY), ptr(max_in), ptr(err_in), ptr(max_out),
         ptr(err_out), ptr(bad),
@@ -110,9 +116,10 @@ def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, o
     return out, bad, max_out, err_out
 
 
-def emu_weigh(lib, nodes, capacity, k, targets, size, beta, offset=0):
-    """The sample call on V trees (their nodes ``offset`` bytes past a 16-byte boundary):
-    (indices, probabilities, weights [V, B], error [V])."""
+def emu_weigh(lib, nodes, capacity, k, targets, size, beta, offset=0, cluster_max=0):
+    """The sample call on V trees (their nodes ``offset`` bytes past a 16-byte boundary; in one
+    cluster per tree up to ``cluster_max`` targets per tree): (indices, probabilities,
+    weights [V, B], error [V])."""
     nodes = placed(np.array(nodes, F32, ndmin=2), offset)
     trees = nodes.shape[0]
     t = np.ascontiguousarray(np.reshape(targets, (trees, -1)), F32)
@@ -122,7 +129,8 @@ def emu_weigh(lib, nodes, capacity, k, targets, size, beta, offset=0):
     rc = lib.drlhet_emu_weigh(
         ptr(nodes), ctypes.c_int64(capacity), ctypes.c_int(k), ptr(t), ctypes.c_int64(trees),
         ctypes.c_int64(t.shape[1]), ptr(size), ptr(beta), ctypes.c_int32(checks.ERR_EMPTY),
-        ctypes.c_int32(checks.ERR_BETA), ptr(idx), ptr(probs), ptr(w), ptr(err),
+        ctypes.c_int32(checks.ERR_BETA), ctypes.c_int64(cluster_max), ptr(idx), ptr(probs),
+        ptr(w), ptr(err),
     )  # fmt: skip
     assert rc == 0
     return idx, probs, w, err
@@ -145,6 +153,26 @@ def test_the_plain_update_equals_the_oracle_over_three_trees(emu, schedule, k, c
             want = oracle.write(trees[v], capacity, k, idx[v], vals[v], keep[v])
             np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"tree {v}")
         trees = got
+
+
+@pytest.mark.parametrize("k, capacity", [(16, 5000), (3, 2000), (2, 1500)])
+def test_a_cluster_whose_threads_take_several_entries_equals_the_oracle(emu, schedule, k, capacity):
+    """Batches of 1500 over the emulation's clusters of 8 blocks of 128 threads: up to two
+    entries per thread, levels wider than the batch, no wider (over the cluster), and no wider
+    than a block (the first block's alone), duplicates and dropped entries, on two trees."""
+    trees = np.stack([np.asarray(random_tree(capacity, k, seed=s).nodes) for s in range(2)])
+    batch = [random_updates(capacity, 1500, seed=s) for s in range(2)]
+    idx = np.stack([np.asarray(b[0]) for b in batch])
+    vals = np.stack([np.asarray(b[1]) for b in batch])
+    idx[:, 1000:1100] = idx[:, :100]  # duplicates, across the cluster's blocks
+    keep = np.random.default_rng(k).random((2, 1500)) < 0.9
+    got, bad, _, _ = emu_update(
+        emu, trees, capacity, k, idx, vals, keep, PATHS["one cluster per tree"]
+    )
+    assert not bad.any()
+    for v in range(2):
+        want = oracle.write(trees[v], capacity, k, idx[v], vals[v], keep[v])
+        np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"tree {v}")
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -182,14 +210,19 @@ def test_the_checked_update_equals_the_buffers_update(emu, schedule, k, capacity
         tree, max_p = want[0], F32(want[1])
 
 
+@pytest.mark.parametrize("path, batch", [("per launch", 300), *((p, 1500) for p in SAMPLE_PATHS)])
 @pytest.mark.parametrize("k, capacity", CASES)
-def test_the_sample_call_equals_the_buffers_sample_over_three_trees(emu, schedule, k, capacity):
+def test_the_sample_call_equals_the_buffers_sample_over_three_trees(
+    emu, schedule, k, capacity, path, batch
+):
+    # 300: one block per tree; 1500: a memset and two launches, or one cluster per tree whose
+    # threads take one or two targets each (the emulation's clusters have 8 blocks of <= 128)
     trees = [random_tree(capacity, k, seed=s) for s in range(3)]
-    targets = np.stack([stratified_targets(t, 300, seed=s) for s, t in enumerate(trees)])
+    targets = np.stack([stratified_targets(t, batch, seed=s) for s, t in enumerate(trees)])
     targets[0, :2] = [np.nan, -1.0]
     sizes, betas = [capacity, max(1, capacity // 2), 1], [0.4, 1.0, 1.5]
     nodes = np.stack([np.asarray(t.nodes) for t in trees])
-    got = emu_weigh(emu, nodes, capacity, k, targets, sizes, betas)
+    got = emu_weigh(emu, nodes, capacity, k, targets, sizes, betas, cluster_max=SAMPLE_PATHS[path])
     for v, tree in enumerate(trees):
         want = buffer_ops.weigh(
             st.REFERENCE.find, tree, jnp.asarray(targets[v]), jnp.int32(sizes[v]), betas[v]
@@ -252,8 +285,28 @@ def test_a_launch_whose_barriers_never_complete_fails_instead_of_hanging(emu):
     # the emulation is usable after it
     tree = random_tree(50, 4)
     got, bad, _, _ = emu_update(
-        emu, tree.nodes, 50, 4, np.arange(3), np.ones(3, F32), [1] * 3, (0, 4096)
+        emu, tree.nodes, 50, 4, np.arange(3), np.ones(3, F32), [1] * 3, (0, 4096, 0)
     )
     np.testing.assert_array_equal(
         bits(got[0]), bits(oracle.write(tree.nodes, 50, 4, [0, 1, 2], [1.0] * 3))
     )
+
+
+def test_a_cluster_barrier_orders_the_writes_of_every_block_of_the_cluster(emu, schedule):
+    """ClusterRing (emu/emu_entry.cc): each thread reads, after the barrier, what the same thread
+    of the next block of its cluster wrote before it, in clusters of 1, 2 and 8."""
+    for cluster in (1, 2, 8):
+        grid, threads = 8, 64
+        seen = np.full(grid * threads, -1, np.int32)
+        assert emu.drlhet_emu_cluster_ring(grid, threads, cluster, ptr(seen)) == 0
+        block = np.arange(grid)
+        want = block // cluster * cluster + (block % cluster + 1) % cluster
+        got = seen.reshape(grid, threads)
+        np.testing.assert_array_equal(got, np.repeat(want[:, None], threads, 1), str(cluster))
+
+
+@pytest.mark.parametrize("grid, cluster", [(18, 9), (12, 8), (8, 0)])
+def test_a_cluster_launch_beyond_the_gpus_limits_fails(emu, grid, cluster):
+    # more than 8 blocks a cluster, a grid not of whole clusters, no cluster
+    seen = np.zeros(grid * 32, np.int32)
+    assert emu.drlhet_emu_cluster_ring(grid, 32, cluster, ptr(seen)) == -2

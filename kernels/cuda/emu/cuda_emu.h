@@ -1,11 +1,12 @@
 // A functional emulation of the CUDA execution model on the host, for the CUDA backend's kernels
 // (kernels/cuda/*.cuh) and its XLA FFI handlers (kernels/cuda/handlers.h) on a machine without a
-// GPU. The blocks of a launch run one after the other, launches in order (one stream); each
-// block's threads run as fibers (ucontext) on the calling thread, each until it waits at a
-// barrier or returns. __syncthreads is a barrier of the block; the warp collectives the kernels
-// use (__shfl_sync, __all_sync, __any_sync, __reduce_or_sync, __reduce_max_sync) are barriers of
-// 32 over per-lane slots; a thread that returns leaves its barriers, as an exited GPU thread
-// stops counting. `emu::SetSchedule` picks the order the threads start in (forward, reverse or a
+// GPU. The blocks of a launch run one after the other (a launch in clusters: one cluster of
+// blocks after the other), launches in order (one stream); the threads of a block (of a
+// cluster) run as fibers (ucontext) on the calling thread, each until it waits at a barrier or
+// returns. __syncthreads is a barrier of the block, ClusterSync one of the cluster (of the block
+// in a plain launch); the warp collectives the kernels use (__shfl_sync, __all_sync,
+// __any_sync, __reduce_or_sync, __reduce_max_sync) are barriers of 32 over per-lane slots; a
+// thread that returns leaves its barriers, as an exited GPU thread stops counting. `emu::SetSchedule` picks the order the threads start in (forward, reverse or a
 // seeded shuffle), so that a read of another thread's write that a barrier does not order is
 // seen in some schedule. A barrier that can never complete (threads of a block waiting at
 // different barriers) fails the launch (`cudaGetLastError`), where a GPU would hang.
@@ -84,15 +85,18 @@ struct Barrier {
 
 constexpr size_t kStack = 64 * 1024;
 
-struct Block {  // one block's threads, barriers and warp slots
+struct Block {  // the threads, barriers and warp slots of one block, or of one cluster's blocks
   ucontext_t main;
-  std::vector<ucontext_t> ctx;
+  std::vector<ucontext_t> ctx;  // by fiber: block of the group * threads + thread
   std::vector<bool> done;
   std::deque<unsigned> ready;
-  unsigned current = 0;
-  Barrier sync;
+  unsigned current = 0;  // the running fiber
+  unsigned threads = 0;  // per block
+  unsigned first = 0;    // blockIdx.x of the group's first block
+  std::vector<Barrier> syncs;  // one per block
+  Barrier cluster;             // every thread of the group
   std::vector<Barrier> warps;
-  std::vector<uint64_t> slots;  // one per thread, for the warp collectives
+  std::vector<uint64_t> slots;  // one per fiber, for the warp collectives
   void (*body)(void*) = nullptr;
   void* args = nullptr;
   const void* main_bottom = nullptr;  // the calling thread's stack (for the sanitizer)
@@ -141,7 +145,8 @@ inline void FiberMain() {
   block->body(block->args);
   const unsigned t = block->current;
   Drop(block->warps[t / 32]);
-  Drop(block->sync);
+  Drop(block->syncs[t / block->threads]);
+  Drop(block->cluster);
   block->done[t] = true;
   DRLHET_FIBER_SWITCH(nullptr, block->main_bottom, block->main_size);  // this fiber ends
 }  // on to block->main (uc_link)
@@ -154,14 +159,19 @@ inline std::vector<unsigned> StartOrder(unsigned threads, unsigned b) {
   return order;
 }
 
-// Runs block `b` of `threads` threads to the end; false if some barrier never completed.
-inline bool RunBlock(Block& blk, unsigned b, unsigned threads) {
-  blk.ctx.assign(threads, ucontext_t{});
-  blk.done.assign(threads, false);
-  blk.sync = Barrier{threads, 0, {}};
-  blk.warps.assign(threads / 32, Barrier{32, 0, {}});
-  blk.slots.assign(threads, 0);
-  for (unsigned t : StartOrder(threads, b)) {
+// Runs `blocks` blocks of `threads` threads from block `first` on, together (one cluster), to
+// the end; false if some barrier never completed.
+inline bool RunGroup(Block& blk, unsigned first, unsigned blocks, unsigned threads) {
+  const unsigned fibers = blocks * threads;
+  blk.ctx.assign(fibers, ucontext_t{});
+  blk.done.assign(fibers, false);
+  blk.threads = threads;
+  blk.first = first;
+  blk.syncs.assign(blocks, Barrier{threads, 0, {}});
+  blk.cluster = Barrier{fibers, 0, {}};
+  blk.warps.assign(fibers / 32, Barrier{32, 0, {}});
+  blk.slots.assign(fibers, 0);
+  for (unsigned t : StartOrder(fibers, first)) {
     getcontext(&blk.ctx[t]);
     blk.ctx[t].uc_stack.ss_sp = Stack(t);
     blk.ctx[t].uc_stack.ss_size = kStack;
@@ -169,11 +179,11 @@ inline bool RunBlock(Block& blk, unsigned b, unsigned threads) {
     makecontext(&blk.ctx[t], FiberMain, 0);
     blk.ready.push_back(t);
   }
-  blockIdx = dim3(b);
   while (!blk.ready.empty()) {
     blk.current = blk.ready.front();
     blk.ready.pop_front();
-    threadIdx = dim3(blk.current);
+    threadIdx = dim3(blk.current % threads);
+    blockIdx = dim3(first + blk.current / threads);
     void* fake_stack = nullptr;
     DRLHET_FIBER_SWITCH(&fake_stack, Stack(blk.current), kStack);
     swapcontext(&blk.main, &blk.ctx[blk.current]);
@@ -188,11 +198,14 @@ void Invoke(void* p) {
   std::apply(job->first, job->second);
 }
 
-// kernel<<<grid, threads>>>(args...): every block, one after the other. A bad configuration
-// or a barrier that never completes sets the error `cudaGetLastError` returns.
+// kernel<<<grid, threads>>>(args...) in clusters of `cluster` blocks: every cluster, one after
+// the other, its blocks' threads together. A bad configuration (a GPU's limits: whole warps
+// here, at most 1024 threads, at most 8 blocks a cluster, a grid of whole clusters) or a
+// barrier that never completes sets the error `cudaGetLastError` returns.
 template <typename Kernel, typename... A>
-void Launch(Kernel kernel, unsigned grid, unsigned threads, A... args) {
-  if (grid == 0 || threads == 0 || threads % 32 != 0 || threads > 1024) {
+void LaunchCluster(Kernel kernel, unsigned grid, unsigned threads, unsigned cluster, A... args) {
+  if (grid == 0 || threads == 0 || threads % 32 != 0 || threads > 1024 || cluster == 0 ||
+      cluster > 8 || grid % cluster != 0) {
     last_error = cudaErrorInvalidConfiguration;
     return;
   }
@@ -203,13 +216,19 @@ void Launch(Kernel kernel, unsigned grid, unsigned threads, A... args) {
   block = &blk;
   blockDim = dim3(threads);
   gridDim = dim3(grid);
-  for (unsigned b = 0; b < grid; ++b) {
-    if (!RunBlock(blk, b, threads)) {
+  for (unsigned b = 0; b < grid; b += cluster) {
+    if (!RunGroup(blk, b, cluster, threads)) {
       last_error = cudaErrorLaunchFailure;  // a GPU would hang here
       break;
     }
   }
   block = nullptr;
+}
+
+// kernel<<<grid, threads>>>(args...): every block, one after the other (clusters of one).
+template <typename Kernel, typename... A>
+void Launch(Kernel kernel, unsigned grid, unsigned threads, A... args) {
+  LaunchCluster(kernel, grid, threads, 1u, args...);
 }
 
 // A warp collective: every lane puts `v` in its slot and the warp waits (Publish); each lane
@@ -220,18 +239,18 @@ void Publish(T v) {
   static_assert(sizeof(T) <= sizeof(uint64_t));
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
-  block->slots[threadIdx.x] = bits;
-  Wait(block->warps[threadIdx.x / 32]);
+  block->slots[block->current] = bits;
+  Wait(block->warps[block->current / 32]);
 }
 
 template <typename T>
 T Slot(unsigned lane) {
   T x;
-  std::memcpy(&x, &block->slots[(threadIdx.x & ~31u) + lane], sizeof(T));
+  std::memcpy(&x, &block->slots[(block->current & ~31u) + lane], sizeof(T));
   return x;
 }
 
-inline void Done() { Wait(block->warps[threadIdx.x / 32]); }
+inline void Done() { Wait(block->warps[block->current / 32]); }
 
 template <typename T, typename Reduce>
 T WarpAll(T v, Reduce reduce) {
@@ -252,7 +271,9 @@ T WarpRead(T v, unsigned src) {
 
 }  // namespace emu
 
-inline void __syncthreads() { emu::Wait(emu::block->sync); }
+inline void __syncthreads() {
+  emu::Wait(emu::block->syncs[emu::block->current / emu::block->threads]);
+}
 
 template <typename T>
 T __shfl_sync(unsigned, T v, int src) {
@@ -305,6 +326,16 @@ inline cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStrea
   return cudaSuccess;
 }
 
+namespace emu {
+// The barrier of every thread of the cluster (kernels/cuda/cluster.cuh's ClusterSync).
+inline void ClusterSync() { Wait(block->cluster); }
+// Every emulated launch may be in clusters (a GPU: compute capability 9.0 and up).
+inline bool ClustersSupported() { return true; }
+}  // namespace emu
+
 // What the launch sequences (kernels/cuda/launch.cuh) call.
 #define DRLHET_LAUNCH(kernel, grid, threads, stream, ...) \
   emu::Launch(kernel, static_cast<unsigned>(grid), static_cast<unsigned>(threads), __VA_ARGS__)
+#define DRLHET_LAUNCH_CLUSTER(kernel, grid, threads, cluster, stream, ...)                 \
+  emu::LaunchCluster(kernel, static_cast<unsigned>(grid), static_cast<unsigned>(threads), \
+                     static_cast<unsigned>(cluster), __VA_ARGS__)

@@ -32,6 +32,17 @@ __global__ void DivergentBarriers() {
 // once, so the append needs no atomics).
 __global__ void RecordStart(int32_t* order, int32_t* count) { order[(*count)++] = threadIdx.x; }
 
+// Thread x of block b writes b into its slot, the cluster meets (ClusterSync), then reads the
+// slot of thread x of the next block of its cluster (cyclically): b + 1, or the cluster's first.
+__global__ void ClusterRing(int32_t* slots, int32_t* seen, unsigned cluster) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  slots[i] = static_cast<int32_t>(blockIdx.x);
+  drlhet_cuda::ClusterSync();
+  const unsigned first = blockIdx.x / cluster * cluster;
+  const unsigned next = first + (blockIdx.x - first + 1) % cluster;
+  seen[i] = slots[next * blockDim.x + threadIdx.x];
+}
+
 // 0, or -2 when a launch failed (a bad configuration, or a barrier that never completed).
 int Status() { return cudaGetLastError() == cudaSuccess ? 0 : -2; }
 
@@ -62,13 +73,25 @@ DRLHET_EMU_EXPORT int drlhet_emu_start_order(int threads, int32_t* order) {
   return Status();
 }
 
-// drlhet_cuda_weigh on `trees` trees of `batch` targets each. Returns 0, or -1 for a bad
-// (capacity, k), -2 for a failed launch.
+// Launches ClusterRing over `grid` blocks of `threads` threads in clusters of `cluster`; seen
+// [grid * threads]. Returns 0, or -2 for a failed launch (e.g. a cluster of more than 8 blocks).
+DRLHET_EMU_EXPORT int drlhet_emu_cluster_ring(unsigned grid, unsigned threads, unsigned cluster,
+                                              int32_t* seen) {
+  const std::lock_guard<std::mutex> lock(emu::Lock());
+  std::vector<int32_t> slots(static_cast<size_t>(grid) * threads, kGarbage);
+  emu::LaunchCluster(ClusterRing, grid, threads, cluster, slots.data(), seen, cluster);
+  return Status();
+}
+
+// drlhet_cuda_weigh on `trees` trees of `batch` targets each (one cluster per tree when
+// 1024 < batch <= cluster_max_batch). Returns 0, or -1 for a bad (capacity, k), -2 for a failed
+// launch.
 DRLHET_EMU_EXPORT int drlhet_emu_weigh(const float* nodes, int64_t capacity, int k,
                                        const float* targets, int64_t trees, int64_t batch,
                                        const int32_t* size, const float* beta, int32_t err_empty,
-                                       int32_t err_beta, int32_t* indices, float* probs,
-                                       float* weights, int32_t* error) {
+                                       int32_t err_beta, int64_t cluster_max_batch,
+                                       int32_t* indices, float* probs, float* weights,
+                                       int32_t* error) {
   drlhet::TreeLayout lay;
   if (!drlhet::MakeLayout(capacity, k, &lay) || trees < 1 || batch < 1) return -1;
   const std::lock_guard<std::mutex> lock(emu::Lock());
@@ -76,20 +99,21 @@ DRLHET_EMU_EXPORT int drlhet_emu_weigh(const float* nodes, int64_t capacity, int
   const drlhet_cuda::SampleArgs a{nodes,   capacity, k,       targets, batch,
                                   trees * batch, size,  beta,    indices, probs,
                                   weights, error,    scratch.data(), err_empty, err_beta};
-  drlhet_cuda::LaunchWeigh(nullptr, a, trees);
+  drlhet_cuda::LaunchWeigh(nullptr, a, trees, cluster_max_batch);
   return Status();
 }
 
 // drlhet_cuda_update (raw == nullptr) or drlhet_cuda_update_checked on `trees` trees of `batch`
-// entries each, the nodes in place; one block per tree when batch <= block_max_batch, else the
-// per-level launches with levels of at most narrow_max_nodes nodes in one block per tree. The
+// entries each, the nodes in place; one block per tree when batch <= block_max_batch, else one
+// cluster per tree when batch <= cluster_max_batch, else the per-level launches with levels of
+// at most narrow_max_nodes nodes in one block per tree. The
 // checked update's outputs are max_out and err_out; bad_out [trees] is each tree's refusal word.
 // Returns 0, or -1 for a bad (capacity, k), -2 for a failed launch.
 DRLHET_EMU_EXPORT int drlhet_emu_update(float* nodes, int64_t capacity, int k,
                                         const int32_t* indices, const float* values,
                                         const bool* keep, int64_t trees, int64_t batch,
                                         int64_t block_max_batch, int64_t narrow_max_nodes,
-                                        const float* raw,
+                                        int64_t cluster_max_batch, const float* raw,
                                         const int32_t* size, float priority_max,
                                         int32_t err_index, int32_t err_priority,
                                         const float* max_in, const int32_t* err_in,
@@ -121,7 +145,8 @@ DRLHET_EMU_EXPORT int drlhet_emu_update(float* nodes, int64_t capacity, int k,
     a.max_out = max_out;
     a.err_out = err_out;
   }
-  drlhet_cuda::LaunchUpdate(nullptr, a, lay, trees, block_max_batch, narrow_max_nodes);
+  drlhet_cuda::LaunchUpdate(nullptr, a, lay, trees, block_max_batch, narrow_max_nodes,
+                            cluster_max_batch);
   for (int64_t v = 0; v < trees; ++v) bad_out[v] = a.bad[v];
   return Status();
 }

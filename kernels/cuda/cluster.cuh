@@ -1,0 +1,31 @@
+// Thread block clusters (compute capability 9.0: Hopper and later) for the CUDA backend's
+// one-launch update and sample of a mid-sized batch: the blocks of a cluster run at the same
+// time on one GPC and meet at a hardware barrier, so that phases that need every entry of the
+// batch done (the claims before the leaves, each level before its parents) follow one another
+// inside one kernel, spread over up to 8 SMs, instead of in one launch each. A launch is a graph
+// node of its own inside XLA's command buffer, about as costly as a phase of a mid-sized batch.
+// Compiled by nvcc (sm_90 and up; an sm_80 build traps, and the host never launches it there:
+// ClustersSupported) and by the host compiler for the emulation (emu/cuda_emu.h), whose
+// ClusterSync is a barrier of the cluster's fibers.
+#pragma once
+
+namespace drlhet_cuda {
+
+#if defined(__CUDACC__)
+// Every thread of every block of the cluster arrives before any goes on; the global memory
+// writes before it (tree nodes, winners, the tree's words) are seen by every thread of the
+// cluster after it. Called by every thread of the cluster, in convergent code.
+__device__ inline void ClusterSync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __threadfence();  // the writes to global memory first, as for a grid-wide handoff
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#elif defined(__CUDA_ARCH__)
+  __trap();  // no clusters before sm_90: never launched there
+#endif
+}
+#else
+inline void ClusterSync() { emu::ClusterSync(); }
+#endif
+
+}  // namespace drlhet_cuda

@@ -6,9 +6,10 @@
 // returns. __syncthreads is a barrier of the block, ClusterSync one of the cluster (of the block
 // in a plain launch); the warp collectives the kernels use (__shfl_sync, __all_sync,
 // __any_sync, __reduce_or_sync, __reduce_max_sync) are barriers of 32 over per-lane slots; a
-// thread that returns leaves its barriers, as an exited GPU thread stops counting. `emu::SetSchedule` picks the order the threads start in (forward, reverse or a
-// seeded shuffle), so that a read of another thread's write that a barrier does not order is
-// seen in some schedule. A barrier that can never complete (threads of a block waiting at
+// thread that returns leaves its barriers, as an exited GPU thread stops counting.
+// `emu::SetSchedule` picks the order the threads start in (forward, reverse or a seeded shuffle,
+// the blocks of a cluster interleaved), so that a read of another thread's write that a barrier
+// does not order is seen in some schedule. A barrier that can never complete (threads of a block waiting at
 // different barriers) fails the launch (`cudaGetLastError`), where a GPU would hang.
 // It proves the kernels' logic, their barriers and their launch sequences (what a GPU computes),
 // not their speed; masks other than the full warp, blocks that are not whole warps and the GPU's

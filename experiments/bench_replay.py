@@ -93,6 +93,10 @@ class Args:
     """``drlhet.backends.cuda.NARROW_MAX_NODES`` for this run (None: the library's): on the
     per-level path, the widest level recomputed whole by one block per tree (wider levels no
     wider than the batch: one thread per node)."""
+    cuda_cluster_max_batch: int | None = None
+    """``drlhet.backends.cuda.CLUSTER_MAX_BATCH`` for this run (None: the library's, 0 = off): the
+    largest batch per tree the cuda backend's update and sample run in one cluster of blocks per
+    tree (GPUs of compute capability 9.0 and up)."""
     out: Path = Path("results/bench_replay.json")
 
 
@@ -346,6 +350,10 @@ def main(args: Args) -> list[dict]:
         from drlhet.backends import cuda
 
         cuda.NARROW_MAX_NODES = args.cuda_narrow_max_nodes
+    if args.cuda_cluster_max_batch is not None:
+        from drlhet.backends import cuda
+
+        cuda.CLUSTER_MAX_BATCH = args.cuda_cluster_max_batch
     backends: list[str] = []
     for name in args.backends:
         try:
@@ -444,14 +452,12 @@ def main(args: Args) -> list[dict]:
 
         def cuda_path(impl: str) -> dict:
             """The update-path settings a cuda row ran with (None for other backends)."""
+            names = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH")
             if not impl.startswith("drlhet-cuda"):
-                return {"cuda_block_max_batch": None, "cuda_narrow_max_nodes": None}
+                return {f"cuda_{n.lower()}": None for n in names}
             from drlhet.backends import cuda
 
-            return {
-                "cuda_block_max_batch": int(cuda.BLOCK_MAX_BATCH),
-                "cuda_narrow_max_nodes": int(cuda.NARROW_MAX_NODES),
-            }
+            return {f"cuda_{n.lower()}": int(getattr(cuda, n)) for n in names}
 
         def where(impl: str) -> dict:
             """The row's device and what its speed is the speed of."""

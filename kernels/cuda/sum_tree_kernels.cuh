@@ -232,6 +232,44 @@ __device__ inline void BlockLevelsOneEach(const UpdateArgs& a, const drlhet::Tre
   }
 }
 
+// Thread t of the `all` threads of the cluster that updates tree v (entries base ..
+// base + batch - 1), and the update's levels: 0..whole no wider than the batch, 0..top no wider
+// than a block too (the cluster's first block's alone).
+struct ClusterPlace {
+  int64_t v, base, t, all;
+  int whole, top;
+};
+
+// Levels whole + 1 .. depth - 1 of the cluster's tree: a cluster barrier, then each winner's
+// ancestor at the level.
+__device__ inline void ClusterEntryLevels(const UpdateArgs& a, const drlhet::TreeLayout& lay,
+                                          const ClusterPlace& c) {
+  for (int level = lay.depth - 1; level > c.whole; --level) {
+    ClusterSync();  // the level below is written (the leaves, at the first level)
+    for (int64_t b = c.t; b < a.batch; b += c.all) Ancestor(a, c.base + b, lay, level);
+  }
+}
+
+// The same for a batch of at most `all` entries: each thread's one entry (its index, value and
+// whether it won) is read once, not again at every level (BlockLevelsOneEach's reasoning).
+__device__ inline void ClusterEntryLevelsOneEach(const UpdateArgs& a,
+                                                 const drlhet::TreeLayout& lay,
+                                                 const ClusterPlace& c) {
+  const int64_t i = c.base + c.t;
+  const bool kept = c.t < a.batch && a.keep[i] && !a.bad[c.v];  // a refused tree: no winner
+  const int32_t leaf = kept ? a.indices[i] : 0;  // valid where kept in a tree not refused
+  const bool won =
+      kept && drlhet::IsWinner(a.winner[c.v * a.capacity + leaf], static_cast<int32_t>(c.t), true);
+  float* tree = a.nodes + c.v * lay.size;
+  if (won) tree[lay.offsets[lay.depth] + leaf] = a.values[i];
+  uint32_t node = static_cast<uint32_t>(leaf);  // a won leaf is in [0, C), C < 2^31
+  for (int level = lay.depth - 1; level > c.whole; --level) {
+    ClusterSync();  // the level below is written (the leaves, at the first level)
+    node /= static_cast<uint32_t>(lay.k);  // AncestorAt(leaf, lay, level), a level at a time
+    if (won) RecomputeNodeWide(tree, lay, level, node);
+  }
+}
+
 // The whole update of tree blockIdx.x / cs by one cluster of cs blocks (cluster.cuh): the
 // per-level path's phases (reset, claim, leaves and Finish, then the levels from the leaves'
 // parents up) over the cluster's cs * blockDim threads, each taking every (cs * blockDim)-th
@@ -240,33 +278,39 @@ __device__ inline void BlockLevelsOneEach(const UpdateArgs& a, const drlhet::Tre
 // barrier, as drlhet_cuda_update_top does. No thread returns before that barrier. The same
 // writes as the per-level path, so the same bits; plain or checked (a.raw).
 __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs) {
-  const int64_t v = blockIdx.x / cs, base = v * a.batch;
-  const int64_t t = (blockIdx.x % cs) * blockDim.x + threadIdx.x, all = cs * blockDim.x;
-  const int64_t lane = threadIdx.x & 31;
   const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);
-  for (int64_t b = t; b < a.batch; b += all) Reset(a, base + b);
+  ClusterPlace c{};
+  c.v = blockIdx.x / cs;
+  c.base = c.v * a.batch;
+  c.t = (blockIdx.x % cs) * blockDim.x + threadIdx.x;
+  c.all = static_cast<int64_t>(cs) * blockDim.x;
+  c.whole = drlhet::NarrowTop(lay, a.batch, a.batch);
+  c.top = drlhet::NarrowTop(lay, a.batch, blockDim.x);
+  const int64_t lane = threadIdx.x & 31;
+  for (int64_t b = c.t; b < a.batch; b += c.all) Reset(a, c.base + b);
   ClusterSync();
-  for (int64_t b = t; b - lane < a.batch; b += all) ClaimEntry(a, base + b, b < a.batch);
+  for (int64_t b = c.t; b - lane < a.batch; b += c.all) ClaimEntry(a, c.base + b, b < a.batch);
   ClusterSync();
-  if (t == 0) Finish(a, v);
-  for (int64_t b = t; b < a.batch; b += all) Leaf(a, base + b, lay);
-  const int whole = drlhet::NarrowTop(lay, a.batch, a.batch);  // levels 0..whole: <= batch
-  const int top = drlhet::NarrowTop(lay, a.batch, blockDim.x);  // 0..top: the first block's
-  for (int level = lay.depth - 1; level > top; --level) {
-    ClusterSync();  // the level below is written (the leaves, at the first level)
-    if (level > whole) {
-      for (int64_t b = t; b < a.batch; b += all) Ancestor(a, base + b, lay, level);
-    } else if (!a.bad[v]) {
-      for (int64_t j = t; j < drlhet::NodesAt(lay, level); j += all) {
-        RecomputeNodeWide(a.nodes + v * lay.size, lay, level, j);
-      }
+  if (c.t == 0) Finish(a, c.v);
+  if (a.batch <= c.all) {  // the same in every thread of the cluster
+    ClusterEntryLevelsOneEach(a, lay, c);
+  } else {
+    for (int64_t b = c.t; b < a.batch; b += c.all) Leaf(a, c.base + b, lay);
+    ClusterEntryLevels(a, lay, c);
+  }
+  float* tree = a.nodes + c.v * lay.size;
+  for (int level = c.whole < lay.depth - 1 ? c.whole : lay.depth - 1; level > c.top; --level) {
+    ClusterSync();  // the level below is written
+    if (a.bad[c.v]) continue;
+    for (int64_t j = c.t; j < drlhet::NodesAt(lay, level); j += c.all) {
+      RecomputeNodeWide(tree, lay, level, j);
     }
   }
   ClusterSync();
-  if (t >= blockDim.x || a.bad[v]) return;  // the same in every thread of a block
-  for (int level = top; level >= 0; --level) {
+  if (c.t >= blockDim.x || a.bad[c.v]) return;  // the same in every thread of a block
+  for (int level = c.top; level >= 0; --level) {
     for (int64_t j = threadIdx.x; j < drlhet::NodesAt(lay, level); j += blockDim.x) {
-      RecomputeNodeWide(a.nodes + v * lay.size, lay, level, j);
+      RecomputeNodeWide(tree, lay, level, j);
     }
     __syncthreads();  // the level is written before its parents read it
   }

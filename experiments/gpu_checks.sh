@@ -31,8 +31,9 @@
 #             $OUT/narrow_<N>.json; not in the default list; about 25 s each)
 #   cluster   the update and sample in one cluster of 8 blocks per tree (sm_90+; never run on a
 #             GPU before): CLUSTER_SWEEP (default "0 65536") as cuda.CLUSTER_MAX_BATCH, the
-#             update, sample and step of cuda at 2^20 leaves, K 16, B 1024 4096 16384 65536
-#             (BLOCK_MAX_BATCH 0: B 1024 too), jax in the first run (rows to
+#             update, sample and step of cuda at 2^20 leaves, K 16, B 256 1024 4096 16384 65536
+#             (BLOCK_MAX_BATCH 0: no batch in one block; the sample's block still takes up
+#             to 1024), jax in the first run (rows to
 #             $OUT/cluster_<N>.json; not in the default list; about 30 s each). The GPU tests run
 #             the cluster path too (tests/backends/cuda_places.py)
 #   kernels   each kernel's duration in the fused step at 2^20 leaves (KERNEL_BATCHES, default
@@ -134,7 +135,7 @@ for s in "${stages[@]}"; do
       backends="cuda jax"
       for cm in ${CLUSTER_SWEEP:-0 65536}; do
         stage "cluster_$cm" 120 $PY experiments/bench_replay.py --device gpu \
-          --capacities 1048576 --batches 1024 4096 16384 65536 --branchings 16 \
+          --capacities 1048576 --batches 256 1024 4096 16384 65536 --branchings 16 \
           --backends $backends --ops sample update step --modes fused --no-plain --no-peers \
           --no-thread-scaling --no-limits --cuda-block-max-batch 0 \
           --cuda-cluster-max-batch "$cm" --out "$OUT/cluster_$cm.json"

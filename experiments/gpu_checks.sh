@@ -9,7 +9,8 @@
 #             calls: weigh, update_checked) and the conformance suite's cuda cases
 #   quick     bench_replay at 2^20 leaves, B 4096, K 16: cuda (its own sample and update calls)
 #             vs cuda-plain (find and write under XLA's code) vs jax on the GPU vs native (CPU)
-#             (QUICK_BRANCHINGS="2 4 8 16 32 64" adds the K study at B 256: about 60 s more)
+#             (QUICK_BRANCHINGS="2 4 8 16 32 64" adds the K study at B 256: about 60 s more;
+#             QUICK_ARGS: more bench_replay flags, e.g. --cuda-cluster-max-batch 16384)
 #   train     DQN + PER on CartPole, 3 seeds, to a mean return of 475: replay cuda, then jax,
 #             everything on the GPU
 #   bench     bench_replay --device gpu, the step of cuda, jax (GPU) and native (host CPU) over
@@ -42,6 +43,7 @@
 #             its CSV in $OUT/kernels_<backend>.log, summed up per kernel in
 #             $OUT/kernel_times.json (experiments/kernel_times.py).
 #             Not in the default list; after a kernel change: build tests quick kernels probe
+#             (KERNEL_ARGS: more bench_replay flags, e.g. --cuda-cluster-max-batch 16384)
 #   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
 # DEADLINE_S (seconds from the start) caps every stage's limit so the whole run ends in time,
 # and skips a stage that would get under 15 s: the device time of a lent machine is counted.
@@ -93,7 +95,7 @@ for s in "${stages[@]}"; do
     quick)
       stage quick 200 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
         --batches 4096 --branchings ${QUICK_BRANCHINGS:-16} --modes fused --no-peers \
-        --no-thread-scaling --no-limits --out "$OUT/bench_quick.json" ;;
+        --no-thread-scaling --no-limits ${QUICK_ARGS:-} --out "$OUT/bench_quick.json" ;;
     train)
       for b in ${TRAIN_BACKENDS:-cuda jax}; do
         stage "train_$b" 240 $PY -m drlhet train --backend "$b" --seeds 3 \
@@ -149,7 +151,7 @@ for s in "${stages[@]}"; do
           $PY experiments/bench_replay.py --device gpu \
           --capacities 1048576 --batches ${KERNEL_BATCHES:-256 4096} --branchings 16 \
           --backends $b --no-plain --ops step --modes fused --no-peers --no-thread-scaling \
-          --no-limits --repeats 1 --gpu-steps 16 --out "/tmp/kernels_$b.json"
+          --no-limits --repeats 1 --gpu-steps 16 ${KERNEL_ARGS:-} --out "/tmp/kernels_$b.json"
       done
       # ncu's table lies in each stage's log among the program's own lines (kernel_times.py
       # reads the quoted CSV lines only)

@@ -14,12 +14,14 @@ namespace drlhet_cuda {
 #if defined(__CUDACC__)
 // Every thread of every block of the cluster arrives before any goes on; the global memory
 // writes before it (tree nodes, winners, the tree's words) are seen by every thread of the
-// cluster after it. Called by every thread of the cluster, in convergent code.
+// cluster after it. Called by every thread of the cluster. Not the `.aligned` forms: those
+// require the warp to be converged at the barrier, which inline assembly after a divergent
+// branch (a winner's write) does not guarantee.
 __device__ inline void ClusterSync() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   __threadfence();  // the writes to global memory first, as for a grid-wide handoff
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
 #elif defined(__CUDA_ARCH__)
   __trap();  // no clusters before sm_90: never launched there
 #endif

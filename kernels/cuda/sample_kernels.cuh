@@ -122,7 +122,8 @@ __device__ inline void SampleBlock(const SampleArgs& a) {
 // scratch cleared by the cluster's first thread, then each thread descends every
 // (cs * blockDim)-th target (the warps' largest raw weights and positive flags merged
 // atomically into the scratch, as SampleDescend does), then, after a cluster barrier, normalises
-// the weights it wrote. One launch instead of a memset and two launches, with the same results.
+// the weights it drew (its first in a register, any others through `weights`). One launch
+// instead of a memset and two launches, with the same results.
 template <int KStatic>
 __device__ inline void SampleCluster(const SampleArgs& a, int32_t cs) {
   const int64_t v = blockIdx.x / cs, base = v * a.batch;
@@ -131,12 +132,17 @@ __device__ inline void SampleCluster(const SampleArgs& a, int32_t cs) {
   const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);
   if (t == 0) a.scratch[2 * v] = a.scratch[2 * v + 1] = 0;
   ClusterSync();
+  float first = 0.0f;  // the raw weight of the thread's first target, kept in a register
   for (int64_t b = t; b - lane < a.batch; b += all) {  // whole warps: every lane reduces
     bool positive = false;
     int32_t top = 0;
     if (b < a.batch) {
       const float w = DescendAndWeigh<KStatic>(a, lay, v, base + b, &positive);
-      a.weights[base + b] = w;
+      if (b == t) {
+        first = w;
+      } else {
+        a.weights[base + b] = w;
+      }
       top = drlhet::OrderedBits(w);
     }
     const int32_t most = __reduce_max_sync(0xffffffffu, top);
@@ -150,7 +156,8 @@ __device__ inline void SampleCluster(const SampleArgs& a, int32_t cs) {
   const float beta = a.beta[v];
   const float largest = drlhet::FromOrderedBits(a.scratch[2 * v]);
   for (int64_t b = t; b < a.batch; b += all) {
-    a.weights[base + b] = drlhet::Weight(a.weights[base + b], largest, beta);
+    const float w = b == t ? first : a.weights[base + b];
+    a.weights[base + b] = drlhet::Weight(w, largest, beta);
   }
   if (t == 0) {
     a.error[v] = drlhet::SampleErrors(a.scratch[2 * v + 1] != 0, beta, a.err_empty, a.err_beta);

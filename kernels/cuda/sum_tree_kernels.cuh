@@ -299,7 +299,7 @@ __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs) {
     ClusterEntryLevels(a, lay, c);
   }
   float* tree = a.nodes + c.v * lay.size;
-  for (int level = c.whole < lay.depth - 1 ? c.whole : lay.depth - 1; level > c.top; --level) {
+  for (int level = c.whole; level > c.top; --level) {  // whole < depth (NarrowTop)
     ClusterSync();  // the level below is written
     if (a.bad[c.v]) continue;
     for (int64_t j = c.t; j < drlhet::NodesAt(lay, level); j += c.all) {

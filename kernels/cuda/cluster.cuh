@@ -5,7 +5,7 @@
 // inside one kernel, spread over up to 8 SMs, instead of in one launch each. A launch is a graph
 // node of its own inside XLA's command buffer, about as costly as a phase of a mid-sized batch.
 // Compiled by nvcc (sm_90 and up; an sm_80 build traps, and the host never launches it there:
-// ClustersSupported) and by the host compiler for the emulation (emu/cuda_emu.h), whose
+// ClusterFits) and by the host compiler for the emulation (emu/cuda_emu.h), whose
 // ClusterSync is a barrier of the cluster's fibers.
 #pragma once
 

@@ -28,34 +28,56 @@ constexpr int kClusterMaxThreads = 128;  // the emulation: a fiber per thread, 6
 #endif
 
 #if defined(__CUDACC__)
-// kernel<<<grid, threads, 0, stream>>>(args...) in clusters of `cluster` blocks (a launch
-// attribute, so that the cluster's size is chosen per call). Errors: cudaGetLastError.
-template <typename... Params, typename... Args>
-inline void LaunchInClusters(void (*kernel)(Params...), unsigned grid, int threads,
-                             unsigned cluster, cudaStream_t stream, Args... args) {
+// A launch of `grid` blocks of `threads` in clusters of `cluster` (a launch attribute, so that
+// the cluster's size is chosen per call); `attribute` must outlive the config.
+inline cudaLaunchConfig_t ClusterConfig(unsigned grid, int threads, unsigned cluster,
+                                        cudaStream_t stream, cudaLaunchAttribute* attribute) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(grid);
   config.blockDim = dim3(static_cast<unsigned>(threads));
   config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = cluster;
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
+  attribute->id = cudaLaunchAttributeClusterDimension;
+  attribute->val.clusterDim.x = cluster;
+  attribute->val.clusterDim.y = 1;
+  attribute->val.clusterDim.z = 1;
   config.attrs = attribute;
   config.numAttrs = 1;
+  return config;
+}
+
+// kernel<<<grid, threads, 0, stream>>>(args...) in clusters of `cluster` blocks. Errors:
+// cudaGetLastError.
+template <typename... Params, typename... Args>
+inline void LaunchInClusters(void (*kernel)(Params...), unsigned grid, int threads,
+                             unsigned cluster, cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config = ClusterConfig(grid, threads, cluster, stream, &attribute);
   cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
 }
 
-// Whether the current device launches clusters (compute capability 9.0 and up).
-inline bool ClustersSupported() {
-  int device = 0, cluster = 0;
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&cluster, cudaDevAttrClusterLaunch, device) == cudaSuccess &&
-         cluster != 0;
+// Whether the current device can run a cluster of kClusterBlocks blocks of `threads` threads of
+// `kernel` (compute capability 9.0 and up, and the blocks' registers fit the GPC's SMs at once):
+// a query, never a failed launch, which would invalidate the stream capture XLA records its
+// command buffers with.
+template <typename Kernel>
+inline bool ClusterFits(Kernel kernel, int threads) {
+  int device = 0, launch = 0, clusters = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&launch, cudaDevAttrClusterLaunch, device) != cudaSuccess ||
+      launch == 0) {
+    return false;
+  }
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config = ClusterConfig(kClusterBlocks, threads, kClusterBlocks,
+                                                  nullptr, &attribute);
+  return cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess &&
+         clusters > 0;
 }
 #else
-inline bool ClustersSupported() { return emu::ClustersSupported(); }
+template <typename Kernel>
+inline bool ClusterFits(Kernel, int) {
+  return emu::ClustersSupported();
+}
 #endif
 
 // Threads per block of a cluster launch over `batch` entries per tree: the batch spread over
@@ -66,9 +88,10 @@ inline int ClusterThreads(int64_t batch) {
   return static_cast<int>(warps * 32 < kClusterMaxThreads ? warps * 32 : kClusterMaxThreads);
 }
 
-// Whether a batch of `batch` entries per tree takes the one-cluster-per-tree path.
-inline bool InClusters(int64_t batch, int64_t cluster_max_batch) {
-  return batch <= cluster_max_batch && ClustersSupported();
+// Whether a batch of `batch` entries per tree takes the one-cluster-per-tree path of `kernel`.
+template <typename Kernel>
+inline bool InClusters(Kernel kernel, int64_t batch, int64_t cluster_max_batch) {
+  return batch <= cluster_max_batch && ClusterFits(kernel, ClusterThreads(batch));
 }
 
 inline unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
@@ -86,7 +109,7 @@ inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet:
     DRLHET_LAUNCH(drlhet_cuda_update_block, trees, kBlockThreads, stream, a);
     return;
   }
-  if (InClusters(a.batch, cluster_max_batch)) {
+  if (InClusters(drlhet_cuda_update_cluster, a.batch, cluster_max_batch)) {
     DRLHET_LAUNCH_CLUSTER(drlhet_cuda_update_cluster, trees * kClusterBlocks,
                           ClusterThreads(a.batch), kClusterBlocks, stream, a, kClusterBlocks);
     return;
@@ -122,9 +145,9 @@ inline void LaunchWeigh(cudaStream_t stream, const SampleArgs& a, int64_t trees,
     }
     return;
   }
-  if (InClusters(a.batch, cluster_max_batch)) {
-    auto kernel = a.k == 16 ? drlhet_cuda_sample_cluster_k16 : drlhet_cuda_sample_cluster;
-    DRLHET_LAUNCH_CLUSTER(kernel, trees * kClusterBlocks, ClusterThreads(a.batch),
+  auto in_cluster = a.k == 16 ? drlhet_cuda_sample_cluster_k16 : drlhet_cuda_sample_cluster;
+  if (InClusters(in_cluster, a.batch, cluster_max_batch)) {
+    DRLHET_LAUNCH_CLUSTER(in_cluster, trees * kClusterBlocks, ClusterThreads(a.batch),
                           kClusterBlocks, stream, a, kClusterBlocks);
     return;
   }

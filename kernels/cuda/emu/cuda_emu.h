@@ -9,8 +9,9 @@
 // thread that returns leaves its barriers, as an exited GPU thread stops counting.
 // `emu::SetSchedule` picks the order the threads start in (forward, reverse or a seeded shuffle,
 // the blocks of a cluster interleaved), so that a read of another thread's write that a barrier
-// does not order is seen in some schedule. A barrier that can never complete (threads of a block waiting at
-// different barriers) fails the launch (`cudaGetLastError`), where a GPU would hang.
+// does not order is seen in some schedule. A barrier that can never complete (threads of a
+// block waiting at different barriers) fails the launch (`cudaGetLastError`), where a GPU would
+// hang.
 // It proves the kernels' logic, their barriers and their launch sequences (what a GPU computes),
 // not their speed; masks other than the full warp, blocks that are not whole warps and the GPU's
 // weaker memory ordering are not modelled. Calls are serialised (`emu::Lock`).
@@ -330,7 +331,8 @@ inline cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStrea
 namespace emu {
 // The barrier of every thread of the cluster (kernels/cuda/cluster.cuh's ClusterSync).
 inline void ClusterSync() { Wait(block->cluster); }
-// Every emulated launch may be in clusters (a GPU: compute capability 9.0 and up).
+// Every emulated launch may be in clusters (a GPU: compute capability 9.0 and up, and room
+// for the cluster's blocks: launch.cuh's ClusterFits).
 inline bool ClustersSupported() { return true; }
 }  // namespace emu
 

@@ -310,3 +310,39 @@ def test_a_cluster_launch_beyond_the_gpus_limits_fails(emu, grid, cluster):
     # more than 8 blocks a cluster, a grid not of whole clusters, no cluster
     seen = np.zeros(grid * 32, np.int32)
     assert emu.drlhet_emu_cluster_ring(grid, 32, cluster, ptr(seen)) == -2
+
+
+@pytest.mark.slow
+def test_random_shapes_through_one_cluster_per_tree_equal_the_oracle_and_the_buffer(emu):
+    """60 random (K, capacity, trees, batch, schedule) through the cluster path: batches of 1 to
+    3000 (one entry per thread and several), kept and dropped entries, duplicates; the sample
+    above 1024 targets a tree. About a minute."""
+    rng = np.random.default_rng(0)
+    for case in range(60):
+        k = int(rng.choice([2, 3, 4, 5, 8, 16, 17, 32, 64]))
+        capacity, trees = int(rng.integers(1, 20000)), int(rng.integers(1, 4))
+        batch = int(rng.integers(1, 1100) if case % 2 else rng.integers(1025, 3000))
+        emu.drlhet_emu_schedule(ctypes.c_int64(int(rng.integers(0, 1000))))
+        nodes = np.stack([random_tree(capacity, k, seed=s + case).nodes for s in range(trees)])
+        idx = rng.integers(0, capacity, (trees, batch)).astype(np.int32)
+        vals = (rng.random((trees, batch)) * 3).astype(F32)
+        keep = rng.random((trees, batch)) < 0.8
+        got, bad, _, _ = emu_update(emu, nodes, capacity, k, idx, vals, keep, (0, 4096, 2**40))
+        assert not bad.any(), case
+        for v in range(trees):
+            want = oracle.write(nodes[v], capacity, k, idx[v], vals[v], keep[v])
+            np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"{case} {v}")
+        if batch <= 1024:
+            continue
+        targets = (rng.random((trees, batch)) * nodes[:, :1]).astype(F32)
+        sizes, betas = [capacity] * trees, [0.5] * trees
+        got = emu_weigh(emu, nodes, capacity, k, targets, sizes, betas, cluster_max=2**40)
+        for v in range(trees):
+            tree = st.SumTreeState(jnp.asarray(nodes[v]), capacity, k)
+            want = buffer_ops.weigh(
+                st.REFERENCE.find, tree, jnp.asarray(targets[v]), jnp.int32(capacity), 0.5
+            )
+            np.testing.assert_array_equal(got[0][v], want[0], err_msg=str(case))
+            np.testing.assert_array_equal(bits(got[1][v]), bits(want[1]), err_msg=str(case))
+            np.testing.assert_allclose(got[2][v], want[2], rtol=5e-7, atol=0)  # host powf
+    emu.drlhet_emu_schedule(ctypes.c_int64(0))

@@ -34,9 +34,9 @@
 #             GPU before): CLUSTER_SWEEP (default "0 65536") as cuda.CLUSTER_MAX_BATCH, the
 #             update, sample and step of cuda at 2^20 leaves, K 16, B 256 1024 4096 16384 65536
 #             (BLOCK_MAX_BATCH 0: no batch in one block; the sample's block still takes up
-#             to 1024), jax in the first run (rows to
-#             $OUT/cluster_<N>.json; not in the default list; about 30 s each). The GPU tests run
-#             the cluster path too (tests/backends/cuda_places.py)
+#             to 1024), jax in the first run (rows to $OUT/cluster_<N>.json; not in the default
+#             list; about 30 s each). The GPU tests run the cluster path too
+#             (tests/backends/cuda_places.py)
 #   kernels   each kernel's duration in the fused step at 2^20 leaves (KERNEL_BATCHES, default
 #             "256 4096"), of KERNEL_BACKENDS (default cuda; jax crashed under ncu), under
 #             Nsight Compute (ncu, each kernel alone, caches flushed before each):

@@ -8,8 +8,8 @@ winners' leaves, then recomputes their ancestors level by level, each node the s
 its K children as the reference sums it: in one block per tree (one launch) for a batch of at
 most `BLOCK_MAX_BATCH`, in one cluster of blocks per tree (one launch, GPUs of compute capability
 9.0 and up) for a batch of at most `CLUSTER_MAX_BATCH`, else one launch per phase and level over
-the whole batch. Both handlers
-are recorded into XLA's command buffers (CUDA graphs) with the rest of the step. ``update``
+the whole batch. Both handlers are recorded into XLA's command buffers (CUDA graphs) with the
+rest of the step. ``update``
 writes the tree in place (``input_output_aliases``; donate the buffer state) and never waits on
 the host: a batch with a bad index or priority is refused whole on the device, as the reference
 refuses it inside jit.

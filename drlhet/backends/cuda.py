@@ -5,14 +5,13 @@ built by CMake on ``pip install`` where ``nvcc`` works) implement the reference'
 ``update`` bit for bit (Zhang, Meng, Prasanna, TPDS 2023, Sec. 5.2: the replay on the GPU). One
 thread descends per target; an update resolves duplicates (the last kept entry wins), writes the
 winners' leaves, then recomputes their ancestors level by level, each node the sequential sum of
-its K children as the reference sums it: in one block per tree (one launch) for a batch of at
-most `BLOCK_MAX_BATCH`, in one cluster of blocks per tree (one launch, GPUs of compute capability
-9.0 and up) for a batch of at most `CLUSTER_MAX_BATCH`, else one launch per phase and level over
-the whole batch. Both handlers are recorded into XLA's command buffers (CUDA graphs) with the
-rest of the step. ``update``
-writes the tree in place (``input_output_aliases``; donate the buffer state) and never waits on
-the host: a batch with a bad index or priority is refused whole on the device, as the reference
-refuses it inside jit.
+its K children as the reference sums it: in one block per tree (one launch) for a batch of at most
+`BLOCK_MAX_BATCH`, in one cluster of blocks per tree (one launch, GPUs of compute capability 9.0
+and up) for a batch of at most `CLUSTER_MAX_BATCH`, else one launch per phase and level over the
+whole batch. Both handlers are recorded into XLA's command buffers (CUDA graphs) with the rest of
+the step. ``update`` writes the tree in place (``input_output_aliases``; donate the buffer state)
+and never waits on the host: a batch with a bad index or priority is refused whole on the device,
+as the reference refuses it inside jit.
 
 On a CPU device the same calls run the same kernels and handler bodies under a host emulation
 of the CUDA execution model (``kernels/cuda/emu``: each block's threads as fibers, barriers and

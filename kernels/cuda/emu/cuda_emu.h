@@ -94,7 +94,6 @@ struct Block {  // the threads, barriers and warp slots of one block, or of one 
   std::deque<unsigned> ready;
   unsigned current = 0;  // the running fiber
   unsigned threads = 0;  // per block
-  unsigned first = 0;    // blockIdx.x of the group's first block
   std::vector<Barrier> syncs;  // one per block
   Barrier cluster;             // every thread of the group
   std::vector<Barrier> warps;
@@ -168,7 +167,6 @@ inline bool RunGroup(Block& blk, unsigned first, unsigned blocks, unsigned threa
   blk.ctx.assign(fibers, ucontext_t{});
   blk.done.assign(fibers, false);
   blk.threads = threads;
-  blk.first = first;
   blk.syncs.assign(blocks, Barrier{threads, 0, {}});
   blk.cluster = Barrier{fibers, 0, {}};
   blk.warps.assign(fibers / 32, Barrier{32, 0, {}});
@@ -203,7 +201,9 @@ void Invoke(void* p) {
 // kernel<<<grid, threads>>>(args...) in clusters of `cluster` blocks: every cluster, one after
 // the other, its blocks' threads together. A bad configuration (a GPU's limits: whole warps
 // here, at most 1024 threads, at most 8 blocks a cluster, a grid of whole clusters) or a
-// barrier that never completes sets the error `cudaGetLastError` returns.
+// barrier that never completes sets the error `cudaGetLastError` returns. __shared__ is one
+// static copy here, shared by the blocks of a cluster while they run together: a kernel launched
+// in clusters keeps in shared memory only what every block writes alike (BlockLayout).
 template <typename Kernel, typename... A>
 void LaunchCluster(Kernel kernel, unsigned grid, unsigned threads, unsigned cluster, A... args) {
   if (grid == 0 || threads == 0 || threads % 32 != 0 || threads > 1024 || cluster == 0 ||

@@ -6,6 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "drlhet/sum_tree.h"
 
@@ -58,20 +61,35 @@ inline void LaunchInClusters(void (*kernel)(Params...), unsigned grid, int threa
 // Whether the current device can run a cluster of kClusterBlocks blocks of `threads` threads of
 // `kernel` (compute capability 9.0 and up, and the blocks' registers fit the GPC's SMs at once):
 // a query, never a failed launch, which would invalidate the stream capture XLA records its
-// command buffers with.
+// command buffers with. Asked once per (device, kernel, threads), then remembered: without
+// XLA's command buffers a handler runs on the host at every call, and the occupancy query is
+// host work of its own.
 template <typename Kernel>
 inline bool ClusterFits(Kernel kernel, int threads) {
-  int device = 0, launch = 0, clusters = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&launch, cudaDevAttrClusterLaunch, device) != cudaSuccess ||
-      launch == 0) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
     return false;
   }
-  cudaLaunchAttribute attribute;
-  const cudaLaunchConfig_t config = ClusterConfig(kClusterBlocks, threads, kClusterBlocks,
-                                                  nullptr, &attribute);
-  return cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess &&
-         clusters > 0;
+  static std::mutex mutex;
+  static std::map<std::tuple<int, const void*, int>, bool> known;
+  const auto key = std::make_tuple(device, reinterpret_cast<const void*>(kernel), threads);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  int launch = 0, clusters = 0;
+  cudaError_t e = cudaDeviceGetAttribute(&launch, cudaDevAttrClusterLaunch, device);
+  if (e == cudaSuccess && launch != 0) {
+    cudaLaunchAttribute attribute;
+    const cudaLaunchConfig_t config = ClusterConfig(kClusterBlocks, threads, kClusterBlocks,
+                                                    nullptr, &attribute);
+    e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+  }
+  // a refused query is an answer (take another path), not the call's error: the handler reads
+  // cudaGetLastError after its launches
+  if (e != cudaSuccess) (void)cudaGetLastError();
+  const bool fits = e == cudaSuccess && clusters > 0;
+  known.emplace(key, fits);
+  return fits;
 }
 #else
 template <typename Kernel>

@@ -37,6 +37,9 @@
 #             to 1024), jax in the first run (rows to $OUT/cluster_<N>.json; not in the default
 #             list; about 30 s each). The GPU tests run the cluster path too
 #             (tests/backends/cuda_places.py)
+#   pick      the path thresholds from the rows of the cluster and narrow stages above
+#             (experiments/pick_cuda_paths.py: $OUT/cuda_paths.json, the evidence, and
+#             $OUT/cuda_paths.env); the stages after it run with them (not in the default list)
 #   kernels   each kernel's duration in the fused step at 2^20 leaves (KERNEL_BATCHES, default
 #             "256 4096"), of KERNEL_BACKENDS (default cuda; jax crashed under ncu), under
 #             Nsight Compute (ncu, each kernel alone, caches flushed before each):
@@ -45,6 +48,10 @@
 #             Not in the default list; after a kernel change: build tests quick kernels probe
 #             (KERNEL_ARGS: more bench_replay flags, e.g. --cuda-cluster-max-batch 16384)
 #   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
+# CUDA_CLUSTER_MAX_BATCH and CUDA_NARROW_MAX_NODES, set in the environment or by the pick stage,
+# are the thresholds (drlhet.backends.cuda's CLUSTER_MAX_BATCH, NARROW_MAX_NODES) that the
+# quick, train, bench, profile, split and kernels stages run with (train, profile and split
+# through experiments/with_cuda_paths.py); unset, the library's own.
 # DEADLINE_S (seconds from the start) caps every stage's limit so the whole run ends in time,
 # and skips a stage that would get under 15 s: the device time of a lent machine is counted.
 # Usage: OUT=results/raw/gpu experiments/gpu_checks.sh [stage ...]
@@ -62,6 +69,23 @@ if [ -n "${WHEELS:-}" ] && [ -d "$WHEELS" ]; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/drlhet-site "$WHEELS"/*.whl && export PYTHONPATH=/tmp/drlhet-site
 fi
+
+paths() {  # PATH_FLAGS for bench_replay.py and RUN for the other commands, from CUDA_* above
+  PATH_FLAGS=""
+  local wrap=""
+  if [ -n "${CUDA_CLUSTER_MAX_BATCH:-}" ]; then
+    PATH_FLAGS+=" --cuda-cluster-max-batch $CUDA_CLUSTER_MAX_BATCH"
+    wrap+=" --cluster-max-batch $CUDA_CLUSTER_MAX_BATCH"
+  fi
+  if [ -n "${CUDA_NARROW_MAX_NODES:-}" ]; then
+    PATH_FLAGS+=" --cuda-narrow-max-nodes $CUDA_NARROW_MAX_NODES"
+    wrap+=" --narrow-max-nodes $CUDA_NARROW_MAX_NODES"
+  fi
+  RUN=$PY
+  [ -n "$wrap" ] && RUN="$PY experiments/with_cuda_paths.py$wrap --"
+  return 0
+}
+paths
 
 stage() {  # stage NAME LIMIT_S COMMAND...: runs with a time limit, logs to $OUT/NAME.log
   local name=$1 limit=$2
@@ -95,10 +119,10 @@ for s in "${stages[@]}"; do
     quick)
       stage quick 200 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
         --batches 4096 --branchings ${QUICK_BRANCHINGS:-16} --modes fused --no-peers \
-        --no-thread-scaling --no-limits ${QUICK_ARGS:-} --out "$OUT/bench_quick.json" ;;
+        --no-thread-scaling --no-limits $PATH_FLAGS ${QUICK_ARGS:-} --out "$OUT/bench_quick.json" ;;
     train)
       for b in ${TRAIN_BACKENDS:-cuda jax}; do
-        stage "train_$b" 240 $PY -m drlhet train --backend "$b" --seeds 3 \
+        stage "train_$b" 240 $RUN -m drlhet train --backend "$b" --seeds 3 \
           --stop-at-return 475 --no-progress --out "${RUNS:-$OUT/runs}" --name "dqn-cartpole-$b-gpu"
       done ;;
     bench)
@@ -106,13 +130,13 @@ for s in "${stages[@]}"; do
         --modes fused --ops ${BENCH_OPS:-step} --no-plain \
         --capacities ${BENCH_CAPACITIES:-16384 1048576 4194304} \
         --batches ${BENCH_BATCHES:-32 256 1024 4096 16384 65536} --branchings 16 \
-        --no-peers --no-thread-scaling --no-limits --repeats 3 \
+        --no-peers --no-thread-scaling --no-limits --repeats 3 $PATH_FLAGS \
         --out "$OUT/bench_replay_gpu.json" ;;
     profile)
-      stage profile 300 $PY experiments/profile_gpu.py --out "$OUT/gpu_profile.json" ;;
+      stage profile 300 $RUN experiments/profile_gpu.py --out "$OUT/gpu_profile.json" ;;
     split)  # mappings split between the host CPU and the GPU (never run on a GPU before)
       for k in 0 4; do
-        stage "split_k$k" 240 $PY -m drlhet train --delay $k --stop-at-return 475 \
+        stage "split_k$k" 240 $RUN -m drlhet train --delay $k --stop-at-return 475 \
           --mapping "${SPLIT_MAPPING:-actors=cpu:0,replay=native@cpu:0,learner=gpu:0}" \
           --no-progress --out "${RUNS:-$OUT/runs}" --name "split-k$k"
       done ;;
@@ -143,6 +167,17 @@ for s in "${stages[@]}"; do
           --cuda-cluster-max-batch "$cm" --out "$OUT/cluster_$cm.json"
         backends=cuda
       done ;;
+    pick)  # the thresholds the rows of the cluster and narrow stages say, for the later stages
+      rm -f "$OUT/cuda_paths.env"
+      files=$(ls "$OUT"/cluster_*.json "$OUT"/narrow_*.json 2>/dev/null)
+      [ -z "$files" ] && { echo "== pick: skipped, no cluster or narrow rows in $OUT"; continue; }
+      stage pick 30 $PY experiments/pick_cuda_paths.py --rows $files \
+        --out "$OUT/cuda_paths.json" --env-out "$OUT/cuda_paths.env"
+      if [ -f "$OUT/cuda_paths.env" ]; then
+        set -a; . "$OUT/cuda_paths.env"; set +a
+        paths
+        echo "== the later stages run with:$PATH_FLAGS"
+      fi ;;
     kernels)  # which kernel holds the step back: ncu times each one alone
       ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)}
       [ -z "$ncu" ] && { echo "== kernels: skipped, no ncu (Nsight Compute) here"; continue; }
@@ -151,7 +186,8 @@ for s in "${stages[@]}"; do
           $PY experiments/bench_replay.py --device gpu \
           --capacities 1048576 --batches ${KERNEL_BATCHES:-256 4096} --branchings 16 \
           --backends $b --no-plain --ops step --modes fused --no-peers --no-thread-scaling \
-          --no-limits --repeats 1 --gpu-steps 16 ${KERNEL_ARGS:-} --out "/tmp/kernels_$b.json"
+          --no-limits --repeats 1 --gpu-steps 16 $PATH_FLAGS ${KERNEL_ARGS:-} \
+          --out "/tmp/kernels_$b.json"
       done
       # ncu's table lies in each stage's log among the program's own lines (kernel_times.py
       # reads the quoted CSV lines only)

@@ -1,0 +1,198 @@
+"""The CUDA backend's path thresholds, picked from the steps that ``bench_replay.py`` measured.
+
+The cuda update and sample take one of three paths by batch size (``drlhet.backends.cuda``):
+one block per tree up to ``BLOCK_MAX_BATCH``, one cluster of 8 blocks per tree up to
+``CLUSTER_MAX_BATCH`` (compute capability 9.0 and up), else a launch per phase and level, whose
+levels of at most ``NARROW_MAX_NODES`` nodes one block per tree recomputes. Which is fastest
+where is a property of the GPU, found by measuring: ``experiments/gpu_checks.sh cluster`` times
+the step with the cluster path off (``CLUSTER_SWEEP`` 0) and on, ``narrow`` with each
+``NARROW_SWEEP`` value. This script reads those rows and picks:
+
+- ``CLUSTER_MAX_BATCH``: the largest measured batch above ``BLOCK_MAX_BATCH`` up to which the
+  cluster path's step beats the per-level path's by at least ``margin`` at every measured batch
+  (0 when it loses at the first);
+- ``NARROW_MAX_NODES``: over the measured batches that keep the per-level path (above the
+  picked ``CLUSTER_MAX_BATCH``), the value of the best geometric mean of the step, where it beats
+  the current value's by ``margin``.
+
+Where the rows cannot decide, the current value stays, and the reason is printed. The choice is
+*measured* (on the GPU that wrote the rows), for those shapes only (capacity, K). It prints the
+evidence, writes it as JSON, and writes ``CUDA_CLUSTER_MAX_BATCH=...`` and
+``CUDA_NARROW_MAX_NODES=...`` lines for ``gpu_checks.sh`` to read before its later stages
+(``experiments/with_cuda_paths.py`` runs a command with them).
+
+Usage:
+  python experiments/pick_cuda_paths.py --rows cluster_0.json cluster_65536.json narrow_*.json \\
+      --env-out cuda_paths.env --out cuda_paths.json
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+
+import tyro
+
+
+@dataclasses.dataclass
+class Args:
+    rows: tuple[Path, ...]
+    """``bench_replay.py`` row files (the ``cluster`` and ``narrow`` stages' output)."""
+    capacity: int = 2**20
+    branching: int = 16
+    block_max_batch: int = 1024
+    """The library's ``BLOCK_MAX_BATCH``: a batch no larger takes the one-block path, so the
+    cluster path is only picked above it."""
+    cluster_max_batch: int = 0
+    """The current ``CLUSTER_MAX_BATCH``, kept where the rows cannot decide."""
+    narrow_max_nodes: int = 4096
+    """The current ``NARROW_MAX_NODES``, kept where the rows cannot decide (the ``cluster``
+    stage's runs use it)."""
+    margin: float = 1.03
+    """How much faster (step items/s) a change must be than what it replaces."""
+    out: Path = Path("cuda_paths.json")
+    env_out: Path | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One measured cuda step: its batch, the path thresholds it ran with, items/s."""
+
+    batch: int
+    block: int
+    narrow: int
+    cluster: int
+    rate: float
+
+
+def load(paths: tuple[Path, ...]) -> list[dict]:
+    """Every row of ``paths``; ``ValueError`` naming a file that is missing or holds no list."""
+    rows: list[dict] = []
+    for path in paths:
+        if not path.is_file():
+            raise ValueError(f"no rows file {path}")
+        data = json.loads(path.read_text())
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: not a list of bench_replay rows")
+        rows += data
+    return rows
+
+
+def cuda_steps(rows: list[dict], capacity: int, branching: int) -> list[Step]:
+    """The fused cuda steps at (capacity, K) that say which thresholds they ran with."""
+    block, narrow, cluster = (
+        "cuda_block_max_batch",
+        "cuda_narrow_max_nodes",
+        "cuda_cluster_max_batch",
+    )
+    keys = (block, narrow, cluster)
+    return [
+        Step(r["batch"], int(r[block]), int(r[narrow]), int(r[cluster]), float(r["items_per_s"]))
+        for r in rows
+        if r.get("impl") == "drlhet-cuda" and r.get("op") == "step" and r.get("mode") == "fused"
+        and r.get("capacity") == capacity and r.get("branching") == branching
+        and all(r.get(k) is not None for k in keys)
+    ]  # fmt: skip
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def pick_cluster(steps: list[Step], args: Args) -> tuple[int, list[dict], str]:
+    """``CLUSTER_MAX_BATCH``, the evidence per batch, and why. Only runs that kept the batch off
+    the one-block path and used the current narrow limit compare (the ``cluster`` stage's)."""
+    runs = [s for s in steps if s.block < s.batch and s.narrow == args.narrow_max_nodes]
+    evidence: list[dict] = []
+    for batch in sorted({s.batch for s in runs if s.batch > args.block_max_batch}):
+        on = _mean([s.rate for s in runs if s.batch == batch and s.cluster >= batch])
+        off = _mean([s.rate for s in runs if s.batch == batch and s.cluster < batch])
+        if on is not None and off is not None:
+            evidence.append(
+                {"batch": batch, "cluster_items_per_s": on, "per_level_items_per_s": off,
+                 "ratio": on / off, "wins": on >= args.margin * off}
+            )  # fmt: skip
+    if not evidence:
+        return args.cluster_max_batch, evidence, "no batch above BLOCK_MAX_BATCH measured both ways"
+    chosen = 0
+    for e in evidence:
+        if not e["wins"]:
+            break
+        chosen = e["batch"]
+    if chosen == 0:
+        first = evidence[0]["batch"]
+        return 0, evidence, f"the cluster path does not win by >= {args.margin}x at B {first}"
+    return chosen, evidence, f"the cluster path wins by >= {args.margin}x up to B {chosen}"
+
+
+def pick_narrow(steps: list[Step], cluster: int, args: Args) -> tuple[int, list[dict], str]:
+    """``NARROW_MAX_NODES`` for the batches the per-level path keeps (above ``cluster``), by
+    the geometric mean of their steps; the evidence per value, and why."""
+    runs = [s for s in steps if s.block < s.batch and s.cluster < s.batch]
+    batches = sorted({s.batch for s in runs if s.batch > max(cluster, args.block_max_batch)})
+    if not batches:
+        return args.narrow_max_nodes, [], "no batch keeps the per-level path"
+    evidence: list[dict] = []
+    for narrow in sorted({s.narrow for s in runs}, reverse=True):
+        rates = [
+            _mean([s.rate for s in runs if s.narrow == narrow and s.batch == b]) for b in batches
+        ]
+        known = [r for r in rates if r is not None]
+        if len(known) == len(batches):
+            gmean = math.exp(sum(math.log(r) for r in known) / len(known))
+            evidence.append(
+                {"narrow_max_nodes": narrow, "batches": batches, "gmean_items_per_s": gmean}
+            )
+    current = [e for e in evidence if e["narrow_max_nodes"] == args.narrow_max_nodes]
+    if not evidence or not current:
+        why = f"the current value {args.narrow_max_nodes} was not measured at B {batches}"
+        return args.narrow_max_nodes, evidence, why
+    best = max(evidence, key=lambda e: e["gmean_items_per_s"])
+    if best["gmean_items_per_s"] >= args.margin * current[0]["gmean_items_per_s"]:
+        return best["narrow_max_nodes"], evidence, f"the best geometric mean over B {batches}"
+    why = f"no value beats {args.narrow_max_nodes} by >= {args.margin}x over B {batches}"
+    return args.narrow_max_nodes, evidence, why
+
+
+def main(args: Args) -> dict:
+    try:
+        steps = cuda_steps(load(args.rows), args.capacity, args.branching)
+    except ValueError as err:
+        sys.exit(f"error: {err}")
+    if not steps:
+        sys.exit(f"error: no fused cuda step rows at capacity {args.capacity}, K {args.branching}")
+    cluster, cluster_evidence, cluster_why = pick_cluster(steps, args)
+    narrow, narrow_evidence, narrow_why = pick_narrow(steps, cluster, args)
+    print(
+        f"== the cluster path against the per-level path, step items/s (measured), "
+        f"margin {args.margin}"
+    )
+    for e in cluster_evidence:
+        print(f"B {e['batch']:6d}: {e['cluster_items_per_s'] / 1e6:9.1f}M vs "
+              f"{e['per_level_items_per_s'] / 1e6:9.1f}M = {e['ratio']:.2f}x")  # fmt: skip
+    print(f"CLUSTER_MAX_BATCH = {cluster} ({cluster_why})")
+    for e in narrow_evidence:
+        print(f"NARROW_MAX_NODES {e['narrow_max_nodes']:6d}: geometric mean "
+              f"{e['gmean_items_per_s'] / 1e6:9.1f}M over B {e['batches']}")  # fmt: skip
+    print(f"NARROW_MAX_NODES = {narrow} ({narrow_why})")
+    result = {
+        "cluster_max_batch": cluster, "cluster_why": cluster_why,
+        "cluster_evidence": cluster_evidence,
+        "narrow_max_nodes": narrow, "narrow_why": narrow_why, "narrow_evidence": narrow_evidence,
+        "capacity": args.capacity, "branching": args.branching, "margin": args.margin,
+        "measured": "picked from the rows' items/s, measured where they were written",
+    }  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    if args.env_out is not None:
+        args.env_out.write_text(
+            f"CUDA_CLUSTER_MAX_BATCH={cluster}\nCUDA_NARROW_MAX_NODES={narrow}\n"
+        )
+    return result
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

@@ -1,0 +1,71 @@
+"""Runs a Python module or script with the CUDA backend's path thresholds set.
+
+``drlhet.backends.cuda`` reads ``BLOCK_MAX_BATCH``, ``CLUSTER_MAX_BATCH`` and
+``NARROW_MAX_NODES`` when a program is traced; ``bench_replay.py`` has flags for them, the other
+commands do not. This wrapper sets them, then runs the command in the same process, so that
+``experiments/gpu_checks.sh`` can train and profile with the thresholds its ``pick`` stage chose
+(``experiments/pick_cuda_paths.py``) before they become the library's defaults.
+
+Usage:
+  python experiments/with_cuda_paths.py --cluster-max-batch 16384 -- -m drlhet train ...
+  python experiments/with_cuda_paths.py --narrow-max-nodes 1024 -- experiments/profile_gpu.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import runpy
+import sys
+
+import tyro
+
+NAMES = ("block_max_batch", "cluster_max_batch", "narrow_max_nodes")
+
+
+@dataclasses.dataclass
+class Args:
+    block_max_batch: int | None = None
+    """``drlhet.backends.cuda.BLOCK_MAX_BATCH`` (None: the library's)."""
+    cluster_max_batch: int | None = None
+    """``drlhet.backends.cuda.CLUSTER_MAX_BATCH`` (None: the library's; 0: off)."""
+    narrow_max_nodes: int | None = None
+    """``drlhet.backends.cuda.NARROW_MAX_NODES`` (None: the library's)."""
+
+
+def apply(args: Args) -> dict[str, int]:
+    """Sets the given thresholds in ``drlhet.backends.cuda``; returns every threshold's value.
+    A negative one raises ``ValueError`` naming it, before anything is set."""
+    for name in NAMES:
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
+    from drlhet.backends import cuda
+
+    for name in NAMES:
+        if getattr(args, name) is not None:
+            setattr(cuda, name.upper(), int(getattr(args, name)))
+    return {name: int(getattr(cuda, name.upper())) for name in NAMES}
+
+
+def main(argv: list[str]) -> None:
+    if "--" not in argv or argv.index("--") == len(argv) - 1:
+        sys.exit("error: give the command after `--` (-m MODULE ... or SCRIPT ...)")
+    split = argv.index("--")
+    command = argv[split + 1 :]
+    if command[0] == "-m" and len(command) < 2:
+        sys.exit("error: -m needs a module name")
+    try:
+        values = apply(tyro.cli(Args, args=argv[:split]))
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+    print("cuda paths: " + ", ".join(f"{k.upper()} {v}" for k, v in values.items()), flush=True)
+    if command[0] == "-m":
+        sys.argv = [command[1], *command[2:]]
+        runpy.run_module(command[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = command
+        runpy.run_path(command[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

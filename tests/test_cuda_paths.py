@@ -1,0 +1,135 @@
+"""experiments/pick_cuda_paths.py and with_cuda_paths.py: the CUDA path thresholds picked from
+measured rows, and a command run with them (the rows are written out here; on a GPU they come
+from gpu_checks.sh's `cluster` and `narrow` stages)."""
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def experiments(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))
+    return importlib.import_module("pick_cuda_paths"), importlib.import_module("with_cuda_paths")
+
+
+def row(batch, rate, block=0, narrow=4096, cluster=0, impl="drlhet-cuda", op="step", k=16):
+    return {
+        "impl": impl, "op": op, "mode": "fused", "capacity": 2**20, "batch": batch,
+        "branching": k, "cuda_block_max_batch": block, "cuda_narrow_max_nodes": narrow,
+        "cuda_cluster_max_batch": cluster, "items_per_s": rate,
+    }  # fmt: skip
+
+
+def write(tmp_path, name, rows):
+    path = tmp_path / name
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def pick(experiments, tmp_path, files, **kw):
+    picker = experiments[0]
+    args = picker.Args(rows=tuple(files), out=tmp_path / "p.json", env_out=tmp_path / "p.env", **kw)
+    return picker.main(args), (tmp_path / "p.env").read_text()
+
+
+def cluster_rows(tmp_path, on: dict, off: dict):
+    """The `cluster` stage's two files: per level (0) and one cluster per tree (65536)."""
+    per_level = [row(b, r) for b, r in off.items()] + [row(b, 1.0, impl="drlhet-jax") for b in off]
+    clustered = [row(b, r, cluster=65536) for b, r in on.items()]
+    return write(tmp_path, "cluster_0.json", per_level), write(tmp_path, "c.json", clustered)
+
+
+def test_the_cluster_threshold_is_the_last_batch_of_an_unbroken_run_of_wins(experiments, tmp_path):
+    off = {256: 8e6, 1024: 20e6, 4096: 70e6, 16384: 280e6, 65536: 1000e6}
+    on = {256: 1e6, 1024: 1e6, 4096: 130e6, 16384: 300e6, 65536: 900e6}  # 256, 1024: one block
+    result, env = pick(experiments, tmp_path, cluster_rows(tmp_path, on, off))
+    assert result["cluster_max_batch"] == 16384
+    assert [e["batch"] for e in result["cluster_evidence"]] == [4096, 16384, 65536]
+    assert [e["wins"] for e in result["cluster_evidence"]] == [True, True, False]
+    assert "CUDA_CLUSTER_MAX_BATCH=16384\n" in env and "CUDA_NARROW_MAX_NODES=4096\n" in env
+    # a win after a loss does not count; a gain within the margin is no win
+    on |= {4096: 71e6, 65536: 2000e6}
+    result, env = pick(experiments, tmp_path, cluster_rows(tmp_path, on, off))
+    assert result["cluster_max_batch"] == 0 and "CUDA_CLUSTER_MAX_BATCH=0\n" in env
+
+
+def test_the_narrow_limit_is_picked_over_the_batches_the_per_level_path_keeps(
+    experiments, tmp_path
+):
+    off = {4096: 70e6, 16384: 280e6, 65536: 1000e6}
+    on = {4096: 130e6, 16384: 300e6, 65536: 100e6}  # not a per-level step: never averaged in
+    files = list(cluster_rows(tmp_path, on, off))
+    narrow = {4096: {4096: 70e6, 16384: 280e6, 65536: 1000e6},
+              1024: {4096: 10e6, 16384: 10e6, 65536: 1200e6},  # best where it matters: 65536
+              0: {4096: 90e6, 16384: 400e6, 65536: 1010e6}}  # fmt: skip
+    for n, rates in narrow.items():
+        rows = [row(b, r, block=1024, narrow=n) for b, r in rates.items()]
+        files.append(write(tmp_path, f"narrow_{n}.json", rows))
+    result, env = pick(experiments, tmp_path, files)
+    assert result["cluster_max_batch"] == 16384 and result["narrow_max_nodes"] == 1024
+    assert "CUDA_NARROW_MAX_NODES=1024\n" in env
+    assert {e["narrow_max_nodes"] for e in result["narrow_evidence"]} == {4096, 1024, 0}
+    # the current value kept when no other beats it by the margin
+    result, _ = pick(experiments, tmp_path, files, margin=1.25)
+    assert result["narrow_max_nodes"] == 4096 and "no value beats 4096" in result["narrow_why"]
+
+
+def test_rows_that_cannot_decide_keep_the_current_values(experiments, tmp_path):
+    only_off = write(tmp_path, "o.json", [row(4096, 70e6), row(256, 8e6, cluster=65536)])
+    result, env = pick(experiments, tmp_path, [only_off], cluster_max_batch=8192)
+    assert result["cluster_max_batch"] == 8192 and "measured both ways" in result["cluster_why"]
+    assert result["narrow_max_nodes"] == 4096 and "CUDA_CLUSTER_MAX_BATCH=8192\n" in env
+
+
+def test_missing_or_foreign_rows_are_refused_with_one_line(experiments, tmp_path):
+    picker = experiments[0]
+    with pytest.raises(SystemExit, match="no rows file"):
+        picker.main(picker.Args(rows=(tmp_path / "none.json",), out=tmp_path / "p.json"))
+    jax_only = write(tmp_path, "j.json", [row(4096, 1.0, impl="drlhet-jax")])
+    with pytest.raises(SystemExit, match="no fused cuda step rows at capacity 1048576, K 16"):
+        picker.main(picker.Args(rows=(jax_only,), out=tmp_path / "p.json"))
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_a_command_runs_with_the_thresholds_set_and_the_library_keeps_its_own(tmp_path):
+    from drlhet.backends import cuda
+
+    before = (cuda.BLOCK_MAX_BATCH, cuda.CLUSTER_MAX_BATCH, cuda.NARROW_MAX_NODES)
+    script = tmp_path / "show.py"
+    script.write_text(
+        "import sys\nfrom drlhet.backends import cuda\n"
+        "print(cuda.CLUSTER_MAX_BATCH, cuda.NARROW_MAX_NODES, cuda.BLOCK_MAX_BATCH, sys.argv[1:])\n"
+    )
+    wrapper = [sys.executable, str(REPO / "experiments" / "with_cuda_paths.py")]
+    out = subprocess.run(
+        [*wrapper, "--cluster-max-batch", "16384", "--narrow-max-nodes", "0", "--", script, "x"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert out.splitlines()[-1] == f"16384 0 {before[0]} ['x']"
+    assert "CLUSTER_MAX_BATCH 16384" in out.splitlines()[0]
+    module = subprocess.run(
+        [*wrapper, "--cluster-max-batch", "8", "--", "-m", "drlhet", "backends", "--help"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "CLUSTER_MAX_BATCH 8" in module and "usage" in module.lower()
+    assert (cuda.BLOCK_MAX_BATCH, cuda.CLUSTER_MAX_BATCH, cuda.NARROW_MAX_NODES) == before
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--cluster-max-batch", "8"], "give the command after `--`"),
+        (["--cluster-max-batch", "-1", "--", "x.py"], "--cluster-max-batch must be >= 0, got -1"),
+        (["--", "-m"], "-m needs a module name"),
+    ],
+)
+def test_the_wrapper_refuses_bad_input_with_one_line(experiments, argv, message):
+    with pytest.raises(SystemExit, match=message):
+        experiments[1].main(argv)

@@ -39,7 +39,8 @@
 #             (tests/backends/cuda_places.py)
 #   pick      the path thresholds from the rows of the cluster and narrow stages above
 #             (experiments/pick_cuda_paths.py: $OUT/cuda_paths.json, the evidence, and
-#             $OUT/cuda_paths.env); the stages after it run with them (not in the default list)
+#             $OUT/cuda_paths.env); the stages after it run with them (not in the default list;
+#             skipped when the tests stage of the same run failed)
 #   kernels   each kernel's duration in the fused step at 2^20 leaves (KERNEL_BATCHES, default
 #             "256 4096"), of KERNEL_BACKENDS (default cuda; jax crashed under ncu), under
 #             Nsight Compute (ncu, each kernel alone, caches flushed before each):
@@ -86,6 +87,7 @@ paths() {  # PATH_FLAGS for bench_replay.py and RUN for the other commands, from
   return 0
 }
 paths
+declare -A STAGE_RC  # each stage's exit status
 
 stage() {  # stage NAME LIMIT_S COMMAND...: runs with a time limit, logs to $OUT/NAME.log
   local name=$1 limit=$2
@@ -99,6 +101,7 @@ stage() {  # stage NAME LIMIT_S COMMAND...: runs with a time limit, logs to $OUT
   echo "== $name (limit ${limit}s): $*"
   timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
+  STAGE_RC[$name]=$rc
   echo "== $name: exit $rc after $((SECONDS - t0)) s"
   tail -n "${TAIL:-15}" "$OUT/$name.log"
 }
@@ -169,6 +172,10 @@ for s in "${stages[@]}"; do
       done ;;
     pick)  # the thresholds the rows of the cluster and narrow stages say, for the later stages
       rm -f "$OUT/cuda_paths.env"
+      if [ "${STAGE_RC[tests]:-0}" != 0 ]; then  # a path that gives wrong bits is no choice
+        echo "== pick: skipped, the tests stage failed (exit ${STAGE_RC[tests]}): library defaults"
+        continue
+      fi
       files=$(ls "$OUT"/cluster_*.json "$OUT"/narrow_*.json 2>/dev/null)
       [ -z "$files" ] && { echo "== pick: skipped, no cluster or narrow rows in $OUT"; continue; }
       stage pick 30 $PY experiments/pick_cuda_paths.py --rows $files \

@@ -6,28 +6,46 @@
 // node of its own inside XLA's command buffer, about as costly as a phase of a mid-sized batch.
 // Compiled by nvcc (sm_90 and up; an sm_80 build traps, and the host never launches it there:
 // ClusterFits) and by the host compiler for the emulation (emu/cuda_emu.h), whose
-// ClusterSync is a barrier of the cluster's fibers.
+// ClusterArrive and ClusterWait are the two halves of a barrier of the cluster's fibers. The
+// halves let a thread start work that needs nobody else's writes (a descent, the loads of its
+// entry) while the cluster's other threads arrive.
 #pragma once
 
 namespace drlhet_cuda {
 
 #if defined(__CUDACC__)
-// Every thread of every block of the cluster arrives before any goes on; the global memory
+// The first half of the cluster's barrier: this thread has arrived, and its global memory
 // writes before it (tree nodes, winners, the tree's words) are seen by every thread of the
-// cluster after it. Called by every thread of the cluster. Not the `.aligned` forms: those
-// require the warp to be converged at the barrier, which inline assembly after a divergent
-// branch (a winner's write) does not guarantee.
-__device__ inline void ClusterSync() {
+// cluster after its ClusterWait. The thread goes on with work that needs nobody else's writes;
+// it must ClusterWait before it arrives again or exits. Not the `.aligned` forms: those require
+// the warp to be converged at the barrier, which inline assembly after a divergent branch (a
+// winner's write) does not guarantee.
+__device__ inline void ClusterArrive() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   __threadfence();  // the writes to global memory first, as for a grid-wide handoff
   asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
-  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
 #elif defined(__CUDA_ARCH__)
   __trap();  // no clusters before sm_90: never launched there
 #endif
 }
-#else
-inline void ClusterSync() { emu::ClusterSync(); }
+
+// The second half: returns once every thread of every block of the cluster has arrived.
+__device__ inline void ClusterWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+#elif defined(__CUDA_ARCH__)
+  __trap();
 #endif
+}
+#else
+inline void ClusterArrive() { emu::ClusterArrive(); }
+inline void ClusterWait() { emu::ClusterWait(); }
+#endif
+
+// Every thread of every block of the cluster arrives before any goes on (both halves).
+__device__ inline void ClusterSync() {
+  ClusterArrive();
+  ClusterWait();
+}
 
 }  // namespace drlhet_cuda

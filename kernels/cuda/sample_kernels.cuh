@@ -118,39 +118,43 @@ __device__ inline void SampleBlock(const SampleArgs& a) {
   if (threadIdx.x == 0) a.error[v] = drlhet::SampleErrors(any != 0, beta, a.err_empty, a.err_beta);
 }
 
-// The whole sample of tree blockIdx.x / cs by one cluster of cs blocks (cluster.cuh): its
-// scratch cleared by the cluster's first thread, then each thread descends every
-// (cs * blockDim)-th target (the warps' largest raw weights and positive flags merged
-// atomically into the scratch, as SampleDescend does), then, after a cluster barrier, normalises
-// the weights it drew (its first in a register, any others through `weights`). One launch
-// instead of a memset and two launches, with the same results.
+// The whole sample of tree blockIdx.x / cs by one cluster of cs blocks (cluster.cuh): the
+// cluster's first thread clears the tree's scratch and every thread arrives at the cluster's
+// barrier, then descends every (cs * blockDim)-th target while the others arrive (the descent
+// reads no one's writes); each thread keeps the largest raw weight and whether a probability
+// is > 0 of its targets, its warp merges them, and after the barrier's wait (the scratch is
+// clear) merges them atomically into the scratch, as SampleDescend does. After a second
+// barrier each thread normalises the weights it drew (its first in a register, any others
+// through `weights`). One launch instead of a memset and two, with the same results: a maximum
+// and an OR in any order.
 template <int KStatic>
 __device__ inline void SampleCluster(const SampleArgs& a, int32_t cs) {
   const int64_t v = blockIdx.x / cs, base = v * a.batch;
   const int64_t t = (blockIdx.x % cs) * blockDim.x + threadIdx.x, all = cs * blockDim.x;
-  const int64_t lane = threadIdx.x & 31;
   const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);
   if (t == 0) a.scratch[2 * v] = a.scratch[2 * v + 1] = 0;
-  ClusterSync();
+  ClusterArrive();
   float first = 0.0f;  // the raw weight of the thread's first target, kept in a register
-  for (int64_t b = t; b - lane < a.batch; b += all) {  // whole warps: every lane reduces
-    bool positive = false;
-    int32_t top = 0;
-    if (b < a.batch) {
-      const float w = DescendAndWeigh<KStatic>(a, lay, v, base + b, &positive);
-      if (b == t) {
-        first = w;
-      } else {
-        a.weights[base + b] = w;
-      }
-      top = drlhet::OrderedBits(w);
+  int32_t top = 0;
+  bool positive = false;
+  for (int64_t b = t; b < a.batch; b += all) {
+    bool p = false;
+    const float w = DescendAndWeigh<KStatic>(a, lay, v, base + b, &p);
+    if (b == t) {
+      first = w;
+    } else {
+      a.weights[base + b] = w;
     }
-    const int32_t most = __reduce_max_sync(0xffffffffu, top);
-    const bool any = __any_sync(0xffffffffu, positive);
-    if (lane == 0) {
-      if (most > 0) atomicMax(a.scratch + 2 * v, most);
-      if (any) atomicOr(a.scratch + 2 * v + 1, 1);
-    }
+    const int32_t bits = drlhet::OrderedBits(w);
+    top = bits > top ? bits : top;
+    positive = positive || p;
+  }
+  const int32_t most = __reduce_max_sync(0xffffffffu, top);  // every lane of the warp is here
+  const bool any = __any_sync(0xffffffffu, positive);
+  ClusterWait();  // the scratch is clear
+  if ((threadIdx.x & 31) == 0) {
+    if (most > 0) atomicMax(a.scratch + 2 * v, most);
+    if (any) atomicOr(a.scratch + 2 * v + 1, 1);
   }
   ClusterSync();
   const float beta = a.beta[v];

@@ -94,18 +94,39 @@ __device__ inline void Reset(const UpdateArgs& a, int64_t i) {
   }
 }
 
-// Phase 1: entry i's errors into its tree's bad word, or its position into its leaf's winner
+// An update entry as its claim reads it (the inputs only, no workspace): its tree and
+// position, its error bits, whether it is taken (kept, no error), its leaf and leaf value, and
+// its raw priority's OrderedBits when taken by a checked update (else 0).
+struct EntryClaim {
+  Slot s;
+  int32_t err, leaf, top;
+  float value;
+  bool live, take;
+};
+
+__device__ inline EntryClaim ReadClaim(const UpdateArgs& a, int64_t i, bool live) {
+  EntryClaim e{};
+  e.live = live;
+  if (!live) return e;
+  e.s = SlotOf(i, a.batch);
+  e.err = EntryErrors(a, i, e.s.tree);
+  e.take = e.err == 0 && a.keep[i];
+  e.leaf = a.indices[i];
+  e.value = a.values[i];
+  e.top = e.take && a.raw != nullptr ? drlhet::OrderedBits(a.raw[i]) : 0;
+  return e;
+}
+
+// Phase 1: an entry's errors into its tree's bad word, or its position into its leaf's winner
 // (atomicMax is WinnerMerge done atomically: the largest kept position wins) and its raw
-// priority into the tree's maximum. Every thread of the warp calls it (with live false where it
-// has no entry), so that the warp's entries of one tree are merged before the atomics on the
-// tree's words.
-__device__ inline void ClaimEntry(const UpdateArgs& a, int64_t i, bool live) {
-  const Slot s = live ? SlotOf(i, a.batch) : Slot{0, 0};
-  const int64_t v = s.tree;
-  const int32_t err = live ? EntryErrors(a, i, v) : 0;
-  const bool take = live && err == 0 && a.keep[i];
-  if (take) atomicMax(a.winner + v * a.capacity + a.indices[i], static_cast<int32_t>(s.pos));
-  const int32_t top = take && a.raw != nullptr ? drlhet::OrderedBits(a.raw[i]) : 0;
+// priority into the tree's maximum. Every thread of the warp calls it (with a claim that is not
+// live where it has no entry), so that the warp's entries of one tree are merged before the
+// atomics on the tree's words.
+__device__ inline void CommitClaim(const UpdateArgs& a, const EntryClaim& e) {
+  const int64_t v = e.s.tree;
+  if (e.take) atomicMax(a.winner + v * a.capacity + e.leaf, static_cast<int32_t>(e.s.pos));
+  const int32_t err = e.err, top = e.top;
+  const bool live = e.live;
   // a warp's entries belong to one tree unless the batch is not a multiple of 32
   const int64_t v0 = __shfl_sync(0xffffffffu, v, 0);
   const bool one_tree = __all_sync(0xffffffffu, !live || v == v0);
@@ -120,6 +141,10 @@ __device__ inline void ClaimEntry(const UpdateArgs& a, int64_t i, bool live) {
   }
   if (err) atomicOr(a.bad + v, err);
   if (top > 0) atomicMax(a.max_bits + v, top);
+}
+
+__device__ inline void ClaimEntry(const UpdateArgs& a, int64_t i, bool live) {
+  CommitClaim(a, ReadClaim(a, i, live));
 }
 
 // Phase 1 over the whole batch of every tree: thread i, entry i if there is one.
@@ -250,18 +275,18 @@ __device__ inline void ClusterEntryLevels(const UpdateArgs& a, const drlhet::Tre
   }
 }
 
-// The same for a batch of at most `all` entries: each thread's one entry (its index, value and
-// whether it won) is read once, not again at every level (BlockLevelsOneEach's reasoning).
+// The same for a batch of at most `all` entries: each thread's one entry (its claim, read
+// before the claims: its index, value and whether it was taken) is kept in registers, not read
+// again at every level (BlockLevelsOneEach's reasoning).
 __device__ inline void ClusterEntryLevelsOneEach(const UpdateArgs& a,
                                                  const drlhet::TreeLayout& lay,
-                                                 const ClusterPlace& c) {
-  const int64_t i = c.base + c.t;
-  const bool kept = c.t < a.batch && a.keep[i] && !a.bad[c.v];  // a refused tree: no winner
-  const int32_t leaf = kept ? a.indices[i] : 0;  // valid where kept in a tree not refused
-  const bool won =
-      kept && drlhet::IsWinner(a.winner[c.v * a.capacity + leaf], static_cast<int32_t>(c.t), true);
+                                                 const ClusterPlace& c, const EntryClaim& e) {
+  // a taken entry's leaf is in [0, C) (no error); a refused tree has no winner
+  const int32_t leaf = e.take ? e.leaf : 0;
+  const int32_t win = a.winner[c.v * a.capacity + leaf];
+  const bool won = e.take && !a.bad[c.v] && drlhet::IsWinner(win, static_cast<int32_t>(c.t), true);
   float* tree = a.nodes + c.v * lay.size;
-  if (won) tree[lay.offsets[lay.depth] + leaf] = a.values[i];
+  if (won) tree[lay.offsets[lay.depth] + leaf] = e.value;
   uint32_t node = static_cast<uint32_t>(leaf);  // a won leaf is in [0, C), C < 2^31
   for (int level = lay.depth - 1; level > c.whole; --level) {
     ClusterSync();  // the level below is written (the leaves, at the first level)
@@ -288,12 +313,17 @@ __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs) {
   c.top = drlhet::NarrowTop(lay, a.batch, blockDim.x);
   const int64_t lane = threadIdx.x & 31;
   for (int64_t b = c.t; b < a.batch; b += c.all) Reset(a, c.base + b);
-  ClusterSync();
-  for (int64_t b = c.t; b - lane < a.batch; b += c.all) ClaimEntry(a, c.base + b, b < a.batch);
+  ClusterArrive();  // the resets before any claim; meanwhile the thread reads its first entry
+  const EntryClaim first = ReadClaim(a, c.base + c.t, c.t < a.batch);
+  ClusterWait();
+  CommitClaim(a, first);  // every thread of the warp (first.live false past the batch)
+  for (int64_t b = c.t + c.all; b - lane < a.batch; b += c.all) {
+    ClaimEntry(a, c.base + b, b < a.batch);
+  }
   ClusterSync();
   if (c.t == 0) Finish(a, c.v);
   if (a.batch <= c.all) {  // the same in every thread of the cluster
-    ClusterEntryLevelsOneEach(a, lay, c);
+    ClusterEntryLevelsOneEach(a, lay, c, first);
   } else {
     for (int64_t b = c.t; b < a.batch; b += c.all) Leaf(a, c.base + b, lay);
     ClusterEntryLevels(a, lay, c);

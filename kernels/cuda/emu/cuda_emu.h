@@ -7,8 +7,13 @@
 // in a plain launch); the warp collectives the kernels use (__shfl_sync, __all_sync,
 // __any_sync, __reduce_or_sync, __reduce_max_sync) are barriers of 32 over per-lane slots; a
 // thread that returns leaves its barriers, as an exited GPU thread stops counting.
+// ClusterArrive and ClusterWait are its two halves (a thread goes on after arriving; a wait without
+// an arrive, two arrives, or an exit between them fails the launch, where a GPU's behaviour is
+// undefined).
 // `emu::SetSchedule` picks the order the threads start in (forward, reverse or a seeded shuffle,
-// the blocks of a cluster interleaved), so that a read of another thread's write that a barrier
+// the blocks of a cluster interleaved; reversed, the threads a barrier releases run before
+// those not yet started; a shuffle resumes a random ready thread at each switch, so that one
+// thread may lag far behind the others), so that a read of another thread's write that a barrier
 // does not order is seen in some schedule. A barrier that can never complete (threads of a
 // block waiting at different barriers) fails the launch (`cudaGetLastError`), where a GPU would
 // hang.
@@ -85,6 +90,16 @@ struct Barrier {
   std::vector<unsigned> waiting;
 };
 
+// The cluster's barrier, in two halves as on a GPU (barrier.cluster.arrive, .wait): a thread
+// that arrives goes on; its wait returns once every thread of the cluster that has not
+// exited has arrived. `pending` holds, per fiber, 1 + the phase it arrived at (0: none).
+struct SplitBarrier {
+  unsigned expected = 0, arrived = 0;
+  uint64_t phase = 0;
+  std::vector<unsigned> waiting;
+  std::vector<uint64_t> pending;
+};
+
 constexpr size_t kStack = 64 * 1024;
 
 struct Block {  // the threads, barriers and warp slots of one block, or of one cluster's blocks
@@ -95,7 +110,8 @@ struct Block {  // the threads, barriers and warp slots of one block, or of one 
   unsigned current = 0;  // the running fiber
   unsigned threads = 0;  // per block
   std::vector<Barrier> syncs;  // one per block
-  Barrier cluster;             // every thread of the group
+  SplitBarrier cluster;        // every thread of the group
+  bool misused = false;        // a wait without an arrive, an arrive twice, an exit between
   std::vector<Barrier> warps;
   std::vector<uint64_t> slots;  // one per fiber, for the warp collectives
   void (*body)(void*) = nullptr;
@@ -113,10 +129,20 @@ inline char* Stack(unsigned t) {
   return stacks[t].get();
 }
 
+// Fibers that a barrier releases resume after the fibers already ready, or, in the reversed
+// schedule, before them (the threads that started first run ahead of those not yet started).
+inline void Resume(std::vector<unsigned>& waiting) {
+  if (schedule == 1) {
+    block->ready.insert(block->ready.begin(), waiting.begin(), waiting.end());
+  } else {
+    block->ready.insert(block->ready.end(), waiting.begin(), waiting.end());
+  }
+  waiting.clear();
+}
+
 inline void Release(Barrier& b) {
   b.arrived = 0;
-  for (unsigned t : b.waiting) block->ready.push_back(t);
-  b.waiting.clear();
+  Resume(b.waiting);
 }
 
 // From the running fiber back to the block's scheduler, until the fiber is resumed.
@@ -139,6 +165,38 @@ inline void Wait(Barrier& b) {
 inline void Drop(Barrier& b) {
   --b.expected;
   if (b.arrived > 0 && b.arrived == b.expected) Release(b);
+}
+
+inline void Complete(SplitBarrier& b) {  // every thread has arrived: the waits return
+  b.arrived = 0;
+  ++b.phase;
+  Resume(b.waiting);
+}
+
+inline void Arrive(SplitBarrier& b) {
+  const unsigned t = block->current;
+  if (b.pending[t] != 0) block->misused = true;  // arrived twice without a wait
+  b.pending[t] = b.phase + 1;
+  if (++b.arrived == b.expected) Complete(b);
+}
+
+inline void WaitArrived(SplitBarrier& b) {
+  const unsigned t = block->current;
+  if (b.pending[t] == 0) {
+    block->misused = true;  // a wait without an arrive
+    return;
+  }
+  if (b.phase < b.pending[t]) {  // the phase it arrived at is not complete
+    b.waiting.push_back(t);
+    Yield();
+  }
+  b.pending[t] = 0;
+}
+
+inline void Drop(SplitBarrier& b) {
+  if (b.pending[block->current] != 0) block->misused = true;  // exited between the halves
+  --b.expected;
+  if (b.arrived > 0 && b.arrived == b.expected) Complete(b);
 }
 
 inline void FiberMain() {
@@ -168,7 +226,8 @@ inline bool RunGroup(Block& blk, unsigned first, unsigned blocks, unsigned threa
   blk.done.assign(fibers, false);
   blk.threads = threads;
   blk.syncs.assign(blocks, Barrier{threads, 0, {}});
-  blk.cluster = Barrier{fibers, 0, {}};
+  blk.cluster = SplitBarrier{fibers, 0, 0, {}, std::vector<uint64_t>(fibers, 0)};
+  blk.misused = false;
   blk.warps.assign(fibers / 32, Barrier{32, 0, {}});
   blk.slots.assign(fibers, 0);
   for (unsigned t : StartOrder(fibers, first)) {
@@ -179,7 +238,11 @@ inline bool RunGroup(Block& blk, unsigned first, unsigned blocks, unsigned threa
     makecontext(&blk.ctx[t], FiberMain, 0);
     blk.ready.push_back(t);
   }
+  std::mt19937_64 pick(static_cast<uint64_t>(schedule) * 7919u + first);
   while (!blk.ready.empty()) {
+    if (schedule > 1) {  // a shuffled schedule also resumes a random ready fiber each time
+      std::swap(blk.ready.front(), blk.ready[pick() % blk.ready.size()]);
+    }
     blk.current = blk.ready.front();
     blk.ready.pop_front();
     threadIdx = dim3(blk.current % threads);
@@ -189,7 +252,8 @@ inline bool RunGroup(Block& blk, unsigned first, unsigned blocks, unsigned threa
     swapcontext(&blk.main, &blk.ctx[blk.current]);
     DRLHET_FIBER_SWITCHED(fake_stack, nullptr, nullptr);
   }
-  return std::all_of(blk.done.begin(), blk.done.end(), [](bool d) { return d; });
+  return !blk.misused &&
+         std::all_of(blk.done.begin(), blk.done.end(), [](bool d) { return d; });
 }
 
 template <typename Kernel, typename Args>
@@ -329,8 +393,14 @@ inline cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStrea
 }
 
 namespace emu {
-// The barrier of every thread of the cluster (kernels/cuda/cluster.cuh's ClusterSync).
-inline void ClusterSync() { Wait(block->cluster); }
+// The barrier of every thread of the cluster, in its two halves (kernels/cuda/cluster.cuh's
+// ClusterArrive, ClusterWait), and whole (ClusterSync).
+inline void ClusterArrive() { Arrive(block->cluster); }
+inline void ClusterWait() { WaitArrived(block->cluster); }
+inline void ClusterSync() {
+  Arrive(block->cluster);
+  WaitArrived(block->cluster);
+}
 // Every emulated launch may be in clusters (a GPU: compute capability 9.0 and up, and room
 // for the cluster's blocks: launch.cuh's ClusterFits).
 inline bool ClustersSupported() { return true; }

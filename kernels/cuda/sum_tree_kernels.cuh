@@ -296,12 +296,13 @@ __device__ inline void ClusterEntryLevelsOneEach(const UpdateArgs& a,
 }
 
 // The whole update of tree blockIdx.x / cs by one cluster of cs blocks (cluster.cuh): the
-// per-level path's phases (reset, claim, leaves and Finish, then the levels from the leaves'
-// parents up) over the cluster's cs * blockDim threads, each taking every (cs * blockDim)-th
-// entry or node, with a cluster barrier where the per-level path ends a launch; the levels of
-// at most min(batch, blockDim) nodes by the cluster's first block alone, after the last cluster
-// barrier, as drlhet_cuda_update_top does. No thread returns before that barrier. The same
-// writes as the per-level path, so the same bits; plain or checked (a.raw).
+// per-level path's phases (reset, claim, leaves, then the levels from the leaves' parents up)
+// over the cluster's cs * blockDim threads, each taking every (cs * blockDim)-th entry or node,
+// with a cluster barrier where the per-level path ends a launch; the levels of at most
+// min(batch, blockDim) nodes by the cluster's first block alone, after the last cluster
+// barrier, as drlhet_cuda_update_top does, and meanwhile Finish by the last block. No thread
+// returns before that barrier. The same writes as the per-level path, so the same bits; plain
+// or checked (a.raw).
 __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs) {
   const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);
   ClusterPlace c{};
@@ -321,7 +322,6 @@ __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs) {
     ClaimEntry(a, c.base + b, b < a.batch);
   }
   ClusterSync();
-  if (c.t == 0) Finish(a, c.v);
   if (a.batch <= c.all) {  // the same in every thread of the cluster
     ClusterEntryLevelsOneEach(a, lay, c, first);
   } else {
@@ -337,6 +337,8 @@ __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs) {
     }
   }
   ClusterSync();
+  // the claims are long in: Finish by the last block's first thread, off the levels' path
+  if (c.t == c.all - blockDim.x) Finish(a, c.v);
   if (c.t >= blockDim.x || a.bad[c.v]) return;  // the same in every thread of a block
   for (int level = c.top; level >= 0; --level) {
     for (int64_t j = threadIdx.x; j < drlhet::NodesAt(lay, level); j += blockDim.x) {

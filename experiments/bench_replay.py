@@ -97,6 +97,10 @@ class Args:
     """``drlhet.backends.cuda.CLUSTER_MAX_BATCH`` for this run (None: the library's, 0 = off): the
     largest batch per tree the cuda backend's update and sample run in one cluster of blocks per
     tree (GPUs of compute capability 9.0 and up)."""
+    cuda_key_targets: bool = True
+    """Let the cuda backend draw the sample's targets inside its sample call from the key
+    (``TreeOps.weigh_key``, where it reproduces jax's draw); ``--no-cuda-key-targets``: the
+    targets from XLA's kernel, as before. Rows record it (``cuda_key_targets``)."""
     out: Path = Path("results/bench_replay.json")
 
 
@@ -206,7 +210,9 @@ def main(args: Args) -> list[dict]:
     ) -> dict:
         ops = backends_api.tree_ops(backend)
         if plain:  # the backend's find and write only, the rest in XLA
-            ops = ops._replace(weigh=None, update=None)
+            ops = ops._replace(weigh=None, update=None, weigh_key=None)
+        elif not args.cuda_key_targets:
+            ops = ops._replace(weigh_key=None)
         fns = make_prioritized_replay(capacity, batch, branching=k, tree_ops=ops)
         example = jax.tree.map(lambda x: x[0], transitions(1))
         with jax.default_device(device_of(backend)):  # built where the backend runs
@@ -454,10 +460,13 @@ def main(args: Args) -> list[dict]:
             """The update-path settings a cuda row ran with (None for other backends)."""
             names = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH")
             if not impl.startswith("drlhet-cuda"):
-                return {f"cuda_{n.lower()}": None for n in names}
+                return {f"cuda_{n.lower()}": None for n in names} | {"cuda_key_targets": None}
             from drlhet.backends import cuda
 
-            return {f"cuda_{n.lower()}": int(getattr(cuda, n)) for n in names}
+            key_targets = args.cuda_key_targets and not impl.endswith("-plain")
+            return {f"cuda_{n.lower()}": int(getattr(cuda, n)) for n in names} | {
+                "cuda_key_targets": key_targets
+            }
 
         def where(impl: str) -> dict:
             """The row's device and what its speed is the speed of."""

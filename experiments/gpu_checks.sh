@@ -37,6 +37,10 @@
 #             to 1024), jax in the first run (rows to $OUT/cluster_<N>.json; not in the default
 #             list; about 30 s each). The GPU tests run the cluster path too
 #             (tests/backends/cuda_places.py)
+#   targets   the sample's targets drawn in the cuda sample call from the key (the default,
+#             TreeOps.weigh_key) against XLA's kernel drawing them (--no-cuda-key-targets): the
+#             sample and step of cuda at 2^20 leaves, K 16, B 256 and 4096 (rows to
+#             $OUT/targets_key.json, $OUT/targets_xla.json; not in the default list; ~30 s)
 #   pick      the path thresholds from the rows of the cluster and narrow stages above
 #             (experiments/pick_cuda_paths.py: $OUT/cuda_paths.json, the evidence, and
 #             $OUT/cuda_paths.env); the stages after it run with them (not in the default list;
@@ -169,6 +173,15 @@ for s in "${stages[@]}"; do
           --no-thread-scaling --no-limits --cuda-block-max-batch 0 \
           --cuda-cluster-max-batch "$cm" --out "$OUT/cluster_$cm.json"
         backends=cuda
+      done ;;
+    targets)  # the targets drawn in the sample's kernel from the key, or by XLA before it
+      for t in key xla; do
+        flag=--cuda-key-targets
+        [ $t = xla ] && flag=--no-cuda-key-targets
+        stage "targets_$t" 90 $PY experiments/bench_replay.py --device gpu \
+          --capacities 1048576 --batches 256 4096 --branchings 16 --backends cuda \
+          --ops sample step --modes fused --no-plain --no-peers --no-thread-scaling --no-limits \
+          $PATH_FLAGS $flag --out "$OUT/targets_$t.json"
       done ;;
     pick)  # the thresholds the rows of the cluster and narrow stages say, for the later stages
       rm -f "$OUT/cuda_paths.env"

@@ -8,10 +8,12 @@ winners' leaves, then recomputes their ancestors level by level, each node the s
 its K children as the reference sums it: in one block per tree (one launch) for a batch of at most
 `BLOCK_MAX_BATCH`, in one cluster of blocks per tree (one launch, GPUs of compute capability 9.0
 and up) for a batch of at most `CLUSTER_MAX_BATCH`, else one launch per phase and level over the
-whole batch. Both handlers are recorded into XLA's command buffers (CUDA graphs) with the rest of
-the step. ``update`` writes the tree in place (``input_output_aliases``; donate the buffer state)
-and never waits on the host: a batch with a bad index or priority is refused whole on the device,
-as the reference refuses it inside jit.
+whole batch. The buffer's sample is one call too (`weigh`), its targets drawn inside it from the
+sample's key where the kernels reproduce jax's draw bit for bit (`weigh_key`, `draws_like_jax`).
+Every handler is recorded into XLA's command buffers (CUDA graphs) with the rest of the step.
+``update`` writes the tree in place (``input_output_aliases``; donate the buffer state) and never
+waits on the host: a batch with a bad index or priority is refused whole on the device, as the
+reference refuses it inside jit.
 
 On a CPU device the same calls run the same kernels and handler bodies under a host emulation
 of the CUDA execution model (``kernels/cuda/emu``: each block's threads as fibers, barriers and
@@ -47,6 +49,8 @@ __all__ = [
     "find",
     "update",
     "weigh",
+    "weigh_key",
+    "draws_like_jax",
     "update_checked",
     "gpu_devices",
 ]
@@ -55,6 +59,7 @@ FFI_TARGETS = {
     "DrlhetCudaFind": "drlhet_cuda_find",
     "DrlhetCudaUpdate": "drlhet_cuda_update",
     "DrlhetCudaWeigh": "drlhet_cuda_weigh",
+    "DrlhetCudaWeighKey": "drlhet_cuda_weigh_key",
     "DrlhetCudaUpdateChecked": "drlhet_cuda_update_checked",
 }
 """The FFI handlers the library exports, and the custom-call targets they are registered as."""
@@ -182,21 +187,69 @@ def weigh(
     """
     _check(tree)
     targets = jnp.asarray(targets, jnp.float32)
+    return _weigh_call("drlhet_cuda_weigh", tree, targets, targets.shape, size, beta)
+
+
+def _weigh_call(target, tree, second, shape, size, beta, **attrs):
+    """The sample's custom call (``target``) with its second operand (targets or key words) and
+    its ``[B]`` outputs of ``shape``: (indices, probabilities, weights, error)."""
     lead = tree.nodes.shape[:-1]  # trees stacked without vmap: one row each
     out = (
-        jax.ShapeDtypeStruct(targets.shape, jnp.int32),
-        jax.ShapeDtypeStruct(targets.shape, jnp.float32),
-        jax.ShapeDtypeStruct(targets.shape, jnp.float32),
+        jax.ShapeDtypeStruct(shape, jnp.int32),
+        jax.ShapeDtypeStruct(shape, jnp.float32),
+        jax.ShapeDtypeStruct(shape, jnp.float32),
         jax.ShapeDtypeStruct(lead, jnp.int32),
         jax.ShapeDtypeStruct((*lead, 2), jnp.int32),
     )
-    call = jax.ffi.ffi_call("drlhet_cuda_weigh", out, vmap_method="broadcast_all")
+    call = jax.ffi.ffi_call(target, out, vmap_method="broadcast_all")
     indices, probs, weights, error, _ = call(
-        tree.nodes, targets, jnp.asarray(size, jnp.int32), jnp.asarray(beta, jnp.float32),
+        tree.nodes, second, jnp.asarray(size, jnp.int32), jnp.asarray(beta, jnp.float32),
         err_empty=np.int64(checks.ERR_EMPTY), err_beta=np.int64(checks.ERR_BETA),
-        cluster_max_batch=np.int64(CLUSTER_MAX_BATCH), **tree_attrs(tree),
+        cluster_max_batch=np.int64(CLUSTER_MAX_BATCH), **attrs, **tree_attrs(tree),
     )  # fmt: skip
     return indices, probs, weights, error
+
+
+def draws_like_jax(key: jax.Array, batch_size: int, stratified: bool) -> bool:
+    """Whether the kernels can draw the buffer's targets from ``key`` bit for bit
+    (``kernels/include/drlhet/jax_random.h``): a threefry2x32 key (typed, or raw uint32 words
+    under that default) with jax's partitionable layout, and for stratified targets a batch that
+    is a power of two (so that ``total / B`` is exact however XLA divides). Decided when traced.
+    """
+    if not jax.config.jax_threefry_partitionable:  # type: ignore[attr-defined]
+        return False
+    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.dtype != jnp.uint32 or key.shape[-1:] != (2,):
+            return False
+        key = jax.random.wrap_key_data(key)  # raw words: the default generator's key
+    generator = str(jax.random.key_impl(key))
+    power_of_two = batch_size > 0 and batch_size & (batch_size - 1) == 0
+    return generator == "threefry2x32" and (power_of_two or not stratified)
+
+
+def weigh_key(
+    tree: SumTreeState,
+    key: jax.Array,
+    size: jax.Array,
+    beta: jax.Array,
+    batch_size: int,
+    stratified: bool = True,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array] | None:
+    """CUDA `TreeOps.weigh_key`: the buffer's whole sample in one custom call, its targets drawn
+    in the descent's kernel from ``key`` as `drlhet.replay.prioritized.sample_targets` draws
+    them: ``(tree, key, size [] int32, beta [] float32, B, stratified) -> (indices [B] int32,
+    probabilities [B], weights [B], error [] int32)``, equal bit for bit to `weigh` over those
+    targets, without XLA's kernel that computes them. None where `draws_like_jax` says no (the
+    buffer then draws the targets in XLA and calls `weigh`).
+    """
+    if not draws_like_jax(key, batch_size, stratified):
+        return None
+    _check(tree)
+    words = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+    words = jnp.asarray(words, jnp.uint32)
+    shape = (*tree.nodes.shape[:-1], batch_size)  # stacked trees without vmap: one row each
+    return _weigh_call("drlhet_cuda_weigh_key", tree, words, shape, size, beta,
+                       stratified=np.int64(stratified))  # fmt: skip
 
 
 def update_checked(
@@ -257,7 +310,7 @@ def _load() -> TreeOps:
         raise BackendUnavailable(
             f"no GPU (JAX sees no CUDA device here: jax[cuda] and a driver), and {e}"
         ) from None
-    return TreeOps(find, update, weigh=weigh, update=update_checked)
+    return TreeOps(find, update, weigh=weigh, update=update_checked, weigh_key=weigh_key)
 
 
 BACKEND = register(

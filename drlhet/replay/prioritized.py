@@ -268,13 +268,19 @@ def _sample(
         probs = probs.astype(spec.dtype)
         weights, error = buffer_ops.is_weights(probs, state.size, beta)
     else:
-        targets = _targets(spec, state.tree, key)
-        if spec.ops.weigh is not None:  # the backend's own, in one call
-            beta_f = jnp.asarray(beta, spec.dtype)
+        beta_f = jnp.asarray(beta, spec.dtype)
+        drawn = None
+        if spec.ops.weigh_key is not None:  # the backend's own, its targets drawn there
+            b, strat = spec.batch_size, spec.stratified
+            drawn = spec.ops.weigh_key(state.tree, key, state.size, beta_f, b, strat)
+        if drawn is not None:  # None: it cannot draw these (the key's generator, B)
+            indices, probs, weights, error = drawn
+        elif spec.ops.weigh is not None:  # the backend's own, in one call
+            targets = _targets(spec, state.tree, key)
             indices, probs, weights, error = spec.ops.weigh(state.tree, targets, state.size, beta_f)
         elif spec.ops.find is not None:
             indices, probs, weights, error = buffer_ops.weigh(
-                spec.ops.find, state.tree, targets, state.size, beta
+                spec.ops.find, state.tree, _targets(spec, state.tree, key), state.size, beta
             )
         else:
             raise ValueError("the tree primitives have neither `find` nor `draw`")
@@ -286,15 +292,21 @@ def _sample(
     return PrioritizedSample(indices, state.stamps[indices], data, probs, weights, error)
 
 
+def sample_targets(
+    key: jax.Array, total: jax.Array, batch_size: int, stratified: bool = True, dtype=jnp.float32
+) -> jax.Array:
+    """``[B]`` prefix-sum targets in ``[0, total)`` drawn from ``key``: stratified (target i in
+    the i-th ``1/B`` of the total) or i.i.d. What a backend that draws the targets inside its own
+    sample call (`TreeOps.weigh_key`) reproduces bit for bit."""
+    uniform = jax.random.uniform(key, (batch_size,), dtype)
+    if stratified:
+        return (jnp.arange(batch_size, dtype=dtype) + uniform) * (total / batch_size)
+    return uniform * total
+
+
 def _targets(spec: _Spec, tree: SumTreeState, key: jax.Array) -> jax.Array:
-    """``[B]`` prefix-sum targets in ``[0, total)``: stratified (one per ``1/B`` of the total)
-    or i.i.d."""
-    dtype, b = spec.dtype, spec.batch_size
-    tot = sum_tree.total(tree)
-    uniform = jax.random.uniform(key, (b,), dtype)
-    if spec.stratified:
-        return (jnp.arange(b, dtype=dtype) + uniform) * (tot / b)
-    return uniform * tot
+    """The sample's ``[B]`` targets (`sample_targets`) from the tree's total."""
+    return sample_targets(key, sum_tree.total(tree), spec.batch_size, spec.stratified, spec.dtype)
 
 
 def _update_priorities(

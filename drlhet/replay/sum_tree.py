@@ -356,6 +356,12 @@ class TreeOps(NamedTuple):
       weigh: None (the buffer runs `drlhet.replay.buffer_ops.weigh` over ``find``), or the
         backend's own: ``(tree, targets [B], size [] int32, beta [] float) -> (indices [B]
         int32, probabilities [B], weights [B], error [] int32)``, equal to it bit for bit.
+      weigh_key: None, or the backend's own sample with its targets drawn inside the call:
+        ``(tree, key, size [] int32, beta [] float, batch_size, stratified) -> (indices [B]
+        int32, probabilities [B], weights [B], error [] int32)``, equal bit for bit to ``weigh``
+        over `drlhet.replay.prioritized.sample_targets`; it returns None (at trace time) where
+        it cannot draw those targets (another generator, a batch it cannot scale exactly), and
+        the buffer then computes them.
       update: None (the buffer runs `drlhet.replay.buffer_ops.update` over ``write``), or the
         backend's own: ``(tree, indices [B] int32, raw [B], values [B], keep [B] bool, size [],
         max_priority [], error []) -> (tree, max_priority, error)``, equal to it bit for bit.
@@ -368,6 +374,7 @@ class TreeOps(NamedTuple):
     numbers: str = "float"
     weigh: Callable[..., tuple[jax.Array, jax.Array, jax.Array, jax.Array]] | None = None
     update: Callable[..., tuple[Any, jax.Array, jax.Array]] | None = None
+    weigh_key: Callable[..., tuple[jax.Array, jax.Array, jax.Array, jax.Array] | None] | None = None
 
 
 REFERENCE = TreeOps(descend, write)

@@ -15,9 +15,12 @@
 //                        weights over their maximum, error bits), serially
 //   drlhet_update_checked_phases  the GPU's checked update (reset, claim with the buffer's
 //                        checks and maximum, leaves, levels, finish), serially
+//   drlhet_key_targets   the sample targets a kernel draws from the sample's key
+//                        (drlhet/jax_random.h): jax.random's bits and uniforms, and the targets
 #include <cstdint>
 #include <vector>
 
+#include "drlhet/jax_random.h"
 #include "drlhet/prioritized.h"
 #include "drlhet/sum_tree.h"
 
@@ -178,6 +181,18 @@ int drlhet_update_checked_phases(float* tree, int64_t capacity, int k, const int
   *max_out = drlhet::NewMaximum(max_in, bad ? 0.0f : drlhet::FromOrderedBits(most));
   *err_out = err_in | bad;
   return 0;
+}
+
+// For positions 0..n-1 of a batch of n drawn with the threefry2x32 key (k0, k1) from a tree
+// whose root is `total`: bits[i] (jax.random.bits), uniform[i] (jax.random.uniform) and
+// targets[i] (TargetFromKey, stratified or not).
+void drlhet_key_targets(uint32_t k0, uint32_t k1, int64_t n, float total, int stratified,
+                        uint32_t* bits, float* uniform, float* targets) {
+  for (int64_t i = 0; i < n; ++i) {
+    bits[i] = drlhet::RandomBits32(k0, k1, static_cast<uint64_t>(i));
+    uniform[i] = drlhet::UniformFromBits(bits[i]);
+    targets[i] = drlhet::TargetFromKey(k0, k1, i, n, total, stratified != 0);
+  }
 }
 
 }  // extern "C"

@@ -157,35 +157,80 @@ inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> n
   return LastError("drlhet_cuda_update_checked");
 }
 
-inline ffi::Error WeighImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
-                     ffi::Buffer<ffi::F32> targets, ffi::Buffer<ffi::S32> size,
-                     ffi::Buffer<ffi::F32> beta, ffi::ResultBuffer<ffi::S32> indices,
-                     ffi::ResultBuffer<ffi::F32> probs, ffi::ResultBuffer<ffi::F32> weights,
-                     ffi::ResultBuffer<ffi::S32> error, ffi::ResultBuffer<ffi::S32> work,
-                     int64_t branching, int64_t capacity, int64_t err_empty, int64_t err_beta,
-                     int64_t cluster_max_batch) {
+// The sample's shape checks and launches, its targets given (`targets`, [n]) or drawn from
+// each tree's key (`key`, [V, 2]); `name` for the errors.
+inline ffi::Error Weigh(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes, const float* targets,
+                        const uint32_t* key, int64_t stratified, int64_t n, bool inputs_match,
+                        ffi::Buffer<ffi::S32> size, ffi::Buffer<ffi::F32> beta,
+                        ffi::ResultBuffer<ffi::S32> indices, ffi::ResultBuffer<ffi::F32> probs,
+                        ffi::ResultBuffer<ffi::F32> weights, ffi::ResultBuffer<ffi::S32> error,
+                        ffi::ResultBuffer<ffi::S32> work, int64_t branching, int64_t capacity,
+                        int64_t err_empty, int64_t err_beta, int64_t cluster_max_batch,
+                        const char* name) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
   if (auto err = Trees(branching, capacity, nodes.element_count(), &lay, &trees); err.failure()) {
     return err;
   }
-  const int64_t n = targets.element_count();
-  if (n == 0 || n % trees != 0 || indices->element_count() != n || probs->element_count() != n ||
-      weights->element_count() != n || size.element_count() != trees ||
-      beta.element_count() != trees || error->element_count() != trees ||
-      work->element_count() != 2 * trees) {
-    return ffi::Error::InvalidArgument("drlhet_cuda_weigh: operand shapes do not match");
+  if (!inputs_match || n == 0 || n % trees != 0 || indices->element_count() != n ||
+      probs->element_count() != n || weights->element_count() != n ||
+      size.element_count() != trees || beta.element_count() != trees ||
+      error->element_count() != trees || work->element_count() != 2 * trees) {
+    return ffi::Error::InvalidArgument(std::string(name) + ": operand shapes do not match");
   }
-  SampleArgs a{nodes.typed_data(),    capacity,
-                            static_cast<int32_t>(branching), targets.typed_data(),
-                            n / trees,             n,
-                            size.typed_data(),     beta.typed_data(),
-                            indices->typed_data(), probs->typed_data(),
-                            weights->typed_data(), error->typed_data(),
-                            work->typed_data(),    static_cast<int32_t>(err_empty),
-                            static_cast<int32_t>(err_beta)};
+  SampleArgs a{};
+  a.nodes = nodes.typed_data();
+  a.capacity = capacity;
+  a.k = static_cast<int32_t>(branching);
+  a.targets = targets;
+  a.batch = n / trees;
+  a.n = n;
+  a.size = size.typed_data();
+  a.beta = beta.typed_data();
+  a.indices = indices->typed_data();
+  a.probs = probs->typed_data();
+  a.weights = weights->typed_data();
+  a.error = error->typed_data();
+  a.scratch = work->typed_data();
+  a.err_empty = static_cast<int32_t>(err_empty);
+  a.err_beta = static_cast<int32_t>(err_beta);
+  a.key = key;
+  a.stratified = static_cast<int32_t>(stratified);
   LaunchWeigh(stream, a, trees, cluster_max_batch);
-  return LastError("drlhet_cuda_weigh");
+  return LastError(name);
+}
+
+inline ffi::Error WeighImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
+                            ffi::Buffer<ffi::F32> targets, ffi::Buffer<ffi::S32> size,
+                            ffi::Buffer<ffi::F32> beta, ffi::ResultBuffer<ffi::S32> indices,
+                            ffi::ResultBuffer<ffi::F32> probs, ffi::ResultBuffer<ffi::F32> weights,
+                            ffi::ResultBuffer<ffi::S32> error, ffi::ResultBuffer<ffi::S32> work,
+                            int64_t branching, int64_t capacity, int64_t err_empty,
+                            int64_t err_beta, int64_t cluster_max_batch) {
+  return Weigh(stream, nodes, targets.typed_data(), nullptr, 0, targets.element_count(), true,
+               size, beta, indices, probs, weights, error, work, branching, capacity, err_empty,
+               err_beta, cluster_max_batch, "drlhet_cuda_weigh");
+}
+
+// The sample with its targets drawn in the kernel from each tree's threefry2x32 key (key
+// u32[V, 2]); `stratified` 1 needs a batch that is a power of two (drlhet/jax_random.h).
+inline ffi::Error WeighKeyImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
+                               ffi::Buffer<ffi::U32> key, ffi::Buffer<ffi::S32> size,
+                               ffi::Buffer<ffi::F32> beta, ffi::ResultBuffer<ffi::S32> indices,
+                               ffi::ResultBuffer<ffi::F32> probs,
+                               ffi::ResultBuffer<ffi::F32> weights,
+                               ffi::ResultBuffer<ffi::S32> error,
+                               ffi::ResultBuffer<ffi::S32> work, int64_t branching,
+                               int64_t capacity, int64_t err_empty, int64_t err_beta,
+                               int64_t cluster_max_batch, int64_t stratified) {
+  const int64_t n = indices->element_count();
+  const int64_t trees = size.element_count();
+  const int64_t batch = trees > 0 ? n / trees : 0;
+  const bool power_of_two = batch > 0 && (batch & (batch - 1)) == 0;
+  const bool ok = key.element_count() == 2 * trees && (stratified == 0 || power_of_two);
+  return Weigh(stream, nodes, nullptr, key.typed_data(), stratified, n, ok, size, beta, indices,
+               probs, weights, error, work, branching, capacity, err_empty, err_beta,
+               cluster_max_batch, "drlhet_cuda_weigh_key");
 }
 
 // Each handler's operands, results and attributes after its context (`bind`: the stream on a
@@ -256,6 +301,25 @@ auto WeighBinding(B bind) {
       .template Attr<int64_t>("err_empty")
       .template Attr<int64_t>("err_beta")
       .template Attr<int64_t>("cluster_max_batch");
+}
+
+template <typename B>
+auto WeighKeyBinding(B bind) {
+  return std::move(bind).template Arg<ffi::Buffer<ffi::F32>>()  // nodes
+      .template Arg<ffi::Buffer<ffi::U32>>()         // key words
+      .template Arg<ffi::Buffer<ffi::S32>>()         // size
+      .template Arg<ffi::Buffer<ffi::F32>>()         // beta
+      .template Ret<ffi::Buffer<ffi::S32>>()         // indices
+      .template Ret<ffi::Buffer<ffi::F32>>()         // probabilities
+      .template Ret<ffi::Buffer<ffi::F32>>()         // weights
+      .template Ret<ffi::Buffer<ffi::S32>>()         // error
+      .template Ret<ffi::Buffer<ffi::S32>>()         // workspace
+      .template Attr<int64_t>("branching")
+      .template Attr<int64_t>("capacity")
+      .template Attr<int64_t>("err_empty")
+      .template Attr<int64_t>("err_beta")
+      .template Attr<int64_t>("cluster_max_batch")
+      .template Attr<int64_t>("stratified");
 }
 
 }  // namespace drlhet_cuda

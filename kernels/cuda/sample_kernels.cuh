@@ -9,6 +9,7 @@
 // Zhang, Meng, Prasanna, IEEE TPDS 2023, Sec. 5.2 (the GPU's sampling).
 #pragma once
 
+#include "drlhet/jax_random.h"
 #include "drlhet/prioritized.h"
 #include "drlhet/sum_tree.h"
 #include "block_layout.cuh"
@@ -34,7 +35,18 @@ struct SampleArgs {
                           // 0 before the descent
   int32_t err_empty;
   int32_t err_beta;
+  // targets drawn here from each tree's key instead (drlhet/jax_random.h), or nullptr: targets
+  const uint32_t* key;    // [V, 2] threefry2x32 key words
+  int32_t stratified;     // 1: stratified targets (batch a power of two), 0: i.i.d.
 };
+
+// Target i (of tree v, whose nodes are `tree`): given, or drawn from the tree's key as the
+// buffer draws it (the root is the total).
+__device__ inline float TargetOf(const SampleArgs& a, int64_t v, int64_t i, const float* tree) {
+  if (a.key == nullptr) return a.targets[i];
+  return drlhet::TargetFromKey(a.key[2 * v], a.key[2 * v + 1], i - v * a.batch, a.batch, tree[0],
+                               a.stratified != 0);
+}
 
 // Target i (of tree v) descended: its index and probability written; returns its raw weight,
 // and whether its probability is > 0 in *positive.
@@ -42,8 +54,8 @@ template <int KStatic>
 __device__ inline float DescendAndWeigh(const SampleArgs& a, const drlhet::TreeLayout& lay,
                                        int64_t v, int64_t i, bool* positive) {
   float value = 0.0f, total = 0.0f;
-  a.indices[i] =
-      DescendOneWide<KStatic>(a.nodes + v * lay.size, lay, a.targets[i], &value, &total);
+  const float* tree = a.nodes + v * lay.size;
+  a.indices[i] = DescendOneWide<KStatic>(tree, lay, TargetOf(a, v, i, tree), &value, &total);
   const float p = drlhet::Probability(value, total);
   a.probs[i] = p;
   *positive = p > 0.0f;

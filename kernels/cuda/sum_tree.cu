@@ -10,13 +10,16 @@
 //   drlhet_cuda_weigh  (nodes f32[V, T], targets f32[V, B], size s32[V], beta f32[V])
 //                      -> (indices s32[V, B], probabilities f32[V, B], weights f32[V, B],
 //                          error s32[V], workspace s32[V, 2])
+//   drlhet_cuda_weigh_key (nodes f32[V, T], key u32[V, 2], size s32[V], beta f32[V]) -> the
+//                      same, the targets drawn in the kernel from each tree's threefry2x32 key
+//                      as the buffer draws them (drlhet/jax_random.h; attribute stratified)
 //   drlhet_cuda_update_checked (nodes f32[V, T], indices s32[V, B], raw f32[V, B],
 //                      values f32[V, B], keep pred[V, B], size s32[V], max_priority f32[V],
 //                      error s32[V]) -> (nodes aliased, max_priority f32[V], error s32[V],
 //                      workspace s32[V, C + 2])
 //
-// The last two are the prioritized buffer's whole sample after its targets and whole priority
-// update after its leaf values (drlhet/replay/buffer_ops.py), in one call each.
+// The last three are the prioritized buffer's whole sample (after its targets, or from its key)
+// and whole priority update after its leaf values (drlhet/replay/buffer_ops.py), in one call each.
 // Attributes: branching (K) and capacity (C), int64; the updates also block_max_batch: a batch
 // of at most that many entries per tree is written by one block per tree in one launch
 // (drlhet_cuda_update_block), a larger one by launches over the whole batch: reset, claim,
@@ -57,4 +60,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetCudaUpdateChecked, drlhet_cuda::UpdateChecke
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetCudaWeigh, drlhet_cuda::WeighImpl,
                               drlhet_cuda::WeighBinding(DRLHET_GPU_BIND),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetCudaWeighKey, drlhet_cuda::WeighKeyImpl,
+                              drlhet_cuda::WeighKeyBinding(DRLHET_GPU_BIND),
                               {ffi::Traits::kCmdBufferCompatible});

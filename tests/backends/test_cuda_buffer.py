@@ -26,7 +26,7 @@ from drlhet.backends import cuda
 from drlhet.backends.native import library_path
 from drlhet.replay import buffer_ops, checks
 from drlhet.replay import sum_tree as st
-from drlhet.replay.prioritized import make_prioritized_replay
+from drlhet.replay.prioritized import make_prioritized_replay, sample_targets
 
 F32 = np.float32
 CASES = [(2, 1000), (3, 100), (16, 5000), (64, 5000), (16, 1), (3, 7)]
@@ -198,6 +198,28 @@ def test_the_largest_kept_priority_raises_the_running_maximum(probe):
     assert update_checked_phases(probe, tree, capacity, k, args, -1)[1] == 8.0
 
 
+@pytest.mark.parametrize("batch", [1, 3, 64, 4096])
+@pytest.mark.parametrize("stratified", [True, False])
+def test_targets_from_the_key_are_jax_randoms_bit_for_bit(probe, batch, stratified):
+    """drlhet/jax_random.h on the CPU: the bits, uniforms and targets jax draws from a key."""
+    for seed, total in ((0, 1.0), (42, 1234.567), (2**31 + 5, 3.0e-3)):
+        key = jax.random.key(seed)
+        k0, k1 = (int(w) for w in np.asarray(jax.random.key_data(key)))
+        got_bits, got_u, got_t = (np.zeros(batch, d) for d in (np.uint32, F32, F32))
+        probe.drlhet_key_targets(
+            ctypes.c_uint32(k0), ctypes.c_uint32(k1), ctypes.c_int64(batch), C_F(total),
+            C_INT(int(stratified)), _ptr(got_bits, ctypes.c_uint32), _ptr(got_u, C_F),
+            _ptr(got_t, C_F),
+        )  # fmt: skip
+        want_bits = jax.random.bits(key, (batch,), jnp.uint32)
+        np.testing.assert_array_equal(got_bits, np.asarray(want_bits))
+        np.testing.assert_array_equal(bits(got_u), bits(jax.random.uniform(key, (batch,))))
+        if stratified and batch & (batch - 1):
+            continue  # not drawn in a kernel: total / B is not exact
+        want = jax.jit(sample_targets, static_argnums=(2, 3))(key, F32(total), batch, stratified)
+        np.testing.assert_array_equal(bits(got_t), bits(want))
+
+
 # ---- on every machine with nvcc: what the buffer asks of XLA -------------------------------
 
 
@@ -208,15 +230,21 @@ def lowered(fn, *args) -> str:
 
 
 def cuda_ops() -> st.TreeOps:
-    return st.TreeOps(cuda.find, cuda.update, weigh=cuda.weigh, update=cuda.update_checked)
+    return st.TreeOps(
+        cuda.find, cuda.update, weigh=cuda.weigh, update=cuda.update_checked,
+        weigh_key=cuda.weigh_key,
+    )  # fmt: skip
 
 
 def test_the_buffer_on_cuda_samples_and_updates_in_one_custom_call_each():
     fns = make_prioritized_replay(1000, 64, branching=16, tree_ops=cuda_ops())
     state = fns.init({"x": jnp.float32(0)})
     text = lowered(fns.sample, state, jax.random.key(0))
-    assert text.count("@drlhet_cuda_weigh") == 1 and "@drlhet_cuda_find" not in text
+    # the targets drawn in the call: no XLA random bits before it
+    assert text.count("@drlhet_cuda_weigh_key") == 1 and "@drlhet_cuda_find" not in text
+    assert "@drlhet_cuda_weigh(" not in text and "threefry" not in text
     assert f"cluster_max_batch = {cuda.CLUSTER_MAX_BATCH} : i64" in text
+    assert "stratified = 1 : i64" in text
     idx, pr = jnp.arange(64), jnp.ones(64)
     text = lowered(lambda s: fns.update_priorities(s, idx, pr, jnp.zeros(64, jnp.int32)), state)
     calls = [ln for ln in text.splitlines() if "@drlhet_cuda_update" in ln]
@@ -235,8 +263,40 @@ def test_vmapped_buffers_pass_one_row_per_tree():
     states = jax.vmap(lambda _: fns.init({"x": jnp.float32(0)}))(jnp.arange(3))
     keys = jax.random.split(jax.random.key(0), 3)
     text = lowered(jax.vmap(fns.sample), states, keys)
-    call = next(ln for ln in text.splitlines() if "@drlhet_cuda_weigh" in ln)
-    assert "tensor<3x8xf32>" in call and "tensor<3xi32>" in call  # targets, size
+    call = next(ln for ln in text.splitlines() if "@drlhet_cuda_weigh_key" in ln)
+    assert "tensor<3x2xui32>" in call and "tensor<3xi32>" in call  # key words, size
+    assert "tensor<3x8xf32>" in call  # probabilities, weights
+
+
+@pytest.mark.parametrize(
+    "batch, stratified, key, in_call",
+    [
+        (300, True, jax.random.key(0), False),  # total / 300 is not exact: XLA's targets
+        (300, False, jax.random.key(0), True),  # u * total: any batch
+        (256, True, jax.random.PRNGKey(0), True),  # raw threefry words
+        (256, True, jax.random.key(0, impl="rbg"), False),  # another generator
+    ],
+)
+def test_the_targets_are_drawn_in_the_call_only_where_they_equal_xlas(
+    batch, stratified, key, in_call
+):
+    fns = make_prioritized_replay(1000, batch, branching=16, tree_ops=cuda_ops(),
+                                  stratified=stratified)  # fmt: skip
+    text = lowered(fns.sample, fns.init({"x": jnp.float32(0)}), key)
+    assert ("@drlhet_cuda_weigh_key" in text) == in_call
+    assert ("@drlhet_cuda_weigh(" in text) != in_call
+    assert cuda.draws_like_jax(key, batch, stratified) == in_call
+
+
+def test_targets_are_never_drawn_in_the_call_without_the_partitionable_layout():
+    key = jax.random.key(0)
+    assert cuda.draws_like_jax(key, 64, True)
+    jax.config.update("jax_threefry_partitionable", False)
+    try:
+        assert not cuda.draws_like_jax(key, 64, True)
+    finally:
+        jax.config.update("jax_threefry_partitionable", True)
+    assert not cuda.draws_like_jax(jnp.zeros(3, jnp.uint32), 64, False)  # not a key
 
 
 # ---- on a GPU, and under the host emulation on a CPU device (cuda_places.py) -----------------
@@ -280,9 +340,48 @@ def test_weigh_of_batches_no_larger_than_a_block_equals_the_buffers_code(place, 
 
 def test_the_buffer_with_its_own_calls_equals_the_buffer_over_find_and_write(place):
     fused = buffer_trace(place)
-    plain = buffer_trace(place._replace(weigh=None, update=None))
-    for a, b in zip(jax.tree.leaves(fused), jax.tree.leaves(plain), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    targets_in_xla = buffer_trace(place._replace(weigh_key=None))
+    plain = buffer_trace(place._replace(weigh=None, update=None, weigh_key=None))
+    for a, b, c in zip(*map(jax.tree.leaves, (fused, targets_in_xla, plain)), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(c))
+
+
+@pytest.mark.parametrize("stratified", [True, False])
+def test_the_sample_from_the_key_equals_the_sample_from_xlas_targets(place, stratified):
+    """The targets drawn in the kernel (drlhet/jax_random.h) against jax.random's on the same
+    device, through the whole sample: one tree, and three vmapped trees with their own keys."""
+    k, capacity = 16, 5000
+    tree = random_tree(capacity, k, seed=3)
+    size, beta = jnp.int32(capacity - 7), jnp.float32(0.4)
+    for b in (1, 64, 1024, 4096):  # one block; one block; one block; above a block
+        for seed in (0, 7):
+            key = jax.random.key(seed)
+            got = jax.jit(place.weigh_key, static_argnums=(4, 5))(
+                tree, key, size, beta, b, stratified
+            )
+            targets = sample_targets(key, st.total(tree), b, stratified)
+            want = jax.jit(lambda *a: buffer_ops.weigh(st.REFERENCE.find, *a))(
+                tree, targets, size, beta
+            )
+            for g, w in zip(got, want, strict=True):
+                np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=f"B {b}")
+    trees = jnp.stack([random_tree(capacity, k, seed=s).nodes for s in range(3)])
+    keys = jax.random.split(jax.random.key(1), 3)
+
+    def per_tree(fn):
+        return jax.jit(jax.vmap(lambda n, key: fn(st.SumTreeState(n, capacity, k), key)))(
+            trees, keys
+        )
+
+    got = per_tree(lambda t, key: place.weigh_key(t, key, size, beta, 512, stratified))
+    want = per_tree(
+        lambda t, key: buffer_ops.weigh(
+            st.REFERENCE.find, t, sample_targets(key, st.total(t), 512, stratified), size, beta
+        )
+    )
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
 
 
 def test_vmapped_calls_equal_the_buffers_code_tree_by_tree(place):

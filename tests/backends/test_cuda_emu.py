@@ -27,6 +27,7 @@ from drlhet.backends import BackendUnavailable
 from drlhet.backends.native import library_path
 from drlhet.replay import buffer_ops, checks
 from drlhet.replay import sum_tree as st
+from drlhet.replay.prioritized import sample_targets
 
 F32 = np.float32
 CASES = [(2, 1000), (3, 100), (16, 5000), (64, 777), (16, 1), (3, 7)]
@@ -46,6 +47,7 @@ P = ctypes.POINTER
 
 
 C_TYPES = {np.float32: ctypes.c_float, np.int32: ctypes.c_int32, np.bool_: ctypes.c_bool}
+C_TYPES[np.uint32] = ctypes.c_uint32
 
 
 def ptr(a):
@@ -116,10 +118,13 @@ def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, o
     return out, bad, max_out, err_out
 
 
-def emu_weigh(lib, nodes, capacity, k, targets, size, beta, offset=0, cluster_max=0):
+def emu_weigh(
+    lib, nodes, capacity, k, targets, size, beta, offset=0, cluster_max=0, key=None, strat=1
+):
     """The sample call on V trees (their nodes ``offset`` bytes past a 16-byte boundary; in one
     cluster per tree up to ``cluster_max`` targets per tree): (indices, probabilities,
-    weights [V, B], error [V])."""
+    weights [V, B], error [V]). With ``key`` (uint32 [V, 2]), the call that draws the targets
+    from it (stratified or not: ``strat``); ``targets`` then only gives their shape."""
     nodes = placed(np.array(nodes, F32, ndmin=2), offset)
     trees = nodes.shape[0]
     t = np.ascontiguousarray(np.reshape(targets, (trees, -1)), F32)
@@ -130,7 +135,8 @@ def emu_weigh(lib, nodes, capacity, k, targets, size, beta, offset=0, cluster_ma
         ptr(nodes), ctypes.c_int64(capacity), ctypes.c_int(k), ptr(t), ctypes.c_int64(trees),
         ctypes.c_int64(t.shape[1]), ptr(size), ptr(beta), ctypes.c_int32(checks.ERR_EMPTY),
         ctypes.c_int32(checks.ERR_BETA), ctypes.c_int64(cluster_max), ptr(idx), ptr(probs),
-        ptr(w), ptr(err),
+        ptr(w), ptr(err), None if key is None else ptr(np.ascontiguousarray(key, np.uint32)),
+        ctypes.c_int32(strat),
     )  # fmt: skip
     assert rc == 0
     return idx, probs, w, err
@@ -232,6 +238,33 @@ def test_the_sample_call_equals_the_buffers_sample_over_three_trees(
         np.testing.assert_allclose(got[2][v], want[2], rtol=5e-7, atol=0)  # host powf
         assert got[3][v] == int(want[3]), v
     assert list(got[3]) == [0, 0, checks.ERR_BETA] and not got[2][2].any()
+
+
+@pytest.mark.parametrize("path", SAMPLE_PATHS)
+@pytest.mark.parametrize("batch, stratified", [(64, 1), (2048, 1), (1500, 0)])
+def test_the_sample_from_each_trees_key_equals_the_sample_from_its_targets(
+    emu, schedule, path, batch, stratified
+):
+    """drlhet_cuda_weigh_key's launches: the targets drawn from each tree's key in the descent
+    (one block; per launch or one cluster per tree) give what the targets jax draws give."""
+    k, capacity = 16, 3000
+    trees = [random_tree(capacity, k, seed=s) for s in range(2)]
+    nodes = np.stack([np.asarray(t.nodes) for t in trees])
+    keys = jax.random.split(jax.random.key(batch), 2)
+    targets = np.stack(
+        [np.asarray(sample_targets(key, st.total(t), batch, bool(stratified)))
+         for key, t in zip(keys, trees, strict=True)]
+    )  # fmt: skip
+    sizes, betas = [capacity, 2000], [0.4, 1.0]
+    cluster = SAMPLE_PATHS[path]
+    want = emu_weigh(emu, nodes, capacity, k, targets, sizes, betas, cluster_max=cluster)
+    words = np.asarray(jax.random.key_data(keys), np.uint32)
+    got = emu_weigh(
+        emu, nodes, capacity, k, np.zeros_like(targets), sizes, betas, cluster_max=cluster,
+        key=words, strat=stratified,
+    )  # fmt: skip
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
 
 
 @pytest.mark.parametrize("k, capacity", [(16, 5000), (64, 777), (4, 300), (20, 999)])

@@ -1,9 +1,9 @@
 // The CUDA backend's XLA FFI handlers on the host (platform "cpu"): the handler bodies of the
 // GPU's (../handlers.h), their kernels run by the host emulation of the CUDA execution model
 // (cuda_emu.h). drlhet/backends/cuda.py registers them under the GPU handlers' custom-call
-// targets, so that `cuda.find`, `update`, `weigh` and `update_checked` run inside XLA programs
-// on a CPU device: the backend's calls, shapes, vmapping, aliasing and workspaces, and its
-// kernels, tested wherever `make test` runs. Function, not speed (one call at a time).
+// targets, so that `cuda.find`, `update`, `weigh`, `weigh_key` and `update_checked` run inside
+// XLA programs on a CPU device: the backend's calls, shapes, vmapping, aliasing and workspaces,
+// and its kernels, tested wherever `make test` runs. Function, not speed (one call at a time).
 #include <mutex>
 #include <utility>
 
@@ -32,6 +32,7 @@ DRLHET_EMU_EXPORT XLA_FFI_Error* DrlhetEmuFind(XLA_FFI_CallFrame* call_frame);
 DRLHET_EMU_EXPORT XLA_FFI_Error* DrlhetEmuUpdate(XLA_FFI_CallFrame* call_frame);
 DRLHET_EMU_EXPORT XLA_FFI_Error* DrlhetEmuUpdateChecked(XLA_FFI_CallFrame* call_frame);
 DRLHET_EMU_EXPORT XLA_FFI_Error* DrlhetEmuWeigh(XLA_FFI_CallFrame* call_frame);
+DRLHET_EMU_EXPORT XLA_FFI_Error* DrlhetEmuWeighKey(XLA_FFI_CallFrame* call_frame);
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuFind, OnHost<drlhet_cuda::FindImpl>,
@@ -42,3 +43,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuUpdateChecked, OnHost<drlhet_cuda::Update
                               drlhet_cuda::UpdateCheckedBinding(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuWeigh, OnHost<drlhet_cuda::WeighImpl>,
                               drlhet_cuda::WeighBinding(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuWeighKey, OnHost<drlhet_cuda::WeighKeyImpl>,
+                              drlhet_cuda::WeighKeyBinding(ffi::Ffi::Bind()));

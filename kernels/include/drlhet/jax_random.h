@@ -1,7 +1,7 @@
 // The prioritized buffer's sample targets drawn inside a kernel from the sample's key, bit for
 // bit as drlhet/replay/prioritized.py's `_targets` draws them with jax.random, so that a GPU
-// sample needs no XLA kernel before its descent (on an H100 that kernel and its graph node were
-// about 3 us of a step of a few tens of microseconds at B 4096; ncu, 2026-11-26).
+// sample needs no XLA kernel before its descent (on an H100, by our reading of ncu's kernel
+// list of 2026-11-26, about 3 us of a step of a few tens of microseconds at B 4096).
 //
 // What is reproduced, and where it holds (the caller checks it at trace time,
 // drlhet/backends/cuda.py): jax's default threefry2x32 generator with its partitionable layout

@@ -285,10 +285,12 @@ auto UpdateCheckedBinding(B bind) {
       .template Attr<int64_t>("err_priority");
 }
 
-template <typename B>
-auto WeighBinding(B bind) {
+// The sample's operands, results and attributes; its second operand a `Second`: the targets
+// (f32) or each tree's key words (u32).
+template <typename Second, typename B>
+auto SampleBinding(B&& bind) {  // a reference: a Binding cannot be moved into a parameter
   return std::move(bind).template Arg<ffi::Buffer<ffi::F32>>()  // nodes
-      .template Arg<ffi::Buffer<ffi::F32>>()         // targets
+      .template Arg<Second>()                        // targets, or key words
       .template Arg<ffi::Buffer<ffi::S32>>()         // size
       .template Arg<ffi::Buffer<ffi::F32>>()         // beta
       .template Ret<ffi::Buffer<ffi::S32>>()         // indices
@@ -304,21 +306,13 @@ auto WeighBinding(B bind) {
 }
 
 template <typename B>
+auto WeighBinding(B bind) {
+  return SampleBinding<ffi::Buffer<ffi::F32>>(std::move(bind));
+}
+
+template <typename B>
 auto WeighKeyBinding(B bind) {
-  return std::move(bind).template Arg<ffi::Buffer<ffi::F32>>()  // nodes
-      .template Arg<ffi::Buffer<ffi::U32>>()         // key words
-      .template Arg<ffi::Buffer<ffi::S32>>()         // size
-      .template Arg<ffi::Buffer<ffi::F32>>()         // beta
-      .template Ret<ffi::Buffer<ffi::S32>>()         // indices
-      .template Ret<ffi::Buffer<ffi::F32>>()         // probabilities
-      .template Ret<ffi::Buffer<ffi::F32>>()         // weights
-      .template Ret<ffi::Buffer<ffi::S32>>()         // error
-      .template Ret<ffi::Buffer<ffi::S32>>()         // workspace
-      .template Attr<int64_t>("branching")
-      .template Attr<int64_t>("capacity")
-      .template Attr<int64_t>("err_empty")
-      .template Attr<int64_t>("err_beta")
-      .template Attr<int64_t>("cluster_max_batch")
+  return SampleBinding<ffi::Buffer<ffi::U32>>(std::move(bind))
       .template Attr<int64_t>("stratified");
 }
 

@@ -216,7 +216,8 @@ def draws_like_jax(key: jax.Array, batch_size: int, stratified: bool) -> bool:
     under that default) with jax's partitionable layout, and for stratified targets a batch that
     is a power of two (so that ``total / B`` is exact however XLA divides). Decided when traced.
     """
-    if not jax.config.jax_threefry_partitionable:  # type: ignore[attr-defined]
+    # a jax without the flag has only the partitionable layout (its default since jax 0.5)
+    if not getattr(jax.config, "jax_threefry_partitionable", True):
         return False
     if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         if key.dtype != jnp.uint32 or key.shape[-1:] != (2,):

@@ -21,7 +21,9 @@ docs/design.md section 2:
 The tree primitives are an argument (`drlhet.replay.sum_tree.TreeOps`; a backend provides
 them, `drlhet.backends.tree_ops`), chosen statically: this package imports no backend. The code
 around them is `drlhet.replay.buffer_ops`'s; a backend may run it in one call of its own each
-(``TreeOps.weigh`` for the sample after its targets, ``TreeOps.update`` for the checked update).
+(``TreeOps.weigh`` for the sample after its targets, ``TreeOps.weigh_key`` for the whole sample
+with its targets drawn in the call from the key, bit for bit as `sample_targets` draws them, and
+``TreeOps.update`` for the checked update).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ __all__ = [
     "ReplayFns",
     "make_prioritized_replay",
     "raise_on_error",
+    "sample_targets",
     "ERR_PRIORITY",
     "ERR_INDEX",
     "ERR_EMPTY",

@@ -463,7 +463,7 @@ def main(args: Args) -> list[dict]:
                 return {f"cuda_{n.lower()}": None for n in names} | {"cuda_key_targets": None}
             from drlhet.backends import cuda
 
-            key_targets = args.cuda_key_targets and not impl.endswith("-plain")
+            key_targets = args.cuda_key_targets and cuda.KEY_TARGETS and not impl.endswith("-plain")
             return {f"cuda_{n.lower()}": int(getattr(cuda, n)) for n in names} | {
                 "cuda_key_targets": key_targets
             }

@@ -6,7 +6,12 @@
 #   build     pip install -e . without build isolation (CMake builds the CPU and CUDA kernels
 #             for CUDA_ARCH, default 90)
 #   tests     the GPU tests: tests/backends/test_cuda.py, test_cuda_buffer.py (the buffer's own
-#             calls: weigh, update_checked) and the conformance suite's cuda cases
+#             calls: weigh, update_checked) and the conformance suite's cuda cases (JUnit XML
+#             in $OUT/tests.xml). When some fail, experiments/triage_gpu_tests.py reads which
+#             switchable part they test and turns it off for the later stages: the cluster
+#             path (CUDA_CLUSTER_MAX_BATCH=0; the cluster stage is then skipped) and the
+#             targets drawn in the sample call (CUDA_KEY_TARGETS=0); any other failure is
+#             unexplained and keeps pick from choosing ($OUT/triage.json, $OUT/triage.log)
 #   quick     bench_replay at 2^20 leaves, B 4096, K 16: cuda (its own sample and update calls)
 #             vs cuda-plain (find and write under XLA's code) vs jax on the GPU vs native (CPU)
 #             (QUICK_BRANCHINGS="2 4 8 16 32 64" adds the K study at B 256: about 60 s more;
@@ -44,7 +49,8 @@
 #   pick      the path thresholds from the rows of the cluster and narrow stages above
 #             (experiments/pick_cuda_paths.py: $OUT/cuda_paths.json, the evidence, and
 #             $OUT/cuda_paths.env); the stages after it run with them (not in the default list;
-#             skipped when the tests stage of the same run failed)
+#             skipped when the tests stage of the same run failed in a way that no setting
+#             turns off: an unexplained failure, above)
 #   kernels   each kernel's duration in the fused step at 2^20 leaves (KERNEL_BATCHES, default
 #             "256 4096"), of KERNEL_BACKENDS (default cuda; jax crashed under ncu), under
 #             Nsight Compute (ncu, each kernel alone, caches flushed before each):
@@ -56,7 +62,9 @@
 # CUDA_CLUSTER_MAX_BATCH and CUDA_NARROW_MAX_NODES, set in the environment or by the pick stage,
 # are the thresholds (drlhet.backends.cuda's CLUSTER_MAX_BATCH, NARROW_MAX_NODES) that the
 # quick, train, bench, profile, split and kernels stages run with (train, profile and split
-# through experiments/with_cuda_paths.py); unset, the library's own.
+# through experiments/with_cuda_paths.py); unset, the library's own. CUDA_KEY_TARGETS=0 (set
+# by hand or by the tests stage's triage) turns off drlhet.backends.cuda.KEY_TARGETS there too
+# (the targets stage still times both ways).
 # DEADLINE_S (seconds from the start) caps every stage's limit so the whole run ends in time,
 # and skips a stage that would get under 15 s: the device time of a lent machine is counted.
 # Usage: OUT=results/raw/gpu experiments/gpu_checks.sh [stage ...]
@@ -85,6 +93,10 @@ paths() {  # PATH_FLAGS for bench_replay.py and RUN for the other commands, from
   if [ -n "${CUDA_NARROW_MAX_NODES:-}" ]; then
     PATH_FLAGS+=" --cuda-narrow-max-nodes $CUDA_NARROW_MAX_NODES"
     wrap+=" --narrow-max-nodes $CUDA_NARROW_MAX_NODES"
+  fi
+  if [ "${CUDA_KEY_TARGETS:-1}" = 0 ]; then
+    PATH_FLAGS+=" --no-cuda-key-targets"
+    wrap+=" --no-key-targets"
   fi
   RUN=$PY
   [ -n "$wrap" ] && RUN="$PY experiments/with_cuda_paths.py$wrap --"
@@ -119,10 +131,22 @@ for s in "${stages[@]}"; do
       stage build 300 $PY -m pip install --no-build-isolation --no-deps -e . \
         -Ccmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH" -Cbuild-dir=build/gpu ;;
     tests)
+      rm -f "$OUT/tests.xml"
       stage tests 300 $PY -m pytest -q -p no:cacheprovider -rfEs --tb=short -n "${TEST_WORKERS:-4}" \
-        --dist loadfile tests/backends/test_cuda.py \
+        --dist loadfile --junitxml "$OUT/tests.xml" tests/backends/test_cuda.py \
         tests/backends/test_cuda_buffer.py tests/backends/conformance.py \
-        -k "(cuda or gpu) and not emulated" ;;
+        -k "(cuda or gpu) and not emulated"
+      if [ "${STAGE_RC[tests]:-0}" != 0 ]; then  # turn off what failed, for the later stages
+        $PY experiments/triage_gpu_tests.py --junit "$OUT/tests.xml" \
+          --env-out "$OUT/triage.env" --out "$OUT/triage.json" 2>&1 | tee "$OUT/triage.log"
+        if [ -f "$OUT/triage.env" ]; then
+          set -a; . "$OUT/triage.env"; set +a
+        else
+          TRIAGE_UNEXPLAINED=1
+        fi
+        paths
+        echo "== the later stages run with:$PATH_FLAGS"
+      fi ;;
     quick)
       stage quick 200 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
         --batches 4096 --branchings ${QUICK_BRANCHINGS:-16} --modes fused --no-peers \
@@ -165,6 +189,10 @@ for s in "${stages[@]}"; do
         backends=cuda
       done ;;
     cluster)  # one launch of one cluster per tree against a launch per phase and level
+      if [ "${TRIAGE_NO_CLUSTER:-0}" = 1 ]; then
+        echo "== cluster: skipped, the cluster path failed the tests stage (triage.log)"
+        continue
+      fi
       backends="cuda jax"
       for cm in ${CLUSTER_SWEEP:-0 65536}; do
         stage "cluster_$cm" 120 $PY experiments/bench_replay.py --device gpu \
@@ -185,8 +213,9 @@ for s in "${stages[@]}"; do
       done ;;
     pick)  # the thresholds the rows of the cluster and narrow stages say, for the later stages
       rm -f "$OUT/cuda_paths.env"
-      if [ "${STAGE_RC[tests]:-0}" != 0 ]; then  # a path that gives wrong bits is no choice
-        echo "== pick: skipped, the tests stage failed (exit ${STAGE_RC[tests]}): library defaults"
+      if [ "${TRIAGE_UNEXPLAINED:-0}" != 0 ]; then  # a path that gives wrong bits is no choice
+        echo "== pick: skipped, $TRIAGE_UNEXPLAINED test failure(s) that no setting turns off" \
+          "(triage.log): library defaults"
         continue
       fi
       files=$(ls "$OUT"/cluster_*.json "$OUT"/narrow_*.json 2>/dev/null)
@@ -195,6 +224,7 @@ for s in "${stages[@]}"; do
         --out "$OUT/cuda_paths.json" --env-out "$OUT/cuda_paths.env"
       if [ -f "$OUT/cuda_paths.env" ]; then
         set -a; . "$OUT/cuda_paths.env"; set +a
+        [ "${TRIAGE_NO_CLUSTER:-0}" = 1 ] && CUDA_CLUSTER_MAX_BATCH=0  # kept off
         paths
         echo "== the later stages run with:$PATH_FLAGS"
       fi ;;

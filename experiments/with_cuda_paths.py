@@ -1,14 +1,17 @@
 """Runs a Python module or script with the CUDA backend's path thresholds set.
 
-``drlhet.backends.cuda`` reads ``BLOCK_MAX_BATCH``, ``CLUSTER_MAX_BATCH`` and
-``NARROW_MAX_NODES`` when a program is traced; ``bench_replay.py`` has flags for them, the other
-commands do not. This wrapper sets them, then runs the command in the same process, so that
-``experiments/gpu_checks.sh`` can train and profile with the thresholds its ``pick`` stage chose
-(``experiments/pick_cuda_paths.py``) before they become the library's defaults.
+``drlhet.backends.cuda`` reads ``BLOCK_MAX_BATCH``, ``CLUSTER_MAX_BATCH``,
+``NARROW_MAX_NODES`` and ``KEY_TARGETS`` when a program is traced; ``bench_replay.py`` has flags
+for them, the other commands do not. This wrapper sets them, then runs the command in the same
+process, so that ``experiments/gpu_checks.sh`` can train and profile with the thresholds its
+``pick`` stage chose (``experiments/pick_cuda_paths.py``) before they become the library's
+defaults, and without a part that its ``tests`` stage found wrong on that GPU
+(``experiments/triage_gpu_tests.py``).
 
 Usage:
   python experiments/with_cuda_paths.py --cluster-max-batch 16384 -- -m drlhet train ...
   python experiments/with_cuda_paths.py --narrow-max-nodes 1024 -- experiments/profile_gpu.py
+  python experiments/with_cuda_paths.py --no-key-targets -- -m drlhet train ...
 """
 
 from __future__ import annotations
@@ -30,11 +33,14 @@ class Args:
     """``drlhet.backends.cuda.CLUSTER_MAX_BATCH`` (None: the library's; 0: off)."""
     narrow_max_nodes: int | None = None
     """``drlhet.backends.cuda.NARROW_MAX_NODES`` (None: the library's)."""
+    no_key_targets: bool = False
+    """Turn ``drlhet.backends.cuda.KEY_TARGETS`` off: XLA draws the sample's targets (without
+    the flag: the library's setting)."""
 
 
 def apply(args: Args) -> dict[str, int]:
-    """Sets the given thresholds in ``drlhet.backends.cuda``; returns every threshold's value.
-    A negative one raises ``ValueError`` naming it, before anything is set."""
+    """Sets the given thresholds (and ``KEY_TARGETS``) in ``drlhet.backends.cuda``; returns
+    every one's value. A negative one raises ``ValueError`` naming it, before anything is set."""
     for name in NAMES:
         value = getattr(args, name)
         if value is not None and value < 0:
@@ -44,7 +50,9 @@ def apply(args: Args) -> dict[str, int]:
     for name in NAMES:
         if getattr(args, name) is not None:
             setattr(cuda, name.upper(), int(getattr(args, name)))
-    return {name: int(getattr(cuda, name.upper())) for name in NAMES}
+    if args.no_key_targets:
+        cuda.KEY_TARGETS = False
+    return {name: int(getattr(cuda, name.upper())) for name in (*NAMES, "key_targets")}
 
 
 def main(argv: list[str]) -> None:

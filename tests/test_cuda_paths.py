@@ -101,25 +101,30 @@ def test_missing_or_foreign_rows_are_refused_with_one_line(experiments, tmp_path
 def test_a_command_runs_with_the_thresholds_set_and_the_library_keeps_its_own(tmp_path):
     from drlhet.backends import cuda
 
-    before = (cuda.BLOCK_MAX_BATCH, cuda.CLUSTER_MAX_BATCH, cuda.NARROW_MAX_NODES)
+    before = (cuda.BLOCK_MAX_BATCH, cuda.CLUSTER_MAX_BATCH, cuda.NARROW_MAX_NODES, cuda.KEY_TARGETS)
     script = tmp_path / "show.py"
     script.write_text(
         "import sys\nfrom drlhet.backends import cuda\n"
-        "print(cuda.CLUSTER_MAX_BATCH, cuda.NARROW_MAX_NODES, cuda.BLOCK_MAX_BATCH, sys.argv[1:])\n"
+        "print(cuda.CLUSTER_MAX_BATCH, cuda.NARROW_MAX_NODES, cuda.BLOCK_MAX_BATCH,"
+        " cuda.KEY_TARGETS, sys.argv[1:])\n"
     )
     wrapper = [sys.executable, str(REPO / "experiments" / "with_cuda_paths.py")]
     out = subprocess.run(
-        [*wrapper, "--cluster-max-batch", "16384", "--narrow-max-nodes", "0", "--", script, "x"],
+        [*wrapper, "--cluster-max-batch", "16384", "--narrow-max-nodes", "0", "--no-key-targets",
+         "--", script, "x"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    assert out.splitlines()[-1] == f"16384 0 {before[0]} ['x']"
+    assert out.splitlines()[-1] == f"16384 0 {before[0]} False ['x']"
+    assert "KEY_TARGETS 0" in out.splitlines()[0]
     assert "CLUSTER_MAX_BATCH 16384" in out.splitlines()[0]
     module = subprocess.run(
         [*wrapper, "--cluster-max-batch", "8", "--", "-m", "drlhet", "backends", "--help"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    assert "CLUSTER_MAX_BATCH 8" in module and "usage" in module.lower()
-    assert (cuda.BLOCK_MAX_BATCH, cuda.CLUSTER_MAX_BATCH, cuda.NARROW_MAX_NODES) == before
+    assert "CLUSTER_MAX_BATCH 8" in module and "KEY_TARGETS 1" in module
+    assert "usage" in module.lower()
+    assert (cuda.BLOCK_MAX_BATCH, cuda.CLUSTER_MAX_BATCH, cuda.NARROW_MAX_NODES,
+            cuda.KEY_TARGETS) == before  # fmt: skip
 
 
 @pytest.mark.parametrize(

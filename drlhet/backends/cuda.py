@@ -100,6 +100,14 @@ until a GPU has measured it against the per-level path: the path is tested on th
 emulation, NOT yet run on a GPU (``bench_replay.py --cuda-cluster-max-batch``,
 ``experiments/gpu_checks.sh cluster``). Read when a program is traced."""
 
+KEY_TARGETS = True
+"""Whether the buffer's sample draws its targets inside the cuda sample call (`weigh_key`)
+where `draws_like_jax` allows it; False: XLA draws them and the call is `weigh`, as on every
+other backend. Both give the same bits by construction (tested on the CPU and the host
+emulation); the switch is for a GPU on which the test comparing the two fails
+(``experiments/gpu_checks.sh`` turns it off there for its later stages). Read when a program is
+traced."""
+
 
 def gpu_devices() -> list:
     """JAX's GPU devices (empty when JAX has no GPU backend here)."""
@@ -240,10 +248,10 @@ def weigh_key(
     in the descent's kernel from ``key`` as `drlhet.replay.prioritized.sample_targets` draws
     them: ``(tree, key, size [] int32, beta [] float32, B, stratified) -> (indices [B] int32,
     probabilities [B], weights [B], error [] int32)``, equal bit for bit to `weigh` over those
-    targets, without XLA's kernel that computes them. None where `draws_like_jax` says no (the
-    buffer then draws the targets in XLA and calls `weigh`).
+    targets, without XLA's kernel that computes them. None where `draws_like_jax` says no, or
+    `KEY_TARGETS` is off (the buffer then draws the targets in XLA and calls `weigh`).
     """
-    if not draws_like_jax(key, batch_size, stratified):
+    if not KEY_TARGETS or not draws_like_jax(key, batch_size, stratified):
         return None
     _check(tree)
     words = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key

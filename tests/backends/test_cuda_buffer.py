@@ -288,6 +288,15 @@ def test_the_targets_are_drawn_in_the_call_only_where_they_equal_xlas(
     assert cuda.draws_like_jax(key, batch, stratified) == in_call
 
 
+@pytest.mark.parametrize("on", [False, True])
+def test_key_targets_turned_off_draws_the_targets_in_xla(monkeypatch, on):
+    monkeypatch.setattr(cuda, "KEY_TARGETS", on)  # read when traced: a fresh buffer each case
+    fns = make_prioritized_replay(1000, 256, branching=16, tree_ops=cuda_ops())
+    text = lowered(fns.sample, fns.init({"x": jnp.float32(0)}), jax.random.key(0))
+    assert ("@drlhet_cuda_weigh_key" in text) == on
+    assert ("@drlhet_cuda_weigh(" in text) != on
+
+
 def test_targets_are_never_drawn_in_the_call_without_the_partitionable_layout():
     key = jax.random.key(0)
     assert cuda.draws_like_jax(key, 64, True)

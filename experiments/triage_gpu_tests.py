@@ -1,0 +1,142 @@
+"""Which of the CUDA backend's switchable parts the GPU tests found wrong, from their JUnit XML.
+
+``experiments/gpu_checks.sh`` runs the GPU tests first (its ``tests`` stage) and then measures,
+in the same call of a lent machine. Two parts of the backend can be switched off by a setting
+that the later stages pass on, without a rebuild:
+
+- ``cluster``: the update and sample in one cluster of blocks per tree
+  (``drlhet.backends.cuda.CLUSTER_MAX_BATCH``; 0 turns it off). Its tests are the cases whose
+  id names the path ``one cluster per tree`` (``tests/backends/cuda_places.py``).
+- ``key``: the sample's targets drawn inside the sample call (``drlhet.backends.cuda.
+  KEY_TARGETS``). Its tests are the functions in ``KEY_TESTS``.
+
+A failed test of either part turns that part off (a case of both turns off both). Any other
+failure is *unexplained*: no setting removes it, so the ``pick`` stage, which chooses between
+paths by speed, keeps the library's defaults. This script reads the XML that pytest's
+``--junitxml`` wrote, prints what failed and what it turns off, and writes ``KEY=value`` lines
+for the shell (``--env-out``) and the same as JSON (``--out``). A missing or unreadable XML file
+(the stage timed out, or pytest crashed) counts as unexplained.
+
+Usage:
+  python experiments/triage_gpu_tests.py --junit tests.xml --env-out triage.env --out triage.json
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import tyro
+
+CLUSTER_PATH = "one cluster per tree"
+"""The id of the cluster path in the GPU tests' parameters (``cuda_places.PATHS``)."""
+KEY_TESTS = (
+    "test_targets_from_the_key_are_jax_randoms_bit_for_bit",
+    "test_the_sample_from_the_key_equals_the_sample_from_xlas_targets",
+    "test_the_targets_are_drawn_in_the_call_only_where_they_equal_xlas",
+    "test_targets_are_never_drawn_in_the_call_without_the_partitionable_layout",
+    "test_key_targets_turned_off_draws_the_targets_in_xla",
+)
+"""The tests of the targets drawn in the sample call (``tests/backends/test_cuda_buffer.py``)."""
+
+
+@dataclasses.dataclass
+class Args:
+    junit: Path
+    """The JUnit XML of the GPU tests (pytest ``--junitxml``)."""
+    env_out: Path | None = None
+    """Where to write the shell's ``KEY=value`` lines."""
+    out: Path | None = None
+    """Where to write the same as JSON."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Triage:
+    """What the GPU tests' failures say: the failed ids, and the parts to turn off."""
+
+    failed: tuple[str, ...]
+    cluster: bool
+    key: bool
+    unexplained: tuple[str, ...]
+    reason: str = ""
+
+
+def parts_of(test_id: str) -> set[str]:
+    """The switchable parts a test id exercises: ``cluster``, ``key``, both or neither."""
+    function = test_id.split("::")[-1].split("[")[0]
+    parts = set()
+    if CLUSTER_PATH in test_id:
+        parts.add("cluster")
+    if function in KEY_TESTS:
+        parts.add("key")
+    return parts
+
+
+def failed_ids(junit: Path) -> tuple[str, ...]:
+    """The ids (``classname::name``) of the failed or errored cases of ``junit``.
+
+    Raises:
+      ValueError: the file is missing or is not a JUnit XML report.
+    """
+    if not junit.is_file():
+        raise ValueError(f"no JUnit XML at {junit}")
+    try:
+        root = ElementTree.parse(junit).getroot()
+    except ElementTree.ParseError as e:
+        raise ValueError(f"{junit} is not XML ({e})") from None
+    if root.tag not in ("testsuites", "testsuite"):
+        raise ValueError(f"{junit} is not a JUnit report (its root is <{root.tag}>)")
+    return tuple(
+        f"{case.get('classname', '')}::{case.get('name', '')}"
+        for case in root.iter("testcase")
+        if case.find("failure") is not None or case.find("error") is not None
+    )
+
+
+def triage(junit: Path) -> Triage:
+    """Classifies the failures of ``junit`` (`parts_of`); an unreadable report is unexplained."""
+    try:
+        failed = failed_ids(junit)
+    except ValueError as e:
+        return Triage((), False, False, ("<the report>",), reason=str(e))
+    parts = [parts_of(t) for t in failed]
+    unexplained = tuple(t for t, p in zip(failed, parts, strict=True) if not p)
+    cluster = any("cluster" in p for p in parts)
+    key = any("key" in p for p in parts)
+    return Triage(failed, cluster, key, unexplained)
+
+
+def env_lines(t: Triage) -> str:
+    """The shell's lines: the settings that turn the failed parts off, and the count of
+    unexplained failures."""
+    lines = []
+    if t.cluster:
+        lines.append("CUDA_CLUSTER_MAX_BATCH=0")
+        lines.append("TRIAGE_NO_CLUSTER=1")
+    if t.key:
+        lines.append("CUDA_KEY_TARGETS=0")
+    lines.append(f"TRIAGE_UNEXPLAINED={len(t.unexplained)}")
+    return "".join(f"{line}\n" for line in lines)
+
+
+def main(args: Args) -> Triage:
+    t = triage(args.junit)
+    if t.reason:
+        print(f"== triage: {t.reason}: every failure unexplained")
+    print(f"== triage: {len(t.failed)} failed")
+    for test_id in t.failed:
+        print(f"  {'+'.join(sorted(parts_of(test_id))) or 'other':11s} {test_id}")
+    off = [part for part, on in (("cluster", t.cluster), ("key", t.key)) if on]
+    print(f"turned off: {', '.join(off) or 'nothing'}")
+    print(f"unexplained: {len(t.unexplained)}")
+    if args.env_out is not None:
+        args.env_out.write_text(env_lines(t))
+    if args.out is not None:
+        args.out.write_text(json.dumps(dataclasses.asdict(t), indent=1))
+    return t
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

@@ -1,0 +1,178 @@
+"""experiments/triage_gpu_tests.py and the shell around it in experiments/gpu_checks.sh: when the
+GPU tests of a lent machine fail, the parts they test are turned off for the later stages of the
+same call. The GPU tests' report is made here by pytest itself, from stand-in tests that carry
+the real tests' names and ids; the shell runs its stages with a stand-in Python that records
+each command instead of building, benchmarking or training."""
+
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+STAND_INS = """
+import pytest
+
+@pytest.mark.parametrize("path", ["one block per tree", "one cluster per tree"])
+def test_weigh_and_checked_update_equal_the_buffers_code(path):
+    assert path != "one cluster per tree" or {cluster_ok}
+
+@pytest.mark.parametrize("stratified", [True, False])
+def test_the_sample_from_the_key_equals_the_sample_from_xlas_targets(stratified):
+    assert {key_ok}
+
+def test_scan_of_sample_and_update_equals_jax():
+    assert {other_ok}
+"""
+
+
+@pytest.fixture
+def triage(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))
+    return importlib.import_module("triage_gpu_tests")
+
+
+def report(tmp_path: Path, cluster_ok=True, key_ok=True, other_ok=True) -> Path:
+    """A JUnit XML report written by pytest, of stand-ins that fail as asked."""
+    tests = tmp_path / "stand_in" / "test_stand_in.py"
+    tests.parent.mkdir(exist_ok=True)
+    tests.write_text(STAND_INS.format(cluster_ok=cluster_ok, key_ok=key_ok, other_ok=other_ok))
+    xml = tmp_path / "tests.xml"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "-o", "addopts=", "--rootdir", str(tests.parent), "--junitxml", str(xml), str(tests)],
+        capture_output=True, cwd=tests.parent,
+    )  # fmt: skip
+    return xml
+
+
+@pytest.mark.parametrize(
+    "failing, cluster, key, unexplained",
+    [
+        ({}, False, False, 0),
+        ({"cluster_ok": False}, True, False, 0),
+        ({"key_ok": False}, False, True, 0),
+        ({"cluster_ok": False, "key_ok": False}, True, True, 0),
+        ({"other_ok": False}, False, False, 1),
+        ({"other_ok": False, "key_ok": False}, False, True, 1),
+    ],
+)
+def test_each_failure_turns_off_the_part_it_tests(triage, tmp_path, failing, cluster, key,
+                                                   unexplained):  # fmt: skip
+    t = triage.main(
+        triage.Args(report(tmp_path, **failing), tmp_path / "t.env", tmp_path / "t.json")
+    )
+    assert (t.cluster, t.key, len(t.unexplained)) == (cluster, key, unexplained)
+    assert len(t.failed) == (not failing.get("cluster_ok", True)) + 2 * (
+        not failing.get("key_ok", True)
+    ) + (not failing.get("other_ok", True))
+    env = (tmp_path / "t.env").read_text()
+    assert ("CUDA_CLUSTER_MAX_BATCH=0" in env) == cluster
+    assert ("CUDA_KEY_TARGETS=0" in env) == key
+    assert f"TRIAGE_UNEXPLAINED={unexplained}\n" in env
+    assert json.loads((tmp_path / "t.json").read_text())["cluster"] == cluster
+
+
+@pytest.mark.parametrize("content", [None, "not xml <", "<html></html>"])
+def test_an_unreadable_report_is_an_unexplained_failure(triage, tmp_path, content):
+    xml = tmp_path / "tests.xml"
+    if content is not None:
+        xml.write_text(content)
+    t = triage.main(triage.Args(xml, tmp_path / "t.env"))
+    assert not t.cluster and not t.key and len(t.unexplained) == 1
+    assert str(xml) in t.reason
+    assert "TRIAGE_UNEXPLAINED=1" in (tmp_path / "t.env").read_text()
+
+
+def test_the_triage_names_the_real_tests_and_paths(triage):
+    """A renamed GPU test or path would silently leave its part switched on: the names must be
+    the real ones."""
+    sys.path.insert(0, str(REPO / "tests" / "backends"))
+    try:
+        places = importlib.import_module("cuda_places")
+    finally:
+        sys.path.pop(0)
+    assert triage.CLUSTER_PATH in places.PATHS
+    assert places.PATHS[triage.CLUSTER_PATH].get("CLUSTER_MAX_BATCH", 0) > 0
+    defined = set(
+        re.findall(r"^def (test_\w+)", (REPO / "tests/backends/test_cuda_buffer.py").read_text(),
+                   re.M)
+    )  # fmt: skip
+    assert set(triage.KEY_TESTS) <= defined
+    assert {n for n in defined if "key" in n or "drawn_in_the_call" in n} <= set(triage.KEY_TESTS)
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# records each command; runs pytest on the stand-ins and the triage for real
+echo "$*" >> "$CALLS"
+if [ "$1 $2" = "-m pytest" ]; then
+  while [ $# -gt 0 ] && [ "$1" != --junitxml ]; do shift; done
+  exec "$REAL_PY" -m pytest -q -p no:cacheprovider -p no:xdist -o addopts= \\
+    --rootdir "$STAND_IN" --junitxml "$2" "$STAND_IN"
+fi
+case "$1" in
+  experiments/triage_gpu_tests.py|experiments/pick_cuda_paths.py) exec "$REAL_PY" "$@" ;;
+esac
+exit 0
+"""
+
+
+def run_checks(tmp_path: Path, stages: list[str], **failing) -> tuple[str, list[str]]:
+    """gpu_checks.sh STAGES with the stand-in Python: its output and the commands it ran."""
+    report(tmp_path, **failing)  # writes the stand-in tests
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    calls = tmp_path / "calls.log"
+    env = {
+        **os.environ, "PYTHON": str(fake), "REAL_PY": sys.executable, "CALLS": str(calls),
+        "STAND_IN": str(tmp_path / "stand_in"), "OUT": str(tmp_path / "out"),
+    }  # fmt: skip
+    for name in ("CUDA_CLUSTER_MAX_BATCH", "CUDA_NARROW_MAX_NODES", "CUDA_KEY_TARGETS", "WHEELS"):
+        env.pop(name, None)
+    done = subprocess.run(
+        ["bash", str(REPO / "experiments" / "gpu_checks.sh"), *stages],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout, calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_the_later_stages_run_without_the_parts_that_failed(tmp_path):
+    out, calls = run_checks(
+        tmp_path, ["tests", "cluster", "pick", "quick", "train"], cluster_ok=False, key_ok=False
+    )
+    assert "== cluster: skipped, the cluster path failed the tests stage" in out
+    assert not any("--cuda-cluster-max-batch 65536" in c for c in calls)
+    quick = [c for c in calls if "bench_quick.json" in c]
+    assert len(quick) == 1
+    assert "--cuda-cluster-max-batch 0" in quick[0] and "--no-cuda-key-targets" in quick[0]
+    train = [c for c in calls if " train " in c]
+    assert len(train) == 2 and all(
+        c.startswith("experiments/with_cuda_paths.py --cluster-max-batch 0 --no-key-targets --")
+        for c in train
+    )
+    assert "pick: skipped, no cluster or narrow rows" in out  # not for a failure
+
+
+def test_an_unexplained_failure_keeps_the_defaults(tmp_path):
+    out, calls = run_checks(tmp_path, ["tests", "cluster", "pick", "quick"], other_ok=False)
+    assert "unexplained: 1" in out
+    assert "pick: skipped, 1 test failure(s) that no setting turns off" in out
+    assert any("--cuda-cluster-max-batch 65536" in c for c in calls)  # the cluster stage ran
+    quick = [c for c in calls if "bench_quick.json" in c]
+    assert "--cuda-cluster-max-batch" not in quick[0] and "--no-cuda-key-targets" not in quick[0]
+
+
+def test_passing_tests_are_not_triaged(tmp_path):
+    out, calls = run_checks(tmp_path, ["tests", "quick"])
+    assert "triage" not in out
+    assert not (tmp_path / "out" / "triage.env").exists()
+    assert (tmp_path / "out" / "tests.xml").is_file()
+    assert "--no-cuda-key-targets" not in next(c for c in calls if "bench_quick.json" in c)

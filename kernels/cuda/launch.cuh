@@ -76,6 +76,13 @@ inline bool ClusterFits(Kernel kernel, int threads) {
   const auto key = std::make_tuple(device, reinterpret_cast<const void*>(kernel), threads);
   const std::lock_guard<std::mutex> lock(mutex);
   if (const auto it = known.find(key); it != known.end()) return it->second;
+  // The queries are no stream work, but the handler may run while XLA records its command
+  // buffer by capturing this thread's stream, and a capture can count a call it does not know
+  // as unsafe and invalidate itself: they run in the relaxed capture mode, which CUDA provides
+  // for a library's calls during a capture, and the thread's mode is restored after them.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  const bool relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+  if (!relaxed) (void)cudaGetLastError();
   int launch = 0, clusters = 0;
   cudaError_t e = cudaDeviceGetAttribute(&launch, cudaDevAttrClusterLaunch, device);
   if (e == cudaSuccess && launch != 0) {
@@ -84,6 +91,7 @@ inline bool ClusterFits(Kernel kernel, int threads) {
                                                     nullptr, &attribute);
     e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
   }
+  if (relaxed) (void)cudaThreadExchangeStreamCaptureMode(&mode);
   // a refused query is an answer (take another path), not the call's error: the handler reads
   // cudaGetLastError after its launches
   if (e != cudaSuccess) (void)cudaGetLastError();

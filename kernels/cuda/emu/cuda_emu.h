@@ -6,7 +6,8 @@
 // returns. __syncthreads is a barrier of the block, ClusterSync one of the cluster (of the block
 // in a plain launch); the warp collectives the kernels use (__shfl_sync, __all_sync,
 // __any_sync, __reduce_or_sync, __reduce_max_sync) are barriers of 32 over per-lane slots; a
-// thread that returns leaves its barriers, as an exited GPU thread stops counting.
+// thread that returns leaves its barriers, as an exited GPU thread stops counting (a warp
+// collective after a lane of its warp returned fails the launch: its full mask names that lane).
 // ClusterArrive and ClusterWait are its two halves (a thread goes on after arriving; a wait without
 // an arrive, two arrives, or an exit between them fails the launch, where a GPU's behaviour is
 // undefined).
@@ -112,6 +113,7 @@ struct Block {  // the threads, barriers and warp slots of one block, or of one 
   std::vector<Barrier> syncs;  // one per block
   SplitBarrier cluster;        // every thread of the group
   bool misused = false;        // a wait without an arrive, an arrive twice, an exit between
+                               // the halves; a warp collective after a lane's exit
   std::vector<Barrier> warps;
   std::vector<uint64_t> slots;  // one per fiber, for the warp collectives
   void (*body)(void*) = nullptr;
@@ -300,9 +302,12 @@ void Launch(Kernel kernel, unsigned grid, unsigned threads, A... args) {
 // A warp collective: every lane puts `v` in its slot and the warp waits (Publish); each lane
 // reads the slots it needs (Slot); the warp waits again so that the slots are free for the next
 // collective (Done).
+// A lane that has returned cannot take part: a full-mask collective after an exit fails the
+// launch (on a GPU its result is undefined, and it may hang).
 template <typename T>
 void Publish(T v) {
   static_assert(sizeof(T) <= sizeof(uint64_t));
+  if (block->warps[block->current / 32].expected != 32) block->misused = true;
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
   block->slots[block->current] = bits;

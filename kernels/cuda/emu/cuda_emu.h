@@ -1,7 +1,8 @@
 // A functional emulation of the CUDA execution model on the host, for the CUDA backend's kernels
 // (kernels/cuda/*.cuh) and its XLA FFI handlers (kernels/cuda/handlers.h) on a machine without a
 // GPU. The blocks of a launch run one after the other (a launch in clusters: one cluster of
-// blocks after the other), launches in order (one stream); the threads of a block (of a
+// blocks after the other; in the grid's order, reversed or shuffled by the schedule), launches
+// in order (one stream); the threads of a block (of a
 // cluster) run as fibers (ucontext) on the calling thread, each until it waits at a barrier or
 // returns. __syncthreads is a barrier of the block, ClusterSync one of the cluster (of the block
 // in a plain launch); the warp collectives the kernels use (__shfl_sync, __all_sync,
@@ -220,6 +221,18 @@ inline std::vector<unsigned> StartOrder(unsigned threads, unsigned b) {
   return order;
 }
 
+// The first block of each cluster of a launch (of each block, in clusters of one), in the order
+// they run: the grid's order, reversed in the reversed schedule, shuffled in a shuffled one. A
+// GPU runs a launch's blocks in any order and at once, so a block that reads what another block
+// of the same launch writes, unordered, sees it in some schedule and not in another.
+inline std::vector<unsigned> GroupOrder(unsigned grid, unsigned cluster) {
+  std::vector<unsigned> firsts;
+  for (unsigned b = 0; b < grid; b += cluster) firsts.push_back(b);
+  if (schedule == 1) std::reverse(firsts.begin(), firsts.end());
+  if (schedule > 1) std::shuffle(firsts.begin(), firsts.end(), std::mt19937_64(~schedule));
+  return firsts;
+}
+
 // Runs `blocks` blocks of `threads` threads from block `first` on, together (one cluster), to
 // the end; false if some barrier never completed.
 inline bool RunGroup(Block& blk, unsigned first, unsigned blocks, unsigned threads) {
@@ -284,7 +297,7 @@ void LaunchCluster(Kernel kernel, unsigned grid, unsigned threads, unsigned clus
   block = &blk;
   blockDim = dim3(threads);
   gridDim = dim3(grid);
-  for (unsigned b = 0; b < grid; b += cluster) {
+  for (unsigned b : GroupOrder(grid, cluster)) {
     if (!RunGroup(blk, b, cluster, threads)) {
       last_error = cudaErrorLaunchFailure;  // a GPU would hang here
       break;

@@ -94,8 +94,10 @@ paths() {  # PATH_FLAGS for bench_replay.py and RUN for the other commands, from
     PATH_FLAGS+=" --cuda-narrow-max-nodes $CUDA_NARROW_MAX_NODES"
     wrap+=" --narrow-max-nodes $CUDA_NARROW_MAX_NODES"
   fi
+  KEY_FLAG=""  # for the stages that set the path thresholds themselves (cluster, narrow)
   if [ "${CUDA_KEY_TARGETS:-1}" = 0 ]; then
-    PATH_FLAGS+=" --no-cuda-key-targets"
+    KEY_FLAG=" --no-cuda-key-targets"
+    PATH_FLAGS+="$KEY_FLAG"
     wrap+=" --no-key-targets"
   fi
   RUN=$PY
@@ -185,7 +187,7 @@ for s in "${stages[@]}"; do
         stage "narrow_$nm" 90 $PY experiments/bench_replay.py --device gpu \
           --capacities 1048576 --batches 4096 16384 65536 --branchings 16 --backends $backends \
           --ops update step --modes fused --no-plain --no-peers --no-thread-scaling --no-limits \
-          --cuda-narrow-max-nodes "$nm" --out "$OUT/narrow_$nm.json"
+          --cuda-narrow-max-nodes "$nm" $KEY_FLAG --out "$OUT/narrow_$nm.json"
         backends=cuda
       done ;;
     cluster)  # one launch of one cluster per tree against a launch per phase and level
@@ -199,7 +201,7 @@ for s in "${stages[@]}"; do
           --capacities 1048576 --batches 256 1024 4096 16384 65536 --branchings 16 \
           --backends $backends --ops sample update step --modes fused --no-plain --no-peers \
           --no-thread-scaling --no-limits --cuda-block-max-batch 0 \
-          --cuda-cluster-max-batch "$cm" --out "$OUT/cluster_$cm.json"
+          --cuda-cluster-max-batch "$cm" $KEY_FLAG --out "$OUT/cluster_$cm.json"
         backends=cuda
       done ;;
     targets)  # the targets drawn in the sample's kernel from the key, or by XLA before it

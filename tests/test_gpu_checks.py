@@ -176,3 +176,11 @@ def test_passing_tests_are_not_triaged(tmp_path):
     assert not (tmp_path / "out" / "triage.env").exists()
     assert (tmp_path / "out" / "tests.xml").is_file()
     assert "--no-cuda-key-targets" not in next(c for c in calls if "bench_quick.json" in c)
+
+
+def test_a_key_targets_failure_keeps_the_cluster_path_and_every_later_run_draws_in_xla(tmp_path):
+    out, calls = run_checks(tmp_path, ["tests", "cluster", "narrow", "quick"], key_ok=False)
+    runs = [c for c in calls if c.startswith("experiments/bench_replay.py")]
+    assert any("--cuda-cluster-max-batch 65536" in c for c in runs)  # the cluster stage ran
+    assert len(runs) == 2 + 4 + 1 and all("--no-cuda-key-targets" in c for c in runs)
+    assert "turned off: key" in out

@@ -14,15 +14,23 @@
 namespace drlhet_cuda {
 
 #if defined(__CUDACC__)
-// The first half of the cluster's barrier: this thread has arrived, and its global memory
-// writes before it (tree nodes, winners, the tree's words) are seen by every thread of the
-// cluster after its ClusterWait. The thread goes on with work that needs nobody else's writes;
-// it must ClusterWait before it arrives again or exits. Not the `.aligned` forms: those require
-// the warp to be converged at the barrier, which inline assembly after a divergent branch (a
-// winner's write) does not guarantee.
+// The first half of the cluster's barrier: this thread has arrived, and its memory writes
+// before it (tree nodes, winners, the tree's words, in global memory) are seen by every thread
+// of the cluster after its ClusterWait. The thread goes on with work that needs nobody else's
+// writes; it must ClusterWait before it arrives again or exits. Not the `.aligned` forms: those
+// require the warp to be converged at the barrier, which inline assembly after a divergent
+// branch (a winner's write) does not guarantee.
+// No __threadfence before it. By the PTX memory consistency model the arrive's .release and the
+// wait's .acquire, both at cluster scope, order every earlier memory operation of the arriving
+// thread, global memory included, before every later one of a waiting thread of the cluster;
+// scope names the threads that synchronize, not a memory space. Every thread that reads what
+// another wrote in these kernels is in the writer's cluster: a tree's nodes, its winner slots
+// and its scratch words are touched by its own cluster only, and launches are ordered by the
+// stream. A fence at GPU scope would wait for each thread's writes to reach every SM, about a
+// round trip to memory per barrier, and an update has a barrier per phase and per level (five
+// at 2^20 leaves, K 16, B 4096).
 __device__ inline void ClusterArrive() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  __threadfence();  // the writes to global memory first, as for a grid-wide handoff
   asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
 #elif defined(__CUDA_ARCH__)
   __trap();  // no clusters before sm_90: never launched there

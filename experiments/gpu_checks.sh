@@ -11,7 +11,9 @@
 #             switchable part they test and turns it off for the later stages: the cluster
 #             path (CUDA_CLUSTER_MAX_BATCH=0; the cluster stage is then skipped) and the
 #             targets drawn in the sample call (CUDA_KEY_TARGETS=0); any other failure is
-#             unexplained and keeps pick from choosing ($OUT/triage.json, $OUT/triage.log)
+#             unexplained and keeps pick from choosing ($OUT/triage.json, $OUT/triage.log). A
+#             stage that ran out of time (most likely a hang: the cluster kernels are the only
+#             ones that wait on other blocks) turns the cluster path off too
 #   quick     bench_replay at 2^20 leaves, B 4096, K 16: cuda (its own sample and update calls)
 #             vs cuda-plain (find and write under XLA's code) vs jax on the GPU vs native (CPU)
 #             (QUICK_BRANCHINGS="2 4 8 16 32 64" adds the K study at B 256: about 60 s more;
@@ -145,6 +147,13 @@ for s in "${stages[@]}"; do
           set -a; . "$OUT/triage.env"; set +a
         else
           TRIAGE_UNEXPLAINED=1
+        fi
+        if [ "${STAGE_RC[tests]}" = 124 ] || [ "${STAGE_RC[tests]}" = 137 ]; then
+          # most likely a hang, and the only kernels that wait on other blocks are the
+          # cluster path's: off, so that the later stages do not hang in it too
+          echo "== tests: out of time; the cluster path off for the later stages"
+          TRIAGE_NO_CLUSTER=1
+          CUDA_CLUSTER_MAX_BATCH=0
         fi
         paths
         echo "== the later stages run with:$PATH_FLAGS"

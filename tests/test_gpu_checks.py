@@ -112,6 +112,7 @@ FAKE_PYTHON = """#!/usr/bin/env bash
 # records each command; runs pytest on the stand-ins and the triage for real
 echo "$*" >> "$CALLS"
 if [ "$1 $2" = "-m pytest" ]; then
+  [ -n "${PYTEST_RC:-}" ] && exit "$PYTEST_RC"  # e.g. 124: as if `timeout` had killed it
   while [ $# -gt 0 ] && [ "$1" != --junitxml ]; do shift; done
   exec "$REAL_PY" -m pytest -q -p no:cacheprovider -p no:xdist -o addopts= \\
     --rootdir "$STAND_IN" --junitxml "$2" "$STAND_IN"
@@ -123,8 +124,11 @@ exit 0
 """
 
 
-def run_checks(tmp_path: Path, stages: list[str], **failing) -> tuple[str, list[str]]:
-    """gpu_checks.sh STAGES with the stand-in Python: its output and the commands it ran."""
+def run_checks(
+    tmp_path: Path, stages: list[str], pytest_rc: int | None = None, **failing
+) -> tuple[str, list[str]]:
+    """gpu_checks.sh STAGES with the stand-in Python (its pytest exiting with ``pytest_rc``
+    without a report, if given): the script's output and the commands it ran."""
     report(tmp_path, **failing)  # writes the stand-in tests
     fake = tmp_path / "python"
     fake.write_text(FAKE_PYTHON)
@@ -136,6 +140,9 @@ def run_checks(tmp_path: Path, stages: list[str], **failing) -> tuple[str, list[
     }  # fmt: skip
     for name in ("CUDA_CLUSTER_MAX_BATCH", "CUDA_NARROW_MAX_NODES", "CUDA_KEY_TARGETS", "WHEELS"):
         env.pop(name, None)
+    env.pop("PYTEST_RC", None)
+    if pytest_rc is not None:
+        env["PYTEST_RC"] = str(pytest_rc)
     done = subprocess.run(
         ["bash", str(REPO / "experiments" / "gpu_checks.sh"), *stages],
         env=env, capture_output=True, text=True, timeout=300,
@@ -184,3 +191,13 @@ def test_a_key_targets_failure_keeps_the_cluster_path_and_every_later_run_draws_
     assert any("--cuda-cluster-max-batch 65536" in c for c in runs)  # the cluster stage ran
     assert len(runs) == 2 + 4 + 1 and all("--no-cuda-key-targets" in c for c in runs)
     assert "turned off: key" in out
+
+
+@pytest.mark.parametrize("rc", [124, 137])
+def test_a_tests_stage_out_of_time_turns_the_cluster_path_off_and_keeps_the_defaults(tmp_path, rc):
+    out, calls = run_checks(tmp_path, ["tests", "cluster", "pick", "quick"], pytest_rc=rc)
+    assert "no JUnit XML" in out and "unexplained: 1" in out
+    assert "== cluster: skipped" in out and "pick: skipped, 1 test failure(s)" in out
+    quick = [c for c in calls if "bench_quick.json" in c]
+    assert len(quick) == 1 and "--cuda-cluster-max-batch 0" in quick[0]
+    assert "--no-cuda-key-targets" not in quick[0]

@@ -11,14 +11,19 @@ that the later stages pass on, without a rebuild:
   KEY_TARGETS``). Its tests are the functions in ``KEY_TESTS``.
 
 A failed test of either part turns that part off (a case of both turns off both). Any other
-failure is *unexplained*: no setting removes it, so the ``pick`` stage, which chooses between
-paths by speed, keeps the library's defaults. This script reads the XML that pytest's
-``--junitxml`` wrote, prints what failed and what it turns off, and writes ``KEY=value`` lines
-for the shell (``--env-out``) and the same as JSON (``--out``). A missing or unreadable XML file
-(the stage timed out, or pytest crashed) counts as unexplained.
+failure is *unexplained* for now: the buffer-level tests also draw their targets in the sample
+call, and a process whose GPU context a faulting kernel poisoned fails every test after it, so
+``gpu_checks.sh`` reruns the unexplained ones (``--rerun-out``: their pytest node ids) alone,
+with the failed parts off (``DRLHET_TEST_CUDA_KEY_TARGETS=0``, tests/backends/conftest.py), and
+triages that run's report: what still fails is unexplained, and the ``pick`` stage, which
+chooses between paths by speed, then keeps the library's defaults. This script reads the XML
+that pytest's ``--junitxml`` wrote, prints what failed and what it turns off, and writes
+``KEY=value`` lines for the shell (``--env-out``) and the same as JSON (``--out``). A missing or
+unreadable XML file (the stage timed out, or pytest crashed) counts as unexplained.
 
 Usage:
-  python experiments/triage_gpu_tests.py --junit tests.xml --env-out triage.env --out triage.json
+  python experiments/triage_gpu_tests.py --junit tests.xml --env-out triage.env --out triage.json \
+      --rerun-out rerun.txt
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ class Args:
     """Where to write the shell's ``KEY=value`` lines."""
     out: Path | None = None
     """Where to write the same as JSON."""
+    rerun_out: Path | None = None
+    """Where to write the pytest node ids of the unexplained failures, one a line."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,8 +81,18 @@ def parts_of(test_id: str) -> set[str]:
     return parts
 
 
+def node_id(classname: str, name: str) -> str:
+    """The pytest node id of a JUnit case: ``tests.backends.test_x`` (and a ``TestY`` class)
+    and ``test_z[params]`` -> ``tests/backends/test_x.py::TestY::test_z[params]``."""
+    parts = classname.split(".")
+    classes = []
+    while parts and parts[-1][:1].isupper():
+        classes.insert(0, parts.pop())
+    return "::".join(["/".join(parts) + ".py", *classes, name])
+
+
 def failed_ids(junit: Path) -> tuple[str, ...]:
-    """The ids (``classname::name``) of the failed or errored cases of ``junit``.
+    """The pytest node ids (`node_id`) of the failed or errored cases of ``junit``.
 
     Raises:
       ValueError: the file is missing or is not a JUnit XML report.
@@ -89,7 +106,7 @@ def failed_ids(junit: Path) -> tuple[str, ...]:
     if root.tag not in ("testsuites", "testsuite"):
         raise ValueError(f"{junit} is not a JUnit report (its root is <{root.tag}>)")
     return tuple(
-        f"{case.get('classname', '')}::{case.get('name', '')}"
+        node_id(case.get("classname", ""), case.get("name", ""))
         for case in root.iter("testcase")
         if case.find("failure") is not None or case.find("error") is not None
     )
@@ -135,6 +152,9 @@ def main(args: Args) -> Triage:
         args.env_out.write_text(env_lines(t))
     if args.out is not None:
         args.out.write_text(json.dumps(dataclasses.asdict(t), indent=1))
+    if args.rerun_out is not None:  # a missing report has nothing to rerun
+        rerun = [] if t.reason else t.unexplained
+        args.rerun_out.write_text("".join(f"{test_id}\n" for test_id in rerun))
     return t
 
 

@@ -17,7 +17,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 STAND_INS = """
+import os
+
 import pytest
+
+KEY_OFF = os.environ.get("DRLHET_TEST_CUDA_KEY_TARGETS") == "0"
 
 @pytest.mark.parametrize("path", ["one block per tree", "one cluster per tree"])
 def test_weigh_and_checked_update_equal_the_buffers_code(path):
@@ -39,7 +43,8 @@ def triage(monkeypatch):
 
 
 def report(tmp_path: Path, cluster_ok=True, key_ok=True, other_ok=True) -> Path:
-    """A JUnit XML report written by pytest, of stand-ins that fail as asked."""
+    """A JUnit XML report written by pytest, of stand-ins that fail as asked (each ``*_ok`` a
+    Python expression; ``KEY_OFF``: the run has the key targets off)."""
     tests = tmp_path / "stand_in" / "test_stand_in.py"
     tests.parent.mkdir(exist_ok=True)
     tests.write_text(STAND_INS.format(cluster_ok=cluster_ok, key_ok=key_ok, other_ok=other_ok))
@@ -113,9 +118,16 @@ FAKE_PYTHON = """#!/usr/bin/env bash
 echo "$*" >> "$CALLS"
 if [ "$1 $2" = "-m pytest" ]; then
   [ -n "${PYTEST_RC:-}" ] && exit "$PYTEST_RC"  # e.g. 124: as if `timeout` had killed it
-  while [ $# -gt 0 ] && [ "$1" != --junitxml ]; do shift; done
-  exec "$REAL_PY" -m pytest -q -p no:cacheprovider -p no:xdist -o addopts= \\
-    --rootdir "$STAND_IN" --junitxml "$2" "$STAND_IN"
+  xml=""; ids=()  # the report's path, and the node ids of a rerun (else every stand-in)
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --junitxml) xml=$2; shift ;;
+      *::*) ids+=("$1") ;;
+    esac
+    shift
+  done
+  cd "$STAND_IN" && exec "$REAL_PY" -m pytest -q -p no:cacheprovider -p no:xdist \\
+    -o addopts= --rootdir "$STAND_IN" --junitxml "$xml" "${ids[@]:-$STAND_IN}"
 fi
 case "$1" in
   experiments/triage_gpu_tests.py|experiments/pick_cuda_paths.py) exec "$REAL_PY" "$@" ;;
@@ -201,3 +213,25 @@ def test_a_tests_stage_out_of_time_turns_the_cluster_path_off_and_keeps_the_defa
     quick = [c for c in calls if "bench_quick.json" in c]
     assert len(quick) == 1 and "--cuda-cluster-max-batch 0" in quick[0]
     assert "--no-cuda-key-targets" not in quick[0]
+
+
+def test_a_failure_that_passes_alone_without_the_failed_part_is_explained(tmp_path):
+    """A buffer-level test fails only while the key targets are on: its rerun, alone and with
+    them off, passes, so pick still chooses."""
+    out, calls = run_checks(tmp_path, ["tests", "pick"], key_ok=False, other_ok="KEY_OFF")
+    rerun = [c for c in calls if c.startswith("-m pytest") and "rerun.xml" in c]
+    assert len(rerun) == 1 and "::test_scan_of_sample_and_update_equals_jax" in rerun[0]
+    assert "::test_the_sample_from_the_key" not in rerun[0]  # only the unexplained ones
+    assert "0 failure(s) left unexplained after the rerun" in out
+    assert "pick: skipped, no cluster or narrow rows" in out
+
+
+def test_a_failure_that_fails_again_alone_stays_unexplained(tmp_path):
+    out, _ = run_checks(tmp_path, ["tests", "pick"], cluster_ok=False, other_ok=False)
+    assert "1 failure(s) left unexplained after the rerun" in out
+    assert "pick: skipped, 1 test failure(s)" in out
+
+
+def test_nothing_is_rerun_when_no_part_was_turned_off(tmp_path):
+    out, calls = run_checks(tmp_path, ["tests", "pick"], other_ok=False)
+    assert not any("rerun.xml" in c for c in calls) and "pick: skipped, 1 test" in out

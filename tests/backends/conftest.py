@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import jax
 import pytest
 from cuda_places import PATHS, PLACES, devices
@@ -29,3 +31,20 @@ def gpu():
     """The cuda backend's ops on a GPU (skipped without one)."""
     devices("gpu")
     return backends.tree_ops("cuda")
+
+
+KEY_TARGETS_ENV = "DRLHET_TEST_CUDA_KEY_TARGETS"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def key_targets_setting():
+    """``DRLHET_TEST_CUDA_KEY_TARGETS=0`` runs the session with `cuda.KEY_TARGETS` off (XLA
+    draws every sample's targets): how ``experiments/gpu_checks.sh`` reruns the GPU tests that
+    failed beside a failure of the key-drawn targets, to see whether that part explains them."""
+    if os.environ.get(KEY_TARGETS_ENV, "1") != "0":
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cuda, "KEY_TARGETS", False)
+        jax.clear_caches()  # read when a function is traced
+        yield

@@ -11,8 +11,9 @@ Modes:
   percall  a jitted op called S times from Python (dispatch included)
 
 Peers (the ``bench`` extra), same sizes, same run, alternating with ours per repeat:
-flashbax's prioritised flat buffer (fused and per call) and cpprb's PrioritizedReplayBuffer
-(per call; it is a C++ library driven from Python).
+flashbax's prioritised flat buffer (fused and per call; pure JAX, so it runs where the ``jax``
+backend does: with ``--device gpu``, on the same GPU, with as many steps a timed scan) and
+cpprb's PrioritizedReplayBuffer (per call, on the host CPU; a C++ library driven from Python).
 
 Usage:
   python experiments/bench_replay.py --quick           # 2^20, K=16, B=256 (what `make run` does)
@@ -66,7 +67,8 @@ class Args:
     limits: bool = True
     """Probe this machine's memory limits (1 GiB array, one core) and report against them."""
     peers: bool = True
-    """Also measure flashbax and cpprb (skipped with a note if not installed)."""
+    """Also measure flashbax (where ``jax`` runs: the GPU with ``--device gpu``) and cpprb (the
+    host CPU), each skipped with a note if not installed."""
     threading: Literal["default", "pin1", "xla1"] = "default"
     threading_study: bool = False
     """Run the fused step at 2^20/K16/B256 under each threading setting, in subprocesses."""
@@ -244,7 +246,9 @@ def main(args: Args) -> list[dict]:
         return jitted_runners(bodies, state, steps)
 
     # ---------------------------------------------------------------- flashbax
-    def flashbax_ops(capacity: int, batch: int, steps: int) -> dict:
+    def flashbax_ops(capacity: int, batch: int, steps: int, device) -> dict:
+        """flashbax's prioritised flat buffer, built and run on ``device`` (the ``jax``
+        backend's: with ``--device gpu``, the same GPU)."""
         import flashbax as fbx
 
         buf = fbx.make_prioritised_flat_buffer(
@@ -254,17 +258,19 @@ def main(args: Args) -> list[dict]:
             add_batch_size=batch,
             priority_exponent=0.6,
         )
-        example = jax.tree.map(lambda x: jnp.asarray(x[0]), transitions(1))
-        state = buf.init(example)
-        add = jax.jit(buf.add, donate_argnums=0)
-        data = transitions(capacity)
-        for i in range(capacity // batch):
-            state = add(state, jax.tree.map(lambda x, i=i: x[i * batch : (i + 1) * batch], data))
-        rng = np.random.default_rng(1)
-        state = jax.jit(buf.set_priorities, donate_argnums=0)(
-            state, jnp.arange(capacity), jnp.asarray(rng.random(capacity, np.float32) + 1e-3)
-        )
-        new = jax.tree.map(jnp.asarray, transitions(batch, 2))
+        with jax.default_device(device):
+            example = jax.tree.map(lambda x: jnp.asarray(x[0]), transitions(1))
+            state = jax.device_put(buf.init(example), device)
+            add = jax.jit(buf.add, donate_argnums=0)
+            data = transitions(capacity)
+            for i in range(capacity // batch):
+                chunk = jax.tree.map(lambda x, i=i: x[i * batch : (i + 1) * batch], data)
+                state = add(state, jax.device_put(chunk, device))
+            rng = np.random.default_rng(1)
+            state = jax.jit(buf.set_priorities, donate_argnums=0)(
+                state, jnp.arange(capacity), jnp.asarray(rng.random(capacity, np.float32) + 1e-3)
+            )
+            new = jax.device_put(jax.tree.map(jnp.asarray, transitions(batch, 2)), device)
 
         def insert(s, key):
             return buf.add(s, new), jnp.float32(0)
@@ -433,8 +439,11 @@ def main(args: Args) -> list[dict]:
                 drlhet_ops(capacity, batch, k, steps, "native"), 1
             )
         if k == 16:  # peers have no K; measure them once per (capacity, batch)
-            if "flashbax" in peer_names:
-                impls["flashbax"] = flashbax_ops(capacity, batch, steps)
+            if "flashbax" in peer_names:  # pure JAX: where the jax backend runs, as long scans
+                fbx_dev = device_of("jax")
+                on_gpu = fbx_dev.platform != backends_api.CPU
+                steps_of["flashbax"] = max(steps, args.gpu_steps) if on_gpu else steps
+                impls["flashbax"] = flashbax_ops(capacity, batch, steps_of["flashbax"], fbx_dev)
             if "cpprb" in peer_names:
                 impls["cpprb"] = cpprb_ops(capacity, batch, steps)
         keys = [
@@ -471,9 +480,13 @@ def main(args: Args) -> list[dict]:
         def where(impl: str) -> dict:
             """The row's device and what its speed is the speed of."""
             name = impl.removeprefix("drlhet-").removesuffix("-1t").removesuffix("-plain")
-            if not impl.startswith("drlhet-") or device_of(name).platform == backends_api.CPU:
+            if impl == "flashbax":  # a pure-JAX peer: where the jax backend runs
+                name = "jax"
+            elif not impl.startswith("drlhet-"):
                 return {"device": "cpu", "speed_of": speed_of(impl)}
             dev = device_of(name)
+            if dev.platform == backends_api.CPU:
+                return {"device": "cpu", "speed_of": speed_of(impl)}
             return {"device": str(dev), "speed_of": f"this GPU ({dev.device_kind})"}
 
         for key in keys:
@@ -557,7 +570,10 @@ def print_ratios(rows: list[dict], capacity: int, batch: int, k: int, depth: int
                 return r["items_per_s"]
         return None
 
-    for impl in ("drlhet-jax", "drlhet-native"):
+    simulated = {r["impl"] for r in rows if "simulation" in r.get("speed_of", "")}
+    for impl in ("drlhet-jax", "drlhet-native", "drlhet-cuda"):
+        if impl in simulated:  # a simulation's speed is no speed to compare
+            continue
         ours = rate(impl, "step", "fused")
         s, u = rate(impl, "sample", "fused"), rate(impl, "update", "fused")
         if ours and s and u:

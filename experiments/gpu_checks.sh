@@ -18,7 +18,9 @@
 #             stage that ran out of time (most likely a hang: the cluster kernels are the only
 #             ones that wait on other blocks) turns the cluster path off too
 #   quick     bench_replay at 2^20 leaves, B 4096, K 16: cuda (its own sample and update calls)
-#             vs cuda-plain (find and write under XLA's code) vs jax on the GPU vs native (CPU)
+#             vs cuda-plain (find and write under XLA's code) vs jax on the GPU vs native (CPU),
+#             and the peers that are installed: flashbax on the same GPU (its wheel in WHEELS;
+#             --no-deps, chex and flax are there), cpprb on the host (QUICK_PEERS=0: none)
 #             (QUICK_BRANCHINGS="2 4 8 16 32 64" adds the K study at B 256: about 60 s more;
 #             QUICK_ARGS: more bench_replay flags, e.g. --cuda-cluster-max-batch 16384)
 #   train     DQN + PER on CartPole, 3 seeds, to a mean return of 475: replay cuda, then jax,
@@ -110,6 +112,8 @@ paths() {  # PATH_FLAGS for bench_replay.py and RUN for the other commands, from
   return 0
 }
 paths
+PEER_FLAG=--peers  # for the quick stage
+[ "${QUICK_PEERS:-1}" = 0 ] && PEER_FLAG=--no-peers
 declare -A STAGE_RC  # each stage's exit status
 
 stage() {  # stage NAME LIMIT_S COMMAND...: runs with a time limit, logs to $OUT/NAME.log
@@ -181,7 +185,7 @@ for s in "${stages[@]}"; do
       fi ;;
     quick)
       stage quick 200 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
-        --batches 4096 --branchings ${QUICK_BRANCHINGS:-16} --modes fused --no-peers \
+        --batches 4096 --branchings ${QUICK_BRANCHINGS:-16} --modes fused $PEER_FLAG \
         --no-thread-scaling --no-limits $PATH_FLAGS ${QUICK_ARGS:-} --out "$OUT/bench_quick.json" ;;
     train)
       for b in ${TRAIN_BACKENDS:-cuda jax}; do

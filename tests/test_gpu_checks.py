@@ -137,7 +137,11 @@ exit 0
 
 
 def run_checks(
-    tmp_path: Path, stages: list[str], pytest_rc: int | None = None, **failing
+    tmp_path: Path,
+    stages: list[str],
+    pytest_rc: int | None = None,
+    extra_env: dict[str, str] | None = None,
+    **failing,
 ) -> tuple[str, list[str]]:
     """gpu_checks.sh STAGES with the stand-in Python (its pytest exiting with ``pytest_rc``
     without a report, if given): the script's output and the commands it ran."""
@@ -150,9 +154,11 @@ def run_checks(
         **os.environ, "PYTHON": str(fake), "REAL_PY": sys.executable, "CALLS": str(calls),
         "STAND_IN": str(tmp_path / "stand_in"), "OUT": str(tmp_path / "out"),
     }  # fmt: skip
-    for name in ("CUDA_CLUSTER_MAX_BATCH", "CUDA_NARROW_MAX_NODES", "CUDA_KEY_TARGETS", "WHEELS"):
+    for name in ("CUDA_CLUSTER_MAX_BATCH", "CUDA_NARROW_MAX_NODES", "CUDA_KEY_TARGETS"):
         env.pop(name, None)
-    env.pop("PYTEST_RC", None)
+    for name in ("WHEELS", "QUICK_PEERS", "PYTEST_RC"):
+        env.pop(name, None)
+    env.update(extra_env or {})
     if pytest_rc is not None:
         env["PYTEST_RC"] = str(pytest_rc)
     done = subprocess.run(
@@ -195,6 +201,15 @@ def test_passing_tests_are_not_triaged(tmp_path):
     assert not (tmp_path / "out" / "triage.env").exists()
     assert (tmp_path / "out" / "tests.xml").is_file()
     assert "--no-cuda-key-targets" not in next(c for c in calls if "bench_quick.json" in c)
+
+
+@pytest.mark.parametrize("setting, flag", [(None, " --peers "), ("0", " --no-peers ")])
+def test_the_quick_stage_times_the_installed_peers_unless_told_not_to(tmp_path, setting, flag):
+    """flashbax, pure JAX, runs on the same GPU in the quick stage (its wheel in WHEELS)."""
+    extra = {} if setting is None else {"QUICK_PEERS": setting}
+    _, calls = run_checks(tmp_path, ["quick"], extra_env=extra)
+    quick = [c for c in calls if "bench_quick.json" in c]
+    assert len(quick) == 1 and flag in quick[0]
 
 
 def test_a_key_targets_failure_keeps_the_cluster_path_and_every_later_run_draws_in_xla(tmp_path):

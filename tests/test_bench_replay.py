@@ -17,25 +17,37 @@ def bench(monkeypatch):
     return importlib.import_module("bench_replay")
 
 
-def test_flashbax_runs_beside_jax_and_a_simulation_is_compared_with_no_peer(
-    bench, tmp_path, capsys
-):
+def test_flashbax_runs_where_jax_runs_and_its_rows_say_so(bench, tmp_path, capsys):
     pytest.importorskip("flashbax", reason="missing library: flashbax (the bench extra)")
     args = bench.Args(
-        capacities=(1024,), batches=(32,), branchings=(16,), backends=("jax", "cuda"),
-        ops=("step",), modes=("fused",), thread_scaling=False, limits=False, repeats=1,
-        plain=False, out=tmp_path / "rows.json",
+        capacities=(256,), batches=(32,), branchings=(16,), backends=("jax",), ops=("step",),
+        modes=("fused",), thread_scaling=False, limits=False, repeats=1, plain=False,
+        out=tmp_path / "rows.json",
     )  # fmt: skip
     rows = bench.main(args)
-    printed = capsys.readouterr().out
     assert json.loads(args.out.read_text()) == rows
     by = {r["impl"]: r for r in rows}
-    assert {"drlhet-jax", "flashbax"} <= set(by), sorted(by)
+    assert set(by) == {"drlhet-jax", "flashbax"}, sorted(by)
     for field in ("device", "speed_of", "steps_per_repeat"):
         assert by["flashbax"][field] == by["drlhet-jax"][field], field
-    assert by["flashbax"]["items_per_s"] > 0
-    assert "step: drlhet-jax fused / flashbax fused = " in printed
-    if "drlhet-cuda" in by:  # its custom calls under the emulation: function, not speed
-        assert "simulation" in by["drlhet-cuda"]["speed_of"]
-        assert "drlhet-cuda fused / flashbax" not in printed
-        assert "drlhet-cuda fused / drlhet-jax" not in printed
+    assert by["flashbax"]["items_per_s"] > 0 and by["flashbax"]["branching"] is None
+    assert "step: drlhet-jax fused / flashbax fused = " in capsys.readouterr().out
+
+
+def test_a_simulated_backend_is_compared_with_no_one(bench, capsys):
+    def row(impl, rate, speed_of):
+        return {"impl": impl, "op": "step", "mode": "fused", "capacity": 1024, "batch": 32,
+                "branching": None if impl == "flashbax" else 16, "items_per_s": rate,
+                "speed_of": speed_of}  # fmt: skip
+
+    simulated = "simulation of cuda on this CPU: function only, not the hardware's speed"
+    rows = [row("drlhet-jax", 2e6, "this CPU"), row("flashbax", 4e6, "this CPU")]
+    bench.print_ratios([*rows, row("drlhet-cuda", 2e4, simulated)], 1024, 32, 16, 3)
+    printed = capsys.readouterr().out
+    assert "step: drlhet-jax fused / flashbax fused = 0.50x" in printed
+    assert "drlhet-cuda" not in printed
+    # the same rows from a GPU: cuda's speed is a device's, compared with both
+    bench.print_ratios([*rows, row("drlhet-cuda", 8e6, "this GPU (H100)")], 1024, 32, 16, 3)
+    printed = capsys.readouterr().out
+    assert "step: drlhet-cuda fused / flashbax fused = 2.00x" in printed
+    assert "step: drlhet-cuda fused / drlhet-jax fused = 4.00x" in printed

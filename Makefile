@@ -34,7 +34,8 @@ test: $(STAMP)
 # On a machine with an NVIDIA GPU: JAX's CUDA plugin and CuPy, then the tests that need them
 # (the CUDA kernels against the reference, conformance on the GPU; they skip without a GPU).
 # Offline, with jax[cuda] already installed: experiments/gpu_checks.sh (build, these tests,
-# training, benchmarks and GPU profiles, each stage logged; on an H100, 2026-11-26, its 44 GPU tests passed).
+# training, benchmarks and GPU profiles, each stage logged; on an H100, 2026-11-26, its 166 GPU
+# tests passed).
 gpu-test: $(STAMP)
 	$(BIN)/pip install --quiet "jax[cuda13]" "cupy-cuda13x>=14.0"
 	$(BIN)/python -m pytest -q tests/backends/test_cuda.py tests/backends/test_cuda_buffer.py \

@@ -10,6 +10,8 @@ import os
 import re
 import subprocess
 import sys
+import time
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
@@ -18,17 +20,23 @@ REPO = Path(__file__).resolve().parents[1]
 
 STAND_INS = """
 import os
+import time
 
 import pytest
 
 KEY_OFF = os.environ.get("DRLHET_TEST_CUDA_KEY_TARGETS") == "0"
+CLUSTER = pytest.param("one cluster per tree", marks=pytest.mark.cuda_cluster)
 
-@pytest.mark.parametrize("path", ["one block per tree", "one cluster per tree"])
+def hang():
+    time.sleep(600)
+
+@pytest.mark.parametrize("path", ["one block per tree", CLUSTER])
 def test_weigh_and_checked_update_equal_the_buffers_code(path):
     assert path != "one cluster per tree" or {cluster_ok}
 
-@pytest.mark.parametrize("stratified", [True, False])
-def test_the_sample_from_the_key_equals_the_sample_from_xlas_targets(stratified):
+@pytest.mark.cuda_key_targets
+@pytest.mark.parametrize("path", ["one block per tree", CLUSTER])
+def test_the_sample_from_the_key_equals_the_sample_from_xlas_targets(path):
     assert {key_ok}
 
 def test_scan_of_sample_and_update_equals_jax():
@@ -42,12 +50,18 @@ def triage(monkeypatch):
     return importlib.import_module("triage_gpu_tests")
 
 
-def report(tmp_path: Path, cluster_ok=True, key_ok=True, other_ok=True) -> Path:
-    """A JUnit XML report written by pytest, of stand-ins that fail as asked (each ``*_ok`` a
-    Python expression; ``KEY_OFF``: the run has the key targets off)."""
+def stand_ins(tmp_path: Path, cluster_ok=True, key_ok=True, other_ok=True) -> Path:
+    """Writes the stand-in tests, failing as asked (each ``*_ok`` a Python expression;
+    ``KEY_OFF``: the run has the key targets off; ``hang()``: sleeps 10 minutes)."""
     tests = tmp_path / "stand_in" / "test_stand_in.py"
     tests.parent.mkdir(exist_ok=True)
     tests.write_text(STAND_INS.format(cluster_ok=cluster_ok, key_ok=key_ok, other_ok=other_ok))
+    return tests
+
+
+def report(tmp_path: Path, **failing) -> Path:
+    """A JUnit XML report written by pytest, of the stand-ins (`stand_ins`)."""
+    tests = stand_ins(tmp_path, **failing)
     xml = tmp_path / "tests.xml"
     subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
@@ -62,10 +76,10 @@ def report(tmp_path: Path, cluster_ok=True, key_ok=True, other_ok=True) -> Path:
     [
         ({}, False, False, 0),
         ({"cluster_ok": False}, True, False, 0),
-        ({"key_ok": False}, False, True, 0),
+        ({"key_ok": False}, True, True, 0),  # the key test has a cluster case too
         ({"cluster_ok": False, "key_ok": False}, True, True, 0),
         ({"other_ok": False}, False, False, 1),
-        ({"other_ok": False, "key_ok": False}, False, True, 1),
+        ({"other_ok": False, "key_ok": False}, True, True, 1),
     ],
 )
 def test_each_failure_turns_off_the_part_it_tests(triage, tmp_path, failing, cluster, key,
@@ -114,23 +128,29 @@ def test_the_triage_names_the_real_tests_and_paths(triage):
 
 
 FAKE_PYTHON = """#!/usr/bin/env bash
-# records each command; runs pytest on the stand-ins and the triage for real
+# records each command; runs pytest on the stand-ins (their ids, or all of them, with the
+# stage's options but its -k and test files) and the triage for real
 echo "$*" >> "$CALLS"
 if [ "$1 $2" = "-m pytest" ]; then
   [ -n "${PYTEST_RC:-}" ] && exit "$PYTEST_RC"  # e.g. 124: as if `timeout` had killed it
-  xml=""; ids=()  # the report's path, and the node ids of a rerun (else every stand-in)
+  shift 2
+  keep=(); ids=(); xdist=(-p no:xdist)
   while [ $# -gt 0 ]; do
     case "$1" in
-      --junitxml) xml=$2; shift ;;
+      -k) shift ;;
       *::*) ids+=("$1") ;;
+      tests/*) ;;
+      -n) xdist=(); keep+=("$1") ;;
+      *) keep+=("$1") ;;
     esac
     shift
   done
-  cd "$STAND_IN" && exec "$REAL_PY" -m pytest -q -p no:cacheprovider -p no:xdist \\
-    -o addopts= --rootdir "$STAND_IN" --junitxml "$xml" "${ids[@]:-$STAND_IN}"
+  cd "$STAND_IN" && exec "$REAL_PY" -m pytest "${keep[@]}" "${xdist[@]}" -o addopts= \\
+    --rootdir "$STAND_IN" "${ids[@]:-$STAND_IN}"
 fi
 case "$1" in
   experiments/triage_gpu_tests.py|experiments/pick_cuda_paths.py) exec "$REAL_PY" "$@" ;;
+  -c) exec "$REAL_PY" "$@" ;;  # e.g. whether pytest_timeout imports
 esac
 exit 0
 """
@@ -145,7 +165,7 @@ def run_checks(
 ) -> tuple[str, list[str]]:
     """gpu_checks.sh STAGES with the stand-in Python (its pytest exiting with ``pytest_rc``
     without a report, if given): the script's output and the commands it ran."""
-    report(tmp_path, **failing)  # writes the stand-in tests
+    stand_ins(tmp_path, **failing)
     fake = tmp_path / "python"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
@@ -153,6 +173,7 @@ def run_checks(
     env = {
         **os.environ, "PYTHON": str(fake), "REAL_PY": sys.executable, "CALLS": str(calls),
         "STAND_IN": str(tmp_path / "stand_in"), "OUT": str(tmp_path / "out"),
+        "TEST_WORKERS": "1", "TEST_TIMEOUT": "3",
     }  # fmt: skip
     for name in ("CUDA_CLUSTER_MAX_BATCH", "CUDA_NARROW_MAX_NODES", "CUDA_KEY_TARGETS"):
         env.pop(name, None)
@@ -242,7 +263,7 @@ def test_a_failure_that_passes_alone_without_the_failed_part_is_explained(tmp_pa
 
 
 def test_a_failure_that_fails_again_alone_stays_unexplained(tmp_path):
-    out, _ = run_checks(tmp_path, ["tests", "pick"], cluster_ok=False, other_ok=False)
+    out, _ = run_checks(tmp_path, ["tests", "pick"], key_ok=False, other_ok=False)
     assert "1 failure(s) left unexplained after the rerun" in out
     assert "pick: skipped, 1 test failure(s)" in out
 
@@ -250,3 +271,71 @@ def test_a_failure_that_fails_again_alone_stays_unexplained(tmp_path):
 def test_nothing_is_rerun_when_no_part_was_turned_off(tmp_path):
     out, calls = run_checks(tmp_path, ["tests", "pick"], other_ok=False)
     assert not any("rerun.xml" in c for c in calls) and "pick: skipped, 1 test" in out
+
+
+def test_a_hanging_cluster_case_costs_its_timeout_and_turns_the_cluster_path_off(tmp_path):
+    """Its worker is killed after TEST_TIMEOUT (3 s here), its case is an error, the other
+    cases of the stage still run, and nothing of the other tests' stage is lost."""
+    pytest.importorskip("pytest_timeout", reason="missing library: pytest-timeout")
+    started = time.monotonic()
+    out, calls = run_checks(tmp_path, ["tests", "cluster", "quick"], cluster_ok="hang()")
+    assert time.monotonic() - started < 100  # not the stage's 120 s
+    assert "== tests_cluster: 1; the cluster path off" in out
+    assert "== cluster: skipped" in out
+    quick = [c for c in calls if "bench_quick.json" in c]
+    assert len(quick) == 1 and "--cuda-cluster-max-batch 0" in quick[0]
+    cases = cases_of(tmp_path / "out" / "tests_cluster.xml")
+    assert cases["test_weigh_and_checked_update_equal_the_buffers_code[one cluster per tree]"] == [
+        "error"
+    ]
+    assert cases["test_the_sample_from_the_key_equals_the_sample_from_xlas_targets["
+                 "one cluster per tree]"] == []  # fmt: skip
+    assert all(not v for v in cases_of(tmp_path / "out" / "tests.xml").values())
+
+
+def test_a_cluster_case_that_fails_only_beside_the_key_targets_keeps_the_cluster_path(tmp_path):
+    """The key targets fail: the cluster stage runs with them off and without their cases."""
+    out, calls = run_checks(
+        tmp_path, ["tests", "cluster", "quick"], key_ok=False, cluster_ok="KEY_OFF"
+    )
+    cluster_run = next(c for c in calls if "tests_cluster.xml" in c)
+    assert "not slow and cuda_cluster and not cuda_key_targets" in cluster_run
+    assert "tests_cluster: exit 0" in out and "== cluster: skipped" not in out
+    quick = next(c for c in calls if "bench_quick.json" in c)
+    assert "--cuda-cluster-max-batch 0" not in quick and "--no-cuda-key-targets" in quick
+
+
+def cases_of(xml: Path) -> dict[str, list[str]]:
+    """Each case of a JUnit report: what it holds (failure, error, skipped; none: passed)."""
+    root = ElementTree.parse(xml).getroot()
+    return {
+        c.get("name", ""): [e.tag for e in c if e.tag != "system-out"]
+        for c in root.iter("testcase")
+    }
+
+
+def test_a_cluster_stage_not_run_leaves_the_cluster_path_off(tmp_path):
+    """Out of time before it (DEADLINE_S), the cluster path is untested: off."""
+    out, calls = run_checks(tmp_path, ["tests", "quick"], extra_env={"DEADLINE_S": "15"})
+    assert "== tests_cluster: skipped" in out
+    assert "== tests_cluster: not run; the cluster path off" in out
+    assert not any("tests_cluster.xml" in c for c in calls)
+
+
+def test_the_gpu_stages_select_the_cluster_and_key_cases_by_their_marks(triage):
+    """The stages select by marks (tests/backends/conftest.py, test_cuda_buffer.py): a lost mark
+    would run the cluster path's cases with the others, or none of them apart."""
+    files = ["tests/backends/test_cuda.py", "tests/backends/test_cuda_buffer.py"]
+
+    def ids(marks: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+             "-m", marks, *files], capture_output=True, text=True, cwd=REPO,
+        )  # fmt: skip
+        return [line for line in done.stdout.splitlines() if "::" in line]
+
+    cluster = ids("cuda_cluster")
+    assert len(cluster) >= 40 and all(triage.CLUSTER_PATH in i for i in cluster)  # GPU + emulated
+    assert not any(triage.CLUSTER_PATH in i for i in ids("not cuda_cluster"))
+    key = {i.split("::")[-1].split("[")[0] for i in ids("cuda_key_targets")}
+    assert key == set(triage.KEY_TESTS)

@@ -6,16 +6,25 @@ import os
 
 import jax
 import pytest
-from cuda_places import PATHS, PLACES, devices
+from cuda_places import CLUSTER_PATH, PATHS, PLACES, devices
 
 from drlhet import backends
 from drlhet.backends import cuda
 
 
-@pytest.fixture(scope="module", params=[f"{p}, {q}" for p in PLACES for q in PATHS])
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(f"{p}, {q}", marks=[pytest.mark.cuda_cluster] if q == CLUSTER_PATH else [])
+        for p in PLACES
+        for q in PATHS
+    ],
+)
 def place(request):
     """The cuda backend's ops (`TreeOps`, its own buffer calls included), run on one place's
-    first device with one update path."""
+    first device with one update path. The cluster path's cases are marked ``cuda_cluster``:
+    ``experiments/gpu_checks.sh`` runs them on a GPU in a stage of their own, since only its
+    kernels wait on other blocks (a hang there costs that stage, not the other tests)."""
     where, path = request.param.split(", ")
     device = devices(where)[0]
     ops = backends.tree_ops("cuda")

@@ -18,10 +18,11 @@ from drlhet.backends import cuda
 from drlhet.backends.native import library_path
 
 NO_GPU = "missing device: no GPU (JAX sees no CUDA device here)"
+CLUSTER_PATH = "one cluster per tree"
 PATHS = {
     "one block per tree": {"BLOCK_MAX_BATCH": 2**40},
     "one launch per level": {"BLOCK_MAX_BATCH": 0, "NARROW_MAX_NODES": 16},
-    "one cluster per tree": {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40},
+    CLUSTER_PATH: {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40},
 }
 """Each update path's settings of `drlhet.backends.cuda`."""
 PLACES = ("gpu", "emulated cpu")
@@ -40,4 +41,4 @@ def devices(place: str) -> list:
     return jax.devices(backends.CPU)
 
 
-__all__ = ["NO_GPU", "PATHS", "PLACES", "devices"]
+__all__ = ["CLUSTER_PATH", "NO_GPU", "PATHS", "PLACES", "devices"]

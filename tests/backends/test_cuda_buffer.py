@@ -198,6 +198,7 @@ def test_the_largest_kept_priority_raises_the_running_maximum(probe):
     assert update_checked_phases(probe, tree, capacity, k, args, -1)[1] == 8.0
 
 
+@pytest.mark.cuda_key_targets
 @pytest.mark.parametrize("batch", [1, 3, 64, 4096])
 @pytest.mark.parametrize("stratified", [True, False])
 def test_targets_from_the_key_are_jax_randoms_bit_for_bit(probe, batch, stratified):
@@ -268,6 +269,7 @@ def test_vmapped_buffers_pass_one_row_per_tree():
     assert "tensor<3x8xf32>" in call  # probabilities, weights
 
 
+@pytest.mark.cuda_key_targets
 @pytest.mark.parametrize(
     "batch, stratified, key, in_call",
     [
@@ -288,6 +290,7 @@ def test_the_targets_are_drawn_in_the_call_only_where_they_equal_xlas(
     assert cuda.draws_like_jax(key, batch, stratified) == in_call
 
 
+@pytest.mark.cuda_key_targets
 @pytest.mark.parametrize("on", [False, True])
 def test_key_targets_turned_off_draws_the_targets_in_xla(monkeypatch, on):
     monkeypatch.setattr(cuda, "KEY_TARGETS", on)  # read when traced: a fresh buffer each case
@@ -297,6 +300,7 @@ def test_key_targets_turned_off_draws_the_targets_in_xla(monkeypatch, on):
     assert ("@drlhet_cuda_weigh(" in text) != on
 
 
+@pytest.mark.cuda_key_targets
 def test_targets_are_never_drawn_in_the_call_without_the_partitionable_layout():
     key = jax.random.key(0)
     assert cuda.draws_like_jax(key, 64, True)
@@ -358,6 +362,7 @@ def test_the_buffer_with_its_own_calls_equals_the_buffer_over_find_and_write(pla
         np.testing.assert_array_equal(np.asarray(b), np.asarray(c))
 
 
+@pytest.mark.cuda_key_targets
 @pytest.mark.parametrize("stratified", [True, False])
 def test_the_sample_from_the_key_equals_the_sample_from_xlas_targets(place, stratified):
     """The targets drawn in the kernel (drlhet/jax_random.h) against jax.random's on the same

@@ -6,7 +6,10 @@ that the later stages pass on, without a rebuild:
 
 - ``cluster``: the update and sample in one cluster of blocks per tree
   (``drlhet.backends.cuda.CLUSTER_MAX_BATCH``; 0 turns it off). Its tests are the cases whose
-  id names the path ``one cluster per tree`` (``tests/backends/cuda_places.py``).
+  id names the path ``one cluster per tree`` (``tests/backends/cuda_places.py``; marked
+  ``cuda_cluster``). ``gpu_checks.sh`` runs them in a stage of their own, after the others,
+  and turns the path off on any failure there without this script; a report that holds them
+  is classified here all the same.
 - ``key``: the sample's targets drawn inside the sample call (``drlhet.backends.cuda.
   KEY_TARGETS``). Its tests are the functions in ``KEY_TESTS``.
 

@@ -36,10 +36,13 @@ test: $(STAMP)
 # Offline, with jax[cuda] already installed: experiments/gpu_checks.sh (build, these tests,
 # training, benchmarks and GPU profiles, each stage logged; on an H100, 2026-11-26, its 166 GPU
 # tests passed).
+# A test that hangs (only the cluster path's kernels wait on other blocks) is stopped after 5
+# minutes with every thread's stack (pytest-timeout), not left to hang the run.
 gpu-test: $(STAMP)
 	$(BIN)/pip install --quiet "jax[cuda13]" "cupy-cuda13x>=14.0"
-	$(BIN)/python -m pytest -q tests/backends/test_cuda.py tests/backends/test_cuda_buffer.py \
-	  tests/backends/conformance.py -k "(cuda or gpu) and not emulated"
+	$(BIN)/python -m pytest -q --timeout 300 --timeout-method thread tests/backends/test_cuda.py \
+	  tests/backends/test_cuda_buffer.py tests/backends/conformance.py \
+	  -k "(cuda or gpu) and not emulated"
 
 # Benchmarks write under results/raw/ (not committed), never over the committed, pinned results.
 bench: $(STAMP)

@@ -129,7 +129,8 @@ def test_the_triage_names_the_real_tests_and_paths(triage):
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 # records each command; runs pytest on the stand-ins (their ids, or all of them, with the
-# stage's options but its -k and test files) and the triage for real
+# stage's options but its -k, its test files and, unless STAND_IN_XDIST is set, its workers)
+# and the triage for real
 echo "$*" >> "$CALLS"
 if [ "$1 $2" = "-m pytest" ]; then
   [ -n "${PYTEST_RC:-}" ] && exit "$PYTEST_RC"  # e.g. 124: as if `timeout` had killed it
@@ -140,7 +141,8 @@ if [ "$1 $2" = "-m pytest" ]; then
       -k) shift ;;
       *::*) ids+=("$1") ;;
       tests/*) ;;
-      -n) xdist=(); keep+=("$1") ;;
+      -n) [ -n "${STAND_IN_XDIST:-}" ] && xdist=() && keep+=("$1" "$2"); shift ;;
+      --dist) [ -n "${STAND_IN_XDIST:-}" ] && keep+=("$1" "$2"); shift ;;
       *) keep+=("$1") ;;
     esac
     shift
@@ -177,7 +179,7 @@ def run_checks(
     }  # fmt: skip
     for name in ("CUDA_CLUSTER_MAX_BATCH", "CUDA_NARROW_MAX_NODES", "CUDA_KEY_TARGETS"):
         env.pop(name, None)
-    for name in ("WHEELS", "QUICK_PEERS", "PYTEST_RC"):
+    for name in ("WHEELS", "QUICK_PEERS", "PYTEST_RC", "STAND_IN_XDIST"):
         env.pop(name, None)
     env.update(extra_env or {})
     if pytest_rc is not None:
@@ -278,7 +280,12 @@ def test_a_hanging_cluster_case_costs_its_timeout_and_turns_the_cluster_path_off
     cases of the stage still run, and nothing of the other tests' stage is lost."""
     pytest.importorskip("pytest_timeout", reason="missing library: pytest-timeout")
     started = time.monotonic()
-    out, calls = run_checks(tmp_path, ["tests", "cluster", "quick"], cluster_ok="hang()")
+    out, calls = run_checks(
+        tmp_path,
+        ["tests", "cluster", "quick"],
+        extra_env={"STAND_IN_XDIST": "1"},
+        cluster_ok="hang()",
+    )
     assert time.monotonic() - started < 100  # not the stage's 120 s
     assert "== tests_cluster: 1; the cluster path off" in out
     assert "== cluster: skipped" in out
@@ -322,20 +329,28 @@ def test_a_cluster_stage_not_run_leaves_the_cluster_path_off(tmp_path):
     assert not any("tests_cluster.xml" in c for c in calls)
 
 
-def test_the_gpu_stages_select_the_cluster_and_key_cases_by_their_marks(triage):
+def test_the_gpu_stages_select_the_cluster_and_key_cases_by_their_marks(triage, tmp_path):
     """The stages select by marks (tests/backends/conftest.py, test_cuda_buffer.py): a lost mark
     would run the cluster path's cases with the others, or none of them apart."""
-    files = ["tests/backends/test_cuda.py", "tests/backends/test_cuda_buffer.py"]
-
-    def ids(marks: str) -> list[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-             "-m", marks, *files], capture_output=True, text=True, cwd=REPO,
-        )  # fmt: skip
-        return [line for line in done.stdout.splitlines() if "::" in line]
-
-    cluster = ids("cuda_cluster")
+    (tmp_path / "marks_of.py").write_text(
+        "def pytest_collection_finish(session):\n"
+        "    for item in session.items:\n"
+        "        names = ' '.join(sorted({m.name for m in item.iter_markers()}))\n"
+        "        print(f'MARKS\\t{item.nodeid}\\t{names}')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-s", "-p", "no:cacheprovider",
+         "-p", "marks_of", "tests/backends/test_cuda.py", "tests/backends/test_cuda_buffer.py"],
+        capture_output=True, text=True, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )  # fmt: skip
+    marks = {
+        line.split("\t")[1]: set(line.split("\t")[2].split())
+        for line in done.stdout.splitlines()
+        if line.startswith("MARKS\t")
+    }
+    cluster = [i for i, m in marks.items() if "cuda_cluster" in m]
     assert len(cluster) >= 40 and all(triage.CLUSTER_PATH in i for i in cluster)  # GPU + emulated
-    assert not any(triage.CLUSTER_PATH in i for i in ids("not cuda_cluster"))
-    key = {i.split("::")[-1].split("[")[0] for i in ids("cuda_key_targets")}
+    assert not any(triage.CLUSTER_PATH in i for i, m in marks.items() if "cuda_cluster" not in m)
+    key = {i.split("::")[-1].split("[")[0] for i, m in marks.items() if "cuda_key_targets" in m}
     assert key == set(triage.KEY_TESTS)

@@ -30,6 +30,7 @@ Results: JSON rows in ``--out`` and a printed table. Every number is measured on
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -439,13 +440,16 @@ def main(args: Args) -> list[dict]:
                 drlhet_ops(capacity, batch, k, steps, "native"), 1
             )
         if k == 16:  # peers have no K; measure them once per (capacity, batch)
-            if "flashbax" in peer_names:  # pure JAX: where the jax backend runs, as long scans
-                fbx_dev = device_of("jax")
-                on_gpu = fbx_dev.platform != backends_api.CPU
-                steps_of["flashbax"] = max(steps, args.gpu_steps) if on_gpu else steps
-                impls["flashbax"] = flashbax_ops(capacity, batch, steps_of["flashbax"], fbx_dev)
-            if "cpprb" in peer_names:
-                impls["cpprb"] = cpprb_ops(capacity, batch, steps)
+            fbx_dev = device_of("jax")  # flashbax is pure JAX: where jax runs, as long scans
+            steps_of["flashbax"] = steps
+            if fbx_dev.platform != backends_api.CPU:
+                steps_of["flashbax"] = max(steps, args.gpu_steps)
+            for name in peer_names:
+                with peer_failure(name, capacity, batch):  # a peer's failure costs only its rows
+                    if name == "flashbax":
+                        impls[name] = flashbax_ops(capacity, batch, steps_of[name], fbx_dev)
+                    else:
+                        impls[name] = cpprb_ops(capacity, batch, steps)
         keys = [
             (impl, op, mode)
             for impl, runners in impls.items()
@@ -456,8 +460,15 @@ def main(args: Args) -> list[dict]:
         compile_s = {}
         for key in keys:  # warm-up: compile + first touch
             t = time.perf_counter()
-            impls[key[0]][key[1:]]()
+            if key[0] not in peer_names:
+                impls[key[0]][key[1:]]()
+            else:
+                with peer_failure(key[0], capacity, batch):
+                    impls[key[0]][key[1:]]()
+                    compile_s[key] = time.perf_counter() - t
+                continue
             compile_s[key] = time.perf_counter() - t
+        keys = [key for key in keys if key in compile_s]  # less a peer's failed ones
         times: dict = {key: [] for key in keys}
         for _ in range(args.repeats):  # alternate implementations within each repeat
             for key in keys:
@@ -531,6 +542,18 @@ def main(args: Args) -> list[dict]:
     args.out.write_text(json.dumps(rows, indent=1))
     print(f"wrote {len(rows)} rows to {args.out}")
     return rows
+
+
+@contextlib.contextmanager
+def peer_failure(name: str, capacity: int, batch: int):
+    """A peer's exception becomes a one-line note, so that its failure (a version of it that
+    does not run here, say) costs its own rows, not the run's."""
+    try:
+        yield
+    except Exception as e:  # any failure of a peer's code
+        first = str(e).splitlines()[0] if str(e) else ""
+        print(f"note: {name} failed at capacity {capacity}, batch {batch}, skipped: "
+              f"{type(e).__name__}: {first}")  # fmt: skip
 
 
 def speed_of(impl: str) -> str:

@@ -51,3 +51,35 @@ def test_a_simulated_backend_is_compared_with_no_one(bench, capsys):
     printed = capsys.readouterr().out
     assert "step: drlhet-cuda fused / flashbax fused = 2.00x" in printed
     assert "step: drlhet-cuda fused / drlhet-jax fused = 4.00x" in printed
+
+
+@pytest.mark.parametrize("where", ["built", "first run"])
+def test_a_failing_peer_costs_its_rows_not_the_run(bench, tmp_path, capsys, monkeypatch, where):
+    """A peer that fails (a version that does not run on this machine, say) is a one-line note;
+    the run goes on and writes everyone else's rows."""
+    fbx = pytest.importorskip("flashbax", reason="missing library: flashbax (the bench extra)")
+    make = fbx.make_prioritised_flat_buffer
+
+    def broken(**kw):
+        if where == "built":
+            raise RuntimeError("no such buffer here\nsecond line")
+        buf = make(**kw)
+
+        def sample(*a, **k):
+            raise RuntimeError("no such buffer here\nsecond line")
+
+        return buf.replace(sample=sample)
+
+    monkeypatch.setattr(fbx, "make_prioritised_flat_buffer", broken)
+    args = bench.Args(
+        capacities=(256,), batches=(32,), branchings=(16,), backends=("jax",), ops=("step",),
+        modes=("fused",), thread_scaling=False, limits=False, repeats=1, plain=False,
+        out=tmp_path / "rows.json",
+    )  # fmt: skip
+    rows = bench.main(args)
+    assert {r["impl"] for r in rows} == {"drlhet-jax"}
+    printed = capsys.readouterr().out
+    assert (
+        "note: flashbax failed at capacity 256, batch 32, skipped: RuntimeError: no such buffer "
+        "here\n"
+    ) in printed

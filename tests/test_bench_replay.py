@@ -17,13 +17,18 @@ def bench(monkeypatch):
     return importlib.import_module("bench_replay")
 
 
-def test_flashbax_runs_where_jax_runs_and_its_rows_say_so(bench, tmp_path, capsys):
-    pytest.importorskip("flashbax", reason="missing library: flashbax (the bench extra)")
-    args = bench.Args(
+def tiny_run(bench, tmp_path):
+    """The fused step of ``jax`` and the installed peers at capacity 256, B 32, one repeat."""
+    return bench.Args(
         capacities=(256,), batches=(32,), branchings=(16,), backends=("jax",), ops=("step",),
         modes=("fused",), thread_scaling=False, limits=False, repeats=1, plain=False,
         out=tmp_path / "rows.json",
     )  # fmt: skip
+
+
+def test_flashbax_runs_where_jax_runs_and_its_rows_say_so(bench, tmp_path, capsys):
+    pytest.importorskip("flashbax", reason="missing library: flashbax (the bench extra)")
+    args = tiny_run(bench, tmp_path)
     rows = bench.main(args)
     assert json.loads(args.out.read_text()) == rows
     by = {r["impl"]: r for r in rows}
@@ -71,11 +76,7 @@ def test_a_failing_peer_costs_its_rows_not_the_run(bench, tmp_path, capsys, monk
         return buf.replace(sample=sample)
 
     monkeypatch.setattr(fbx, "make_prioritised_flat_buffer", broken)
-    args = bench.Args(
-        capacities=(256,), batches=(32,), branchings=(16,), backends=("jax",), ops=("step",),
-        modes=("fused",), thread_scaling=False, limits=False, repeats=1, plain=False,
-        out=tmp_path / "rows.json",
-    )  # fmt: skip
+    args = tiny_run(bench, tmp_path)
     rows = bench.main(args)
     assert {r["impl"] for r in rows} == {"drlhet-jax"}
     printed = capsys.readouterr().out

@@ -38,17 +38,16 @@
 #   split     DQN to 475 with the learner on the GPU and the rest on the host (k = 0, then 4;
 #             SPLIT_MAPPING), not in the default list: no split has run on a GPU yet
 #   probe     the cuda update's two paths against jax at 2^20 leaves (not in the default list;
-#             rows to $OUT/probe_<BLOCK_MAX_BATCH>.json). After a kernel change, e.g. the narrow
-#             levels and the own sample / update calls of 2026-11-26 (neither yet run on a
-#             GPU): build tests quick probe dump
+#             rows to $OUT/probe_<BLOCK_MAX_BATCH>.json). After a kernel change:
+#             build tests quick probe dump
 #             (UNROLL: steps per iteration of the timed scan's loop, default 1; PROBE_BLOCKS:
 #             the one-block thresholds to run, default "65536 0")
 #   narrow    the per-level update's narrow levels: NARROW_SWEEP (default "4096 1024 256 0")
 #             as cuda.NARROW_MAX_NODES, the update and the step of cuda at 2^20 leaves, K 16,
 #             B 4096 16384 65536, jax in the first run for the ratio (rows to
-#             $OUT/narrow_<N>.json; not in the default list; about 25 s each)
-#   cluster   the update and sample in one cluster of 8 blocks per tree (sm_90+; never run on a
-#             GPU before): CLUSTER_SWEEP (default "0 65536") as cuda.CLUSTER_MAX_BATCH, the
+#             $OUT/narrow_<N>.json; not in the default list; 24 s, then 8 s each)
+#   cluster   the update and sample in one cluster of 8 blocks per tree (sm_90+; first run on an
+#             H100 on 2026-11-27, 44 s and 14 s): CLUSTER_SWEEP (default "0 65536") as cuda.CLUSTER_MAX_BATCH, the
 #             update, sample and step of cuda at 2^20 leaves, K 16, B 256 1024 4096 16384 65536
 #             (BLOCK_MAX_BATCH 0: no batch in one block; the sample's block still takes up
 #             to 1024), jax in the first run (rows to $OUT/cluster_<N>.json; not in the default

@@ -2,6 +2,7 @@
 ``jax`` backend runs, with as many steps a timed scan, and its rows say so; a backend that is
 only simulated here (``cuda`` under the host emulation) is compared with no peer."""
 
+import dataclasses
 import importlib
 import json
 from pathlib import Path
@@ -84,3 +85,29 @@ def test_a_failing_peer_costs_its_rows_not_the_run(bench, tmp_path, capsys, monk
         "note: flashbax failed at capacity 256, batch 32, skipped: RuntimeError: no such buffer "
         "here\n"
     ) in printed
+
+
+def test_flashbax_gets_its_own_switch_for_the_device_it_runs_on(bench, tmp_path, monkeypatch):
+    """On a GPU flashbax must be told so: its default updates priorities one at a time in a
+    scan, a round of launches per entry there (it outlasted a whole stage on an H100)."""
+    fbx = pytest.importorskip("flashbax", reason="missing library: flashbax (the bench extra)")
+    assert [bench.flashbax_device(p) for p in ("gpu", "tpu", "cpu")] == ["gpu", "tpu", "cpu"]
+    seen = []
+    real = fbx.make_prioritised_flat_buffer
+
+    def spy(**kwargs):
+        seen.append(kwargs.get("device"))
+        return real(**kwargs)
+
+    monkeypatch.setattr(fbx, "make_prioritised_flat_buffer", spy)
+    bench.main(tiny_run(bench, tmp_path))
+    assert seen == ["cpu"]  # where jax runs here
+
+
+def test_a_peer_over_its_warm_up_limit_is_not_repeated(bench, tmp_path, capsys):
+    pytest.importorskip("flashbax", reason="missing library: flashbax (the bench extra)")
+    args = dataclasses.replace(tiny_run(bench, tmp_path), peer_limit_s=0.0)
+    rows = bench.main(args)
+    assert {r["impl"] for r in rows} == {"drlhet-jax"}
+    out = capsys.readouterr().out
+    assert "note: flashbax step (fused) took " in out and "--peer-limit-s 0: not repeated" in out

@@ -81,24 +81,26 @@ leaves, K 16 (the buffer's update, in a fused scan): B 256 one block 35 us, per 
 B 4096 one block 134 us, per level 60 us (results/bench_replay_gpu_h100_paths.json); 1024 is
 between the two, not measured. After the shared-layout fix (third H100 session): the step at
 B 4096 runs at 47.6M items/s with one block, 70.1M per level."""
-NARROW_MAX_NODES = 4096
+NARROW_MAX_NODES = 1024
 """On the per-level path, the levels of at most this many nodes (and no more than the batch)
 are recomputed whole by one block of 1024 threads per tree, in one launch; the levels no wider
 than the batch but wider than this, by one thread per node over the GPU (coalesced reads of
 their children); the levels wider than the batch, one thread per entry (its ancestor). All give
-the same bits. Read when a program is traced. 4096 is what every H100 run so far used; the
-third session's kernel times (results/kernel_times_h100_layout.json) put the one block's
-4096-node level at 23.9 us of the 58 us step at B 4096, so smaller values are the next thing
-to measure (``bench_replay.py --cuda-narrow-max-nodes``)."""
+the same bits. Read when a program is traced. Measured on an H100 (2026-11-27, 2^20 leaves,
+K 16, the step in a fused scan; ``experiments/gpu_checks.sh narrow pick``,
+results/cuda_paths_h100.json): geometric mean over B 16384 and 65536 of 729M items/s at 1024,
+679M at 4096 (the earlier default), 595M at 0 (every level one thread per node)."""
 
-CLUSTER_MAX_BATCH = 0
+CLUSTER_MAX_BATCH = 4096
 """An update or a sample of more than one block's entries per tree (`BLOCK_MAX_BATCH`; 1024 for
 the sample) but of at most this many runs as one kernel of one cluster of 8 blocks per tree
 (``kernels/cuda/cluster.cuh``: the phases and levels separated by cluster barriers instead of
-launches), on GPUs of compute capability 9.0 and up; elsewhere, and above it, per level. 0 (off)
-until a GPU has measured it against the per-level path: the path is tested on the host
-emulation, NOT yet run on a GPU (``bench_replay.py --cuda-cluster-max-batch``,
-``experiments/gpu_checks.sh cluster``). Read when a program is traced."""
+launches), on GPUs of compute capability 9.0 and up; elsewhere, and above it, per level; 0
+turns the path off. Read when a program is traced. Measured on an H100 (2026-11-27, 2^20
+leaves, K 16, the step in a fused scan; ``experiments/gpu_checks.sh cluster pick``,
+results/cuda_paths_h100.json): the cluster path against the per-level path, 120M against 94M
+items/s at B 4096 (1.28x), 291M against 356M at B 16384, 570M against 1.30G at B 65536; one
+cluster of 8 SMs per tree runs out of memory parallelism above a few thousand entries."""
 
 KEY_TARGETS = True
 """Whether the buffer's sample draws its targets inside the cuda sample call (`weigh_key`)
@@ -190,8 +192,8 @@ def weigh(
 
     Two kernels (the descent with each probability and raw weight; the weights over their
     maximum) and a clear of their 2 int32 of workspace per tree; one kernel for a batch of at
-    most 1024 per tree (one block each) or, where enabled, `CLUSTER_MAX_BATCH` (one cluster
-    each). ``beta`` is compared with [0, 1] in float32.
+    most 1024 per tree (one block each) or, on GPUs of compute capability 9.0 and up,
+    `CLUSTER_MAX_BATCH` (one cluster each). ``beta`` is compared with [0, 1] in float32.
     """
     _check(tree)
     targets = jnp.asarray(targets, jnp.float32)
@@ -330,8 +332,8 @@ BACKEND = register(
         needs="a GPU, and the CUDA kernel library built on `pip install` where nvcc works; on a "
         "CPU device, the kernels' host emulation (built on `pip install` everywhere)",
         loader=_load,
-        # the GPU's default replay: its fused sample + update step measured 1.5-2.5x the jax
-        # backend's on an H100 from B 32 to 65536 at 2^20 leaves (docs/results.md)
+        # the GPU's default replay: its fused sample + update step measured 2.9-5.8x the jax
+        # backend's on an H100 from B 32 to 65536 at 2^20 leaves, 2026-11-27 (docs/results.md)
         rank=1,
         simulation=(CPU, ("replay",)),
         summary="CUDA sum tree as XLA FFI custom calls inside jit (float32 trees); on a CPU "

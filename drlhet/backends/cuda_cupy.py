@@ -23,7 +23,7 @@ __all__ = ["FATBIN", "fatbin_path", "CupyTree", "to_cupy", "to_jax", "narrow_top
 FATBIN = "drlhet_cuda_kernels.fatbin"
 _THREADS = 256
 _BLOCK_THREADS = 1024  # drlhet_cuda_update_top: one block per tree
-NARROW_MAX_NODES = 4 * _BLOCK_THREADS
+NARROW_MAX_NODES = _BLOCK_THREADS
 """The widest level the update recomputes whole, in one block per tree: the default of
 ``drlhet.backends.cuda.NARROW_MAX_NODES`` (the launches here recompute every wider level one
 thread per entry)."""

@@ -69,6 +69,13 @@
 #             $OUT/kernel_times.json (experiments/kernel_times.py).
 #             Not in the default list; after a kernel change: build tests quick kernels probe
 #             (KERNEL_ARGS: more bench_replay flags, e.g. --cuda-cluster-max-batch 16384)
+#   stalls    what the warps of the cuda kernels wait on: STALL_COUNT (default 6) launches of
+#             the kernels matching STALL_KERNELS (default: the cluster and one-block update and
+#             sample), after STALL_SKIP (4), in the fused step at 2^20 leaves, K 16, B
+#             STALL_BATCHES (4096), under ncu's WarpStateStats, SpeedOfLight, LaunchStats and
+#             Occupancy sections (raw CSV in $OUT/stalls_cuda.log), ranked per kernel by
+#             experiments/kernel_stalls.py ($OUT/kernel_stalls.json). Not in the default list;
+#             after kernels, when a kernel's time is known but not why
 #   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
 # CUDA_CLUSTER_MAX_BATCH and CUDA_NARROW_MAX_NODES, set in the environment or by the pick stage,
 # are the thresholds (drlhet.backends.cuda's CLUSTER_MAX_BATCH, NARROW_MAX_NODES) that the
@@ -308,6 +315,20 @@ for s in "${stages[@]}"; do
       for b in ${KERNEL_BACKENDS:-cuda}; do logs+=("$OUT/kernels_$b.log"); done
       stage kernel_times 30 $PY experiments/kernel_times.py --csv-files "${logs[@]}" \
         --out "$OUT/kernel_times.json" ;;
+    stalls)  # what the warps of the cuda kernels wait on: ncu's warp state, a few launches
+      ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)}
+      [ -z "$ncu" ] && { echo "== stalls: skipped, no ncu (Nsight Compute) here"; continue; }
+      stage stalls_cuda 150 "$ncu" --clock-control none \
+        --kernel-name "regex:${STALL_KERNELS:-drlhet_cuda_(update|sample)_(cluster|block)}" \
+        --launch-skip "${STALL_SKIP:-4}" --launch-count "${STALL_COUNT:-6}" \
+        --section WarpStateStats --section SpeedOfLight --section LaunchStats \
+        --section Occupancy --page raw --csv \
+        $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
+        --batches ${STALL_BATCHES:-4096} --branchings 16 --backends cuda --no-plain --ops step \
+        --modes fused --no-peers --no-thread-scaling --no-limits --repeats 1 --gpu-steps 16 \
+        $PATH_FLAGS --out /tmp/stalls_cuda.json
+      stage kernel_stalls 30 $PY experiments/kernel_stalls.py --csv-files "$OUT/stalls_cuda.log" \
+        --out "$OUT/kernel_stalls.json" ;;
     dump)  # the optimized programs and their thunks (command buffers) of the fused step
       rm -rf /tmp/xla_dump
       export XLA_FLAGS="--xla_dump_to=/tmp/xla_dump --xla_dump_hlo_as_text"

@@ -79,7 +79,8 @@ def assert_program_threads(rows: list[dict], cfg: TrainConfig, threads: set) -> 
     [
         (4, "A+L|R"),
         (4, "A+R|L"),
-        (4, "A|R+L"),
+        # ~28 s on the 2-core VM; this split's in-program lead is also k = 5's, below
+        pytest.param(4, "A|R+L", marks=pytest.mark.slow),
         (5, "A|R+L"),
         # ~30 s each on the 2-core VM; k = 5's straddling updates are covered by A|R+L above
         pytest.param(5, "A+R|L", marks=pytest.mark.slow),

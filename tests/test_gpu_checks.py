@@ -152,6 +152,7 @@ if [ "$1 $2" = "-m pytest" ]; then
 fi
 case "$1" in
   experiments/triage_gpu_tests.py|experiments/pick_cuda_paths.py) exec "$REAL_PY" "$@" ;;
+  experiments/kernel_stalls.py) exec "$REAL_PY" "$@" ;;
   -c) exec "$REAL_PY" "$@" ;;  # e.g. whether pytest_timeout imports
 esac
 exit 0
@@ -354,3 +355,33 @@ def test_the_gpu_stages_select_the_cluster_and_key_cases_by_their_marks(triage, 
     assert not any(triage.CLUSTER_PATH in i for i, m in marks.items() if "cuda_cluster" not in m)
     key = {i.split("::")[-1].split("[")[0] for i, m in marks.items() if "cuda_key_targets" in m}
     assert key == set(triage.KEY_TESTS)
+
+
+BARRIER = "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio"
+FAKE_NCU = f"""#!/usr/bin/env bash
+# records its arguments; prints a raw table (ncu --page raw --csv) of two launches
+echo "$*" >> "$NCU_CALLS"
+echo '==PROF== Connected to process 7'
+echo '"ID","Kernel Name","gpu__time_duration.sum","{BARRIER}"'
+echo '"","","nsecond","inst"'
+echo '"0","drlhet_cuda_update_cluster","16,000","2.5"'
+echo '"1","drlhet_cuda_update_cluster","17,000","3.5"'
+"""
+
+
+def test_the_stalls_stage_profiles_the_cuda_kernels_and_ranks_their_stalls(tmp_path):
+    ncu = tmp_path / "ncu"
+    ncu.write_text(FAKE_NCU)
+    ncu.chmod(0o755)
+    extra = {"NCU": str(ncu), "NCU_CALLS": str(tmp_path / "ncu.log"),
+             "CUDA_CLUSTER_MAX_BATCH": "8192"}  # fmt: skip
+    out, calls = run_checks(tmp_path, ["stalls"], extra_env=extra)
+    (args,) = (tmp_path / "ncu.log").read_text().splitlines()
+    assert "--kernel-name regex:drlhet_cuda_(update|sample)_(cluster|block)" in args
+    assert "--page raw --csv" in args and "--section WarpStateStats" in args
+    assert "experiments/bench_replay.py --device gpu" in args
+    assert "--cuda-cluster-max-batch 8192" in args  # the stage runs with the paths in force
+    (entry,) = json.loads((tmp_path / "out" / "kernel_stalls.json").read_text())
+    assert entry["kernel"] == "drlhet_cuda_update_cluster" and entry["launches"] == 2
+    assert entry["stalls"] == {"barrier": 3.0}
+    assert "stalls per issued instruction: barrier 3.00" in out

@@ -319,7 +319,7 @@ for s in "${stages[@]}"; do
       ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)}
       [ -z "$ncu" ] && { echo "== stalls: skipped, no ncu (Nsight Compute) here"; continue; }
       stage stalls_cuda 150 "$ncu" --clock-control none \
-        --kernel-name "regex:${STALL_KERNELS:-drlhet_cuda_(update|sample)_(cluster|block)}" \
+        --kernel-name "regex:${STALL_KERNELS:-drlhet_cuda_(update|sample)_(cluster|block).*}" \
         --launch-skip "${STALL_SKIP:-4}" --launch-count "${STALL_COUNT:-6}" \
         --section WarpStateStats --section SpeedOfLight --section LaunchStats \
         --section Occupancy --page raw --csv \

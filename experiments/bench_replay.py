@@ -108,6 +108,11 @@ class Args:
     """Let the cuda backend draw the sample's targets inside its sample call from the key
     (``TreeOps.weigh_key``, where it reproduces jax's draw); ``--no-cuda-key-targets``: the
     targets from XLA's kernel, as before. Rows record it (``cuda_key_targets``)."""
+    cuda_shared_top: bool = True
+    """Let the cuda backend's sample kernels descend the top levels of the tree from a copy in
+    each block's shared memory (``drlhet.backends.cuda.SHARED_TOP``); ``--no-cuda-shared-top``:
+    every level from the tree in global memory. The same bits either way. Rows record it
+    (``cuda_shared_top``)."""
     out: Path = Path("results/bench_replay.json")
 
 
@@ -372,6 +377,10 @@ def main(args: Args) -> list[dict]:
         from drlhet.backends import cuda
 
         cuda.CLUSTER_MAX_BATCH = args.cuda_cluster_max_batch
+    if not args.cuda_shared_top:
+        from drlhet.backends import cuda
+
+        cuda.SHARED_TOP = False
     backends: list[str] = []
     for name in args.backends:
         try:
@@ -489,13 +498,17 @@ def main(args: Args) -> list[dict]:
             """The update-path settings a cuda row ran with (None for other backends)."""
             names = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH")
             if not impl.startswith("drlhet-cuda"):
-                return {f"cuda_{n.lower()}": None for n in names} | {"cuda_key_targets": None}
+                return {f"cuda_{n.lower()}": None for n in names} | {
+                    "cuda_key_targets": None, "cuda_shared_top": None
+                }  # fmt: skip
             from drlhet.backends import cuda
 
-            key_targets = args.cuda_key_targets and cuda.KEY_TARGETS and not impl.endswith("-plain")
+            own_calls = not impl.endswith("-plain")  # the sample call (weigh) is the backend's
+            key_targets = args.cuda_key_targets and cuda.KEY_TARGETS and own_calls
+            shared_top = bool(cuda.SHARED_TOP) and own_calls
             return {f"cuda_{n.lower()}": int(getattr(cuda, n)) for n in names} | {
-                "cuda_key_targets": key_targets
-            }
+                "cuda_key_targets": key_targets, "cuda_shared_top": shared_top
+            }  # fmt: skip
 
         def where(impl: str) -> dict:
             """The row's device and what its speed is the speed of."""

@@ -57,7 +57,13 @@
 #             TreeOps.weigh_key) against XLA's kernel drawing them (--no-cuda-key-targets): the
 #             sample and step of cuda at 2^20 leaves, K 16, B 256 and 4096 (rows to
 #             $OUT/targets_key.json, $OUT/targets_xla.json; not in the default list; ~30 s)
-#   pick      the path thresholds from the rows of the cluster and narrow stages above
+#   top       the sample's descents through a copy of the tree's top levels in each block's
+#             shared memory (drlhet.backends.cuda.SHARED_TOP, the default) against every level
+#             from global memory (--no-cuda-shared-top): the sample and step of cuda at 2^20
+#             leaves, K 16, B TOP_BATCHES (default 256 1024 4096 16384 65536), with the path
+#             thresholds in force (rows to $OUT/top_on.json, $OUT/top_off.json; not in the
+#             default list; about 40 s)
+#   pick      the path thresholds from the rows of the cluster, narrow and top stages above
 #             (experiments/pick_cuda_paths.py: $OUT/cuda_paths.json, the evidence, and
 #             $OUT/cuda_paths.env); the stages after it run with them (not in the default list;
 #             skipped when the tests stage of the same run failed in a way that no setting
@@ -77,8 +83,9 @@
 #             experiments/kernel_stalls.py ($OUT/kernel_stalls.json). Not in the default list;
 #             after kernels, when a kernel's time is known but not why
 #   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
-# CUDA_CLUSTER_MAX_BATCH and CUDA_NARROW_MAX_NODES, set in the environment or by the pick stage,
-# are the thresholds (drlhet.backends.cuda's CLUSTER_MAX_BATCH, NARROW_MAX_NODES) that the
+# CUDA_CLUSTER_MAX_BATCH, CUDA_NARROW_MAX_NODES and CUDA_SHARED_TOP (0: off), set in the
+# environment or by the pick stage, are the settings (drlhet.backends.cuda's
+# CLUSTER_MAX_BATCH, NARROW_MAX_NODES, SHARED_TOP) that the
 # quick, train, bench, profile, split and kernels stages run with (train, profile and split
 # through experiments/with_cuda_paths.py); unset, the library's own. CUDA_KEY_TARGETS=0 (set
 # by hand or by the tests stage's triage) turns off drlhet.backends.cuda.KEY_TARGETS there too
@@ -111,6 +118,10 @@ paths() {  # PATH_FLAGS for bench_replay.py and RUN for the other commands, from
   if [ -n "${CUDA_NARROW_MAX_NODES:-}" ]; then
     PATH_FLAGS+=" --cuda-narrow-max-nodes $CUDA_NARROW_MAX_NODES"
     wrap+=" --narrow-max-nodes $CUDA_NARROW_MAX_NODES"
+  fi
+  if [ "${CUDA_SHARED_TOP:-1}" = 0 ]; then
+    PATH_FLAGS+=" --no-cuda-shared-top"
+    wrap+=" --no-shared-top"
   fi
   KEY_FLAG=""  # for the stages that set the path thresholds themselves (cluster, narrow)
   if [ "${CUDA_KEY_TARGETS:-1}" = 0 ]; then
@@ -281,6 +292,16 @@ for s in "${stages[@]}"; do
           --ops sample step --modes fused --no-plain --no-peers --no-thread-scaling --no-limits \
           $PATH_FLAGS $flag --out "$OUT/targets_$t.json"
       done ;;
+    top)  # the sample's descents through a copy of the top levels in shared memory, or not
+      for t in on off; do
+        flag=--cuda-shared-top
+        [ $t = off ] && flag=--no-cuda-shared-top
+        stage "top_$t" 90 $PY experiments/bench_replay.py --device gpu \
+          --capacities 1048576 --batches ${TOP_BATCHES:-256 1024 4096 16384 65536} \
+          --branchings 16 --backends cuda --ops sample step --modes fused --no-plain --no-peers \
+          --no-thread-scaling --no-limits ${PATH_FLAGS/ --no-cuda-shared-top/} $flag \
+          --out "$OUT/top_$t.json"
+      done ;;
     pick)  # the thresholds the rows of the cluster and narrow stages say, for the later stages
       rm -f "$OUT/cuda_paths.env"
       if [ "${TRIAGE_UNEXPLAINED:-0}" != 0 ]; then  # a path that gives wrong bits is no choice
@@ -288,8 +309,8 @@ for s in "${stages[@]}"; do
           "(triage.log): library defaults"
         continue
       fi
-      files=$(ls "$OUT"/cluster_*.json "$OUT"/narrow_*.json 2>/dev/null)
-      [ -z "$files" ] && { echo "== pick: skipped, no cluster or narrow rows in $OUT"; continue; }
+      files=$(ls "$OUT"/cluster_*.json "$OUT"/narrow_*.json "$OUT"/top_*.json 2>/dev/null)
+      [ -z "$files" ] && { echo "== pick: skipped, no cluster, narrow or top rows in $OUT"; continue; }
       stage pick 30 $PY experiments/pick_cuda_paths.py --rows $files \
         --out "$OUT/cuda_paths.json" --env-out "$OUT/cuda_paths.env"
       if [ -f "$OUT/cuda_paths.env" ]; then

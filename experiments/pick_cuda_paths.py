@@ -13,16 +13,21 @@ the step with the cluster path off (``CLUSTER_SWEEP`` 0) and on, ``narrow`` with
   (0 when it loses at the first);
 - ``NARROW_MAX_NODES``: over the measured batches that keep the per-level path (above the
   picked ``CLUSTER_MAX_BATCH``), the value of the best geometric mean of the step, where it beats
-  the current value's by ``margin``.
+  the current value's by ``margin``;
+- ``SHARED_TOP`` (the sample's descents through a copy of the tree's top levels in shared
+  memory, or not; ``gpu_checks.sh top`` times the step both ways): the other setting where the
+  geometric mean of its step over the current one's, over the batches measured both ways with
+  the same thresholds, is at least ``margin``.
 
 Where the rows cannot decide, the current value stays, and the reason is printed. The choice is
 *measured* (on the GPU that wrote the rows), for those shapes only (capacity, K). It prints the
-evidence, writes it as JSON, and writes ``CUDA_CLUSTER_MAX_BATCH=...`` and
-``CUDA_NARROW_MAX_NODES=...`` lines for ``gpu_checks.sh`` to read before its later stages
-(``experiments/with_cuda_paths.py`` runs a command with them).
+evidence, writes it as JSON, and writes ``CUDA_CLUSTER_MAX_BATCH=...``,
+``CUDA_NARROW_MAX_NODES=...`` and ``CUDA_SHARED_TOP=0|1`` lines for ``gpu_checks.sh`` to read
+before its later stages (``experiments/with_cuda_paths.py`` runs a command with them). The
+current values are the library's unless given.
 
 Usage:
-  python experiments/pick_cuda_paths.py --rows cluster_0.json cluster_65536.json narrow_*.json \\
+  python experiments/pick_cuda_paths.py --rows cluster_*.json narrow_*.json top_*.json \\
       --env-out cuda_paths.env --out cuda_paths.json
 """
 
@@ -43,14 +48,18 @@ class Args:
     """``bench_replay.py`` row files (the ``cluster`` and ``narrow`` stages' output)."""
     capacity: int = 2**20
     branching: int = 16
-    block_max_batch: int = 1024
-    """The library's ``BLOCK_MAX_BATCH``: a batch no larger takes the one-block path, so the
-    cluster path is only picked above it."""
-    cluster_max_batch: int = 0
-    """The current ``CLUSTER_MAX_BATCH``, kept where the rows cannot decide."""
-    narrow_max_nodes: int = 4096
-    """The current ``NARROW_MAX_NODES``, kept where the rows cannot decide (the ``cluster``
-    stage's runs use it)."""
+    block_max_batch: int | None = None
+    """``BLOCK_MAX_BATCH`` (None: the library's): a batch no larger takes the one-block path, so
+    the cluster path is only picked above it."""
+    cluster_max_batch: int | None = None
+    """The current ``CLUSTER_MAX_BATCH`` (None: the library's), kept where the rows cannot
+    decide."""
+    narrow_max_nodes: int | None = None
+    """The current ``NARROW_MAX_NODES`` (None: the library's), kept where the rows cannot decide
+    (the ``cluster`` stage's runs use it)."""
+    shared_top: bool | None = None
+    """The current ``SHARED_TOP`` (None: the library's), kept where the rows cannot decide (the
+    other stages' runs use it)."""
     margin: float = 1.03
     """How much faster (step items/s) a change must be than what it replaces."""
     out: Path = Path("cuda_paths.json")
@@ -66,6 +75,7 @@ class Step:
     narrow: int
     cluster: int
     rate: float
+    top: bool | None = None  # SHARED_TOP, where the row says (rows from before it: None)
 
 
 def load(paths: tuple[Path, ...]) -> list[dict]:
@@ -90,7 +100,8 @@ def cuda_steps(rows: list[dict], capacity: int, branching: int) -> list[Step]:
     )
     keys = (block, narrow, cluster)
     return [
-        Step(r["batch"], int(r[block]), int(r[narrow]), int(r[cluster]), float(r["items_per_s"]))
+        Step(r["batch"], int(r[block]), int(r[narrow]), int(r[cluster]), float(r["items_per_s"]),
+             r.get("cuda_shared_top"))
         for r in rows
         if r.get("impl") == "drlhet-cuda" and r.get("op") == "step" and r.get("mode") == "fused"
         and r.get("capacity") == capacity and r.get("branching") == branching
@@ -157,15 +168,62 @@ def pick_narrow(steps: list[Step], cluster: int, args: Args) -> tuple[int, list[
     return args.narrow_max_nodes, evidence, why
 
 
+def pick_top(steps: list[Step], args: Args) -> tuple[bool, list[dict], str]:
+    """``SHARED_TOP``: each batch's step with the copy and without, under the same thresholds;
+    the evidence per batch, and why."""
+    evidence: list[dict] = []
+    for batch in sorted({s.batch for s in steps}):
+        for paths in sorted({(s.block, s.narrow, s.cluster) for s in steps if s.batch == batch}):
+            same = [
+                s for s in steps if s.batch == batch and (s.block, s.narrow, s.cluster) == paths
+            ]
+            on = _mean([s.rate for s in same if s.top is True])
+            off = _mean([s.rate for s in same if s.top is False])
+            if on is not None and off is not None:
+                evidence.append({"batch": batch, "paths": list(paths), "top_items_per_s": on,
+                                 "no_top_items_per_s": off, "ratio": on / off})  # fmt: skip
+    current = bool(args.shared_top)
+    if not evidence:
+        return current, evidence, "no batch measured with the copy and without"
+    gmean = math.exp(sum(math.log(e["ratio"]) for e in evidence) / len(evidence))
+    other = gmean if not current else 1.0 / gmean  # the other setting over the current one
+    where = f"geometric mean of copy / no copy {gmean:.3f} over B {[e['batch'] for e in evidence]}"
+    if other >= args.margin:
+        return not current, evidence, where
+    return current, evidence, f"{where}: the other setting does not win by >= {args.margin}x"
+
+
+def library_defaults(args: Args) -> Args:
+    """``args`` with every current value left None filled from ``drlhet.backends.cuda``."""
+    from drlhet.backends import cuda
+
+    return dataclasses.replace(
+        args,
+        block_max_batch=(
+            cuda.BLOCK_MAX_BATCH if args.block_max_batch is None else args.block_max_batch
+        ),
+        cluster_max_batch=(
+            cuda.CLUSTER_MAX_BATCH if args.cluster_max_batch is None else args.cluster_max_batch
+        ),
+        narrow_max_nodes=(
+            cuda.NARROW_MAX_NODES if args.narrow_max_nodes is None else args.narrow_max_nodes
+        ),
+        shared_top=cuda.SHARED_TOP if args.shared_top is None else args.shared_top,
+    )
+
+
 def main(args: Args) -> dict:
+    args = library_defaults(args)
     try:
         steps = cuda_steps(load(args.rows), args.capacity, args.branching)
     except ValueError as err:
         sys.exit(f"error: {err}")
     if not steps:
         sys.exit(f"error: no fused cuda step rows at capacity {args.capacity}, K {args.branching}")
-    cluster, cluster_evidence, cluster_why = pick_cluster(steps, args)
-    narrow, narrow_evidence, narrow_why = pick_narrow(steps, cluster, args)
+    top, top_evidence, top_why = pick_top(steps, args)
+    same_top = [s for s in steps if s.top is None or s.top == args.shared_top]
+    cluster, cluster_evidence, cluster_why = pick_cluster(same_top, args)
+    narrow, narrow_evidence, narrow_why = pick_narrow(same_top, cluster, args)
     print(
         f"== the cluster path against the per-level path, step items/s (measured), "
         f"margin {args.margin}"
@@ -178,10 +236,15 @@ def main(args: Args) -> dict:
         print(f"NARROW_MAX_NODES {e['narrow_max_nodes']:6d}: geometric mean "
               f"{e['gmean_items_per_s'] / 1e6:9.1f}M over B {e['batches']}")  # fmt: skip
     print(f"NARROW_MAX_NODES = {narrow} ({narrow_why})")
+    for e in top_evidence:
+        print(f"B {e['batch']:6d}: top copied {e['top_items_per_s'] / 1e6:9.1f}M vs "
+              f"{e['no_top_items_per_s'] / 1e6:9.1f}M = {e['ratio']:.2f}x")  # fmt: skip
+    print(f"SHARED_TOP = {top} ({top_why})")
     result = {
         "cluster_max_batch": cluster, "cluster_why": cluster_why,
         "cluster_evidence": cluster_evidence,
         "narrow_max_nodes": narrow, "narrow_why": narrow_why, "narrow_evidence": narrow_evidence,
+        "shared_top": top, "shared_top_why": top_why, "shared_top_evidence": top_evidence,
         "capacity": args.capacity, "branching": args.branching, "margin": args.margin,
         "measured": "picked from the rows' items/s, measured where they were written",
     }  # fmt: skip
@@ -190,6 +253,7 @@ def main(args: Args) -> dict:
     if args.env_out is not None:
         args.env_out.write_text(
             f"CUDA_CLUSTER_MAX_BATCH={cluster}\nCUDA_NARROW_MAX_NODES={narrow}\n"
+            f"CUDA_SHARED_TOP={int(top)}\n"
         )
     return result
 

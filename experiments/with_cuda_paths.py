@@ -1,17 +1,18 @@
 """Runs a Python module or script with the CUDA backend's path thresholds set.
 
 ``drlhet.backends.cuda`` reads ``BLOCK_MAX_BATCH``, ``CLUSTER_MAX_BATCH``,
-``NARROW_MAX_NODES`` and ``KEY_TARGETS`` when a program is traced; ``bench_replay.py`` has flags
-for them, the other commands do not. This wrapper sets them, then runs the command in the same
-process, so that ``experiments/gpu_checks.sh`` can train and profile with the thresholds its
-``pick`` stage chose (``experiments/pick_cuda_paths.py``) before they become the library's
-defaults, and without a part that its ``tests`` stage found wrong on that GPU
-(``experiments/triage_gpu_tests.py``).
+``NARROW_MAX_NODES``, ``KEY_TARGETS`` and ``SHARED_TOP`` when a program is traced;
+``bench_replay.py`` has flags for them, the other commands do not. This wrapper sets them, then
+runs the command in the same process, so that ``experiments/gpu_checks.sh`` can train and
+profile with the thresholds its ``pick`` stage chose (``experiments/pick_cuda_paths.py``) before
+they become the library's defaults, and without a part that its ``tests`` stage found wrong on
+that GPU (``experiments/triage_gpu_tests.py``).
 
 Usage:
   python experiments/with_cuda_paths.py --cluster-max-batch 16384 -- -m drlhet train ...
   python experiments/with_cuda_paths.py --narrow-max-nodes 1024 -- experiments/profile_gpu.py
   python experiments/with_cuda_paths.py --no-key-targets -- -m drlhet train ...
+  python experiments/with_cuda_paths.py --no-shared-top -- experiments/profile_gpu.py
 """
 
 from __future__ import annotations
@@ -36,10 +37,14 @@ class Args:
     no_key_targets: bool = False
     """Turn ``drlhet.backends.cuda.KEY_TARGETS`` off: XLA draws the sample's targets (without
     the flag: the library's setting)."""
+    no_shared_top: bool = False
+    """Turn ``drlhet.backends.cuda.SHARED_TOP`` off: the sample's descents read every level from
+    the tree in global memory (without the flag: the library's setting)."""
 
 
 def apply(args: Args) -> dict[str, int]:
-    """Sets the given thresholds (and ``KEY_TARGETS``) in ``drlhet.backends.cuda``; returns
+    """Sets the given thresholds (and ``KEY_TARGETS``, ``SHARED_TOP``) in
+    ``drlhet.backends.cuda``; returns
     every one's value. A negative one raises ``ValueError`` naming it, before anything is set."""
     for name in NAMES:
         value = getattr(args, name)
@@ -52,7 +57,11 @@ def apply(args: Args) -> dict[str, int]:
             setattr(cuda, name.upper(), int(getattr(args, name)))
     if args.no_key_targets:
         cuda.KEY_TARGETS = False
-    return {name: int(getattr(cuda, name.upper())) for name in (*NAMES, "key_targets")}
+    if args.no_shared_top:
+        cuda.SHARED_TOP = False
+    return {
+        name: int(getattr(cuda, name.upper())) for name in (*NAMES, "key_targets", "shared_top")
+    }
 
 
 def main(argv: list[str]) -> None:

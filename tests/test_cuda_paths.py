@@ -19,12 +19,14 @@ def experiments(monkeypatch):
     return importlib.import_module("pick_cuda_paths"), importlib.import_module("with_cuda_paths")
 
 
-def row(batch, rate, block=0, narrow=4096, cluster=0, impl="drlhet-cuda", op="step", k=16):
-    return {
+def row(batch, rate, block=0, narrow=4096, cluster=0, impl="drlhet-cuda", op="step", k=16,
+        top=None):  # fmt: skip
+    out = {
         "impl": impl, "op": op, "mode": "fused", "capacity": 2**20, "batch": batch,
         "branching": k, "cuda_block_max_batch": block, "cuda_narrow_max_nodes": narrow,
         "cuda_cluster_max_batch": cluster, "items_per_s": rate,
     }  # fmt: skip
+    return out if top is None else out | {"cuda_shared_top": top}
 
 
 def write(tmp_path, name, rows):
@@ -33,9 +35,16 @@ def write(tmp_path, name, rows):
     return path
 
 
+# the current values these tests pick against (the library's are read where none is given)
+CURRENT = {"block_max_batch": 1024, "cluster_max_batch": 0, "narrow_max_nodes": 4096,
+           "shared_top": True}  # fmt: skip
+
+
 def pick(experiments, tmp_path, files, **kw):
     picker = experiments[0]
-    args = picker.Args(rows=tuple(files), out=tmp_path / "p.json", env_out=tmp_path / "p.env", **kw)
+    args = picker.Args(
+        rows=tuple(files), out=tmp_path / "p.json", env_out=tmp_path / "p.env", **(CURRENT | kw)
+    )
     return picker.main(args), (tmp_path / "p.env").read_text()
 
 
@@ -88,6 +97,42 @@ def test_rows_that_cannot_decide_keep_the_current_values(experiments, tmp_path):
     assert result["narrow_max_nodes"] == 4096 and "CUDA_CLUSTER_MAX_BATCH=8192\n" in env
 
 
+def test_the_top_copy_is_turned_off_only_where_its_absence_wins_by_the_margin(
+    experiments, tmp_path
+):
+    """pick_top: each batch both ways under the same thresholds (`gpu_checks.sh top`); the rows
+    without the copy never count for the other picks."""
+    on = [row(b, r, cluster=4096, top=True) for b, r in ((1024, 30e6), (4096, 130e6))]
+    off = [row(b, r, cluster=4096, top=False) for b, r in ((1024, 28e6), (4096, 120e6))]
+    stale = [row(4096, 999e6, cluster=0, top=False)]  # another path, one way only: no evidence
+    files = [write(tmp_path, "top_on.json", on), write(tmp_path, "top_off.json", off + stale)]
+    result, env = pick(experiments, tmp_path, files)
+    assert result["shared_top"] is True and "CUDA_SHARED_TOP=1\n" in env
+    assert [e["batch"] for e in result["shared_top_evidence"]] == [1024, 4096]
+    assert result["shared_top_evidence"][1]["ratio"] == pytest.approx(130 / 120)
+    # without the copy's rows winning, 999M at B 4096 per level never reaches the cluster pick
+    assert all(e["per_level_items_per_s"] < 999e6 for e in result["cluster_evidence"])
+    # the copy off where it loses by more than the margin; kept within it
+    result, env = pick(experiments, tmp_path, files, shared_top=False)
+    assert result["shared_top"] is True and "CUDA_SHARED_TOP=1\n" in env
+    slower = [dict(r, items_per_s=r["items_per_s"] * 0.8) for r in on]
+    files[0] = write(tmp_path, "top_on.json", slower)
+    result, env = pick(experiments, tmp_path, files)
+    assert result["shared_top"] is False and "CUDA_SHARED_TOP=0\n" in env
+    result, _ = pick(experiments, tmp_path, files, margin=1.5)
+    assert result["shared_top"] is True and "does not win" in result["shared_top_why"]
+
+
+def test_the_current_values_default_to_the_librarys(experiments, tmp_path):
+    from drlhet.backends import cuda
+
+    picker = experiments[0]
+    args = picker.library_defaults(picker.Args(rows=(), narrow_max_nodes=7))
+    assert (args.block_max_batch, args.cluster_max_batch, args.narrow_max_nodes,
+            args.shared_top) == (cuda.BLOCK_MAX_BATCH, cuda.CLUSTER_MAX_BATCH, 7,
+                                 cuda.SHARED_TOP)  # fmt: skip
+
+
 def test_missing_or_foreign_rows_are_refused_with_one_line(experiments, tmp_path):
     picker = experiments[0]
     with pytest.raises(SystemExit, match="no rows file"):
@@ -101,30 +146,32 @@ def test_missing_or_foreign_rows_are_refused_with_one_line(experiments, tmp_path
 def test_a_command_runs_with_the_thresholds_set_and_the_library_keeps_its_own(tmp_path):
     from drlhet.backends import cuda
 
-    before = (cuda.BLOCK_MAX_BATCH, cuda.CLUSTER_MAX_BATCH, cuda.NARROW_MAX_NODES, cuda.KEY_TARGETS)
+    before = (cuda.BLOCK_MAX_BATCH, cuda.CLUSTER_MAX_BATCH, cuda.NARROW_MAX_NODES, cuda.KEY_TARGETS,
+              cuda.SHARED_TOP)  # fmt: skip
     script = tmp_path / "show.py"
     script.write_text(
         "import sys\nfrom drlhet.backends import cuda\n"
         "print(cuda.CLUSTER_MAX_BATCH, cuda.NARROW_MAX_NODES, cuda.BLOCK_MAX_BATCH,"
-        " cuda.KEY_TARGETS, sys.argv[1:])\n"
+        " cuda.KEY_TARGETS, cuda.SHARED_TOP, sys.argv[1:])\n"
     )
     wrapper = [sys.executable, str(REPO / "experiments" / "with_cuda_paths.py")]
     out = subprocess.run(
         [*wrapper, "--cluster-max-batch", "16384", "--narrow-max-nodes", "0", "--no-key-targets",
-         "--", script, "x"],
+         "--no-shared-top", "--", script, "x"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    assert out.splitlines()[-1] == f"16384 0 {before[0]} False ['x']"
-    assert "KEY_TARGETS 0" in out.splitlines()[0]
+    assert out.splitlines()[-1] == f"16384 0 {before[0]} False False ['x']"
+    assert "KEY_TARGETS 0" in out.splitlines()[0] and "SHARED_TOP 0" in out.splitlines()[0]
     assert "CLUSTER_MAX_BATCH 16384" in out.splitlines()[0]
     module = subprocess.run(
         [*wrapper, "--cluster-max-batch", "8", "--", "-m", "drlhet", "backends", "--help"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "CLUSTER_MAX_BATCH 8" in module and "KEY_TARGETS 1" in module
+    assert "SHARED_TOP 1" in module
     assert "usage" in module.lower()
     assert (cuda.BLOCK_MAX_BATCH, cuda.CLUSTER_MAX_BATCH, cuda.NARROW_MAX_NODES,
-            cuda.KEY_TARGETS) == before  # fmt: skip
+            cuda.KEY_TARGETS, cuda.SHARED_TOP) == before  # fmt: skip
 
 
 @pytest.mark.parametrize(

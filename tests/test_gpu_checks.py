@@ -207,7 +207,7 @@ def test_the_later_stages_run_without_the_parts_that_failed(tmp_path):
         c.startswith("experiments/with_cuda_paths.py --cluster-max-batch 0 --no-key-targets --")
         for c in train
     )
-    assert "pick: skipped, no cluster or narrow rows" in out  # not for a failure
+    assert "pick: skipped, no cluster, narrow or top rows" in out  # not for a failure
 
 
 def test_an_unexplained_failure_keeps_the_defaults(tmp_path):
@@ -262,7 +262,7 @@ def test_a_failure_that_passes_alone_without_the_failed_part_is_explained(tmp_pa
     assert len(rerun) == 1 and "::test_scan_of_sample_and_update_equals_jax" in rerun[0]
     assert "::test_the_sample_from_the_key" not in rerun[0]  # only the unexplained ones
     assert "0 failure(s) left unexplained after the rerun" in out
-    assert "pick: skipped, no cluster or narrow rows" in out
+    assert "pick: skipped, no cluster, narrow or top rows" in out
 
 
 def test_a_failure_that_fails_again_alone_stays_unexplained(tmp_path):
@@ -367,6 +367,29 @@ echo '"","","nsecond","inst"'
 echo '"0","drlhet_cuda_update_cluster","16,000","2.5"'
 echo '"1","drlhet_cuda_update_cluster","17,000","3.5"'
 """
+
+
+def test_the_top_stage_times_the_copy_both_ways_and_pick_turns_it_off_where_it_loses(tmp_path):
+    """`top`: the sample and step with the top levels copied and not; `pick` reads its rows
+    (written here as the stage would) and the later stages run without the copy."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    for name, top, rate in (("top_on", True, 90e6), ("top_off", False, 120e6)):
+        rows = [{"impl": "drlhet-cuda", "op": "step", "mode": "fused", "capacity": 2**20,
+                 "batch": 4096, "branching": 16, "cuda_block_max_batch": 1024,
+                 "cuda_narrow_max_nodes": 1024, "cuda_cluster_max_batch": 4096,
+                 "cuda_shared_top": top, "items_per_s": rate}]  # fmt: skip
+        (out_dir / f"{name}.json").write_text(json.dumps(rows))
+    out, calls = run_checks(tmp_path, ["top", "pick", "quick", "train"])
+    top = [c for c in calls if c.startswith("experiments/bench_replay.py") and "/top_" in c]
+    assert len(top) == 2 and "--ops sample step" in top[0]
+    assert " --cuda-shared-top " in top[0] and top[0].endswith("top_on.json")
+    assert " --no-cuda-shared-top " in top[1] and top[1].endswith("top_off.json")
+    assert "SHARED_TOP = False" in out
+    quick = next(c for c in calls if "bench_quick.json" in c)
+    assert "--no-cuda-shared-top" in quick
+    train = [c for c in calls if " train " in c]
+    assert train and all("--no-shared-top" in c.split(" -- ")[0] for c in train)
 
 
 def test_the_stalls_stage_profiles_the_cuda_kernels_and_ranks_their_stalls(tmp_path):

@@ -102,6 +102,14 @@ results/cuda_paths_h100.json): the cluster path against the per-level path, 120M
 items/s at B 4096 (1.28x), 291M against 356M at B 16384, 570M against 1.30G at B 65536; one
 cluster of 8 SMs per tree runs out of memory parallelism above a few thousand entries."""
 
+SHARED_TOP = True
+"""Whether each block of the sample's kernels first copies the top levels of its tree (up to
+6144 slots: levels 0..3 at 2^20 leaves and K 16) into shared memory and descends them from
+there: one coalesced round trip to memory for the copy instead of one dependent round trip per
+level per target. The same values, so the same bits (tested on the host emulation with the copy
+on and off). Not yet measured on a GPU; ``experiments/gpu_checks.sh`` compares the two (its
+``top`` stage). Read when a program is traced."""
+
 KEY_TARGETS = True
 """Whether the buffer's sample draws its targets inside the cuda sample call (`weigh_key`)
 where `draws_like_jax` allows it; False: XLA draws them and the call is `weigh`, as on every
@@ -215,7 +223,8 @@ def _weigh_call(target, tree, second, shape, size, beta, **attrs):
     indices, probs, weights, error, _ = call(
         tree.nodes, second, jnp.asarray(size, jnp.int32), jnp.asarray(beta, jnp.float32),
         err_empty=np.int64(checks.ERR_EMPTY), err_beta=np.int64(checks.ERR_BETA),
-        cluster_max_batch=np.int64(CLUSTER_MAX_BATCH), **attrs, **tree_attrs(tree),
+        cluster_max_batch=np.int64(CLUSTER_MAX_BATCH), shared_top=np.int64(SHARED_TOP),
+        **attrs, **tree_attrs(tree),
     )  # fmt: skip
     return indices, probs, weights, error
 

@@ -166,7 +166,7 @@ inline ffi::Error Weigh(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes, const 
                         ffi::ResultBuffer<ffi::F32> weights, ffi::ResultBuffer<ffi::S32> error,
                         ffi::ResultBuffer<ffi::S32> work, int64_t branching, int64_t capacity,
                         int64_t err_empty, int64_t err_beta, int64_t cluster_max_batch,
-                        const char* name) {
+                        int64_t shared_top, const char* name) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
   if (auto err = Trees(branching, capacity, nodes.element_count(), &lay, &trees); err.failure()) {
@@ -196,7 +196,7 @@ inline ffi::Error Weigh(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes, const 
   a.err_beta = static_cast<int32_t>(err_beta);
   a.key = key;
   a.stratified = static_cast<int32_t>(stratified);
-  LaunchWeigh(stream, a, trees, cluster_max_batch);
+  LaunchWeigh(stream, a, lay, trees, cluster_max_batch, shared_top != 0);
   return LastError(name);
 }
 
@@ -206,10 +206,10 @@ inline ffi::Error WeighImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
                             ffi::ResultBuffer<ffi::F32> probs, ffi::ResultBuffer<ffi::F32> weights,
                             ffi::ResultBuffer<ffi::S32> error, ffi::ResultBuffer<ffi::S32> work,
                             int64_t branching, int64_t capacity, int64_t err_empty,
-                            int64_t err_beta, int64_t cluster_max_batch) {
+                            int64_t err_beta, int64_t cluster_max_batch, int64_t shared_top) {
   return Weigh(stream, nodes, targets.typed_data(), nullptr, 0, targets.element_count(), true,
                size, beta, indices, probs, weights, error, work, branching, capacity, err_empty,
-               err_beta, cluster_max_batch, "drlhet_cuda_weigh");
+               err_beta, cluster_max_batch, shared_top, "drlhet_cuda_weigh");
 }
 
 // The sample with its targets drawn in the kernel from each tree's threefry2x32 key (key
@@ -222,7 +222,8 @@ inline ffi::Error WeighKeyImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
                                ffi::ResultBuffer<ffi::S32> error,
                                ffi::ResultBuffer<ffi::S32> work, int64_t branching,
                                int64_t capacity, int64_t err_empty, int64_t err_beta,
-                               int64_t cluster_max_batch, int64_t stratified) {
+                               int64_t cluster_max_batch, int64_t shared_top,
+                               int64_t stratified) {
   const int64_t n = indices->element_count();
   const int64_t trees = size.element_count();
   const int64_t batch = trees > 0 ? n / trees : 0;
@@ -230,7 +231,7 @@ inline ffi::Error WeighKeyImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
   const bool ok = key.element_count() == 2 * trees && (stratified == 0 || power_of_two);
   return Weigh(stream, nodes, nullptr, key.typed_data(), stratified, n, ok, size, beta, indices,
                probs, weights, error, work, branching, capacity, err_empty, err_beta,
-               cluster_max_batch, "drlhet_cuda_weigh_key");
+               cluster_max_batch, shared_top, "drlhet_cuda_weigh_key");
 }
 
 // Each handler's operands, results and attributes after its context (`bind`: the stream on a
@@ -302,7 +303,8 @@ auto SampleBinding(B&& bind) {  // a reference: a Binding cannot be moved into a
       .template Attr<int64_t>("capacity")
       .template Attr<int64_t>("err_empty")
       .template Attr<int64_t>("err_beta")
-      .template Attr<int64_t>("cluster_max_batch");
+      .template Attr<int64_t>("cluster_max_batch")
+      .template Attr<int64_t>("shared_top");
 }
 
 template <typename B>

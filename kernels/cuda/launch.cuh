@@ -159,9 +159,11 @@ inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet:
 
 // The sample's launches after its targets: one block per tree up to kBlockThreads targets per
 // tree; else one cluster per tree up to cluster_max_batch where the GPU has clusters; else its
-// scratch cleared, the descent, the weights.
-inline void LaunchWeigh(cudaStream_t stream, const SampleArgs& a, int64_t trees,
-                        int64_t cluster_max_batch) {
+// scratch cleared, the descent, the weights. With shared_top, each block descends the top
+// levels of its tree from a copy in shared memory (SetTopCopy; the same bits).
+inline void LaunchWeigh(cudaStream_t stream, SampleArgs a, const drlhet::TreeLayout& lay,
+                        int64_t trees, int64_t cluster_max_batch, bool shared_top) {
+  SetTopCopy(&a, lay, shared_top);
   if (a.batch <= kBlockThreads) {
     const int threads = static_cast<int>((a.batch + 31) / 32 * 32);  // whole warps
     if (a.k == 16) {

@@ -38,7 +38,54 @@ struct SampleArgs {
   // targets drawn here from each tree's key instead (drlhet/jax_random.h), or nullptr: targets
   const uint32_t* key;    // [V, 2] threefry2x32 key words
   int32_t stratified;     // 1: stratified targets (batch a power of two), 0: i.i.d.
+  // the descent's top levels from shared memory (SetTopCopy), or 0 levels: all from `nodes`
+  int32_t top_levels;     // children at levels 1 .. top_levels read from the block's copy
+  int64_t top_slots;      // the copy: each tree's first top_slots slots (SetTopCopy)
+  int64_t tree_size;      // slots per tree (the layout's size), so that the copy starts before
+                          // the block has built its layout
 };
+
+// The largest copy of a tree's top levels a block keeps in shared memory (24 KB): at 2^20
+// leaves, levels 0..3 for K 16 (4384 slots), 0..2 for K 32 or 64, 0..11 for K 2.
+constexpr int64_t kTopFloats = 6144;
+
+// The deepest level L <= depth whose levels 0..L (their slots, padding included) fit
+// kTopFloats, or 0 (the root alone is no saving) when not even level 1 does or `enabled` is 0.
+inline int32_t TopLevelsFor(const drlhet::TreeLayout& lay, bool enabled) {
+  int32_t levels = 0;
+  if (!enabled) return 0;
+  for (int level = 1; level <= lay.depth; ++level) {
+    const int64_t slots = level < lay.depth ? lay.offsets[level + 1] : lay.size;
+    if (slots > kTopFloats) break;
+    levels = level;
+  }
+  return levels;
+}
+
+// Sets a's top copy for trees of layout `lay`: its levels (TopLevelsFor), its slots (those of
+// levels 0..top_levels, padding included) and the trees' size.
+inline void SetTopCopy(SampleArgs* a, const drlhet::TreeLayout& lay, bool enabled) {
+  a->top_levels = TopLevelsFor(lay, enabled);
+  const int levels = a->top_levels;
+  a->top_slots = levels == 0 ? 0 : levels < lay.depth ? lay.offsets[levels + 1] : lay.size;
+  a->tree_size = lay.size;
+}
+
+// The first `slots` slots of `tree` into `top` by the block's threads, four at a time where
+// both are 16-byte aligned (`top` is) and `slots` a multiple of 4. Before a barrier of the block.
+__device__ inline void CopyTop(const float* tree, int64_t slots, float* top) {
+  if ((reinterpret_cast<uintptr_t>(tree) & 15u) == 0 && (slots & 3) == 0) {
+    for (int64_t q = threadIdx.x; q < slots / 4; q += blockDim.x) {
+#if defined(__CUDA_ARCH__)
+      reinterpret_cast<float4*>(top)[q] = reinterpret_cast<const float4*>(tree)[q];
+#else
+      std::memcpy(top + 4 * q, tree + 4 * q, 4 * sizeof(float));
+#endif
+    }
+    return;
+  }
+  for (int64_t j = threadIdx.x; j < slots; j += blockDim.x) top[j] = tree[j];
+}
 
 // Target i (of tree v, whose nodes are `tree`): given, or drawn from the tree's key as the
 // buffer draws it (the root is the total).
@@ -49,13 +96,16 @@ __device__ inline float TargetOf(const SampleArgs& a, int64_t v, int64_t i, cons
 }
 
 // Target i (of tree v) descended: its index and probability written; returns its raw weight,
-// and whether its probability is > 0 in *positive.
+// and whether its probability is > 0 in *positive. Levels 0 .. top_levels from `top`, the
+// block's copy of the tree's top (top_levels 0: none).
 template <int KStatic>
 __device__ inline float DescendAndWeigh(const SampleArgs& a, const drlhet::TreeLayout& lay,
-                                       int64_t v, int64_t i, bool* positive) {
+                                       int64_t v, int64_t i, const float* top, int top_levels,
+                                       bool* positive) {
   float value = 0.0f, total = 0.0f;
   const float* tree = a.nodes + v * lay.size;
-  a.indices[i] = DescendOneWide<KStatic>(tree, lay, TargetOf(a, v, i, tree), &value, &total);
+  const float target = TargetOf(a, v, i, top_levels > 0 ? top : tree);
+  a.indices[i] = DescendOneWide<KStatic>(tree, top, top_levels, lay, target, &value, &total);
   const float p = drlhet::Probability(value, total);
   a.probs[i] = p;
   *positive = p > 0.0f;
@@ -64,16 +114,23 @@ __device__ inline float DescendAndWeigh(const SampleArgs& a, const drlhet::TreeL
 
 // The descent of target i, its probability and raw weight; the tree's largest raw weight and
 // whether a probability is > 0 merged per warp, then atomically.
+// A block whose threads are all one tree's first copies the tree's top levels.
 template <int KStatic>
 __device__ inline void SampleDescend(const SampleArgs& a) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  __shared__ __align__(16) float copy[kTopFloats];
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x;
+  const int64_t i = first + threadIdx.x;
   const bool live = i < a.n;
-  const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);
+  const int64_t last = first + blockDim.x - 1 < a.n ? first + blockDim.x - 1 : a.n - 1;
+  const int64_t v_first = SlotOf(first, a.batch).tree;  // first < n: Blocks(n) blocks
+  const int top_levels = v_first == SlotOf(last, a.batch).tree ? a.top_levels : 0;
+  if (top_levels > 0) CopyTop(a.nodes + v_first * a.tree_size, a.top_slots, copy);
+  const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);  // a barrier: the copy is in
   const int64_t v = live ? SlotOf(i, a.batch).tree : 0;
   int32_t top = 0;
   bool positive = false;
   if (live) {
-    const float w = DescendAndWeigh<KStatic>(a, lay, v, i, &positive);
+    const float w = DescendAndWeigh<KStatic>(a, lay, v, i, copy, top_levels, &positive);
     a.weights[i] = w;
     top = drlhet::OrderedBits(w);
   }
@@ -111,13 +168,16 @@ __device__ inline void SampleNormalise(const SampleArgs& a) {
 template <int KStatic>
 __device__ inline void SampleBlock(const SampleArgs& a) {
   __shared__ int32_t most, any;
+  __shared__ __align__(16) float copy[kTopFloats];
   const int64_t v = blockIdx.x, b = threadIdx.x, i = v * a.batch + b;
   const bool live = b < a.batch;
   if (threadIdx.x == 0) most = any = 0;
-  const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);  // a barrier: most, any are 0
+  CopyTop(a.nodes + v * a.tree_size, a.top_slots, copy);
+  // a barrier: most, any are 0, the copy is in
+  const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);
   float w = 0.0f;
   bool positive = false;
-  if (live) w = DescendAndWeigh<KStatic>(a, lay, v, i, &positive);
+  if (live) w = DescendAndWeigh<KStatic>(a, lay, v, i, copy, a.top_levels, &positive);
   const int32_t warp_most = __reduce_max_sync(0xffffffffu, drlhet::OrderedBits(w));
   const bool warp_any = __any_sync(0xffffffffu, positive);
   if ((threadIdx.x & 31) == 0) {
@@ -141,9 +201,12 @@ __device__ inline void SampleBlock(const SampleArgs& a) {
 // and an OR in any order.
 template <int KStatic>
 __device__ inline void SampleCluster(const SampleArgs& a, int32_t cs) {
+  __shared__ __align__(16) float copy[kTopFloats];  // each block's own (the emulation: one,
+                                                    // which every block fills alike)
   const int64_t v = blockIdx.x / cs, base = v * a.batch;
   const int64_t t = (blockIdx.x % cs) * blockDim.x + threadIdx.x, all = cs * blockDim.x;
-  const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);
+  CopyTop(a.nodes + v * a.tree_size, a.top_slots, copy);
+  const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);  // a barrier: the copy is in
   if (t == 0) a.scratch[2 * v] = a.scratch[2 * v + 1] = 0;
   ClusterArrive();
   float first = 0.0f;  // the raw weight of the thread's first target, kept in a register
@@ -151,7 +214,7 @@ __device__ inline void SampleCluster(const SampleArgs& a, int32_t cs) {
   bool positive = false;
   for (int64_t b = t; b < a.batch; b += all) {
     bool p = false;
-    const float w = DescendAndWeigh<KStatic>(a, lay, v, base + b, &p);
+    const float w = DescendAndWeigh<KStatic>(a, lay, v, base + b, copy, a.top_levels, &p);
     if (b == t) {
       first = w;
     } else {
@@ -196,12 +259,15 @@ __global__ void drlhet_cuda_sample_normalise(drlhet_cuda::SampleArgs a) {
   drlhet_cuda::SampleNormalise(a);
 }
 
-// grid = V trees, one block of whole warps each, at least `batch` threads
-__global__ void __launch_bounds__(1024) drlhet_cuda_sample_block(drlhet_cuda::SampleArgs a) {
+// grid = V trees, one block of whole warps each, at least `batch` threads. The second bound
+// asks ptxas for one resident block per SM, no more: without it ptxas held the K 16 kernel to
+// 32 registers and spilled to local memory once the top copy came in (44 registers, no spill).
+__global__ void __launch_bounds__(1024, 1) drlhet_cuda_sample_block(drlhet_cuda::SampleArgs a) {
   drlhet_cuda::SampleBlock<0>(a);
 }
 
-__global__ void __launch_bounds__(1024) drlhet_cuda_sample_block_k16(drlhet_cuda::SampleArgs a) {
+__global__ void __launch_bounds__(1024, 1)
+    drlhet_cuda_sample_block_k16(drlhet_cuda::SampleArgs a) {
   drlhet_cuda::SampleBlock<16>(a);
 }
 

@@ -26,7 +26,8 @@ __device__ inline void Find(const float* nodes, int64_t capacity, int32_t k, con
   if (i >= n) return;
   const Slot s = SlotOf(i, batch);
   float value = 0.0f, total = 0.0f;
-  indices[i] = DescendOneWide<KStatic>(nodes + s.tree * lay.size, lay, targets[i], &value, &total);
+  indices[i] = DescendOneWide<KStatic>(nodes + s.tree * lay.size, nullptr, 0, lay, targets[i],
+                                       &value, &total);
   values[i] = value;
   if (s.pos == 0) totals[s.tree] = total;
 }
@@ -187,6 +188,36 @@ __device__ inline void Finish(const UpdateArgs& a, int64_t v) {
   a.err_out[v] = a.err_in[v] | a.bad[v];
 }
 
+// The widest level (padding included) BlockTopLevels keeps in shared memory.
+constexpr int64_t kRowFloats = 2048;
+
+// Levels top .. 0 of `tree`, every node, by the block's threads, once level top + 1 is written
+// and seen by the block. Level top is summed from its children in the tree; each level above,
+// from the level below as the block just wrote it, kept in shared memory (padding as +0, as in
+// the tree) where its padded width fits kRowFloats: the same values in the same order, so the
+// same bits, without a round trip to memory per level. Every node is written to the tree. A
+// barrier of the block between levels (every thread of the block calls it), none after level 0.
+__device__ inline void BlockTopLevels(float* tree, const drlhet::TreeLayout& lay, int top) {
+  __shared__ __align__(16) float rows[2][kRowFloats];
+  const float* below = nullptr;  // level + 1 in shared memory, or nullptr: read the tree
+  for (int level = top; level >= 0; --level) {
+    const int64_t count = drlhet::NodesAt(lay, level);
+    const int64_t width = lay.offsets[level + 1] - lay.offsets[level];
+    float* row = width <= kRowFloats ? rows[level & 1] : nullptr;
+    const float* children = below != nullptr ? below : tree + lay.offsets[level + 1];
+    for (int64_t j = threadIdx.x; j < (row != nullptr ? width : count); j += blockDim.x) {
+      float sum = 0.0f;  // a padding slot
+      if (j < count) {
+        sum = SumChildrenWide(children + j * lay.k, lay.k);
+        tree[lay.offsets[level] + j] = sum;
+      }
+      if (row != nullptr) row[j] = sum;
+    }
+    if (level > 0) __syncthreads();  // the level is written before its parents read it
+    below = row;
+  }
+}
+
 // Levels top .. 0 of tree blockIdx.x, every node, by one block (after every level below is
 // written); also the tree's Finish. A refused tree writes no node.
 __device__ inline void TopLevels(const UpdateArgs& a, int top) {
@@ -194,14 +225,7 @@ __device__ inline void TopLevels(const UpdateArgs& a, int top) {
   const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);
   if (threadIdx.x == 0) Finish(a, v);
   if (a.bad[v]) return;  // the same in every thread of the block
-  float* tree = a.nodes + v * lay.size;
-  for (int level = top; level >= 0; --level) {
-    const int64_t count = drlhet::NodesAt(lay, level);
-    for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-      RecomputeNodeWide(tree, lay, level, j);
-    }
-    __syncthreads();  // the level is written before its parents read it
-  }
+  BlockTopLevels(a.nodes + v * lay.size, lay, top);
 }
 
 // The one-block update's leaves and levels of tree blockIdx.x, once its claims are in (win:
@@ -218,11 +242,9 @@ __device__ inline void BlockLevels(const UpdateArgs& a, const drlhet::TreeLayout
   }
   for (int level = lay.depth - 1; level >= 0; --level) {
     __syncthreads();  // the level below is written
-    if (level <= top) {
-      for (int64_t j = threadIdx.x; j < drlhet::NodesAt(lay, level); j += blockDim.x) {
-        RecomputeNodeWide(tree, lay, level, j);
-      }
-      continue;
+    if (level <= top) {  // level == top: the narrow levels, whole
+      BlockTopLevels(tree, lay, level);
+      return;
     }
     for (int64_t b = threadIdx.x; b < a.batch; b += blockDim.x) {
       if (kp[b] && drlhet::IsWinner(win[idx[b]], static_cast<int32_t>(b), true)) {
@@ -246,11 +268,11 @@ __device__ inline void BlockLevelsOneEach(const UpdateArgs& a, const drlhet::Tre
   uint32_t node = static_cast<uint32_t>(leaf);  // a won leaf is in [0, C), C < 2^31
   for (int level = lay.depth - 1; level >= 0; --level) {
     __syncthreads();  // the level below is written
-    if (level <= top) {
-      for (int64_t j = threadIdx.x; j < drlhet::NodesAt(lay, level); j += blockDim.x) {
-        RecomputeNodeWide(tree, lay, level, j);
-      }
-    } else if (won) {
+    if (level <= top) {  // level == top: the narrow levels, whole
+      BlockTopLevels(tree, lay, level);
+      return;
+    }
+    if (won) {
       node /= static_cast<uint32_t>(lay.k);  // AncestorAt(leaf, lay, level), a level at a time
       RecomputeNodeWide(tree, lay, level, node);
     }
@@ -277,14 +299,15 @@ __device__ inline void ClusterEntryLevels(const UpdateArgs& a, const drlhet::Tre
 
 // The same for a batch of at most `all` entries: each thread's one entry (its claim, read
 // before the claims: its index, value and whether it was taken) is kept in registers, not read
-// again at every level (BlockLevelsOneEach's reasoning).
+// again at every level (BlockLevelsOneEach's reasoning). `refused`: the tree's batch was.
 __device__ inline void ClusterEntryLevelsOneEach(const UpdateArgs& a,
                                                  const drlhet::TreeLayout& lay,
-                                                 const ClusterPlace& c, const EntryClaim& e) {
+                                                 const ClusterPlace& c, const EntryClaim& e,
+                                                 bool refused) {
   // a taken entry's leaf is in [0, C) (no error); a refused tree has no winner
   const int32_t leaf = e.take ? e.leaf : 0;
   const int32_t win = a.winner[c.v * a.capacity + leaf];
-  const bool won = e.take && !a.bad[c.v] && drlhet::IsWinner(win, static_cast<int32_t>(c.t), true);
+  const bool won = e.take && !refused && drlhet::IsWinner(win, static_cast<int32_t>(c.t), true);
   float* tree = a.nodes + c.v * lay.size;
   if (won) tree[lay.offsets[lay.depth] + leaf] = e.value;
   uint32_t node = static_cast<uint32_t>(leaf);  // a won leaf is in [0, C), C < 2^31
@@ -322,8 +345,11 @@ __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs) {
     ClaimEntry(a, c.base + b, b < a.batch);
   }
   ClusterSync();
+  // the claims are in: read once, kept in a register (not a round trip to memory before each
+  // level's loads)
+  const bool refused = a.bad[c.v] != 0;
   if (a.batch <= c.all) {  // the same in every thread of the cluster
-    ClusterEntryLevelsOneEach(a, lay, c, first);
+    ClusterEntryLevelsOneEach(a, lay, c, first, refused);
   } else {
     for (int64_t b = c.t; b < a.batch; b += c.all) Leaf(a, c.base + b, lay);
     ClusterEntryLevels(a, lay, c);
@@ -331,7 +357,7 @@ __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs) {
   float* tree = a.nodes + c.v * lay.size;
   for (int level = c.whole; level > c.top; --level) {  // whole < depth (NarrowTop)
     ClusterSync();  // the level below is written
-    if (a.bad[c.v]) continue;
+    if (refused) continue;
     for (int64_t j = c.t; j < drlhet::NodesAt(lay, level); j += c.all) {
       RecomputeNodeWide(tree, lay, level, j);
     }
@@ -339,13 +365,8 @@ __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs) {
   ClusterSync();
   // the claims are long in: Finish by the last block's first thread, off the levels' path
   if (c.t == c.all - blockDim.x) Finish(a, c.v);
-  if (c.t >= blockDim.x || a.bad[c.v]) return;  // the same in every thread of a block
-  for (int level = c.top; level >= 0; --level) {
-    for (int64_t j = threadIdx.x; j < drlhet::NodesAt(lay, level); j += blockDim.x) {
-      RecomputeNodeWide(tree, lay, level, j);
-    }
-    __syncthreads();  // the level is written before its parents read it
-  }
+  if (c.t >= blockDim.x || refused) return;  // the same in every thread of a block
+  BlockTopLevels(tree, lay, c.top);
 }
 
 }  // namespace drlhet_cuda

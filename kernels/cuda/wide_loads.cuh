@@ -75,15 +75,21 @@ __device__ inline drlhet::Choice ChooseChildWide(const float* children, int k_dy
   return out;
 }
 
-// drlhet::DescendOne with ChooseChildWide (the same steps, its loads a chunk at a time).
+// drlhet::DescendOne with ChooseChildWide (the same steps, its loads a chunk at a time). The
+// children at levels 1 .. top_levels are read from `top`, a copy of the tree's first slots (its
+// levels 0 .. top_levels) in the block's shared memory, the others from `tree`: the
+// same values, so the same bits, for a few cycles a level instead of a round trip to memory.
+// top_levels 0: every level from `tree` (`top` unused).
 template <int KStatic>
-__device__ inline int32_t DescendOneWide(const float* tree, const drlhet::TreeLayout& lay,
-                                         float target, float* value, float* level1_total) {
+__device__ inline int32_t DescendOneWide(const float* tree, const float* top, int top_levels,
+                                         const drlhet::TreeLayout& lay, float target,
+                                         float* value, float* level1_total) {
   const int k = KStatic > 0 ? KStatic : lay.k;
   float u = target > 0.0f ? target : 0.0f;
   int64_t node = 0;
   for (int level = 1; level <= lay.depth; ++level) {
-    const drlhet::Choice c = ChooseChildWide<KStatic>(tree + lay.offsets[level] + node * k, k, u);
+    const float* from = level <= top_levels ? top : tree;
+    const drlhet::Choice c = ChooseChildWide<KStatic>(from + lay.offsets[level] + node * k, k, u);
     if (level == 1) *level1_total = c.total;
     *value = c.value;
     u = drlhet::NextTarget(u, c.left);
@@ -92,25 +98,30 @@ __device__ inline int32_t DescendOneWide(const float* tree, const drlhet::TreeLa
   return static_cast<int32_t>(node);
 }
 
-// drlhet::RecomputeNode: parents[node] = SeqSum of its K children (child 0 as it is, then
-// SumChild in order), the children read a chunk at a time.
-__device__ inline void RecomputeNodeWide(float* tree, const drlhet::TreeLayout& lay, int level,
-                                         int64_t node) {
-  const float* c = tree + lay.offsets[level + 1] + node * lay.k;
+// drlhet::SeqSum of the K children at c (child 0 as it is, then SumChild in order), read a
+// chunk at a time.
+__device__ inline float SumChildrenWide(const float* c, int k) {
   float acc = 0.0f;
-  for (int base = 0; base < lay.k; base += kLoadChunk) {
+  for (int base = 0; base < k; base += kLoadChunk) {
     float chunk[kLoadChunk];
-    LoadChunk(c + base, lay.k - base < kLoadChunk ? lay.k - base : kLoadChunk, chunk);
+    LoadChunk(c + base, k - base < kLoadChunk ? k - base : kLoadChunk, chunk);
 #pragma unroll
     for (int j = 0; j < kLoadChunk; ++j) {
       if (base + j == 0) {
         acc = chunk[j];  // SeqSum takes child 0 as it is
-      } else if (base + j < lay.k) {
+      } else if (base + j < k) {
         acc = drlhet::SumChild(acc, chunk[j]);
       }
     }
   }
-  tree[lay.offsets[level] + node] = acc;
+  return acc;
+}
+
+// drlhet::RecomputeNode: parents[node] = SeqSum of its K children (SumChildrenWide).
+__device__ inline void RecomputeNodeWide(float* tree, const drlhet::TreeLayout& lay, int level,
+                                         int64_t node) {
+  tree[lay.offsets[level] + node] =
+      SumChildrenWide(tree + lay.offsets[level + 1] + node * lay.k, lay.k);
 }
 
 }  // namespace drlhet_cuda

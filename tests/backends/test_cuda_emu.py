@@ -119,12 +119,14 @@ def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, o
 
 
 def emu_weigh(
-    lib, nodes, capacity, k, targets, size, beta, offset=0, cluster_max=0, key=None, strat=1
-):
+    lib, nodes, capacity, k, targets, size, beta, offset=0, cluster_max=0, key=None, strat=1,
+    top=True,
+):  # fmt: skip
     """The sample call on V trees (their nodes ``offset`` bytes past a 16-byte boundary; in one
     cluster per tree up to ``cluster_max`` targets per tree): (indices, probabilities,
     weights [V, B], error [V]). With ``key`` (uint32 [V, 2]), the call that draws the targets
-    from it (stratified or not: ``strat``); ``targets`` then only gives their shape."""
+    from it (stratified or not: ``strat``); ``targets`` then only gives their shape. ``top``:
+    the descents read the trees' top levels from each block's copy in shared memory."""
     nodes = placed(np.array(nodes, F32, ndmin=2), offset)
     trees = nodes.shape[0]
     t = np.ascontiguousarray(np.reshape(targets, (trees, -1)), F32)
@@ -136,7 +138,7 @@ def emu_weigh(
         ctypes.c_int64(t.shape[1]), ptr(size), ptr(beta), ctypes.c_int32(checks.ERR_EMPTY),
         ctypes.c_int32(checks.ERR_BETA), ctypes.c_int64(cluster_max), ptr(idx), ptr(probs),
         ptr(w), ptr(err), None if key is None else ptr(np.ascontiguousarray(key, np.uint32)),
-        ctypes.c_int32(strat),
+        ctypes.c_int32(strat), ctypes.c_int32(top),
     )  # fmt: skip
     assert rc == 0
     return idx, probs, w, err
@@ -159,6 +161,22 @@ def test_the_plain_update_equals_the_oracle_over_three_trees(emu, schedule, k, c
             want = oracle.write(trees[v], capacity, k, idx[v], vals[v], keep[v])
             np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"tree {v}")
         trees = got
+
+
+@pytest.mark.parametrize("path", ["one block per tree", "one launch per level"])
+def test_narrow_levels_wider_than_the_shared_rows_are_read_from_the_tree(emu, path):
+    """BlockTopLevels (kernels/cuda/sum_tree_kernels.cuh) keeps a level in shared memory only
+    where its padded width fits 2048 slots: at K 2, 20000 leaves and B 3000 the narrow levels
+    start at 2500 nodes (summed from the tree, kept in the tree only), then 1250 (summed from
+    the tree, kept in shared memory too), then the rest from the shared rows."""
+    k, capacity = 2, 20000
+    nodes = np.asarray(random_tree(capacity, k, seed=8).nodes)
+    idx, vals = (np.asarray(x) for x in random_updates(capacity, 3000, seed=9))
+    keep = np.random.default_rng(9).random(3000) < 0.9
+    got, bad, _, _ = emu_update(emu, nodes, capacity, k, idx, vals, keep, PATHS[path])
+    assert not bad.any()
+    want = oracle.write(nodes, capacity, k, idx, vals, keep)
+    np.testing.assert_array_equal(bits(got[0]), bits(want))
 
 
 @pytest.mark.parametrize("k, capacity", [(16, 5000), (3, 2000), (2, 1500)])
@@ -216,19 +234,23 @@ def test_the_checked_update_equals_the_buffers_update(emu, schedule, k, capacity
         tree, max_p = want[0], F32(want[1])
 
 
+@pytest.mark.parametrize("top", [True, False], ids=["top copied", "no copy"])
 @pytest.mark.parametrize("path, batch", [("per launch", 300), *((p, 1500) for p in SAMPLE_PATHS)])
 @pytest.mark.parametrize("k, capacity", CASES)
 def test_the_sample_call_equals_the_buffers_sample_over_three_trees(
-    emu, schedule, k, capacity, path, batch
+    emu, schedule, k, capacity, path, batch, top
 ):
-    # 300: one block per tree; 1500: a memset and two launches, or one cluster per tree whose
-    # threads take one or two targets each (the emulation's clusters have 8 blocks of <= 128)
+    # 300: one block per tree; 1500: a memset and two launches (blocks of 256 threads, one of
+    # which straddles two trees and copies no top), or one cluster per tree whose threads take
+    # one or two targets each (the emulation's clusters have 8 blocks of <= 128)
     trees = [random_tree(capacity, k, seed=s) for s in range(3)]
     targets = np.stack([stratified_targets(t, batch, seed=s) for s, t in enumerate(trees)])
     targets[0, :2] = [np.nan, -1.0]
     sizes, betas = [capacity, max(1, capacity // 2), 1], [0.4, 1.0, 1.5]
     nodes = np.stack([np.asarray(t.nodes) for t in trees])
-    got = emu_weigh(emu, nodes, capacity, k, targets, sizes, betas, cluster_max=SAMPLE_PATHS[path])
+    got = emu_weigh(
+        emu, nodes, capacity, k, targets, sizes, betas, cluster_max=SAMPLE_PATHS[path], top=top
+    )
     for v, tree in enumerate(trees):
         want = buffer_ops.weigh(
             st.REFERENCE.find, tree, jnp.asarray(targets[v]), jnp.int32(sizes[v]), betas[v]
@@ -293,6 +315,20 @@ def test_trees_off_a_16_byte_boundary_read_one_child_at_a_time_with_the_same_bit
         np.testing.assert_array_equal(got_idx[0], want_idx, err_msg=str(offset))
         np.testing.assert_array_equal(bits(got_p[0]), bits(want_p), err_msg=str(offset))
         assert err[0] == 0
+
+
+@pytest.mark.parametrize("k, capacity", [*CASES, (16, 2**20), (2, 2**20), (32, 2**20)])
+def test_the_descents_copy_the_deepest_top_levels_that_fit_a_blocks_copy(emu, k, capacity):
+    """TopLevelsFor (kernels/cuda/sample_kernels.cuh): the deepest level L whose levels 0..L fit
+    6144 slots, so that the sample tests above run their descents through the copy."""
+    lay = st.layout(capacity, k)
+    slots = [*lay.offsets[2:], lay.size]  # levels 0..L for L = 1 .. depth
+    want = max((lev for lev, n in enumerate(slots, start=1) if n <= 6144), default=0)
+    assert emu.drlhet_emu_top_levels(ctypes.c_int64(capacity), ctypes.c_int(k)) == want
+    if (k, capacity) in ((16, 2**20), (2, 2**20), (32, 2**20)):
+        assert want == {16: 3, 2: 11, 32: 2}[k]
+    if capacity > 1:  # a tree deeper than its root: the copy is used
+        assert want >= 1
 
 
 def test_an_empty_tree_is_refused_by_the_sample_call(emu):

@@ -56,6 +56,7 @@
 #define __device__
 #define __shared__ static
 #define __launch_bounds__(n)
+#define __align__(n) __attribute__((aligned(n)))
 
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;

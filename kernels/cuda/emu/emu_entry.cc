@@ -83,16 +83,26 @@ DRLHET_EMU_EXPORT int drlhet_emu_cluster_ring(unsigned grid, unsigned threads, u
   return Status();
 }
 
+// The levels of a tree of (capacity, k) the sample's descents read from a block's copy in
+// shared memory (drlhet_cuda::TopLevelsFor, on), or -1 for a bad (capacity, k).
+DRLHET_EMU_EXPORT int drlhet_emu_top_levels(int64_t capacity, int k) {
+  drlhet::TreeLayout lay;
+  if (!drlhet::MakeLayout(capacity, k, &lay)) return -1;
+  return drlhet_cuda::TopLevelsFor(lay, true);
+}
+
 // drlhet_cuda_weigh on `trees` trees of `batch` targets each (one cluster per tree when
 // 1024 < batch <= cluster_max_batch), or drlhet_cuda_weigh_key where `key` ([trees, 2]
-// threefry2x32 words; targets unused) is given. Returns 0, or -1 for a bad (capacity, k), -2
+// threefry2x32 words; targets unused) is given; with shared_top, the descents read the trees'
+// top levels from a copy in shared memory (SetTopCopy). Returns 0, or -1 for a bad (capacity, k), -2
 // for a failed launch.
 DRLHET_EMU_EXPORT int drlhet_emu_weigh(const float* nodes, int64_t capacity, int k,
                                        const float* targets, int64_t trees, int64_t batch,
                                        const int32_t* size, const float* beta, int32_t err_empty,
                                        int32_t err_beta, int64_t cluster_max_batch,
                                        int32_t* indices, float* probs, float* weights,
-                                       int32_t* error, const uint32_t* key, int32_t stratified) {
+                                       int32_t* error, const uint32_t* key, int32_t stratified,
+                                       int32_t shared_top) {
   drlhet::TreeLayout lay;
   if (!drlhet::MakeLayout(capacity, k, &lay) || trees < 1 || batch < 1) return -1;
   const std::lock_guard<std::mutex> lock(emu::Lock());
@@ -101,7 +111,7 @@ DRLHET_EMU_EXPORT int drlhet_emu_weigh(const float* nodes, int64_t capacity, int
                                   trees * batch, size,  beta,    indices, probs,
                                   weights, error,    scratch.data(), err_empty, err_beta,
                                   key,     stratified};
-  drlhet_cuda::LaunchWeigh(nullptr, a, trees, cluster_max_batch);
+  drlhet_cuda::LaunchWeigh(nullptr, a, lay, trees, cluster_max_batch, shared_top != 0);
   return Status();
 }
 

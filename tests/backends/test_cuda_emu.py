@@ -317,6 +317,24 @@ def test_trees_off_a_16_byte_boundary_read_one_child_at_a_time_with_the_same_bit
         assert err[0] == 0
 
 
+def test_each_blocks_layout_built_by_its_first_warp_is_make_layouts(emu):
+    """WarpLayout (kernels/cuda/block_layout.cuh): the 32 lanes' ceilings, suffix scan and
+    writes give every member MakeLayout gives, for every thread of the block; bad arguments and
+    capacities of 2^31 and more fall back to MakeLayout itself."""
+    rng = np.random.default_rng(17)
+    cases = [(1, 2), (2, 2), (1, 256), (2**31 - 1, 2), (2**31 - 1, 256), (2**31, 16),
+             (2**20, 16), (2**20 + 1, 16), (5000, 3), (777, 64), (7, 3), (0, 4), (100, 1),
+             (100, 257)]  # fmt: skip
+    cases += [(int(rng.integers(1, 2**31)), int(rng.integers(2, 257))) for _ in range(40)]
+    cases += [(int(rng.integers(1, 5000)), int(rng.integers(2, 9))) for _ in range(40)]
+    for capacity, k in cases:
+        threads = int(rng.choice([32, 64, 256]))
+        got = emu.drlhet_emu_block_layout_matches(
+            ctypes.c_int64(capacity), ctypes.c_int(k), ctypes.c_uint(threads)
+        )
+        assert got == 1, (capacity, k, threads)
+
+
 @pytest.mark.parametrize("k, capacity", [*CASES, (16, 2**20), (2, 2**20), (32, 2**20)])
 def test_the_descents_copy_the_deepest_top_levels_that_fit_a_blocks_copy(emu, k, capacity):
     """TopLevelsFor (kernels/cuda/sample_kernels.cuh): the deepest level L whose levels 0..L fit

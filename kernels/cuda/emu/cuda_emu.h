@@ -6,7 +6,8 @@
 // cluster) run as fibers (ucontext) on the calling thread, each until it waits at a barrier or
 // returns. __syncthreads is a barrier of the block, ClusterSync one of the cluster (of the block
 // in a plain launch); the warp collectives the kernels use (__shfl_sync, __all_sync,
-// __any_sync, __reduce_or_sync, __reduce_max_sync) are barriers of 32 over per-lane slots; a
+// __any_sync, __reduce_or_sync, __reduce_max_sync, __reduce_add_sync) are barriers of 32 over
+// per-lane slots; a
 // thread that returns leaves its barriers, as an exited GPU thread stops counting (a warp
 // collective after a lane of its warp returned fails the launch: its full mask names that lane).
 // ClusterArrive and ClusterWait are its two halves (a thread goes on after arriving; a wait without
@@ -55,7 +56,7 @@
 #define __global__ inline  // the kernels are defined in every translation unit that launches them
 #define __device__
 #define __shared__ static
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 
 struct dim3 {
@@ -375,6 +376,9 @@ inline unsigned __reduce_or_sync(unsigned, unsigned v) {
 }
 inline int __reduce_max_sync(unsigned, int v) {
   return emu::WarpAll<int>(v, [](int a, int b) { return a > b ? a : b; });
+}
+inline unsigned __reduce_add_sync(unsigned, unsigned v) {
+  return emu::WarpAll<unsigned>(v, [](unsigned a, unsigned b) { return a + b; });
 }
 
 // Fibers of one block never run at once: a read-modify-write is atomic between barriers.

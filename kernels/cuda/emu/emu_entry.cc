@@ -34,6 +34,11 @@ __global__ void RecordStart(int32_t* order, int32_t* count) { order[(*count)++] 
 
 // Thread x of block b writes b into its slot, the cluster meets (ClusterSync), then reads the
 // slot of thread x of the next block of its cluster (cyclically): b + 1, or the cluster's first.
+// Every thread's BlockLayout (WarpLayout, by the first warp) into out[threadIdx.x].
+__global__ void LayoutOfEachThread(int64_t capacity, int32_t k, drlhet::TreeLayout* out) {
+  out[threadIdx.x] = drlhet_cuda::BlockLayout(capacity, k);
+}
+
 __global__ void ClusterRing(int32_t* slots, int32_t* seen, unsigned cluster) {
   const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
   slots[i] = static_cast<int32_t>(blockIdx.x);
@@ -81,6 +86,29 @@ DRLHET_EMU_EXPORT int drlhet_emu_cluster_ring(unsigned grid, unsigned threads, u
   std::vector<int32_t> slots(static_cast<size_t>(grid) * threads, kGarbage);
   emu::LaunchCluster(ClusterRing, grid, threads, cluster, slots.data(), seen, cluster);
   return Status();
+}
+
+// Whether the layout every thread of a block of `threads` reads from BlockLayout (built by its
+// first warp, WarpLayout) is MakeLayout's, every member of it: 1 yes, 0 no, -2 a failed launch.
+DRLHET_EMU_EXPORT int drlhet_emu_block_layout_matches(int64_t capacity, int k, unsigned threads) {
+  drlhet::TreeLayout want;
+  drlhet::MakeLayout(capacity, k, &want);
+  std::vector<drlhet::TreeLayout> got(threads);
+  {
+    const std::lock_guard<std::mutex> lock(emu::Lock());
+    emu::Launch(LayoutOfEachThread, 1, threads, capacity, static_cast<int32_t>(k), got.data());
+    if (Status() != 0) return -2;
+  }
+  for (const auto& lay : got) {
+    bool same = lay.depth == want.depth && lay.size == want.size &&
+                lay.capacity == want.capacity && lay.k == want.k;
+    for (int level = 0; level < drlhet::kMaxLevels; ++level) {
+      same = same && lay.offsets[level] == want.offsets[level] &&
+             lay.counts[level] == want.counts[level];
+    }
+    if (!same) return 0;
+  }
+  return 1;
 }
 
 // The levels of a tree of (capacity, k) the sample's descents read from a block's copy in

@@ -82,6 +82,14 @@
 #             Occupancy sections (raw CSV in $OUT/stalls_cuda.log), ranked per kernel by
 #             experiments/kernel_stalls.py ($OUT/kernel_stalls.json). Not in the default list;
 #             after kernels, when a kernel's time is known but not why
+#   timeline  the fused step as the GPU runs it, under Nsight Systems (nsys profile
+#             --cuda-graph-trace node): each kernel's duration in its CUDA graph and the gaps
+#             between kernels, for TIMELINE_BACKENDS (default cuda jax) at 2^20 leaves, K 16, B
+#             TIMELINE_BATCHES (4096); the GPU trace's CSV in $OUT/timeline_<backend>_trace.log,
+#             per step (period = kernels + gaps) and per kernel in $OUT/kernel_timeline.json
+#             (experiments/kernel_timeline.py). Not in the default list; what ncu cannot say
+#             (it times each kernel alone, caches flushed): whether a step is its kernels or
+#             the time between them
 #   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
 # CUDA_CLUSTER_MAX_BATCH, CUDA_NARROW_MAX_NODES and CUDA_SHARED_TOP (0: off), set in the
 # environment or by the pick stage, are the settings (drlhet.backends.cuda's
@@ -350,6 +358,24 @@ for s in "${stages[@]}"; do
         $PATH_FLAGS --out /tmp/stalls_cuda.json
       stage kernel_stalls 30 $PY experiments/kernel_stalls.py --csv-files "$OUT/stalls_cuda.log" \
         --out "$OUT/kernel_stalls.json" ;;
+    timeline)  # the step's kernels in their graph and the gaps between them: nsys's GPU trace
+      nsys=${NSYS:-$(command -v nsys || ls /opt/nvidia/nsight-systems/*/bin/nsys \
+        /usr/local/cuda/bin/nsys 2>/dev/null | head -n 1)}
+      [ -z "$nsys" ] && { echo "== timeline: skipped, no nsys (Nsight Systems) here"; continue; }
+      logs=()
+      for b in ${TIMELINE_BACKENDS:-cuda jax}; do
+        stage "timeline_$b" 120 "$nsys" profile --trace cuda --cuda-graph-trace node \
+          --sample none --cpuctxsw none --force-overwrite true -o "/tmp/timeline_$b" \
+          $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
+          --batches ${TIMELINE_BATCHES:-4096} --branchings 16 --backends $b --no-plain \
+          --ops step --modes fused --no-peers --no-thread-scaling --no-limits --repeats 1 \
+          --gpu-steps 64 $PATH_FLAGS --out "/tmp/timeline_$b.json"
+        stage "timeline_${b}_trace" 60 "$nsys" stats --report cuda_gpu_trace --format csv \
+          --force-export true "/tmp/timeline_$b.nsys-rep"
+        logs+=("$OUT/timeline_${b}_trace.log")
+      done
+      stage kernel_timeline 30 $PY experiments/kernel_timeline.py --csv-files "${logs[@]}" \
+        --out "$OUT/kernel_timeline.json" ;;
     dump)  # the optimized programs and their thunks (command buffers) of the fused step
       rm -rf /tmp/xla_dump
       export XLA_FLAGS="--xla_dump_to=/tmp/xla_dump --xla_dump_hlo_as_text"

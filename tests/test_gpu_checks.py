@@ -152,7 +152,7 @@ if [ "$1 $2" = "-m pytest" ]; then
 fi
 case "$1" in
   experiments/triage_gpu_tests.py|experiments/pick_cuda_paths.py) exec "$REAL_PY" "$@" ;;
-  experiments/kernel_stalls.py) exec "$REAL_PY" "$@" ;;
+  experiments/kernel_stalls.py|experiments/kernel_timeline.py) exec "$REAL_PY" "$@" ;;
   -c) exec "$REAL_PY" "$@" ;;  # e.g. whether pytest_timeout imports
 esac
 exit 0
@@ -408,3 +408,37 @@ def test_the_stalls_stage_profiles_the_cuda_kernels_and_ranks_their_stalls(tmp_p
     assert entry["kernel"] == "drlhet_cuda_update_cluster" and entry["launches"] == 2
     assert entry["stalls"] == {"barrier": 3.0}
     assert "stalls per issued instruction: barrier 3.00" in out
+
+
+FAKE_NSYS = """#!/usr/bin/env bash
+# records its arguments; `stats` prints a GPU trace of 32 steps of two kernels (10 and 5 us,
+# 3 us before each: a 21 us period)
+echo "$*" >> "$NSYS_CALLS"
+[ "$1" = stats ] || exit 0
+echo 'Start (ns),Duration (ns),Name'
+t=1000000
+for i in $(seq 32); do
+  t=$((t + 3000)); echo "$t,10000,drlhet_cuda_sample_cluster_k16"; t=$((t + 10000))
+  t=$((t + 3000)); echo "$t,5000,drlhet_cuda_update_cluster"; t=$((t + 5000))
+done
+"""
+
+
+def test_the_timeline_stage_traces_each_backend_and_splits_the_step_into_kernels_and_gaps(
+    tmp_path,
+):
+    nsys = tmp_path / "nsys"
+    nsys.write_text(FAKE_NSYS)
+    nsys.chmod(0o755)
+    extra = {"NSYS": str(nsys), "NSYS_CALLS": str(tmp_path / "nsys.log"),
+             "TIMELINE_BACKENDS": "cuda", "CUDA_SHARED_TOP": "0"}  # fmt: skip
+    out, _ = run_checks(tmp_path, ["timeline"], extra_env=extra)
+    profile, stats = (tmp_path / "nsys.log").read_text().splitlines()
+    assert profile.startswith("profile --trace cuda --cuda-graph-trace node")
+    assert "experiments/bench_replay.py --device gpu" in profile and "--backends cuda" in profile
+    assert "--no-cuda-shared-top" in profile  # the settings in force
+    assert stats.startswith("stats --report cuda_gpu_trace --format csv")
+    (entry,) = json.loads((tmp_path / "out" / "kernel_timeline.json").read_text())
+    assert entry["steps"] == 32 and entry["kernel_us_per_step"] == pytest.approx(15.0)
+    assert entry["period_us"] == pytest.approx(21.0 - 3.0 / 32)
+    assert "32 steps, period 20.9 us = kernels 15.0 us + gaps 5.9 us" in out

@@ -11,7 +11,13 @@
 // entry) while the cluster's other threads arrive.
 #pragma once
 
+#if defined(__CUDACC__)
+#include <cooperative_groups.h>
+#endif
+
 namespace drlhet_cuda {
+
+constexpr int kClusterBlocks = 8;  // blocks per cluster: the largest portable cluster
 
 #if defined(__CUDACC__)
 // The first half of the cluster's barrier: this thread has arrived, and its memory writes
@@ -54,6 +60,27 @@ inline void ClusterWait() { emu::ClusterWait(); }
 __device__ inline void ClusterSync() {
   ClusterArrive();
   ClusterWait();
+}
+
+// `p` (an address in this block's shared memory) as the same variable in the shared memory of
+// the block of rank `rank` in the cluster (distributed shared memory: a load from it is a
+// round trip over the GPC's network, not to L2). The kernels use it on arrays of one slot per
+// block, each block writing only its own rank's slot: on the emulation, whose blocks of a
+// cluster share one copy of the kernel's shared memory, that slot is the same variable, so the
+// same pointer is returned. After a cluster barrier that follows the writes; a block whose
+// slot others read must not exit before they are done (a barrier half before it exits).
+template <typename T>
+__device__ inline T* ClusterPeer(T* p, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return cooperative_groups::this_cluster().map_shared_rank(p, rank);
+#elif defined(__CUDA_ARCH__)
+  (void)rank;
+  __trap();  // no clusters before sm_90: never launched there
+  return p;
+#else
+  (void)rank;
+  return p;
+#endif
 }
 
 }  // namespace drlhet_cuda

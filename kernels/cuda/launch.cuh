@@ -23,7 +23,6 @@ namespace drlhet_cuda {
 
 constexpr int kThreads = 256;
 constexpr int kBlockThreads = 1024;  // drlhet_cuda_update_block / _top: one block per tree
-constexpr int kClusterBlocks = 8;    // the largest portable cluster
 #if defined(__CUDACC__)
 constexpr int kClusterMaxThreads = 1024;
 #else

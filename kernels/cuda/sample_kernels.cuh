@@ -190,25 +190,28 @@ __device__ inline void SampleBlock(const SampleArgs& a) {
   if (threadIdx.x == 0) a.error[v] = drlhet::SampleErrors(any != 0, beta, a.err_empty, a.err_beta);
 }
 
-// The whole sample of tree blockIdx.x / cs by one cluster of cs blocks (cluster.cuh): the
-// cluster's first thread clears the tree's scratch and every thread arrives at the cluster's
-// barrier, then descends every (cs * blockDim)-th target while the others arrive (the descent
-// reads no one's writes); each thread keeps the largest raw weight and whether a probability
-// is > 0 of its targets, its warp merges them, and after the barrier's wait (the scratch is
-// clear) merges them atomically into the scratch, as SampleDescend does. After a second
-// barrier each thread normalises the weights it drew (its first in a register, any others
-// through `weights`). One launch instead of a memset and two, with the same results: a maximum
-// and an OR in any order.
+// The whole sample of tree blockIdx.x / cs by one cluster of cs blocks (cluster.cuh, cs at most
+// kClusterBlocks): each thread descends every (cs * blockDim)-th target and keeps the largest
+// raw weight and whether a probability is > 0 of its targets; its warp merges them, then its
+// block in a word of its own shared memory (the block's slot of `block_most`, `block_any`);
+// after a cluster barrier every thread reads the cluster's cs words over distributed shared
+// memory (ClusterPeer) and normalises the weights it drew (its first in a register, any others
+// through `weights`). One launch, one barrier between the descent and the scaling, and no
+// global scratch: the same results as SampleDescend's atomics (a maximum and an OR, in any
+// order). No block exits before every thread has read the others' words (the barrier's
+// second half at the end).
 template <int KStatic>
 __device__ inline void SampleCluster(const SampleArgs& a, int32_t cs) {
   __shared__ __align__(16) float copy[kTopFloats];  // each block's own (the emulation: one,
                                                     // which every block fills alike)
+  __shared__ int32_t block_most[kClusterBlocks], block_any[kClusterBlocks];  // slot: the rank
   const int64_t v = blockIdx.x / cs, base = v * a.batch;
-  const int64_t t = (blockIdx.x % cs) * blockDim.x + threadIdx.x, all = cs * blockDim.x;
+  const unsigned rank = blockIdx.x % cs;
+  const int64_t t = rank * blockDim.x + threadIdx.x, all = cs * blockDim.x;
+  if (threadIdx.x == 0) block_most[rank] = block_any[rank] = 0;
   CopyTop(a.nodes + v * a.tree_size, a.top_slots, copy);
-  const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);  // a barrier: the copy is in
-  if (t == 0) a.scratch[2 * v] = a.scratch[2 * v + 1] = 0;
-  ClusterArrive();
+  // a barrier of the block: the copy is in, the block's words are 0
+  const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);
   float first = 0.0f;  // the raw weight of the thread's first target, kept in a register
   int32_t top = 0;
   bool positive = false;
@@ -226,21 +229,27 @@ __device__ inline void SampleCluster(const SampleArgs& a, int32_t cs) {
   }
   const int32_t most = __reduce_max_sync(0xffffffffu, top);  // every lane of the warp is here
   const bool any = __any_sync(0xffffffffu, positive);
-  ClusterWait();  // the scratch is clear
   if ((threadIdx.x & 31) == 0) {
-    if (most > 0) atomicMax(a.scratch + 2 * v, most);
-    if (any) atomicOr(a.scratch + 2 * v + 1, 1);
+    if (most > 0) atomicMax(block_most + rank, most);
+    if (any) atomicOr(block_any + rank, 1);
   }
-  ClusterSync();
+  ClusterSync();  // every block's words are final, and seen by the cluster
+  int32_t largest_bits = 0;
+  bool any_positive = false;
+  for (unsigned r = 0; r < static_cast<unsigned>(cs); ++r) {
+    const int32_t m = *ClusterPeer(block_most + r, r);
+    largest_bits = m > largest_bits ? m : largest_bits;
+    any_positive = any_positive || *ClusterPeer(block_any + r, r) != 0;
+  }
+  ClusterArrive();  // done with the other blocks' shared memory
   const float beta = a.beta[v];
-  const float largest = drlhet::FromOrderedBits(a.scratch[2 * v]);
+  const float largest = drlhet::FromOrderedBits(largest_bits);
   for (int64_t b = t; b < a.batch; b += all) {
     const float w = b == t ? first : a.weights[base + b];
     a.weights[base + b] = drlhet::Weight(w, largest, beta);
   }
-  if (t == 0) {
-    a.error[v] = drlhet::SampleErrors(a.scratch[2 * v + 1] != 0, beta, a.err_empty, a.err_beta);
-  }
+  if (t == 0) a.error[v] = drlhet::SampleErrors(any_positive, beta, a.err_empty, a.err_beta);
+  ClusterWait();  // no block exits while another may still read its words
 }
 
 }  // namespace drlhet_cuda

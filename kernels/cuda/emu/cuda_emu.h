@@ -284,7 +284,8 @@ void Invoke(void* p) {
 // here, at most 1024 threads, at most 8 blocks a cluster, a grid of whole clusters) or a
 // barrier that never completes sets the error `cudaGetLastError` returns. __shared__ is one
 // static copy here, shared by the blocks of a cluster while they run together: a kernel launched
-// in clusters keeps in shared memory only what every block writes alike (BlockLayout).
+// in clusters keeps in shared memory only what every block writes alike (BlockLayout), or one
+// slot per block rank of an array that it reads across the cluster (ClusterPeer).
 template <typename Kernel, typename... A>
 void LaunchCluster(Kernel kernel, unsigned grid, unsigned threads, unsigned cluster, A... args) {
   if (grid == 0 || threads == 0 || threads % 32 != 0 || threads > 1024 || cluster == 0 ||

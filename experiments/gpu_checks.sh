@@ -17,7 +17,9 @@
 #             tests fail, experiments/triage_gpu_tests.py reads which switchable part they test
 #             and turns it off for the later stages: the targets drawn in the sample call
 #             (CUDA_KEY_TARGETS=0; tests_cluster then runs with them off and without their
-#             cases, marked cuda_key_targets); any other failure is unexplained until it passes
+#             cases, marked cuda_key_targets), the descents' copy of the tree's top
+#             (CUDA_SHARED_TOP=0, its test marked cuda_shared_top; the top stage is then
+#             skipped); any other failure is unexplained until it passes
 #             when rerun alone with those parts off (stage tests_rerun: a buffer's test draws
 #             its targets in the sample call; a faulting kernel poisons its worker's GPU
 #             context); what is still unexplained keeps pick from choosing ($OUT/triage.json,
@@ -162,11 +164,13 @@ cluster_tests() {  # the cluster path's GPU tests, after the others: stage tests
   [ "${TRIAGE_NO_CLUSTER:-0}" = 1 ] && return 0
   local marks="not slow and cuda_cluster"
   [ "${CUDA_KEY_TARGETS:-1}" = 0 ] && marks+=" and not cuda_key_targets"
+  [ "${TRIAGE_NO_TOP:-0}" = 1 ] && marks+=" and not cuda_shared_top"
   export DRLHET_TEST_CUDA_KEY_TARGETS=${CUDA_KEY_TARGETS:-1}
+  export DRLHET_TEST_CUDA_SHARED_TOP=${CUDA_SHARED_TOP:-1}
   stage tests_cluster 120 $PY -m pytest -q -p no:cacheprovider -rfEs --tb=short \
     -n "${TEST_WORKERS:-4}" --dist load $TIMEOUT_FLAGS --junitxml "$OUT/tests_cluster.xml" \
     $GPU_TESTS -k "$GPU_K" -m "$marks"
-  unset DRLHET_TEST_CUDA_KEY_TARGETS
+  unset DRLHET_TEST_CUDA_KEY_TARGETS DRLHET_TEST_CUDA_SHARED_TOP
   if [ "${STAGE_RC[tests_cluster]:-not run}" != 0 ]; then
     echo "== tests_cluster: ${STAGE_RC[tests_cluster]:-not run}; the cluster path off for the" \
       "later stages"
@@ -215,16 +219,18 @@ for s in "${stages[@]}"; do
           TRIAGE_UNEXPLAINED=1
         fi
         if [ "${TRIAGE_UNEXPLAINED:-0}" != 0 ] && [ -s "$OUT/rerun.txt" ] && \
-           { [ "${CUDA_KEY_TARGETS:-1}" = 0 ] || [ "${TRIAGE_NO_CLUSTER:-0}" = 1 ]; }; then
+           { [ "${CUDA_KEY_TARGETS:-1}" = 0 ] || [ "${TRIAGE_NO_CLUSTER:-0}" = 1 ] || \
+             [ "${TRIAGE_NO_TOP:-0}" = 1 ]; }; then
           # the other failures, alone in fresh processes, with the failed parts off: what
           # passes now was theirs (a buffer's test draws its targets in the sample call; a
           # faulting kernel poisons its process's GPU context for the tests after it)
           mapfile -t ids <"$OUT/rerun.txt"
           rm -f "$OUT/rerun.xml"
           export DRLHET_TEST_CUDA_KEY_TARGETS=${CUDA_KEY_TARGETS:-1}
+          export DRLHET_TEST_CUDA_SHARED_TOP=${CUDA_SHARED_TOP:-1}
           stage tests_rerun 150 $PY -m pytest -q -p no:cacheprovider -rfEs --tb=short \
             -n "${TEST_WORKERS:-4}" --junitxml "$OUT/rerun.xml" "${ids[@]}"
-          unset DRLHET_TEST_CUDA_KEY_TARGETS
+          unset DRLHET_TEST_CUDA_KEY_TARGETS DRLHET_TEST_CUDA_SHARED_TOP
           TRIAGE_UNEXPLAINED=1
           $PY experiments/triage_gpu_tests.py --junit "$OUT/rerun.xml" \
             --env-out "$OUT/rerun.env" 2>&1 | tee "$OUT/rerun_triage.log"
@@ -301,6 +307,10 @@ for s in "${stages[@]}"; do
           $PATH_FLAGS $flag --out "$OUT/targets_$t.json"
       done ;;
     top)  # the sample's descents through a copy of the top levels in shared memory, or not
+      if [ "${TRIAGE_NO_TOP:-0}" = 1 ]; then
+        echo "== top: skipped, the copy failed the tests stage (triage.log)"
+        continue
+      fi
       for t in on off; do
         flag=--cuda-shared-top
         [ $t = off ] && flag=--no-cuda-shared-top
@@ -324,6 +334,7 @@ for s in "${stages[@]}"; do
       if [ -f "$OUT/cuda_paths.env" ]; then
         set -a; . "$OUT/cuda_paths.env"; set +a
         [ "${TRIAGE_NO_CLUSTER:-0}" = 1 ] && CUDA_CLUSTER_MAX_BATCH=0  # kept off
+        [ "${TRIAGE_NO_TOP:-0}" = 1 ] && CUDA_SHARED_TOP=0
         paths
         echo "== the later stages run with:$PATH_FLAGS"
       fi ;;

@@ -1,7 +1,7 @@
 """Which of the CUDA backend's switchable parts the GPU tests found wrong, from their JUnit XML.
 
 ``experiments/gpu_checks.sh`` runs the GPU tests first (its ``tests`` stage) and then measures,
-in the same call of a lent machine. Two parts of the backend can be switched off by a setting
+in the same call of a lent machine. Three parts of the backend can be switched off by a setting
 that the later stages pass on, without a rebuild:
 
 - ``cluster``: the update and sample in one cluster of blocks per tree
@@ -12,12 +12,16 @@ that the later stages pass on, without a rebuild:
   is classified here all the same.
 - ``key``: the sample's targets drawn inside the sample call (``drlhet.backends.cuda.
   KEY_TARGETS``). Its tests are the functions in ``KEY_TESTS``.
+- ``top``: the sample's descents through a copy of the tree's top levels in shared memory
+  (``drlhet.backends.cuda.SHARED_TOP``). Its test is the function in ``TOP_TESTS`` (marked
+  ``cuda_shared_top``): the copy on against off, on every path.
 
-A failed test of either part turns that part off (a case of both turns off both). Any other
+A failed test of a part turns that part off (a case of two parts turns off both). Any other
 failure is *unexplained* for now: the buffer-level tests also draw their targets in the sample
 call, and a process whose GPU context a faulting kernel poisoned fails every test after it, so
 ``gpu_checks.sh`` reruns the unexplained ones (``--rerun-out``: their pytest node ids) alone,
-with the failed parts off (``DRLHET_TEST_CUDA_KEY_TARGETS=0``, tests/backends/conftest.py), and
+with the failed parts off (``DRLHET_TEST_CUDA_KEY_TARGETS=0``, ``DRLHET_TEST_CUDA_SHARED_TOP=0``:
+tests/backends/conftest.py), and
 triages that run's report: what still fails is unexplained, and the ``pick`` stage, which
 chooses between paths by speed, then keeps the library's defaults. This script reads the XML
 that pytest's ``--junitxml`` wrote, prints what failed and what it turns off, and writes
@@ -48,6 +52,8 @@ KEY_TESTS = (
     "test_key_targets_turned_off_draws_the_targets_in_xla",
 )
 """The tests of the targets drawn in the sample call (``tests/backends/test_cuda_buffer.py``)."""
+TOP_TESTS = ("test_the_top_copy_gives_the_bits_of_descents_that_read_the_tree",)
+"""The test of the descents' copy of the tree's top (``tests/backends/test_cuda_buffer.py``)."""
 
 
 @dataclasses.dataclass
@@ -71,16 +77,19 @@ class Triage:
     key: bool
     unexplained: tuple[str, ...]
     reason: str = ""
+    top: bool = False
 
 
 def parts_of(test_id: str) -> set[str]:
-    """The switchable parts a test id exercises: ``cluster``, ``key``, both or neither."""
+    """The switchable parts a test id exercises: ``cluster``, ``key``, ``top``, or none."""
     function = test_id.split("::")[-1].split("[")[0]
     parts = set()
     if CLUSTER_PATH in test_id:
         parts.add("cluster")
     if function in KEY_TESTS:
         parts.add("key")
+    if function in TOP_TESTS:
+        parts.add("top")
     return parts
 
 
@@ -125,7 +134,8 @@ def triage(junit: Path) -> Triage:
     unexplained = tuple(t for t, p in zip(failed, parts, strict=True) if not p)
     cluster = any("cluster" in p for p in parts)
     key = any("key" in p for p in parts)
-    return Triage(failed, cluster, key, unexplained)
+    top = any("top" in p for p in parts)
+    return Triage(failed, cluster, key, unexplained, top=top)
 
 
 def env_lines(t: Triage) -> str:
@@ -137,6 +147,9 @@ def env_lines(t: Triage) -> str:
         lines.append("TRIAGE_NO_CLUSTER=1")
     if t.key:
         lines.append("CUDA_KEY_TARGETS=0")
+    if t.top:
+        lines.append("CUDA_SHARED_TOP=0")
+        lines.append("TRIAGE_NO_TOP=1")
     lines.append(f"TRIAGE_UNEXPLAINED={len(t.unexplained)}")
     return "".join(f"{line}\n" for line in lines)
 
@@ -148,7 +161,7 @@ def main(args: Args) -> Triage:
     print(f"== triage: {len(t.failed)} failed")
     for test_id in t.failed:
         print(f"  {'+'.join(sorted(parts_of(test_id))) or 'other':11s} {test_id}")
-    off = [part for part, on in (("cluster", t.cluster), ("key", t.key)) if on]
+    off = [part for part, on in (("cluster", t.cluster), ("key", t.key), ("top", t.top)) if on]
     print(f"turned off: {', '.join(off) or 'nothing'}")
     print(f"unexplained: {len(t.unexplained)}")
     if args.env_out is not None:

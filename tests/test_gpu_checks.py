@@ -25,6 +25,7 @@ import time
 import pytest
 
 KEY_OFF = os.environ.get("DRLHET_TEST_CUDA_KEY_TARGETS") == "0"
+TOP_OFF = os.environ.get("DRLHET_TEST_CUDA_SHARED_TOP") == "0"
 CLUSTER = pytest.param("one cluster per tree", marks=pytest.mark.cuda_cluster)
 
 def hang():
@@ -39,6 +40,10 @@ def test_weigh_and_checked_update_equal_the_buffers_code(path):
 def test_the_sample_from_the_key_equals_the_sample_from_xlas_targets(path):
     assert {key_ok}
 
+@pytest.mark.cuda_shared_top
+def test_the_top_copy_gives_the_bits_of_descents_that_read_the_tree():
+    assert {top_ok}
+
 def test_scan_of_sample_and_update_equals_jax():
     assert {other_ok}
 """
@@ -50,12 +55,15 @@ def triage(monkeypatch):
     return importlib.import_module("triage_gpu_tests")
 
 
-def stand_ins(tmp_path: Path, cluster_ok=True, key_ok=True, other_ok=True) -> Path:
+def stand_ins(tmp_path: Path, cluster_ok=True, key_ok=True, other_ok=True, top_ok=True) -> Path:
     """Writes the stand-in tests, failing as asked (each ``*_ok`` a Python expression;
-    ``KEY_OFF``: the run has the key targets off; ``hang()``: sleeps 10 minutes)."""
+    ``KEY_OFF``, ``TOP_OFF``: the run has the key targets, the top copy off; ``hang()``: sleeps
+    10 minutes)."""
     tests = tmp_path / "stand_in" / "test_stand_in.py"
     tests.parent.mkdir(exist_ok=True)
-    tests.write_text(STAND_INS.format(cluster_ok=cluster_ok, key_ok=key_ok, other_ok=other_ok))
+    tests.write_text(
+        STAND_INS.format(cluster_ok=cluster_ok, key_ok=key_ok, other_ok=other_ok, top_ok=top_ok)
+    )
     return tests
 
 
@@ -125,6 +133,8 @@ def test_the_triage_names_the_real_tests_and_paths(triage):
     )  # fmt: skip
     assert set(triage.KEY_TESTS) <= defined
     assert {n for n in defined if "key" in n or "drawn_in_the_call" in n} <= set(triage.KEY_TESTS)
+    assert set(triage.TOP_TESTS) <= defined
+    assert {n for n in defined if "top_copy" in n} <= set(triage.TOP_TESTS)
 
 
 FAKE_PYTHON = """#!/usr/bin/env bash
@@ -269,6 +279,32 @@ def test_a_failure_that_fails_again_alone_stays_unexplained(tmp_path):
     out, _ = run_checks(tmp_path, ["tests", "pick"], key_ok=False, other_ok=False)
     assert "1 failure(s) left unexplained after the rerun" in out
     assert "pick: skipped, 1 test failure(s)" in out
+
+
+def test_a_top_copy_failure_turns_the_copy_off_and_explains_the_failures_it_caused(tmp_path):
+    """The copy's own test fails, and a buffer-level test fails only while the copy is on: the
+    copy is off for the later stages (the top stage skipped, pick keeps it off) and the rerun,
+    with it off, explains the other failure."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    rows = [{"impl": "drlhet-cuda", "op": "step", "mode": "fused", "capacity": 2**20,
+             "batch": 4096, "branching": 16, "cuda_block_max_batch": 1024,
+             "cuda_narrow_max_nodes": 1024, "cuda_cluster_max_batch": 4096,
+             "cuda_shared_top": top, "items_per_s": 1e8 * (2 if top else 1)}
+            for top in (True, False)]  # fmt: skip
+    (out_dir / "top_old.json").write_text(json.dumps(rows))  # rows that would pick the copy
+    out, calls = run_checks(
+        tmp_path, ["tests", "top", "pick", "quick"], top_ok=False, other_ok="TOP_OFF"
+    )
+    assert "turned off: top" in out and "== top: skipped, the copy failed" in out
+    rerun = [c for c in calls if c.startswith("-m pytest") and "rerun.xml" in c]
+    assert len(rerun) == 1 and "::test_scan_of_sample_and_update_equals_jax" in rerun[0]
+    assert "0 failure(s) left unexplained after the rerun" in out
+    assert "SHARED_TOP = True" in out  # what the rows say; the triage keeps the copy off
+    quick = next(c for c in calls if "bench_quick.json" in c)
+    assert "--no-cuda-shared-top" in quick
+    cluster_run = next(c for c in calls if "tests_cluster.xml" in c)
+    assert "and not cuda_shared_top" in cluster_run
 
 
 def test_nothing_is_rerun_when_no_part_was_turned_off(tmp_path):

@@ -43,17 +43,23 @@ def gpu():
 
 
 KEY_TARGETS_ENV = "DRLHET_TEST_CUDA_KEY_TARGETS"
+SHARED_TOP_ENV = "DRLHET_TEST_CUDA_SHARED_TOP"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def key_targets_setting():
+def switched_off_parts():
     """``DRLHET_TEST_CUDA_KEY_TARGETS=0`` runs the session with `cuda.KEY_TARGETS` off (XLA
-    draws every sample's targets): how ``experiments/gpu_checks.sh`` reruns the GPU tests that
-    failed beside a failure of the key-drawn targets, to see whether that part explains them."""
-    if os.environ.get(KEY_TARGETS_ENV, "1") != "0":
+    draws every sample's targets), ``DRLHET_TEST_CUDA_SHARED_TOP=0`` with `cuda.SHARED_TOP` off
+    (every descent reads the tree in global memory): how ``experiments/gpu_checks.sh`` reruns
+    the GPU tests that failed beside a failure of such a part, to see whether it explains
+    them."""
+    off = [name for env, name in ((KEY_TARGETS_ENV, "KEY_TARGETS"), (SHARED_TOP_ENV, "SHARED_TOP"))
+           if os.environ.get(env, "1") == "0"]  # fmt: skip
+    if not off:
         yield
         return
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cuda, "KEY_TARGETS", False)
+        for name in off:
+            mp.setattr(cuda, name, False)
         jax.clear_caches()  # read when a function is traced
         yield

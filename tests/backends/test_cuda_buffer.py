@@ -362,6 +362,32 @@ def test_the_buffer_with_its_own_calls_equals_the_buffer_over_find_and_write(pla
         np.testing.assert_array_equal(np.asarray(b), np.asarray(c))
 
 
+@pytest.mark.cuda_shared_top
+@pytest.mark.parametrize("k, capacity", [(16, 20000), (3, 777)])
+def test_the_top_copy_gives_the_bits_of_descents_that_read_the_tree(place, k, capacity):
+    """`cuda.SHARED_TOP` on and off (the sample's descents through a copy of the tree's top
+    levels in each block's shared memory, or every level from the tree) give the same indices,
+    probabilities, weights and error, in one block (B 64, 1024) and above (B 4096: one cluster
+    per tree, or the grid's launches). The test ``experiments/gpu_checks.sh`` reads as the
+    copy's: where it fails on a GPU, the copy is turned off for the rest of the call."""
+    tree = random_tree(capacity, k, seed=k + 2)
+    size, beta = jnp.int32(capacity - 3), jnp.float32(0.6)
+    got = {}
+    try:
+        for on in (True, False):
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(cuda, "SHARED_TOP", on)
+                jax.clear_caches()  # read when a function is traced
+                for b in (64, 1024, 4096):
+                    targets = jnp.asarray(stratified_targets(tree, b, seed=b))
+                    got[on, b] = jax.jit(place.weigh)(tree, targets, size, beta)
+    finally:
+        jax.clear_caches()  # no trace of this test's settings outlives it
+    for b in (64, 1024, 4096):
+        for g, w in zip(got[True, b], got[False, b], strict=True):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=f"B {b}")
+
+
 @pytest.mark.cuda_key_targets
 @pytest.mark.parametrize("stratified", [True, False])
 def test_the_sample_from_the_key_equals_the_sample_from_xlas_targets(place, stratified):

@@ -370,8 +370,9 @@ for s in "${stages[@]}"; do
       stage kernel_stalls 30 $PY experiments/kernel_stalls.py --csv-files "$OUT/stalls_cuda.log" \
         --out "$OUT/kernel_stalls.json" ;;
     timeline)  # the step's kernels in their graph and the gaps between them: nsys's GPU trace
-      nsys=${NSYS:-$(command -v nsys || ls /opt/nvidia/nsight-systems/*/bin/nsys \
-        /usr/local/cuda/bin/nsys 2>/dev/null | head -n 1)}
+      nsys=${NSYS:-$(command -v nsys || ls /opt/nvidia/nsight-systems*/*/bin/nsys \
+        /usr/local/cuda*/bin/nsys /usr/local/cuda*/nsight-systems*/bin/nsys 2>/dev/null | \
+        head -n 1)}
       [ -z "$nsys" ] && { echo "== timeline: skipped, no nsys (Nsight Systems) here"; continue; }
       logs=()
       for b in ${TIMELINE_BACKENDS:-cuda jax}; do

@@ -148,6 +148,36 @@ __device__ inline void ClaimEntry(const UpdateArgs& a, int64_t i, bool live) {
   CommitClaim(a, ReadClaim(a, i, live));
 }
 
+// CommitClaim in a cluster that updates one tree: the warp's error bits and largest kept raw
+// priority merged into its block's words in shared memory (`bad`, `most`), which the cluster
+// reads across its blocks after its barrier (ClusterWords), instead of atomics on one global
+// word from every warp of the cluster. Every thread of the warp calls it.
+__device__ inline void CommitClaimInBlock(const UpdateArgs& a, const EntryClaim& e, int32_t* bad,
+                                          int32_t* most) {
+  if (e.take) atomicMax(a.winner + e.s.tree * a.capacity + e.leaf, static_cast<int32_t>(e.s.pos));
+  const int32_t errs = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(e.err));
+  const int32_t top = __reduce_max_sync(0xffffffffu, e.top);
+  if ((threadIdx.x & 31) == 0) {
+    if (errs) atomicOr(bad, errs);
+    if (top > 0) atomicMax(most, top);
+  }
+}
+
+// The cluster's merged words (ClusterPeer): the OR of the blocks' `bad` and the largest of
+// their `most`, each array one slot per block rank. After a cluster barrier that follows the
+// merges; before the next one, which no block passes before every thread has read them.
+__device__ inline void ClusterWords(int32_t* bad, int32_t* most, int32_t cs, int32_t* bad_out,
+                                    int32_t* most_out) {
+  int32_t b = 0, m = 0;
+  for (unsigned r = 0; r < static_cast<unsigned>(cs); ++r) {
+    b |= *ClusterPeer(bad + r, r);
+    const int32_t x = *ClusterPeer(most + r, r);
+    m = x > m ? x : m;
+  }
+  *bad_out = b;
+  *most_out = m;
+}
+
 // Phase 1 over the whole batch of every tree: thread i, entry i if there is one.
 __device__ inline void Claim(const UpdateArgs& a, int64_t i) { ClaimEntry(a, i, i < a.n); }
 
@@ -324,10 +354,15 @@ __device__ inline void ClusterEntryLevelsOneEach(const UpdateArgs& a,
 // with a cluster barrier where the per-level path ends a launch; the levels of at most
 // min(batch, blockDim) nodes by the cluster's first block alone, after the last cluster
 // barrier, as drlhet_cuda_update_top does, and meanwhile Finish by the last block. No thread
-// returns before that barrier. The same writes as the per-level path, so the same bits; plain
-// or checked (a.raw).
+// returns before that barrier. The tree's error bits and largest kept raw priority are merged
+// per block in shared memory and read across the cluster after the claims' barrier
+// (ClusterWords), then written to the tree's words by the last block. The same writes as the
+// per-level path, so the same bits; plain or checked (a.raw).
 __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs) {
-  const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);
+  __shared__ int32_t block_bad[kClusterBlocks], block_most[kClusterBlocks];  // slot: the rank
+  const unsigned rank = blockIdx.x % cs;
+  if (threadIdx.x == 0) block_bad[rank] = block_most[rank] = 0;
+  const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);  // a barrier: the words are 0
   ClusterPlace c{};
   c.v = blockIdx.x / cs;
   c.base = c.v * a.batch;
@@ -340,17 +375,22 @@ __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs) {
   ClusterArrive();  // the resets before any claim; meanwhile the thread reads its first entry
   const EntryClaim first = ReadClaim(a, c.base + c.t, c.t < a.batch);
   ClusterWait();
-  CommitClaim(a, first);  // every thread of the warp (first.live false past the batch)
+  // every thread of the warp (first.live false past the batch)
+  CommitClaimInBlock(a, first, block_bad + rank, block_most + rank);
   for (int64_t b = c.t + c.all; b - lane < a.batch; b += c.all) {
-    ClaimEntry(a, c.base + b, b < a.batch);
+    CommitClaimInBlock(a, ReadClaim(a, c.base + b, b < a.batch), block_bad + rank,
+                       block_most + rank);
   }
   ClusterSync();
-  // the claims are in: read once, kept in a register (not a round trip to memory before each
-  // level's loads)
-  const bool refused = a.bad[c.v] != 0;
+  // the claims are in: the tree's words from the blocks' shared memory, kept in registers
+  int32_t bad = 0, most = 0;
+  ClusterWords(block_bad, block_most, cs, &bad, &most);
+  const bool refused = bad != 0;
   if (a.batch <= c.all) {  // the same in every thread of the cluster
     ClusterEntryLevelsOneEach(a, lay, c, first, refused);
-  } else {
+  } else {  // Leaf and Ancestor read the tree's word in global memory: written, then a barrier
+    if (c.t == 0) a.bad[c.v] = bad;
+    ClusterSync();
     for (int64_t b = c.t; b < a.batch; b += c.all) Leaf(a, c.base + b, lay);
     ClusterEntryLevels(a, lay, c);
   }
@@ -363,8 +403,13 @@ __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs) {
     }
   }
   ClusterSync();
-  // the claims are long in: Finish by the last block's first thread, off the levels' path
-  if (c.t == c.all - blockDim.x) Finish(a, c.v);
+  // the claims are long in: the tree's words and Finish by the last block's first thread, off
+  // the levels' path
+  if (c.t == c.all - blockDim.x) {
+    a.bad[c.v] = bad;
+    if (a.max_bits != nullptr) a.max_bits[c.v] = most;
+    Finish(a, c.v);
+  }
   if (c.t >= blockDim.x || refused) return;  // the same in every thread of a block
   BlockTopLevels(tree, lay, c.top);
 }

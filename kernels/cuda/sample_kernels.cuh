@@ -87,29 +87,52 @@ __device__ inline void CopyTop(const float* tree, int64_t slots, float* top) {
   for (int64_t j = threadIdx.x; j < slots; j += blockDim.x) top[j] = tree[j];
 }
 
-// Target i (of tree v, whose nodes are `tree`): given, or drawn from the tree's key as the
-// buffer draws it (the root is the total).
-__device__ inline float TargetOf(const SampleArgs& a, int64_t v, int64_t i, const float* tree) {
+// What a thread reads of its tree v besides the nodes: the key words (when the targets are
+// drawn here), the size and beta. Loaded at the kernel's start, before the block's first
+// barrier and used only after it, so that these round trips to memory overlap the top copy's
+// instead of adding two of their own to the chain (the key before the descent; size and beta
+// after it). The size stays an integer until used: converting it would wait for the load.
+struct TreeWords {
+  uint32_t key0, key1;
+  int32_t size;
+  float beta;
+};
+
+__device__ inline TreeWords LoadTreeWords(const SampleArgs& a, int64_t v) {
+  TreeWords w{};
+  if (a.key != nullptr) {
+    w.key0 = a.key[2 * v];
+    w.key1 = a.key[2 * v + 1];
+  }
+  w.size = a.size[v];
+  w.beta = a.beta[v];
+  return w;
+}
+
+// Target i (of tree v, whose nodes are `tree`): given, or drawn from the tree's key (`w`) as
+// the buffer draws it (the root is the total).
+__device__ inline float TargetOf(const SampleArgs& a, const TreeWords& w, int64_t v, int64_t i,
+                                 const float* tree) {
   if (a.key == nullptr) return a.targets[i];
-  return drlhet::TargetFromKey(a.key[2 * v], a.key[2 * v + 1], i - v * a.batch, a.batch, tree[0],
+  return drlhet::TargetFromKey(w.key0, w.key1, i - v * a.batch, a.batch, tree[0],
                                a.stratified != 0);
 }
 
-// Target i (of tree v) descended: its index and probability written; returns its raw weight,
-// and whether its probability is > 0 in *positive. Levels 0 .. top_levels from `top`, the
-// block's copy of the tree's top (top_levels 0: none).
+// Target i (of tree v, whose words are `w`) descended: its index and probability written;
+// returns its raw weight, and whether its probability is > 0 in *positive. Levels 0 ..
+// top_levels from `top`, the block's copy of the tree's top (top_levels 0: none).
 template <int KStatic>
 __device__ inline float DescendAndWeigh(const SampleArgs& a, const drlhet::TreeLayout& lay,
-                                       int64_t v, int64_t i, const float* top, int top_levels,
-                                       bool* positive) {
+                                       const TreeWords& w, int64_t v, int64_t i,
+                                       const float* top, int top_levels, bool* positive) {
   float value = 0.0f, total = 0.0f;
   const float* tree = a.nodes + v * lay.size;
-  const float target = TargetOf(a, v, i, top_levels > 0 ? top : tree);
+  const float target = TargetOf(a, w, v, i, top_levels > 0 ? top : tree);
   a.indices[i] = DescendOneWide<KStatic>(tree, top, top_levels, lay, target, &value, &total);
   const float p = drlhet::Probability(value, total);
   a.probs[i] = p;
   *positive = p > 0.0f;
-  return drlhet::RawWeight(p, static_cast<float>(a.size[v]), a.beta[v]);
+  return drlhet::RawWeight(p, static_cast<float>(w.size), w.beta);
 }
 
 // The descent of target i, its probability and raw weight; the tree's largest raw weight and
@@ -124,13 +147,14 @@ __device__ inline void SampleDescend(const SampleArgs& a) {
   const int64_t last = first + blockDim.x - 1 < a.n ? first + blockDim.x - 1 : a.n - 1;
   const int64_t v_first = SlotOf(first, a.batch).tree;  // first < n: Blocks(n) blocks
   const int top_levels = v_first == SlotOf(last, a.batch).tree ? a.top_levels : 0;
+  const int64_t v = live ? SlotOf(i, a.batch).tree : 0;
+  const TreeWords words = LoadTreeWords(a, v);
   if (top_levels > 0) CopyTop(a.nodes + v_first * a.tree_size, a.top_slots, copy);
   const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);  // a barrier: the copy is in
-  const int64_t v = live ? SlotOf(i, a.batch).tree : 0;
   int32_t top = 0;
   bool positive = false;
   if (live) {
-    const float w = DescendAndWeigh<KStatic>(a, lay, v, i, copy, top_levels, &positive);
+    const float w = DescendAndWeigh<KStatic>(a, lay, words, v, i, copy, top_levels, &positive);
     a.weights[i] = w;
     top = drlhet::OrderedBits(w);
   }
@@ -172,12 +196,13 @@ __device__ inline void SampleBlock(const SampleArgs& a) {
   const int64_t v = blockIdx.x, b = threadIdx.x, i = v * a.batch + b;
   const bool live = b < a.batch;
   if (threadIdx.x == 0) most = any = 0;
+  const TreeWords words = LoadTreeWords(a, v);
   CopyTop(a.nodes + v * a.tree_size, a.top_slots, copy);
   // a barrier: most, any are 0, the copy is in
   const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);
   float w = 0.0f;
   bool positive = false;
-  if (live) w = DescendAndWeigh<KStatic>(a, lay, v, i, copy, a.top_levels, &positive);
+  if (live) w = DescendAndWeigh<KStatic>(a, lay, words, v, i, copy, a.top_levels, &positive);
   const int32_t warp_most = __reduce_max_sync(0xffffffffu, drlhet::OrderedBits(w));
   const bool warp_any = __any_sync(0xffffffffu, positive);
   if ((threadIdx.x & 31) == 0) {
@@ -185,7 +210,7 @@ __device__ inline void SampleBlock(const SampleArgs& a) {
     if (warp_any) atomicOr(&any, 1);
   }
   __syncthreads();
-  const float beta = a.beta[v];
+  const float beta = words.beta;
   if (live) a.weights[i] = drlhet::Weight(w, drlhet::FromOrderedBits(most), beta);
   if (threadIdx.x == 0) a.error[v] = drlhet::SampleErrors(any != 0, beta, a.err_empty, a.err_beta);
 }
@@ -209,6 +234,7 @@ __device__ inline void SampleCluster(const SampleArgs& a, int32_t cs) {
   const unsigned rank = blockIdx.x % cs;
   const int64_t t = rank * blockDim.x + threadIdx.x, all = cs * blockDim.x;
   if (threadIdx.x == 0) block_most[rank] = block_any[rank] = 0;
+  const TreeWords words = LoadTreeWords(a, v);
   CopyTop(a.nodes + v * a.tree_size, a.top_slots, copy);
   // a barrier of the block: the copy is in, the block's words are 0
   const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);
@@ -217,7 +243,8 @@ __device__ inline void SampleCluster(const SampleArgs& a, int32_t cs) {
   bool positive = false;
   for (int64_t b = t; b < a.batch; b += all) {
     bool p = false;
-    const float w = DescendAndWeigh<KStatic>(a, lay, v, base + b, copy, a.top_levels, &p);
+    const float w =
+        DescendAndWeigh<KStatic>(a, lay, words, v, base + b, copy, a.top_levels, &p);
     if (b == t) {
       first = w;
     } else {
@@ -242,7 +269,7 @@ __device__ inline void SampleCluster(const SampleArgs& a, int32_t cs) {
     any_positive = any_positive || *ClusterPeer(block_any + r, r) != 0;
   }
   ClusterArrive();  // done with the other blocks' shared memory
-  const float beta = a.beta[v];
+  const float beta = words.beta;
   const float largest = drlhet::FromOrderedBits(largest_bits);
   for (int64_t b = t; b < a.batch; b += all) {
     const float w = b == t ? first : a.weights[base + b];

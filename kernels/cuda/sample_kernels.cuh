@@ -118,21 +118,39 @@ __device__ inline float TargetOf(const SampleArgs& a, const TreeWords& w, int64_
                                a.stratified != 0);
 }
 
-// Target i (of tree v, whose words are `w`) descended: its index and probability written;
-// returns its raw weight, and whether its probability is > 0 in *positive. Levels 0 ..
-// top_levels from `top`, the block's copy of the tree's top (top_levels 0: none).
+// A target descended: its leaf, probability and raw weight.
+struct Drawn {
+  int32_t index;
+  float prob, raw;
+};
+
+// Target i (of tree v, whose words are `w`) descended, nothing written. Levels 0 .. top_levels
+// from `top`, the block's copy of the tree's top (top_levels 0: none).
+template <int KStatic>
+__device__ inline Drawn Draw(const SampleArgs& a, const drlhet::TreeLayout& lay,
+                             const TreeWords& w, int64_t v, int64_t i, const float* top,
+                             int top_levels) {
+  float value = 0.0f, total = 0.0f;
+  const float* tree = a.nodes + v * lay.size;
+  const float target = TargetOf(a, w, v, i, top_levels > 0 ? top : tree);
+  Drawn d{};
+  d.index = DescendOneWide<KStatic>(tree, top, top_levels, lay, target, &value, &total);
+  d.prob = drlhet::Probability(value, total);
+  d.raw = drlhet::RawWeight(d.prob, static_cast<float>(w.size), w.beta);
+  return d;
+}
+
+// Draw, its index and probability written; returns its raw weight, and whether its
+// probability is > 0 in *positive.
 template <int KStatic>
 __device__ inline float DescendAndWeigh(const SampleArgs& a, const drlhet::TreeLayout& lay,
                                        const TreeWords& w, int64_t v, int64_t i,
                                        const float* top, int top_levels, bool* positive) {
-  float value = 0.0f, total = 0.0f;
-  const float* tree = a.nodes + v * lay.size;
-  const float target = TargetOf(a, w, v, i, top_levels > 0 ? top : tree);
-  a.indices[i] = DescendOneWide<KStatic>(tree, top, top_levels, lay, target, &value, &total);
-  const float p = drlhet::Probability(value, total);
-  a.probs[i] = p;
-  *positive = p > 0.0f;
-  return drlhet::RawWeight(p, static_cast<float>(w.size), w.beta);
+  const Drawn d = Draw<KStatic>(a, lay, w, v, i, top, top_levels);
+  a.indices[i] = d.index;
+  a.probs[i] = d.prob;
+  *positive = d.prob > 0.0f;
+  return d.raw;
 }
 
 // The descent of target i, its probability and raw weight; the tree's largest raw weight and
@@ -223,8 +241,10 @@ __device__ inline void SampleBlock(const SampleArgs& a) {
 // memory (ClusterPeer) and normalises the weights it drew (its first in a register, any others
 // through `weights`). One launch, one barrier between the descent and the scaling, and no
 // global scratch: the same results as SampleDescend's atomics (a maximum and an OR, in any
-// order). No block exits before every thread has read the others' words (the barrier's
-// second half at the end).
+// order). A thread's first target is kept in registers and written after the barrier, so that
+// the barrier's release has no stores to global memory to wait for (only the block's words in
+// shared memory). No block exits before every thread has read the others' words (the
+// barrier's second half at the end).
 template <int KStatic>
 __device__ inline void SampleCluster(const SampleArgs& a, int32_t cs) {
   __shared__ __align__(16) float copy[kTopFloats];  // each block's own (the emulation: one,
@@ -238,16 +258,18 @@ __device__ inline void SampleCluster(const SampleArgs& a, int32_t cs) {
   CopyTop(a.nodes + v * a.tree_size, a.top_slots, copy);
   // a barrier of the block: the copy is in, the block's words are 0
   const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);
-  float first = 0.0f;  // the raw weight of the thread's first target, kept in a register
+  Drawn first{};  // the thread's first target, kept in registers until after the barrier
   int32_t top = 0;
   bool positive = false;
   for (int64_t b = t; b < a.batch; b += all) {
     bool p = false;
-    const float w =
-        DescendAndWeigh<KStatic>(a, lay, words, v, base + b, copy, a.top_levels, &p);
+    float w = 0.0f;
     if (b == t) {
-      first = w;
+      first = Draw<KStatic>(a, lay, words, v, base + b, copy, a.top_levels);
+      w = first.raw;
+      p = first.prob > 0.0f;
     } else {
+      w = DescendAndWeigh<KStatic>(a, lay, words, v, base + b, copy, a.top_levels, &p);
       a.weights[base + b] = w;
     }
     const int32_t bits = drlhet::OrderedBits(w);
@@ -271,8 +293,12 @@ __device__ inline void SampleCluster(const SampleArgs& a, int32_t cs) {
   ClusterArrive();  // done with the other blocks' shared memory
   const float beta = words.beta;
   const float largest = drlhet::FromOrderedBits(largest_bits);
+  if (t < a.batch) {
+    a.indices[base + t] = first.index;
+    a.probs[base + t] = first.prob;
+  }
   for (int64_t b = t; b < a.batch; b += all) {
-    const float w = b == t ? first : a.weights[base + b];
+    const float w = b == t ? first.raw : a.weights[base + b];
     a.weights[base + b] = drlhet::Weight(w, largest, beta);
   }
   if (t == 0) a.error[v] = drlhet::SampleErrors(any_positive, beta, a.err_empty, a.err_beta);

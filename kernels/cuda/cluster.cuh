@@ -18,6 +18,13 @@
 namespace drlhet_cuda {
 
 constexpr int kClusterBlocks = 8;  // blocks per cluster: the largest portable cluster
+#if defined(__CUDACC__)
+constexpr int kClusterMaxThreads = 1024;
+constexpr int kRankSlots = 1;  // each block has its own copy of the kernel's shared memory
+#else
+constexpr int kClusterMaxThreads = 128;  // the emulation: a fiber per thread, 64 KB each
+constexpr int kRankSlots = kClusterBlocks;  // one copy for the cluster's blocks (ClusterPeer)
+#endif
 
 #if defined(__CUDACC__)
 // The first half of the cluster's barrier: this thread has arrived, and its memory writes
@@ -60,6 +67,15 @@ inline void ClusterWait() { emu::ClusterWait(); }
 __device__ inline void ClusterSync() {
   ClusterArrive();
   ClusterWait();
+}
+
+// The slot of the block of rank `rank` in a shared array of kRankSlots slots of `stride`
+// elements: on a GPU the array itself (every block has its own), on the emulation the rank's
+// part of the one copy. A block writes `RankSlot(base, own rank)`; another reads it as
+// `ClusterPeer(RankSlot(base, rank) + offset, rank)`.
+template <typename T>
+__device__ inline T* RankSlot(T* base, unsigned rank, int64_t stride) {
+  return kRankSlots == 1 ? base : base + static_cast<int64_t>(rank) * stride;
 }
 
 // `p` (an address in this block's shared memory) as the same variable in the shared memory of

@@ -24,12 +24,6 @@ namespace drlhet_cuda {
 constexpr int kThreads = 256;
 constexpr int kBlockThreads = 1024;  // drlhet_cuda_update_block / _top: one block per tree
 #if defined(__CUDACC__)
-constexpr int kClusterMaxThreads = 1024;
-#else
-constexpr int kClusterMaxThreads = 128;  // the emulation: a fiber per thread, 64 KB each
-#endif
-
-#if defined(__CUDACC__)
 // A launch of `grid` blocks of `threads` in clusters of `cluster` (a launch attribute, so that
 // the cluster's size is chosen per call); `attribute` must outlive the config.
 inline cudaLaunchConfig_t ClusterConfig(unsigned grid, int threads, unsigned cluster,

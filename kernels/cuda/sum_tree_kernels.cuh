@@ -221,13 +221,31 @@ __device__ inline void Finish(const UpdateArgs& a, int64_t v) {
 // The widest level (padding included) BlockTopLevels keeps in shared memory.
 constexpr int64_t kRowFloats = 2048;
 
+// Level top + 1 of a cluster's tree as its blocks hold it in shared memory (HandLevel): node
+// j in the row of the block of rank j / threads, at j % threads (`base`: the rows, RankSlot).
+struct HandRows {
+  float* base;
+  int64_t threads;
+};
+
+// The K children of node j of level top, in the rows of `hand` (a block's threads a multiple
+// of K: one block holds them all), over distributed shared memory.
+__device__ inline const float* HandChildren(const HandRows& hand, int64_t j, int k) {
+  const int64_t first = j * k;
+  const unsigned rank = static_cast<unsigned>(first / hand.threads);
+  return ClusterPeer(RankSlot(hand.base, rank, hand.threads) + first % hand.threads, rank);
+}
+
 // Levels top .. 0 of `tree`, every node, by the block's threads, once level top + 1 is written
-// and seen by the block. Level top is summed from its children in the tree; each level above,
-// from the level below as the block just wrote it, kept in shared memory (padding as +0, as in
-// the tree) where its padded width fits kRowFloats: the same values in the same order, so the
-// same bits, without a round trip to memory per level. Every node is written to the tree. A
-// barrier of the block between levels (every thread of the block calls it), none after level 0.
-__device__ inline void BlockTopLevels(float* tree, const drlhet::TreeLayout& lay, int top) {
+// and seen by the block. Level top is summed from its children in the tree, or, with `hand`,
+// in the cluster's blocks' shared memory where `hand` has rows (the block then arrives at the
+// cluster's barrier, done with them); each level above, from the level below as the block just wrote it, kept in shared
+// memory (padding as +0, as in the tree) where its padded width fits kRowFloats: the same
+// values in the same order, so the same bits, without a round trip to memory per level. Every
+// node is written to the tree. A barrier of the block between levels (every thread of the
+// block calls it), none after level 0.
+__device__ inline void BlockTopLevels(float* tree, const drlhet::TreeLayout& lay, int top,
+                                      HandRows hand = HandRows{nullptr, 0}) {
   __shared__ __align__(16) float rows[2][kRowFloats];
   const float* below = nullptr;  // level + 1 in shared memory, or nullptr: read the tree
   for (int level = top; level >= 0; --level) {
@@ -235,14 +253,17 @@ __device__ inline void BlockTopLevels(float* tree, const drlhet::TreeLayout& lay
     const int64_t width = lay.offsets[level + 1] - lay.offsets[level];
     float* row = width <= kRowFloats ? rows[level & 1] : nullptr;
     const float* children = below != nullptr ? below : tree + lay.offsets[level + 1];
+    const bool handed = level == top && hand.base != nullptr;
     for (int64_t j = threadIdx.x; j < (row != nullptr ? width : count); j += blockDim.x) {
       float sum = 0.0f;  // a padding slot
       if (j < count) {
-        sum = SumChildrenWide(children + j * lay.k, lay.k);
+        sum = SumChildrenWide(handed ? HandChildren(hand, j, lay.k) : children + j * lay.k,
+                              lay.k);
         tree[lay.offsets[level] + j] = sum;
       }
       if (row != nullptr) row[j] = sum;
     }
+    if (handed) ClusterArrive();  // done with the other blocks' shared memory
     if (level > 0) __syncthreads();  // the level is written before its parents read it
     below = row;
   }
@@ -348,6 +369,25 @@ __device__ inline void ClusterEntryLevelsOneEach(const UpdateArgs& a,
   }
 }
 
+// Node c.t of level top + 1 of the cluster's tree (the batch no larger than the cluster's
+// threads, so the level's nodes neither: one a thread), summed from the tree into a register and
+// into the thread's slot of its block's row in shared memory (`own`; a padding slot 0), once the
+// level below is written: the first block reads the rows for level top over distributed shared
+// memory (BlockTopLevels), and each thread writes its node to the tree after the barrier, so
+// that the barrier's release waits for no store to global memory. Returns the node (0 when
+// refused or past the level).
+__device__ inline float HandLevel(const float* tree, const drlhet::TreeLayout& lay,
+                                  const ClusterPlace& c, bool refused, float* own) {
+  const int level = c.top + 1;
+  float sum = 0.0f;
+  if (refused) return sum;
+  if (c.t < drlhet::NodesAt(lay, level)) {
+    sum = SumChildrenWide(tree + lay.offsets[level + 1] + c.t * lay.k, lay.k);
+  }
+  if (c.t < lay.offsets[level + 1] - lay.offsets[level]) own[threadIdx.x] = sum;
+  return sum;
+}
+
 // The whole update of tree blockIdx.x / cs by one cluster of cs blocks (cluster.cuh): the
 // per-level path's phases (reset, claim, leaves, then the levels from the leaves' parents up)
 // over the cluster's cs * blockDim threads, each taking every (cs * blockDim)-th entry or node,
@@ -360,6 +400,7 @@ __device__ inline void ClusterEntryLevelsOneEach(const UpdateArgs& a,
 // per-level path, so the same bits; plain or checked (a.raw).
 __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs) {
   __shared__ int32_t block_bad[kClusterBlocks], block_most[kClusterBlocks];  // slot: the rank
+  __shared__ __align__(16) float hand_rows[kRankSlots * kClusterMaxThreads];  // HandLevel
   const unsigned rank = blockIdx.x % cs;
   if (threadIdx.x == 0) block_bad[rank] = block_most[rank] = 0;
   const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);  // a barrier: the words are 0
@@ -395,14 +436,27 @@ __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs) {
     ClusterEntryLevels(a, lay, c);
   }
   float* tree = a.nodes + c.v * lay.size;
-  for (int level = c.whole; level > c.top; --level) {  // whole < depth (NarrowTop)
+  // level top + 1 handed to the first block in shared memory (HandLevel), where one block
+  // holds every node's children: the same in every thread of the cluster
+  const bool hand = a.batch <= c.all && c.whole > c.top && c.top >= 0 &&
+                    blockDim.x % static_cast<unsigned>(lay.k) == 0;
+  for (int level = c.whole; level > c.top + (hand ? 1 : 0); --level) {  // whole < depth
     ClusterSync();  // the level below is written
     if (refused) continue;
     for (int64_t j = c.t; j < drlhet::NodesAt(lay, level); j += c.all) {
       RecomputeNodeWide(tree, lay, level, j);
     }
   }
+  float handed = 0.0f;
+  if (hand) {
+    ClusterSync();  // the level below is written
+    handed = HandLevel(tree, lay, c, refused, RankSlot(hand_rows, rank, blockDim.x));
+  }
   ClusterSync();
+  const int level = c.top + 1;
+  if (hand && !refused && c.t < drlhet::NodesAt(lay, level)) {
+    tree[lay.offsets[level] + c.t] = handed;
+  }
   // the claims are long in: the tree's words and Finish by the last block's first thread, off
   // the levels' path
   if (c.t == c.all - blockDim.x) {
@@ -410,8 +464,15 @@ __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs) {
     if (a.max_bits != nullptr) a.max_bits[c.v] = most;
     Finish(a, c.v);
   }
-  if (c.t >= blockDim.x || refused) return;  // the same in every thread of a block
-  BlockTopLevels(tree, lay, c.top);
+  if (refused) return;  // the same in every thread of the cluster
+  if (c.t >= blockDim.x) {
+    if (hand) ClusterSync();  // the first block reads this block's row: not before it is done
+    return;
+  }
+  // with hand: the first block arrives at the cluster's barrier after level top
+  BlockTopLevels(tree, lay, c.top,
+                 HandRows{hand ? hand_rows : nullptr, static_cast<int64_t>(blockDim.x)});
+  if (hand) ClusterWait();
 }
 
 }  // namespace drlhet_cuda

@@ -163,6 +163,39 @@ def test_the_plain_update_equals_the_oracle_over_three_trees(emu, schedule, k, c
         trees = got
 
 
+@pytest.mark.parametrize("k, capacity, batch", [(16, 2**16, 1024), (2, 3000, 700), (4, 9000, 1024)])
+def test_a_cluster_hands_its_last_wide_level_to_its_first_block_in_shared_memory(
+    emu, schedule, k, capacity, batch
+):
+    """HandLevel and BlockTopLevels' rows of the cluster (kernels/cuda/sum_tree_kernels.cuh):
+    with the batch no larger than the cluster's threads (8 blocks of 128 here), the level under
+    the first block's is summed into each block's shared memory and read by the first block over
+    distributed shared memory (one slot per block rank on the emulation); at K 16, 2^16 leaves,
+    B 1024 that is level 2 (256 nodes) under level 1; duplicates, dropped entries, a refused
+    batch, two trees."""
+    trees = np.stack([np.asarray(random_tree(capacity, k, seed=s).nodes) for s in range(2)])
+    batch_of = [random_updates(capacity, batch, seed=s + 20) for s in range(2)]
+    idx = np.stack([np.asarray(b[0]) for b in batch_of])
+    vals = np.stack([np.asarray(b[1]) for b in batch_of])
+    idx[:, batch // 2 : batch // 2 + 50] = idx[:, :50]  # duplicates across the blocks
+    keep = np.random.default_rng(k).random((2, batch)) < 0.9
+    got, bad, _, _ = emu_update(
+        emu, trees, capacity, k, idx, vals, keep, PATHS["one cluster per tree"]
+    )
+    assert not bad.any()
+    for v in range(2):
+        want = oracle.write(trees[v], capacity, k, idx[v], vals[v], keep[v])
+        np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"tree {v}")
+    idx[1, 7], keep[1, 7] = capacity, True  # tree 1 refused whole; tree 0 written
+    got, bad, _, _ = emu_update(
+        emu, trees, capacity, k, idx, vals, keep, PATHS["one cluster per tree"]
+    )
+    assert bad[1] and not bad[0]
+    np.testing.assert_array_equal(bits(got[1]), bits(trees[1]))
+    want = oracle.write(trees[0], capacity, k, idx[0], vals[0], keep[0])
+    np.testing.assert_array_equal(bits(got[0]), bits(want))
+
+
 @pytest.mark.parametrize("path", ["one block per tree", "one launch per level"])
 def test_narrow_levels_wider_than_the_shared_rows_are_read_from_the_tree(emu, path):
     """BlockTopLevels (kernels/cuda/sum_tree_kernels.cuh) keeps a level in shared memory only

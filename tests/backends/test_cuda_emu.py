@@ -163,6 +163,31 @@ def test_the_plain_update_equals_the_oracle_over_three_trees(emu, schedule, k, c
         trees = got
 
 
+def two_trees_and_batches(capacity, k, batch, seed):
+    """Two random trees and a batch of ``batch`` entries for each: duplicates across the
+    cluster's blocks (from entry ``2 * batch // 3``, the first ``min(100, batch // 10)`` leaves
+    again), about a tenth dropped. (trees [2, T], indices, values, keep [2, batch])."""
+    trees = np.stack([np.asarray(random_tree(capacity, k, seed=s).nodes) for s in range(2)])
+    batches = [random_updates(capacity, batch, seed=s + seed) for s in range(2)]
+    idx = np.stack([np.asarray(b[0]) for b in batches])
+    vals = np.stack([np.asarray(b[1]) for b in batches])
+    dup = min(100, batch // 10)
+    idx[:, batch * 2 // 3 : batch * 2 // 3 + dup] = idx[:, :dup]
+    keep = np.random.default_rng(k).random((2, batch)) < 0.9
+    return trees, idx, vals, keep
+
+
+def cluster_update_is_the_oracles(emu, trees, capacity, k, idx, vals, keep):
+    """The cluster path's update of every tree, bit for bit the oracle's; none refused."""
+    got, bad, _, _ = emu_update(
+        emu, trees, capacity, k, idx, vals, keep, PATHS["one cluster per tree"]
+    )
+    assert not bad.any()
+    for v in range(len(trees)):
+        want = oracle.write(trees[v], capacity, k, idx[v], vals[v], keep[v])
+        np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"tree {v}")
+
+
 @pytest.mark.parametrize("k, capacity, batch", [(16, 2**16, 1024), (2, 3000, 700), (4, 9000, 1024)])
 def test_a_cluster_hands_its_last_wide_level_to_its_first_block_in_shared_memory(
     emu, schedule, k, capacity, batch
@@ -173,19 +198,8 @@ def test_a_cluster_hands_its_last_wide_level_to_its_first_block_in_shared_memory
     distributed shared memory (one slot per block rank on the emulation); at K 16, 2^16 leaves,
     B 1024 that is level 2 (256 nodes) under level 1; duplicates, dropped entries, a refused
     batch, two trees."""
-    trees = np.stack([np.asarray(random_tree(capacity, k, seed=s).nodes) for s in range(2)])
-    batch_of = [random_updates(capacity, batch, seed=s + 20) for s in range(2)]
-    idx = np.stack([np.asarray(b[0]) for b in batch_of])
-    vals = np.stack([np.asarray(b[1]) for b in batch_of])
-    idx[:, batch // 2 : batch // 2 + 50] = idx[:, :50]  # duplicates across the blocks
-    keep = np.random.default_rng(k).random((2, batch)) < 0.9
-    got, bad, _, _ = emu_update(
-        emu, trees, capacity, k, idx, vals, keep, PATHS["one cluster per tree"]
-    )
-    assert not bad.any()
-    for v in range(2):
-        want = oracle.write(trees[v], capacity, k, idx[v], vals[v], keep[v])
-        np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"tree {v}")
+    trees, idx, vals, keep = two_trees_and_batches(capacity, k, batch, seed=20)
+    cluster_update_is_the_oracles(emu, trees, capacity, k, idx, vals, keep)
     idx[1, 7], keep[1, 7] = capacity, True  # tree 1 refused whole; tree 0 written
     got, bad, _, _ = emu_update(
         emu, trees, capacity, k, idx, vals, keep, PATHS["one cluster per tree"]
@@ -217,19 +231,8 @@ def test_a_cluster_whose_threads_take_several_entries_equals_the_oracle(emu, sch
     """Batches of 1500 over the emulation's clusters of 8 blocks of 128 threads: up to two
     entries per thread, levels wider than the batch, no wider (over the cluster), and no wider
     than a block (the first block's alone), duplicates and dropped entries, on two trees."""
-    trees = np.stack([np.asarray(random_tree(capacity, k, seed=s).nodes) for s in range(2)])
-    batch = [random_updates(capacity, 1500, seed=s) for s in range(2)]
-    idx = np.stack([np.asarray(b[0]) for b in batch])
-    vals = np.stack([np.asarray(b[1]) for b in batch])
-    idx[:, 1000:1100] = idx[:, :100]  # duplicates, across the cluster's blocks
-    keep = np.random.default_rng(k).random((2, 1500)) < 0.9
-    got, bad, _, _ = emu_update(
-        emu, trees, capacity, k, idx, vals, keep, PATHS["one cluster per tree"]
-    )
-    assert not bad.any()
-    for v in range(2):
-        want = oracle.write(trees[v], capacity, k, idx[v], vals[v], keep[v])
-        np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"tree {v}")
+    trees, idx, vals, keep = two_trees_and_batches(capacity, k, 1500, seed=0)
+    cluster_update_is_the_oracles(emu, trees, capacity, k, idx, vals, keep)
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -32,7 +32,8 @@ struct SampleArgs {
   float* weights;         // [n]: the raw weights after the descent, normalised in place after
   int32_t* error;         // [V]
   int32_t* scratch;       // [V, 2]: OrderedBits of the largest raw weight, any probability > 0;
-                          // 0 before the descent
+                          // 0 before the descent (the per-launch path's; the block and cluster
+                          // paths merge in shared memory)
   int32_t err_empty;
   int32_t err_beta;
   // targets drawn here from each tree's key instead (drlhet/jax_random.h), or nullptr: targets

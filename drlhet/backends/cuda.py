@@ -89,7 +89,9 @@ their children); the levels wider than the batch, one thread per entry (its ance
 the same bits. Read when a program is traced. Measured on an H100 (2026-11-27, 2^20 leaves,
 K 16, the step in a fused scan; ``experiments/gpu_checks.sh narrow pick``,
 results/cuda_paths_h100.json): geometric mean over B 16384 and 65536 of 729M items/s at 1024,
-679M at 4096 (the earlier default), 595M at 0 (every level one thread per node)."""
+679M at 4096 (the earlier default), 595M at 0 (every level one thread per node). Re-picked
+after the twelfth session's kernels (a fifth H100 session): 785M at 1024, 807M at 256 (under
+the 1.03 margin), 723M at 0, 714M at 4096."""
 
 CLUSTER_MAX_BATCH = 4096
 """An update or a sample of more than one block's entries per tree (`BLOCK_MAX_BATCH`; 1024 for
@@ -100,15 +102,19 @@ turns the path off. Read when a program is traced. Measured on an H100 (2026-11-
 leaves, K 16, the step in a fused scan; ``experiments/gpu_checks.sh cluster pick``,
 results/cuda_paths_h100.json): the cluster path against the per-level path, 120M against 94M
 items/s at B 4096 (1.28x), 291M against 356M at B 16384, 570M against 1.30G at B 65536; one
-cluster of 8 SMs per tree runs out of memory parallelism above a few thousand entries."""
+cluster of 8 SMs per tree runs out of memory parallelism above a few thousand entries. Re-picked
+after the twelfth session's kernels (a fifth H100 session): 121.5M against 107.1M at B 4096
+(1.13x), 282M against 424M at B 16384, 556M against 1.45G at B 65536."""
 
 SHARED_TOP = True
 """Whether each block of the sample's kernels first copies the top levels of its tree (up to
 6144 slots: levels 0..3 at 2^20 leaves and K 16) into shared memory and descends them from
 there: one coalesced round trip to memory for the copy instead of one dependent round trip per
-level per target. The same values, so the same bits (tested on the host emulation with the copy
-on and off). Not yet measured on a GPU; ``experiments/gpu_checks.sh`` compares the two (its
-``top`` stage). Read when a program is traced."""
+level per target. The same values, so the same bits (tested with the copy on and off on the
+host emulation and on an H100). Measured on an H100 (2026-11-27, 2^20 leaves, K 16, the step
+in a fused scan, ``experiments/gpu_checks.sh top``, results/bench_replay_gpu_h100_latency_cuts_top.json):
+0.99-1.03x the step without the copy from B 256 to 65536, geometric mean 1.012, within the
+spread of repeats; kept on as a measured no-loss. Read when a program is traced."""
 
 KEY_TARGETS = True
 """Whether the buffer's sample draws its targets inside the cuda sample call (`weigh_key`)

@@ -113,8 +113,9 @@ there: one coalesced round trip to memory for the copy instead of one dependent 
 level per target. The same values, so the same bits (tested with the copy on and off on the
 host emulation and on an H100). Measured on an H100 (2026-11-27, 2^20 leaves, K 16, the step
 in a fused scan, ``experiments/gpu_checks.sh top``,
-results/bench_replay_gpu_h100_latency_cuts_top.json): 0.99-1.03x the step without the copy from B 256 to 65536, geometric mean 1.012, within the
-spread of repeats; kept on as a measured no-loss. Read when a program is traced."""
+results/bench_replay_gpu_h100_latency_cuts_top.json): 0.99-1.03x the step without the copy
+from B 256 to 65536, geometric mean 1.012, within the spread of repeats; kept on as a
+measured no-loss. Read when a program is traced."""
 
 KEY_TARGETS = True
 """Whether the buffer's sample draws its targets inside the cuda sample call (`weigh_key`)

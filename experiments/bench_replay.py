@@ -35,6 +35,7 @@ import dataclasses
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -113,7 +114,20 @@ class Args:
     each block's shared memory (``drlhet.backends.cuda.SHARED_TOP``); ``--no-cuda-shared-top``:
     every level from the tree in global memory. The same bits either way. Rows record it
     (``cuda_shared_top``)."""
+    trace_dir: Path | None = None
+    """Also run each fused measurement once more, untimed, under jax's profiler (CUPTI's GPU
+    trace on a GPU; needs no Nsight Systems) and write its trace as
+    ``TRACE_DIR/<impl>-<op>-c<capacity>-b<batch>-k<K>.trace.json.gz`` (Chrome trace JSON:
+    ``experiments/kernel_timeline.py --trace-files`` reads it)."""
+    trace_command_buffers: bool = True
+    """With ``--trace-dir``: keep XLA's command buffers (CUDA graphs) while the profiler runs
+    (``--xla_enable_command_buffers_during_profiling``), so that the trace is of the program
+    that the timed runs ran; ``--no-trace-command-buffers``: XLA's default under a profiler,
+    every thunk launched on its own (op by op)."""
     out: Path = Path("results/bench_replay.json")
+
+
+TRACE_COMMAND_BUFFERS = "--xla_enable_command_buffers_during_profiling=true"
 
 
 def apply_threading(mode: str) -> None:
@@ -138,6 +152,8 @@ def main(args: Args) -> list[dict]:
     if args.threading_study:
         return threading_study(args)
     apply_threading(args.threading)
+    if args.trace_dir is not None and args.trace_command_buffers:  # before jax is imported
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TRACE_COMMAND_BUFFERS}"
 
     import jax
     import jax.numpy as jnp
@@ -493,6 +509,11 @@ def main(args: Args) -> list[dict]:
                 t = time.perf_counter()
                 impls[key[0]][key[1:]]()
                 times[key].append(time.perf_counter() - t)
+        if args.trace_dir is not None:
+            for impl, op, mode in keys:
+                if mode == "fused":
+                    name = f"{impl}-{op}-c{capacity}-b{batch}-k{k}"
+                    trace_once(impls[impl][(op, mode)], args.trace_dir, name)
 
         def cuda_path(impl: str) -> dict:
             """The update-path settings a cuda row ran with (None for other backends)."""
@@ -564,6 +585,23 @@ def main(args: Args) -> list[dict]:
     args.out.write_text(json.dumps(rows, indent=1))
     print(f"wrote {len(rows)} rows to {args.out}")
     return rows
+
+
+def trace_once(run, folder: Path, name: str) -> Path:
+    """``run()`` once under jax's profiler; its trace (Chrome trace JSON, gzipped) copied to
+    ``folder/name.trace.json.gz``, which is returned."""
+    import jax
+
+    raw = folder / "raw" / name
+    with jax.profiler.trace(str(raw)):
+        run()
+    found = sorted(raw.glob("plugins/profile/*/*.trace.json.gz"), key=lambda f: f.stat().st_mtime)
+    if not found:
+        raise RuntimeError(f"jax's profiler wrote no *.trace.json.gz under {raw}")
+    out = folder / f"{name}.trace.json.gz"
+    shutil.copyfile(found[-1], out)
+    print(f"traced {name}: {out}")
+    return out
 
 
 def flashbax_device(platform: str) -> str:

@@ -92,6 +92,20 @@
 #             (experiments/kernel_timeline.py). Not in the default list; what ncu cannot say
 #             (it times each kernel alone, caches flushed): whether a step is its kernels or
 #             the time between them
+#   trace     the same split as timeline without Nsight Systems: bench_replay --trace-dir
+#             runs the sample, update and step (TRACE_OPS) of TRACE_BACKENDS (default cuda jax)
+#             at 2^20 leaves, K 16, B TRACE_BATCHES (4096), 64 steps, once more under jax's
+#             profiler (CUPTI), with XLA's command buffers kept (trace_graph) and op by op, XLA's
+#             default under a profiler (trace_ops); the traces in $OUT/trace_{graph,ops}/,
+#             per step (period = kernels + gaps, and the host's events meanwhile) and per kernel
+#             in $OUT/step_trace.json (experiments/kernel_timeline.py --trace-files). Not in the
+#             default list; about 60 s
+#   flags     the step of cuda and jax at 2^20 leaves, K 16, B FLAGS_BATCHES (4096): as it is
+#             (flags_default), with XLA's while loops and conditionals in its CUDA graphs too
+#             (flags_while: --xla_gpu_enable_command_buffer=...,WHILE,CONDITIONAL, so the scan
+#             is one graph launch, not one a step), and unrolled FLAGS_UNROLL (8) steps an
+#             iteration (flags_unroll); rows to $OUT/flags_<v>.json (not in the default list;
+#             about 60 s)
 #   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
 # CUDA_CLUSTER_MAX_BATCH, CUDA_NARROW_MAX_NODES and CUDA_SHARED_TOP (0: off), set in the
 # environment or by the pick stage, are the settings (drlhet.backends.cuda's
@@ -388,6 +402,36 @@ for s in "${stages[@]}"; do
       done
       stage kernel_timeline 30 $PY experiments/kernel_timeline.py --csv-files "${logs[@]}" \
         --out "$OUT/kernel_timeline.json" ;;
+    trace)  # the step's kernels and gaps from CUPTI through jax's profiler (no nsys needed)
+      names=()
+      for mode in graph ops; do  # graph: XLA's command buffers kept; ops: XLA's op by op
+        flag=--trace-command-buffers
+        [ "$mode" = ops ] && flag=--no-trace-command-buffers
+        rm -rf "$OUT/trace_$mode"
+        stage "trace_$mode" 150 $PY experiments/bench_replay.py --device gpu \
+          --capacities 1048576 --batches ${TRACE_BATCHES:-4096} --branchings 16 \
+          --backends ${TRACE_BACKENDS:-cuda jax} --no-plain --ops ${TRACE_OPS:-sample update step} \
+          --modes fused --no-peers --no-thread-scaling --no-limits --repeats 1 --gpu-steps 64 \
+          $PATH_FLAGS --trace-dir "$OUT/trace_$mode" $flag --out "/tmp/trace_$mode.json"
+        rm -rf "$OUT/trace_$mode/raw"
+        names+=("$OUT"/trace_$mode/*.trace.json.gz)
+      done
+      stage step_trace 60 $PY experiments/kernel_timeline.py --trace-files "${names[@]}" \
+        --out "$OUT/step_trace.json" ;;
+    flags)  # the step of cuda and jax with XLA's loop in the CUDA graph too, and unrolled
+      cmd_all=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION,WHILE,CONDITIONAL
+      for v in default while unroll; do
+        extra=""
+        [ "$v" = unroll ] && extra="--unroll ${FLAGS_UNROLL:-8}"
+        [ "$v" = while ] && export XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=$cmd_all"
+        stage "flags_$v" 90 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
+          --batches ${FLAGS_BATCHES:-4096} --branchings 16 --backends cuda jax --no-plain \
+          --ops step --modes fused --no-peers --no-thread-scaling --no-limits $extra \
+          $PATH_FLAGS --out "$OUT/flags_$v.json"
+        if [ "$v" = while ]; then
+          export XLA_FLAGS="${XLA_FLAGS/ --xla_gpu_enable_command_buffer=$cmd_all/}"
+        fi
+      done ;;
     dump)  # the optimized programs and their thunks (command buffers) of the fused step
       rm -rf /tmp/xla_dump
       export XLA_FLAGS="--xla_dump_to=/tmp/xla_dump --xla_dump_hlo_as_text"

@@ -13,14 +13,24 @@ once), and writes per step the period, the kernels' summed time and the rest (ga
 kernel its launches, median duration and median gap before it. *Measured* by nsys on that GPU
 (its tracing adds a little to each launch).
 
+It also reads the traces of jax's profiler (``--trace-files``: ``*.trace.json.gz``, Chrome
+trace JSON, as ``bench_replay.py --trace-dir`` writes them), which need no Nsight Systems: on a
+GPU, CUPTI's record of every kernel and copy on each stream (the events of the threads named
+``Stream...`` of the process named ``/device:GPU:...``; XLA's derived lines of ops and modules
+are left out). For such a trace it also writes what the host did during the burst: each host
+event's name, count and time per step (events nest, so times overlap), which says whether the
+host's launches, not the GPU, set the pace.
+
 Usage:
   python experiments/kernel_timeline.py --csv-files timeline_cuda_trace.log --out timeline.json
+  python experiments/kernel_timeline.py --trace-files t/drlhet-cuda-step-*.trace.json.gz
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import gzip
 import json
 import re
 import statistics
@@ -35,9 +45,19 @@ UNIT_TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 
 @dataclasses.dataclass
 class Args:
-    csv_files: tuple[Path, ...]
+    csv_files: tuple[Path, ...] = ()
     """Files holding the CSV of ``nsys stats --report cuda_gpu_trace --format csv``, alone or
     among other output (the table starts at its header line)."""
+    trace_files: tuple[Path, ...] = ()
+    """Traces of jax's profiler (``*.trace.json.gz`` or ``*.json``)."""
+    plane: str = "/device:GPU"
+    """In a profiler trace, the processes whose names start with this hold the device's work
+    (``/host:CPU`` times XLA's CPU ops instead)."""
+    lines: str = "Stream"
+    """... and of those, the threads whose names start with this (``tf_XLA`` on the CPU)."""
+    steps: int | None = None
+    """The steps in each trace's burst (a timed scan's length); None: the most common number of
+    launches of a kernel name (a step launches each of its kernels once)."""
     burst_gap_us: float = 200.0
     """A pause of the GPU longer than this ends a burst of work."""
     out: Path = Path("kernel_timeline.json")
@@ -104,6 +124,63 @@ def events(path: Path) -> list[Event]:
     return sorted(out, key=lambda e: e.start)
 
 
+def profiler_events(path: Path, plane: str, lines: str) -> tuple[list[Event], list[Event]]:
+    """A profiler trace's device events (the ``lines`` threads of the ``plane`` processes) in
+    order of start, and every other process's events (the host's). Raises ``ValueError``
+    naming the file and what it holds when no process or thread matches."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt") as f:
+            trace = json.load(f)
+    except (OSError, EOFError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not a profiler trace ({err})") from None
+    raw = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    names: dict[str, dict] = {"process_name": {}, "thread_name": {}}
+    for e in raw:
+        if e.get("ph") == "M" and e.get("name") in names:
+            names[e["name"]][(e.get("pid"), e.get("tid"))] = e.get("args", {}).get("name", "")
+    pids = {pid for (pid, _), n in names["process_name"].items() if n.startswith(plane)}
+    if not pids:
+        seen = sorted(set(names["process_name"].values()))
+        raise ValueError(f"{path}: no process named {plane}... (there are {seen})")
+    tids = {k for k, n in names["thread_name"].items() if k[0] in pids and n.startswith(lines)}
+    if not tids:
+        seen = sorted({n for k, n in names["thread_name"].items() if k[0] in pids})
+        raise ValueError(f"{path}: no thread named {lines}... in {plane} (there are {seen})")
+    device, host = [], []
+    for e in raw:
+        if e.get("ph") != "X" or "ts" not in e:
+            continue
+        event = Event(str(e.get("name", "")), float(e["ts"]), float(e.get("dur", 0.0)))
+        if (e.get("pid"), e.get("tid")) in tids:
+            device.append(event)
+        elif e.get("pid") not in pids:
+            host.append(event)
+    if not device:
+        raise ValueError(f"{path}: no events on the {plane} {lines} threads")
+    return sorted(device, key=lambda e: e.start), host
+
+
+def host_during(host: list[Event], burst: list[Event], steps: int) -> list[dict]:
+    """The host's events that overlap the burst's span, by name: count and time per step, the
+    most time first (the top 12)."""
+    t0, t1 = burst[0].start, max(e.end for e in burst)
+    inside: dict[str, list[float]] = {}
+    for e in host:
+        if e.end > t0 and e.start < t1:
+            inside.setdefault(e.name, []).append(e.duration)
+    rows = [
+        {
+            "event": n,
+            "count": len(d),
+            "us_per_step": sum(d) / steps,
+            "median_us": statistics.median(d),
+        }
+        for n, d in inside.items()
+    ]
+    return sorted(rows, key=lambda r: -r["us_per_step"])[:12]
+
+
 def longest_burst(trace: list[Event], gap_us: float) -> list[Event]:
     """The run of events with the most members whose gaps are all at most ``gap_us``."""
     bursts: list[list[Event]] = [[trace[0]]]
@@ -116,13 +193,23 @@ def longest_burst(trace: list[Event], gap_us: float) -> list[Event]:
     return max(bursts, key=len)
 
 
-def summarise(path: Path, gap_us: float) -> dict:
-    """One trace's step: its period, its kernels' time and gaps, per step and per kernel."""
-    burst = longest_burst(events(path), gap_us)
+def summarise(
+    path: Path,
+    trace: list[Event],
+    args: Args,
+    measured: str,
+    host: list[Event] | None = None,
+) -> dict:
+    """One trace's step: its period, its kernels' time and gaps, per step and per kernel (and,
+    given the host's events, what the host did per step meanwhile)."""
+    burst = longest_burst(trace, args.burst_gap_us)
     counts = Counter(e.name for e in burst)
-    steps = Counter(counts.values()).most_common(1)[0][0]
+    steps = args.steps or Counter(counts.values()).most_common(1)[0][0]
     span = max(e.end for e in burst) - burst[0].start
-    busy = sum(e.duration for e in burst)
+    busy, end = 0.0, burst[0].start  # the union of the events' spans: nested or overlapping
+    for e in burst:  # events (a profiler's host plane, two streams) count once
+        busy += max(0.0, e.end - max(e.start, end))
+        end = max(end, e.end)
     gaps: dict[str, list[float]] = {}
     end = burst[0].start
     for e in burst:
@@ -138,7 +225,7 @@ def summarise(path: Path, gap_us: float) -> dict:
         for name in counts
     ]
     kernels.sort(key=lambda k: -k["median_us"] * k["launches"])
-    return {
+    entry = {
         "file": path.name,
         "events": len(burst),
         "steps": steps,
@@ -146,16 +233,32 @@ def summarise(path: Path, gap_us: float) -> dict:
         "kernel_us_per_step": busy / steps,
         "gap_us_per_step": (span - busy) / steps,
         "kernels": kernels,
-        "measured": "nsys cuda_gpu_trace, each kernel in its CUDA graph (the longest burst)",
+        "measured": measured,
     }
+    if host is not None:
+        entry["host"] = host_during(host, burst, steps)
+    return entry
+
+
+def entries(args: Args) -> list[dict]:
+    """The summary of every file given (CSV files first)."""
+    if not args.csv_files and not args.trace_files:
+        raise ValueError("give --csv-files (nsys) or --trace-files (jax's profiler)")
+    nsys = "nsys cuda_gpu_trace, each kernel in its CUDA graph (the longest burst)"
+    out = [summarise(p, events(p), args, nsys) for p in args.csv_files]
+    for p in args.trace_files:
+        device, host = profiler_events(p, args.plane, args.lines)
+        label = f"jax's profiler ({args.plane}, {args.lines} lines; the longest burst)"
+        out.append(summarise(p, device, args, label, host))
+    return out
 
 
 def main(args: Args) -> list[dict]:
     try:
-        entries = [summarise(path, args.burst_gap_us) for path in args.csv_files]
+        found = entries(args)
     except (OSError, ValueError) as err:
         sys.exit(f"error: {err}")
-    for e in entries:
+    for e in found:
         print(
             f"== {e['file']}: {e['steps']} steps, period {e['period_us']:.1f} us = kernels "
             f"{e['kernel_us_per_step']:.1f} us + gaps {e['gap_us_per_step']:.1f} us (measured)"
@@ -165,10 +268,14 @@ def main(args: Args) -> list[dict]:
                 f"  {k['kernel'][:60]:60s} x{k['launches']:5d}  {k['median_us']:8.2f} us"
                 f"  gap before {k['median_gap_before_us']:7.2f} us"
             )
+        for h in e.get("host", [])[:6]:
+            print(
+                f"  host: {h['event'][:54]:54s} x{h['count']:5d}  {h['us_per_step']:8.2f} us/step"
+            )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(entries, indent=1))
-    print(f"wrote {len(entries)} timelines to {args.out}")
-    return entries
+    args.out.write_text(json.dumps(found, indent=1))
+    print(f"wrote {len(found)} timelines to {args.out}")
+    return found
 
 
 if __name__ == "__main__":

@@ -111,3 +111,21 @@ def test_a_peer_over_its_warm_up_limit_is_not_repeated(bench, tmp_path, capsys):
     assert {r["impl"] for r in rows} == {"drlhet-jax"}
     out = capsys.readouterr().out
     assert "note: flashbax step (fused) took " in out and "--peer-limit-s 0: not repeated" in out
+
+
+def test_a_traced_run_leaves_one_trace_per_fused_row_that_the_timeline_reads(
+    bench, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("XLA_FLAGS", "")  # main adds the command-buffer flag for jax's start
+    args = dataclasses.replace(  # B 256: 256 steps a scan (B 32: 2048, a larger trace)
+        tiny_run(bench, tmp_path), batches=(256,), peers=False, trace_dir=tmp_path / "t"
+    )
+    (row,) = bench.main(args)
+    assert bench.TRACE_COMMAND_BUFFERS in row["xla_flags"]
+    (trace,) = (tmp_path / "t").glob("*.trace.json.gz")
+    assert trace.name == "drlhet-jax-step-c256-b256-k16.trace.json.gz"
+    timeline = importlib.import_module("kernel_timeline")
+    (entry,) = timeline.entries(
+        timeline.Args(trace_files=(trace,), plane="/host:CPU", lines="tf_XLA")
+    )
+    assert entry["kernel_us_per_step"] > 0 and entry["kernels"]

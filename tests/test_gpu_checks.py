@@ -4,6 +4,7 @@ same call. The GPU tests' report is made here by pytest itself, from stand-in te
 the real tests' names and ids; the shell runs its stages with a stand-in Python that records
 each command instead of building, benchmarking or training."""
 
+import gzip
 import importlib
 import json
 import os
@@ -142,6 +143,15 @@ FAKE_PYTHON = """#!/usr/bin/env bash
 # stage's options but its -k, its test files and, unless STAND_IN_XDIST is set, its workers)
 # and the triage for real
 echo "$*" >> "$CALLS"
+echo "${XLA_FLAGS:-}" >> "$CALLS.xla_flags"
+if [ "$1" = experiments/bench_replay.py ] && [ -n "${FAKE_TRACE:-}" ]; then  # --trace-dir DIR
+  prev=""
+  for a in "$@"; do
+    [ "$prev" = --trace-dir ] && mkdir -p "$a" && mkdir -p "$a/raw" && \
+      cp "$FAKE_TRACE" "$a/drlhet-cuda-step-c1048576-b4096-k16.trace.json.gz"
+    prev=$a
+  done
+fi
 if [ "$1 $2" = "-m pytest" ]; then
   [ -n "${PYTEST_RC:-}" ] && exit "$PYTEST_RC"  # e.g. 124: as if `timeout` had killed it
   shift 2
@@ -478,3 +488,39 @@ def test_the_timeline_stage_traces_each_backend_and_splits_the_step_into_kernels
     assert entry["steps"] == 32 and entry["kernel_us_per_step"] == pytest.approx(15.0)
     assert entry["period_us"] == pytest.approx(21.0 - 3.0 / 32)
     assert "32 steps, period 20.9 us = kernels 15.0 us + gaps 5.9 us" in out
+
+
+def test_the_trace_stage_traces_graphs_and_ops_and_splits_each_step(tmp_path):
+    """No Nsight Systems: jax's profiler, once with XLA's command buffers kept, once op by op."""
+    sys.path.insert(0, str(REPO / "tests"))
+    try:
+        fake = importlib.import_module("test_kernel_timeline").profiler_trace(32)
+    finally:
+        sys.path.pop(0)
+    trace = tmp_path / "fake.trace.json.gz"
+    with gzip.open(trace, "wt") as f:
+        json.dump(fake, f)
+    extra = {"FAKE_TRACE": str(trace), "CUDA_SHARED_TOP": "0"}
+    out, calls = run_checks(tmp_path, ["trace"], extra_env=extra)
+    graph, ops = (c for c in calls if c.startswith("experiments/bench_replay.py"))
+    assert "--trace-dir" in graph and "--trace-command-buffers" in graph
+    assert "--no-trace-command-buffers" in ops and "--no-cuda-shared-top" in ops
+    assert "--backends cuda jax" in graph and "--ops sample update step" in graph
+    assert not (tmp_path / "out" / "trace_graph" / "raw").exists()  # the raw folders go
+    entries = json.loads((tmp_path / "out" / "step_trace.json").read_text())
+    assert len(entries) == 2 and all(e["steps"] == 32 for e in entries)
+    assert entries[0]["kernel_us_per_step"] == pytest.approx(24.0)
+    assert "host: Launch" in out
+
+
+def test_the_flags_stage_times_the_step_with_the_loop_in_the_graph_and_unrolled(tmp_path):
+    _, calls = run_checks(tmp_path, ["flags"], extra_env={"XLA_FLAGS": "--xla_mine=1"})
+    flags = (tmp_path / "calls.log.xla_flags").read_text().splitlines()
+    runs = [(c, f) for c, f in zip(calls, flags, strict=True) if "bench_replay" in c]
+    assert [c.split("--out ")[1].split("/")[-1] for c, _ in runs] == [
+        "flags_default.json", "flags_while.json", "flags_unroll.json"
+    ]  # fmt: skip
+    (default, _), (_, while_flags), (unroll, unroll_flags) = runs
+    assert "WHILE,CONDITIONAL" in while_flags and while_flags.startswith("--xla_mine=1")
+    assert unroll_flags == "--xla_mine=1"  # put back after the while run
+    assert "--unroll 8" in unroll and "--unroll" not in default

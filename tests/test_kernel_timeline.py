@@ -1,6 +1,8 @@
 """experiments/kernel_timeline.py: the step's kernels and gaps from Nsight Systems' GPU trace (nsys
 needs a GPU; its cuda_gpu_trace CSV is written out here)."""
 
+import dataclasses
+import gzip
 import importlib
 import json
 from pathlib import Path
@@ -70,3 +72,83 @@ def test_a_log_without_the_trace_is_refused_in_one_line(timeline, tmp_path):
     with pytest.raises(SystemExit, match="unknown unit 'furlongs'"):
         timeline.main(timeline.Args(csv_files=(log,), out=tmp_path / "t.json"))
     assert not (tmp_path / "t.json").exists()
+
+
+def profiler_trace(steps: int) -> dict:
+    """A jax profiler trace as a GPU run writes it: the GPU plane with a stream line and a
+    derived line of XLA's ops (the same work again, to be left out), and a host plane."""
+    meta = [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+        {"ph": "M", "pid": 1, "tid": 7, "name": "thread_name",
+         "args": {"name": "Stream #7(Compute)"}},
+        {"ph": "M", "pid": 1, "tid": 9, "name": "thread_name", "args": {"name": "XLA Ops"}},
+        {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "/host:CPU"}},
+        {"ph": "M", "pid": 2, "tid": 1, "name": "thread_name", "args": {"name": "python"}},
+    ]  # fmt: skip
+    events = []
+    for line in trace(steps, t0=5e6):
+        start_ns, duration_ns, *_, name = line.split(",")
+        ts, dur = float(start_ns) / 1e3, float(duration_ns) / 1e3  # the profiler's us
+        events.append({"ph": "X", "pid": 1, "tid": 7, "ts": ts, "dur": dur, "name": name})
+        events.append({"ph": "X", "pid": 1, "tid": 9, "ts": ts, "dur": dur, "name": "op"})
+    for i in range(steps):  # the host launches each step's graph: 4 us of every 30
+        ts = 5e3 + 30.0 * i
+        events.append({"ph": "X", "pid": 2, "tid": 1, "ts": ts, "dur": 4.0, "name": "Launch"})
+    events.append({"ph": "X", "pid": 2, "tid": 1, "ts": 1.0, "dur": 1.0, "name": "before"})
+    return {"displayTimeUnit": "ns", "metadata": {}, "traceEvents": meta + events}
+
+
+def test_a_profiler_trace_gives_the_streams_work_and_the_hosts(timeline, tmp_path):
+    path = tmp_path / "drlhet-cuda-step.trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(profiler_trace(64), f)
+    args = timeline.Args(trace_files=(path,), out=tmp_path / "t.json")
+    (entry,) = timeline.main(args)
+    assert entry["steps"] == 64 and entry["events"] == 192  # not the XLA Ops line's
+    assert entry["kernel_us_per_step"] == pytest.approx(24.0)
+    assert entry["period_us"] == pytest.approx(30.0 - 1.0 / 64)
+    assert entry["kernels"][0]["kernel"] == "drlhet_cuda_update_cluster"
+    (launch,) = entry["host"]  # the event long before the burst is not in it
+    assert launch["event"] == "Launch" and launch["count"] == 64
+    assert launch["us_per_step"] == pytest.approx(4.0)
+    # a given number of steps wins over the count of launches
+    (entry,) = timeline.main(dataclasses.replace(args, steps=32))
+    assert entry["period_us"] == pytest.approx(2 * (30.0 - 1.0 / 64))
+
+
+def test_a_profiler_trace_without_the_plane_or_lines_is_refused_naming_them(timeline, tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(profiler_trace(4)))
+    args = timeline.Args(trace_files=(path,), plane="/device:TPU", out=tmp_path / "o.json")
+    with pytest.raises(SystemExit, match=r"no process named /device:TPU.*'/device:GPU:0'"):
+        timeline.main(args)
+    args = dataclasses.replace(args, plane="/device:GPU", lines="Queue")
+    with pytest.raises(SystemExit, match=r"no thread named Queue.*'Stream #7\(Compute\)'"):
+        timeline.main(args)
+    path.write_text("{")
+    with pytest.raises(SystemExit, match="not a profiler trace"):
+        timeline.main(args)
+    with pytest.raises(SystemExit, match="give --csv-files"):
+        timeline.main(timeline.Args(out=tmp_path / "o.json"))
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_jax_profilers_own_trace_of_a_scan_on_the_cpu(timeline, tmp_path):
+    """A real trace (jax's profiler on this CPU): XLA's CPU ops on the host plane's XLA thread,
+    every step's ops once per step."""
+    import jax
+    import jax.numpy as jnp
+
+    scan = jax.jit(lambda x: jax.lax.scan(lambda c, _: (jnp.sin(c) + 1.0, None), x, None, 16)[0])
+    x = jnp.ones(4096)
+    scan(x).block_until_ready()
+    with jax.profiler.trace(str(tmp_path / "raw")):
+        scan(x).block_until_ready()
+    (path,) = (tmp_path / "raw").glob("plugins/profile/*/*.trace.json.gz")
+    args = timeline.Args(
+        trace_files=(path,), plane="/host:CPU", lines="tf_XLA", steps=16, out=tmp_path / "t.json"
+    )
+    (entry,) = timeline.main(args)
+    assert entry["steps"] == 16 and entry["events"] >= 16
+    assert 0 < entry["kernel_us_per_step"] <= entry["period_us"]
+    assert any(k["launches"] == 16 for k in entry["kernels"])

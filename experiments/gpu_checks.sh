@@ -404,6 +404,9 @@ for s in "${stages[@]}"; do
         --out "$OUT/kernel_timeline.json" ;;
     trace)  # the step's kernels and gaps from CUPTI through jax's profiler (no nsys needed)
       names=()
+      for d in /usr/local/cuda/extras/CUPTI/lib64 /usr/local/cuda/lib64; do  # CUPTI, if the
+        [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"  # pip's
+      done  # nvidia-cuda-cupti is not there
       for mode in graph ops; do  # graph: XLA's command buffers kept; ops: XLA's op by op
         flag=--trace-command-buffers
         [ "$mode" = ops ] && flag=--no-trace-command-buffers

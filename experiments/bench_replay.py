@@ -109,6 +109,12 @@ class Args:
     """Let the cuda backend draw the sample's targets inside its sample call from the key
     (``TreeOps.weigh_key``, where it reproduces jax's draw); ``--no-cuda-key-targets``: the
     targets from XLA's kernel, as before. Rows record it (``cuda_key_targets``)."""
+    cuda_own_sample: bool = True
+    """Let the buffer's sample be the backend's own call (``TreeOps.weigh`` / ``weigh_key``: the
+    targets, descents, probabilities and IS weights in one custom call);
+    ``--no-cuda-own-sample``: the sample under the buffer's XLA code around the backend's
+    ``find``, as ``drlhet-cuda-plain``'s, while the update stays the backend's own call. Rows
+    record it (``cuda_own_sample``)."""
     cuda_shared_top: bool = True
     """Let the cuda backend's sample kernels descend the top levels of the tree from a copy in
     each block's shared memory (``drlhet.backends.cuda.SHARED_TOP``); ``--no-cuda-shared-top``:
@@ -239,6 +245,8 @@ def main(args: Args) -> list[dict]:
         ops = backends_api.tree_ops(backend)
         if plain:  # the backend's find and write only, the rest in XLA
             ops = ops._replace(weigh=None, update=None, weigh_key=None)
+        elif not args.cuda_own_sample:  # the sample in XLA around find, the update the backend's
+            ops = ops._replace(weigh=None, weigh_key=None)
         elif not args.cuda_key_targets:
             ops = ops._replace(weigh_key=None)
         fns = make_prioritized_replay(capacity, batch, branching=k, tree_ops=ops)
@@ -520,15 +528,17 @@ def main(args: Args) -> list[dict]:
             names = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH")
             if not impl.startswith("drlhet-cuda"):
                 return {f"cuda_{n.lower()}": None for n in names} | {
-                    "cuda_key_targets": None, "cuda_shared_top": None
+                    "cuda_key_targets": None, "cuda_shared_top": None, "cuda_own_sample": None
                 }  # fmt: skip
             from drlhet.backends import cuda
 
-            own_calls = not impl.endswith("-plain")  # the sample call (weigh) is the backend's
-            key_targets = args.cuda_key_targets and cuda.KEY_TARGETS and own_calls
-            shared_top = bool(cuda.SHARED_TOP) and own_calls
+            # the sample call (weigh) is the backend's
+            own_sample = not impl.endswith("-plain") and args.cuda_own_sample
+            key_targets = args.cuda_key_targets and cuda.KEY_TARGETS and own_sample
+            shared_top = bool(cuda.SHARED_TOP) and own_sample
             return {f"cuda_{n.lower()}": int(getattr(cuda, n)) for n in names} | {
-                "cuda_key_targets": key_targets, "cuda_shared_top": shared_top
+                "cuda_key_targets": key_targets, "cuda_shared_top": shared_top,
+                "cuda_own_sample": own_sample,
             }  # fmt: skip
 
         def where(impl: str) -> dict:

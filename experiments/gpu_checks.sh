@@ -56,9 +56,12 @@
 #             list; about 30 s each). The GPU tests run the cluster path too
 #             (tests/backends/cuda_places.py)
 #   targets   the sample's targets drawn in the cuda sample call from the key (the default,
-#             TreeOps.weigh_key) against XLA's kernel drawing them (--no-cuda-key-targets): the
-#             sample and step of cuda at 2^20 leaves, K 16, B 256 and 4096 (rows to
-#             $OUT/targets_key.json, $OUT/targets_xla.json; not in the default list; ~30 s)
+#             TreeOps.weigh_key) against XLA's kernel drawing them (--no-cuda-key-targets), and
+#             against the whole sample under XLA's code around cuda's find, the update still
+#             cuda's own call (--no-cuda-own-sample; at B 4096 cuda-plain's sample measured
+#             1.04x and 1.10x the own call's in two H100 runs): the sample and step of cuda at
+#             2^20 leaves, K 16, B 256 and 4096 (rows to $OUT/targets_key.json,
+#             targets_xla.json, targets_find.json; not in the default list; ~45 s)
 #   top       the sample's descents through a copy of the tree's top levels in each block's
 #             shared memory (drlhet.backends.cuda.SHARED_TOP, the default) against every level
 #             from global memory (--no-cuda-shared-top): the sample and step of cuda at 2^20
@@ -312,9 +315,10 @@ for s in "${stages[@]}"; do
         backends=cuda
       done ;;
     targets)  # the targets drawn in the sample's kernel from the key, or by XLA before it
-      for t in key xla; do
+      for t in key xla find; do
         flag=--cuda-key-targets
         [ $t = xla ] && flag=--no-cuda-key-targets
+        [ $t = find ] && flag=--no-cuda-own-sample
         stage "targets_$t" 90 $PY experiments/bench_replay.py --device gpu \
           --capacities 1048576 --batches 256 4096 --branchings 16 --backends cuda \
           --ops sample step --modes fused --no-plain --no-peers --no-thread-scaling --no-limits \
@@ -426,13 +430,14 @@ for s in "${stages[@]}"; do
       for v in default while unroll; do
         extra=""
         [ "$v" = unroll ] && extra="--unroll ${FLAGS_UNROLL:-8}"
-        [ "$v" = while ] && export XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=$cmd_all"
+        loop_flag="--xla_gpu_enable_command_buffer=$cmd_all"
+        [ "$v" = while ] && export XLA_FLAGS="${XLA_FLAGS:-} $loop_flag"
         stage "flags_$v" 90 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
           --batches ${FLAGS_BATCHES:-4096} --branchings 16 --backends cuda jax --no-plain \
           --ops step --modes fused --no-peers --no-thread-scaling --no-limits $extra \
           $PATH_FLAGS --out "$OUT/flags_$v.json"
         if [ "$v" = while ]; then
-          export XLA_FLAGS="${XLA_FLAGS/ --xla_gpu_enable_command_buffer=$cmd_all/}"
+          export XLA_FLAGS="${XLA_FLAGS/ $loop_flag/}"
         fi
       done ;;
     dump)  # the optimized programs and their thunks (command buffers) of the fused step

@@ -129,3 +129,31 @@ def test_a_traced_run_leaves_one_trace_per_fused_row_that_the_timeline_reads(
         timeline.Args(trace_files=(trace,), plane="/host:CPU", lines="tf_XLA")
     )
     assert entry["kernel_us_per_step"] > 0 and entry["kernels"]
+
+
+def test_the_sample_around_find_keeps_the_backends_own_update(bench, tmp_path, monkeypatch):
+    """``--no-cuda-own-sample``: the buffer's sample in XLA around ``find``, the update still the
+    backend's own call (cuda, here under the host emulation), and its rows say so."""
+    from drlhet.backends import tree_ops
+    from drlhet.replay import prioritized
+
+    if tree_ops("cuda").weigh is None:
+        pytest.skip("the cuda backend has no sample call here")
+    built = []
+    make = prioritized.make_prioritized_replay
+
+    def recording(*a, **kw):
+        built.append(kw["tree_ops"])
+        return make(*a, **kw)
+
+    monkeypatch.setattr(prioritized, "make_prioritized_replay", recording)
+    args = dataclasses.replace(
+        tiny_run(bench, tmp_path), backends=("cuda",), batches=(256,), peers=False,
+        cuda_own_sample=False,
+    )  # fmt: skip
+    (row,) = bench.main(args)
+    assert row["impl"] == "drlhet-cuda" and row["cuda_own_sample"] is False
+    assert row["cuda_key_targets"] is False and row["cuda_shared_top"] is False
+    assert row["items_per_s"] > 0
+    (ops,) = built
+    assert ops.weigh is None and ops.weigh_key is None and ops.update is not None

@@ -524,3 +524,12 @@ def test_the_flags_stage_times_the_step_with_the_loop_in_the_graph_and_unrolled(
     assert "WHILE,CONDITIONAL" in while_flags and while_flags.startswith("--xla_mine=1")
     assert unroll_flags == "--xla_mine=1"  # put back after the while run
     assert "--unroll 8" in unroll and "--unroll" not in default
+
+
+def test_the_targets_stage_times_the_key_xlas_targets_and_the_sample_around_find(tmp_path):
+    _, calls = run_checks(tmp_path, ["targets"])
+    runs = [c for c in calls if c.startswith("experiments/bench_replay.py")]
+    assert [c.split("--out ")[1].split("/")[-1] for c in runs] == [
+        "targets_key.json", "targets_xla.json", "targets_find.json"
+    ]  # fmt: skip
+    assert "--no-cuda-own-sample" in runs[2] and "--no-cuda-key-targets" in runs[1]

@@ -22,6 +22,9 @@ Usage:
   python experiments/bench_replay.py --threading-study # default vs pinned vs single-thread XLA
   python experiments/bench_replay.py --device gpu      # cuda vs jax on the GPU vs native on the
                                                        # host CPU, 2^14..2^22 x B 32..65536
+  python experiments/bench_replay.py --device gpu --trace-dir t  # and each fused run once more
+                                                       # under jax's profiler: t/*.trace.json.gz
+                                                       # (experiments/kernel_timeline.py)
 
 Threading (``--threading``): ``default`` (XLA's own thread pool over all cores), ``pin1`` (the
 process pinned to core 0, like ``taskset -c 0``), ``xla1`` (XLA intra-op threading off).

@@ -187,8 +187,8 @@ def test_learner_without_a_mapping_places_the_module_beside_the_rest():
 def test_training_runs_the_module_in_the_fused_loop(wrap):
     """A short run with the learner on the module: the learner state moves, priorities flow
     back into the buffer, and the loss is finite."""
-    cfg = TrainConfig(steps=3_000, warmup=1_000, eval_every=1_000, seeds=2, buffer_size=4_096)
+    cfg = TrainConfig(steps=1_400, warmup=1_000, eval_every=200, seeds=2, buffer_size=4_096)
     state, history = run(cfg, "actors=cpu:0,replay=native@cpu:0,learner=fpga@cpu:0")
     assert int(state.agent.steps[0]) > 0
     assert int(state.agent.opt_state[1][0].count[0]) == int(state.agent.steps[0])
-    assert all(np.isfinite(h["loss"]).all() for h in history)
+    assert len(history) == 2 and all(np.isfinite(h["loss"]).all() for h in history)

@@ -160,9 +160,9 @@ def test_training_runs_the_module_in_the_fused_loop(wrap):
     cfg = TrainConfig(
         algo="ddpg",
         env="Pendulum-v1",
-        steps=3_000,
+        steps=1_400,
         warmup=1_000,
-        eval_every=1_000,
+        eval_every=200,
         seeds=2,
         buffer_size=4_096,
     )
@@ -172,4 +172,4 @@ def test_training_runs_the_module_in_the_fused_loop(wrap):
     assert steps > 0
     assert int(state.agent.critic_opt[0].count[0]) == steps
     assert int(state.agent.actor_opt[0].count[0]) == steps // 2
-    assert all(np.isfinite(h["loss"]).all() for h in history)
+    assert len(history) == 2 and all(np.isfinite(h["loss"]).all() for h in history)

@@ -241,15 +241,26 @@ def summarise(
 
 
 def entries(args: Args) -> list[dict]:
-    """The summary of every file given (CSV files first)."""
+    """The summary of every file given (CSV files first). A file that cannot be read is a
+    one-line note and the others are still summarised; none readable raises ``ValueError``
+    with the first file's reason."""
     if not args.csv_files and not args.trace_files:
         raise ValueError("give --csv-files (nsys) or --trace-files (jax's profiler)")
     nsys = "nsys cuda_gpu_trace, each kernel in its CUDA graph (the longest burst)"
-    out = [summarise(p, events(p), args, nsys) for p in args.csv_files]
-    for p in args.trace_files:
-        device, host = profiler_events(p, args.plane, args.lines)
-        label = f"jax's profiler ({args.plane}, {args.lines} lines; the longest burst)"
-        out.append(summarise(p, device, args, label, host))
+    label = f"jax's profiler ({args.plane}, {args.lines} lines; the longest burst)"
+    out, errors = [], []
+    for p, is_csv in [(p, True) for p in args.csv_files] + [(p, False) for p in args.trace_files]:
+        try:
+            if is_csv:
+                out.append(summarise(p, events(p), args, nsys))
+            else:
+                device, host = profiler_events(p, args.plane, args.lines)
+                out.append(summarise(p, device, args, label, host))
+        except (OSError, ValueError) as err:
+            errors.append(str(err))
+            print(f"note: skipped {err}")
+    if not out:
+        raise ValueError(errors[0])
     return out
 
 

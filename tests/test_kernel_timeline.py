@@ -152,3 +152,13 @@ def test_jax_profilers_own_trace_of_a_scan_on_the_cpu(timeline, tmp_path):
     assert entry["steps"] == 16 and entry["events"] >= 16
     assert 0 < entry["kernel_us_per_step"] <= entry["period_us"]
     assert any(k["launches"] == 16 for k in entry["kernels"])
+
+
+def test_an_unreadable_trace_beside_good_ones_is_a_note_not_the_end(timeline, tmp_path, capsys):
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(profiler_trace(8)))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    (entry,) = timeline.main(timeline.Args(trace_files=(bad, good), out=tmp_path / "o.json"))
+    assert entry["file"] == "good.json" and entry["steps"] == 8
+    assert "note: skipped " in capsys.readouterr().out

@@ -108,6 +108,10 @@ class Args:
     """``drlhet.backends.cuda.CLUSTER_MAX_BATCH`` for this run (None: the library's, 0 = off): the
     largest batch per tree the cuda backend's update and sample run in one cluster of blocks per
     tree (GPUs of compute capability 9.0 and up)."""
+    cuda_region_max_batch: int | None = None
+    """``drlhet.backends.cuda.REGION_MAX_BATCH`` for this run (None: the library's, 0 = off): the
+    largest update batch per tree the cuda backend writes in one cluster per tree whose blocks
+    each own a region of the tree (GPUs of compute capability 9.0 and up, at most 4096)."""
     cuda_key_targets: bool = True
     """Let the cuda backend draw the sample's targets inside its sample call from the key
     (``TreeOps.weigh_key``, where it reproduces jax's draw); ``--no-cuda-key-targets``: the
@@ -404,6 +408,10 @@ def main(args: Args) -> list[dict]:
         from drlhet.backends import cuda
 
         cuda.CLUSTER_MAX_BATCH = args.cuda_cluster_max_batch
+    if args.cuda_region_max_batch is not None:
+        from drlhet.backends import cuda
+
+        cuda.REGION_MAX_BATCH = args.cuda_region_max_batch
     if not args.cuda_shared_top:
         from drlhet.backends import cuda
 
@@ -528,7 +536,7 @@ def main(args: Args) -> list[dict]:
 
         def cuda_path(impl: str) -> dict:
             """The update-path settings a cuda row ran with (None for other backends)."""
-            names = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH")
+            names = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "REGION_MAX_BATCH")
             if not impl.startswith("drlhet-cuda"):
                 return {f"cuda_{n.lower()}": None for n in names} | {
                     "cuda_key_targets": None, "cuda_shared_top": None, "cuda_own_sample": None

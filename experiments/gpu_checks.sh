@@ -55,6 +55,14 @@
 #             to 1024), jax in the first run (rows to $OUT/cluster_<N>.json; not in the default
 #             list; about 30 s each). The GPU tests run the cluster path too
 #             (tests/backends/cuda_places.py)
+#   region    the update in one cluster per tree whose blocks each own a region of the tree
+#             (kernels/cuda/region_update.cuh; drlhet.backends.cuda.REGION_MAX_BATCH, off by
+#             default until measured): REGION_SWEEP (default "0 4096") as REGION_MAX_BATCH, the
+#             update and step of cuda at 2^20 leaves, K 16, B REGION_BATCHES (default 2048
+#             4096), the other thresholds in force, jax in the first run (rows to
+#             $OUT/region_<N>.json; not in the default list; about 40 s). Its GPU tests run
+#             apart after the cluster path's (stage tests_region, marked cuda_region); a
+#             failure there skips this stage. After a kernel change: build tests region
 #   targets   the sample's targets drawn in the cuda sample call from the key (the default,
 #             TreeOps.weigh_key) against XLA's kernel drawing them (--no-cuda-key-targets), and
 #             against the whole sample under XLA's code around cuda's find, the update still
@@ -142,6 +150,10 @@ paths() {  # PATH_FLAGS for bench_replay.py and RUN for the other commands, from
     PATH_FLAGS+=" --cuda-cluster-max-batch $CUDA_CLUSTER_MAX_BATCH"
     wrap+=" --cluster-max-batch $CUDA_CLUSTER_MAX_BATCH"
   fi
+  if [ -n "${CUDA_REGION_MAX_BATCH:-}" ]; then
+    PATH_FLAGS+=" --cuda-region-max-batch $CUDA_REGION_MAX_BATCH"
+    wrap+=" --region-max-batch $CUDA_REGION_MAX_BATCH"
+  fi
   if [ -n "${CUDA_NARROW_MAX_NODES:-}" ]; then
     PATH_FLAGS+=" --cuda-narrow-max-nodes $CUDA_NARROW_MAX_NODES"
     wrap+=" --narrow-max-nodes $CUDA_NARROW_MAX_NODES"
@@ -197,6 +209,28 @@ cluster_tests() {  # the cluster path's GPU tests, after the others: stage tests
   return 0
 }
 
+region_tests() {  # the region path's GPU tests (marked cuda_region), apart: stage tests_region
+  # Its kernel waits on other blocks too (one cluster barrier). Any failure, a hang, or the
+  # stage not run turns the region path off for the later stages (the region stage skipped).
+  [ "${TRIAGE_NO_REGION:-0}" = 1 ] && return 0
+  local marks="not slow and cuda_region"
+  [ "${CUDA_KEY_TARGETS:-1}" = 0 ] && marks+=" and not cuda_key_targets"
+  [ "${TRIAGE_NO_TOP:-0}" = 1 ] && marks+=" and not cuda_shared_top"
+  export DRLHET_TEST_CUDA_KEY_TARGETS=${CUDA_KEY_TARGETS:-1}
+  export DRLHET_TEST_CUDA_SHARED_TOP=${CUDA_SHARED_TOP:-1}
+  stage tests_region 120 $PY -m pytest -q -p no:cacheprovider -rfEs --tb=short \
+    -n "${TEST_WORKERS:-4}" --dist load $TIMEOUT_FLAGS --junitxml "$OUT/tests_region.xml" \
+    $GPU_TESTS -k "$GPU_K" -m "$marks"
+  unset DRLHET_TEST_CUDA_KEY_TARGETS DRLHET_TEST_CUDA_SHARED_TOP
+  if [ "${STAGE_RC[tests_region]:-not run}" != 0 ]; then
+    echo "== tests_region: ${STAGE_RC[tests_region]:-not run}; the region path off for the" \
+      "later stages"
+    TRIAGE_NO_REGION=1
+    CUDA_REGION_MAX_BATCH=0
+  fi
+  return 0
+}
+
 stage() {  # stage NAME LIMIT_S COMMAND...: runs with a time limit, logs to $OUT/NAME.log
   local name=$1 limit=$2
   shift 2
@@ -223,10 +257,10 @@ for s in "${stages[@]}"; do
       stage build 300 $PY -m pip install --no-build-isolation --no-deps -e . \
         -Ccmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH" -Cbuild-dir=build/gpu ;;
     tests)
-      rm -f "$OUT/tests.xml" "$OUT/tests_cluster.xml"
+      rm -f "$OUT/tests.xml" "$OUT/tests_cluster.xml" "$OUT/tests_region.xml"
       stage tests 300 $PY -m pytest -q -p no:cacheprovider -rfEs --tb=short -n "${TEST_WORKERS:-4}" \
         --dist loadfile --junitxml "$OUT/tests.xml" $GPU_TESTS -k "$GPU_K" \
-        -m "not slow and not cuda_cluster"
+        -m "not slow and not cuda_cluster and not cuda_region"
       if [ "${STAGE_RC[tests]:-0}" != 0 ]; then  # turn off what failed, for the later stages
         $PY experiments/triage_gpu_tests.py --junit "$OUT/tests.xml" --env-out "$OUT/triage.env" \
           --out "$OUT/triage.json" --rerun-out "$OUT/rerun.txt" 2>&1 | tee "$OUT/triage.log"
@@ -257,6 +291,7 @@ for s in "${stages[@]}"; do
         fi
       fi
       cluster_tests
+      region_tests
       paths
       echo "== the later stages run with:$PATH_FLAGS" ;;
     quick)
@@ -312,6 +347,20 @@ for s in "${stages[@]}"; do
           --backends $backends --ops sample update step --modes fused --no-plain --no-peers \
           --no-thread-scaling --no-limits --cuda-block-max-batch 0 \
           --cuda-cluster-max-batch "$cm" $KEY_FLAG --out "$OUT/cluster_$cm.json"
+        backends=cuda
+      done ;;
+    region)  # the update by regions of one cluster per tree, against the cluster path
+      if [ "${TRIAGE_NO_REGION:-0}" = 1 ]; then
+        echo "== region: skipped, the region path failed the tests stage (tests_region.log)"
+        continue
+      fi
+      backends="cuda jax"
+      for rb in ${REGION_SWEEP:-0 4096}; do
+        stage "region_$rb" 120 $PY experiments/bench_replay.py --device gpu \
+          --capacities 1048576 --batches ${REGION_BATCHES:-2048 4096} --branchings 16 \
+          --backends $backends --ops update step --modes fused --no-plain --no-peers \
+          --no-thread-scaling --no-limits $PATH_FLAGS --cuda-region-max-batch "$rb" \
+          --out "$OUT/region_$rb.json"
         backends=cuda
       done ;;
     targets)  # the targets drawn in the sample's kernel from the key, or by XLA before it

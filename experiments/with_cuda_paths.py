@@ -1,6 +1,6 @@
 """Runs a Python module or script with the CUDA backend's path thresholds set.
 
-``drlhet.backends.cuda`` reads ``BLOCK_MAX_BATCH``, ``CLUSTER_MAX_BATCH``,
+``drlhet.backends.cuda`` reads ``BLOCK_MAX_BATCH``, ``CLUSTER_MAX_BATCH``, ``REGION_MAX_BATCH``,
 ``NARROW_MAX_NODES``, ``KEY_TARGETS`` and ``SHARED_TOP`` when a program is traced;
 ``bench_replay.py`` has flags for them, the other commands do not. This wrapper sets them, then
 runs the command in the same process, so that ``experiments/gpu_checks.sh`` can train and
@@ -23,7 +23,7 @@ import sys
 
 import tyro
 
-NAMES = ("block_max_batch", "cluster_max_batch", "narrow_max_nodes")
+NAMES = ("block_max_batch", "cluster_max_batch", "narrow_max_nodes", "region_max_batch")
 
 
 @dataclasses.dataclass
@@ -34,6 +34,8 @@ class Args:
     """``drlhet.backends.cuda.CLUSTER_MAX_BATCH`` (None: the library's; 0: off)."""
     narrow_max_nodes: int | None = None
     """``drlhet.backends.cuda.NARROW_MAX_NODES`` (None: the library's)."""
+    region_max_batch: int | None = None
+    """``drlhet.backends.cuda.REGION_MAX_BATCH`` (None: the library's; 0: off)."""
     no_key_targets: bool = False
     """Turn ``drlhet.backends.cuda.KEY_TARGETS`` off: XLA draws the sample's targets (without
     the flag: the library's setting)."""

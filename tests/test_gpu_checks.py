@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+REGION_PATH = "a region of the tree per block"  # tests/backends/cuda_places.py
 
 STAND_INS = """
 import os
@@ -28,13 +29,15 @@ import pytest
 KEY_OFF = os.environ.get("DRLHET_TEST_CUDA_KEY_TARGETS") == "0"
 TOP_OFF = os.environ.get("DRLHET_TEST_CUDA_SHARED_TOP") == "0"
 CLUSTER = pytest.param("one cluster per tree", marks=pytest.mark.cuda_cluster)
+REGION = pytest.param("a region of the tree per block", marks=pytest.mark.cuda_region)
 
 def hang():
     time.sleep(600)
 
-@pytest.mark.parametrize("path", ["one block per tree", CLUSTER])
+@pytest.mark.parametrize("path", ["one block per tree", CLUSTER, REGION])
 def test_weigh_and_checked_update_equal_the_buffers_code(path):
     assert path != "one cluster per tree" or {cluster_ok}
+    assert path != "a region of the tree per block" or {region_ok}
 
 @pytest.mark.cuda_key_targets
 @pytest.mark.parametrize("path", ["one block per tree", CLUSTER])
@@ -56,14 +59,22 @@ def triage(monkeypatch):
     return importlib.import_module("triage_gpu_tests")
 
 
-def stand_ins(tmp_path: Path, cluster_ok=True, key_ok=True, other_ok=True, top_ok=True) -> Path:
+def stand_ins(
+    tmp_path: Path, cluster_ok=True, key_ok=True, other_ok=True, top_ok=True, region_ok=True
+) -> Path:
     """Writes the stand-in tests, failing as asked (each ``*_ok`` a Python expression;
     ``KEY_OFF``, ``TOP_OFF``: the run has the key targets, the top copy off; ``hang()``: sleeps
     10 minutes)."""
     tests = tmp_path / "stand_in" / "test_stand_in.py"
     tests.parent.mkdir(exist_ok=True)
     tests.write_text(
-        STAND_INS.format(cluster_ok=cluster_ok, key_ok=key_ok, other_ok=other_ok, top_ok=top_ok)
+        STAND_INS.format(
+            cluster_ok=cluster_ok,
+            key_ok=key_ok,
+            other_ok=other_ok,
+            top_ok=top_ok,
+            region_ok=region_ok,
+        )  # fmt: skip
     )
     return tests
 
@@ -128,6 +139,7 @@ def test_the_triage_names_the_real_tests_and_paths(triage):
         sys.path.pop(0)
     assert triage.CLUSTER_PATH in places.PATHS
     assert places.PATHS[triage.CLUSTER_PATH].get("CLUSTER_MAX_BATCH", 0) > 0
+    assert places.REGION_PATH == REGION_PATH and places.PATHS[REGION_PATH]["REGION_MAX_BATCH"] > 0
     defined = set(
         re.findall(r"^def (test_\w+)", (REPO / "tests/backends/test_cuda_buffer.py").read_text(),
                    re.M)
@@ -198,7 +210,8 @@ def run_checks(
         "STAND_IN": str(tmp_path / "stand_in"), "OUT": str(tmp_path / "out"),
         "TEST_WORKERS": "1", "TEST_TIMEOUT": "3",
     }  # fmt: skip
-    for name in ("CUDA_CLUSTER_MAX_BATCH", "CUDA_NARROW_MAX_NODES", "CUDA_KEY_TARGETS"):
+    for name in ("CUDA_CLUSTER_MAX_BATCH", "CUDA_NARROW_MAX_NODES", "CUDA_KEY_TARGETS",
+                 "CUDA_REGION_MAX_BATCH"):  # fmt: skip
         env.pop(name, None)
     for name in ("WHEELS", "QUICK_PEERS", "PYTEST_RC", "STAND_IN_XDIST"):
         env.pop(name, None)
@@ -368,6 +381,32 @@ def cases_of(xml: Path) -> dict[str, list[str]]:
     }
 
 
+def test_a_failing_region_case_turns_the_region_path_off_and_keeps_the_cluster_path(tmp_path):
+    out, calls = run_checks(tmp_path, ["tests", "region", "quick"], region_ok=False)
+    assert "tests_cluster: exit 0" in out
+    assert "== tests_region: 1; the region path off" in out and "== region: skipped" in out
+    main = next(c for c in calls if "tests.xml" in c)
+    assert "not slow and not cuda_cluster and not cuda_region" in main
+    region_run = next(c for c in calls if "tests_region.xml" in c)
+    assert "not slow and cuda_region" in region_run
+    quick = next(c for c in calls if "bench_quick.json" in c)
+    assert "--cuda-region-max-batch 0" in quick and "--cuda-cluster-max-batch 0" not in quick
+    cases = cases_of(tmp_path / "out" / "tests_region.xml")
+    name = "test_weigh_and_checked_update_equal_the_buffers_code[a region of the tree per block]"
+    assert list(cases) == [name] and cases[name] == ["failure"]
+
+
+def test_the_region_stage_times_the_update_without_and_with_the_regions(tmp_path):
+    _, calls = run_checks(tmp_path, ["region"])
+    runs = [c for c in calls if c.startswith("experiments/bench_replay.py")]
+    assert [c.split("--out ")[1].split("/")[-1] for c in runs] == [
+        "region_0.json", "region_4096.json"
+    ]  # fmt: skip
+    assert "--backends cuda jax " in runs[0] and "--backends cuda " in runs[1]
+    assert "--cuda-region-max-batch 0 " in runs[0] and "--cuda-region-max-batch 4096 " in runs[1]
+    assert all("--batches 2048 4096 " in r and "--capacities 1048576 " in r for r in runs)
+
+
 def test_a_cluster_stage_not_run_leaves_the_cluster_path_off(tmp_path):
     """Out of time before it (DEADLINE_S), the cluster path is untested: off."""
     out, calls = run_checks(tmp_path, ["tests", "quick"], extra_env={"DEADLINE_S": "15"})
@@ -399,6 +438,9 @@ def test_the_gpu_stages_select_the_cluster_and_key_cases_by_their_marks(triage, 
     cluster = [i for i, m in marks.items() if "cuda_cluster" in m]
     assert len(cluster) >= 40 and all(triage.CLUSTER_PATH in i for i in cluster)  # GPU + emulated
     assert not any(triage.CLUSTER_PATH in i for i, m in marks.items() if "cuda_cluster" not in m)
+    region = [i for i, m in marks.items() if "cuda_region" in m]  # on a GPU only
+    assert len(region) >= 20 and all(REGION_PATH in i and "[gpu, " in i for i in region)
+    assert not any(REGION_PATH in i for i, m in marks.items() if "cuda_region" not in m)
     key = {i.split("::")[-1].split("[")[0] for i, m in marks.items() if "cuda_key_targets" in m}
     assert key == set(triage.KEY_TESTS)
 

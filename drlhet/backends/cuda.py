@@ -7,9 +7,11 @@ thread descends per target; an update resolves duplicates (the last kept entry w
 winners' leaves, then recomputes their ancestors level by level, each node the sequential sum of
 its K children as the reference sums it: in one block per tree (one launch) for a batch of at most
 `BLOCK_MAX_BATCH`, in one cluster of blocks per tree (one launch, GPUs of compute capability 9.0
-and up) for a batch of at most `CLUSTER_MAX_BATCH`, else one launch per phase and level over the
-whole batch. The buffer's sample is one call too (`weigh`), its targets drawn inside it from the
-sample's key where the kernels reproduce jax's draw bit for bit (`weigh_key`, `draws_like_jax`).
+and up) for a batch of at most `REGION_MAX_BATCH` (each block a region of the tree) or
+`CLUSTER_MAX_BATCH` (the blocks over the whole batch, phase by phase), else one launch per phase
+and level over the whole batch. The buffer's sample is one call too (`weigh`), its targets drawn
+inside it from the sample's key where the kernels reproduce jax's draw bit for bit (`weigh_key`,
+`draws_like_jax`).
 Every handler is recorded into XLA's command buffers (CUDA graphs) with the rest of the step.
 ``update`` writes the tree in place (``input_output_aliases``; donate the buffer state) and never
 waits on the host: a batch with a bad index or priority is refused whole on the device, as the
@@ -106,6 +108,18 @@ cluster of 8 SMs per tree runs out of memory parallelism above a few thousand en
 after the twelfth session's kernels (a fifth H100 session): 121.5M against 107.1M at B 4096
 (1.13x), 282M against 424M at B 16384, 556M against 1.45G at B 65536."""
 
+REGION_MAX_BATCH = 0
+"""An update of more than `BLOCK_MAX_BATCH` entries per tree but of at most this many (and of
+at most 4096) runs as one kernel of one cluster of 8 blocks per tree in which each block owns a
+region of the tree (``kernels/cuda/region_update.cuh``: the nodes of a contiguous range of the
+shallowest level with at least 8 nodes, and everything below them): every block reads the whole
+batch, resolves the duplicates of its leaves in shared memory and recomputes its region with
+barriers of the block, and the one cluster barrier hands the region's top to the first block.
+GPUs of compute capability 9.0 and up; elsewhere, above it, or on a tree without a level of 8
+nodes above its leaves, the next path (`CLUSTER_MAX_BATCH`) takes the batch. The same bits
+(tested on the host emulation). Off (0) until measured against the cluster path on a GPU:
+``experiments/gpu_checks.sh region``. Read when a program is traced."""
+
 SHARED_TOP = True
 """Whether each block of the sample's kernels first copies the top levels of its tree (up to
 6144 slots: levels 0..3 at 2^20 leaves and K 16) into shared memory and descends them from
@@ -194,7 +208,8 @@ def update(
     _check(tree)
     paths = {"block_max_batch": np.int64(BLOCK_MAX_BATCH),
              "narrow_max_nodes": np.int64(NARROW_MAX_NODES),
-             "cluster_max_batch": np.int64(CLUSTER_MAX_BATCH)}  # fmt: skip
+             "cluster_max_batch": np.int64(CLUSTER_MAX_BATCH),
+             "region_max_batch": np.int64(REGION_MAX_BATCH)}  # fmt: skip
     return ffi_update("drlhet_cuda_update", tree, indices, values, keep, tree.capacity + 1, paths)
 
 
@@ -321,7 +336,8 @@ def update_checked(
         jnp.asarray(values, jnp.float32), jnp.asarray(keep, bool), jnp.asarray(size, jnp.int32),
         jnp.asarray(max_priority, jnp.float32), jnp.asarray(error, jnp.int32),
         block_max_batch=np.int64(BLOCK_MAX_BATCH), narrow_max_nodes=np.int64(NARROW_MAX_NODES),
-        cluster_max_batch=np.int64(CLUSTER_MAX_BATCH), priority_max=np.float32(checks.PRIORITY_MAX),
+        cluster_max_batch=np.int64(CLUSTER_MAX_BATCH), region_max_batch=np.int64(REGION_MAX_BATCH),
+        priority_max=np.float32(checks.PRIORITY_MAX),
         err_index=np.int64(checks.ERR_INDEX), err_priority=np.int64(checks.ERR_PRIORITY),
         **tree_attrs(tree),
     )  # fmt: skip

@@ -50,6 +50,18 @@ __device__ inline void ClusterArrive() {
 #endif
 }
 
+// The first half without the release: orders none of the thread's memory operations, so it
+// waits for none of them (a bare instruction, where the release is a fence at GPU scope). For a
+// barrier that only says every block of the cluster has started, before a block writes
+// another's shared memory (distributed shared memory needs its block to be running).
+__device__ inline void ClusterArriveRelaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#endif
+}
+
 // The second half: returns once every thread of every block of the cluster has arrived.
 __device__ inline void ClusterWait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -60,6 +72,7 @@ __device__ inline void ClusterWait() {
 }
 #else
 inline void ClusterArrive() { emu::ClusterArrive(); }
+inline void ClusterArriveRelaxed() { emu::ClusterArrive(); }
 inline void ClusterWait() { emu::ClusterWait(); }
 #endif
 

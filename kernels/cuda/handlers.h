@@ -94,7 +94,7 @@ inline ffi::Error UpdateImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
                       ffi::Buffer<ffi::PRED> keep, ffi::ResultBuffer<ffi::F32> out,
                       ffi::ResultBuffer<ffi::S32> work, int64_t branching, int64_t capacity,
                       int64_t block_max_batch, int64_t narrow_max_nodes,
-                      int64_t cluster_max_batch) {
+                      int64_t cluster_max_batch, int64_t region_max_batch) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
   if (auto err = Trees(branching, capacity, nodes.element_count(), &lay, &trees); err.failure()) {
@@ -110,7 +110,8 @@ inline ffi::Error UpdateImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
   if (n == 0) return LastError("drlhet_cuda_update");
   const UpdateArgs a =
       PlainArgs(out->typed_data(), capacity, branching, indices, values, keep, trees, work);
-  LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes, cluster_max_batch);
+  LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes, cluster_max_batch,
+               region_max_batch);
   return LastError("drlhet_cuda_update");
 }
 
@@ -124,7 +125,8 @@ inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> n
                              ffi::ResultBuffer<ffi::S32> work, int64_t branching,
                              int64_t capacity, int64_t block_max_batch,
                              int64_t narrow_max_nodes, int64_t cluster_max_batch,
-                             float priority_max, int64_t err_index, int64_t err_priority) {
+                             int64_t region_max_batch, float priority_max, int64_t err_index,
+                             int64_t err_priority) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
   if (auto err = Trees(branching, capacity, nodes.element_count(), &lay, &trees); err.failure()) {
@@ -153,7 +155,8 @@ inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> n
   a.err_in = err_in.typed_data();
   a.max_out = max_out->typed_data();
   a.err_out = err_out->typed_data();
-  LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes, cluster_max_batch);
+  LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes, cluster_max_batch,
+               region_max_batch);
   return LastError("drlhet_cuda_update_checked");
 }
 
@@ -259,7 +262,8 @@ auto UpdateBinding(B bind) {
       .template Attr<int64_t>("capacity")
       .template Attr<int64_t>("block_max_batch")
       .template Attr<int64_t>("narrow_max_nodes")
-      .template Attr<int64_t>("cluster_max_batch");
+      .template Attr<int64_t>("cluster_max_batch")
+      .template Attr<int64_t>("region_max_batch");
 }
 
 template <typename B>
@@ -281,6 +285,7 @@ auto UpdateCheckedBinding(B bind) {
       .template Attr<int64_t>("block_max_batch")
       .template Attr<int64_t>("narrow_max_nodes")
       .template Attr<int64_t>("cluster_max_batch")
+      .template Attr<int64_t>("region_max_batch")
       .template Attr<float>("priority_max")
       .template Attr<int64_t>("err_index")
       .template Attr<int64_t>("err_priority");

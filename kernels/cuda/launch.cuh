@@ -2,7 +2,7 @@
 // handlers (sum_tree.cu, on XLA's stream) and the host emulation of the CUDA execution model
 // (emu/cuda_emu.h, which defines DRLHET_LAUNCH and the runtime calls before including this), so
 // that the emulation runs the same launches in the same order as a GPU.
-// Include after sample_kernels.cuh and sum_tree_kernels.cuh.
+// Include after sample_kernels.cuh, sum_tree_kernels.cuh and region_update.cuh.
 #pragma once
 
 #include <cstdint>
@@ -115,17 +115,33 @@ inline bool InClusters(Kernel kernel, int64_t batch, int64_t cluster_max_batch) 
 
 inline unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
+// Whether a batch of `batch` entries per tree takes the region path (region_update.cuh): at
+// most region_max_batch and kRegionSlots entries, a tree with a level of kClusterBlocks nodes
+// above the leaves, and a GPU with clusters that fit its blocks.
+inline bool InRegions(const drlhet::TreeLayout& lay, int64_t batch, int64_t region_max_batch) {
+  return batch <= region_max_batch && batch <= kRegionSlots &&
+         RegionLevel(lay, kClusterBlocks) >= 0 &&
+         ClusterFits(drlhet_cuda_update_region, RegionThreads(batch));
+}
+
 // The update's launches: one block per tree up to block_max_batch entries per tree; else one
-// cluster per tree up to cluster_max_batch where the GPU has clusters; else reset, claim,
+// cluster per tree, each block a region of the tree, up to region_max_batch where the GPU has
+// clusters; else one cluster per tree up to cluster_max_batch; else reset, claim,
 // leaves, then one launch per level from the leaves' parents up: a thread per entry (its
 // ancestor) at the levels wider than the batch, a thread per node at the levels no wider than
 // the batch but wider than narrow_max_nodes, and one block per tree for the rest (the narrow
 // levels, whole, and Finish).
 inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet::TreeLayout& lay,
                          int64_t trees, int64_t block_max_batch, int64_t narrow_max_nodes,
-                         int64_t cluster_max_batch) {
+                         int64_t cluster_max_batch, int64_t region_max_batch) {
   if (a.batch <= block_max_batch) {
     DRLHET_LAUNCH(drlhet_cuda_update_block, trees, kBlockThreads, stream, a);
+    return;
+  }
+  if (InRegions(lay, a.batch, region_max_batch)) {
+    DRLHET_LAUNCH_CLUSTER(drlhet_cuda_update_region, trees * kClusterBlocks,
+                          RegionThreads(a.batch), kClusterBlocks, stream, a, kClusterBlocks,
+                          RegionLevel(lay, kClusterBlocks), RegionHashBits(a.batch));
     return;
   }
   if (InClusters(drlhet_cuda_update_cluster, a.batch, cluster_max_batch)) {

@@ -41,6 +41,7 @@
 
 #include "sample_kernels.cuh"
 #include "sum_tree_kernels.cuh"
+#include "region_update.cuh"
 // after the kernels they launch
 #include "launch.cuh"
 #include "handlers.h"

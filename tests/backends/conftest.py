@@ -6,25 +6,31 @@ import os
 
 import jax
 import pytest
-from cuda_places import CLUSTER_PATH, PATHS, PLACES, devices
+from cuda_places import CLUSTER_PATH, PATHS, PLACES, REGION_PATH, devices
 
 from drlhet import backends
 from drlhet.backends import cuda
+
+# the paths whose kernels wait on other blocks: experiments/gpu_checks.sh runs each one's cases
+# on a GPU in a stage of its own
+MARKS = {CLUSTER_PATH: [pytest.mark.cuda_cluster], REGION_PATH: [pytest.mark.cuda_region]}
 
 
 @pytest.fixture(
     scope="module",
     params=[
-        pytest.param(f"{p}, {q}", marks=[pytest.mark.cuda_cluster] if q == CLUSTER_PATH else [])
+        pytest.param(f"{p}, {q}", marks=MARKS.get(q, []))
         for p in PLACES
         for q in PATHS
+        if p == "gpu" or q != REGION_PATH  # the emulation's region path: cuda_places.py
     ],
 )
 def place(request):
     """The cuda backend's ops (`TreeOps`, its own buffer calls included), run on one place's
-    first device with one update path. The cluster path's cases are marked ``cuda_cluster``:
-    ``experiments/gpu_checks.sh`` runs them on a GPU in a stage of their own, since only its
-    kernels wait on other blocks (a hang there costs that stage, not the other tests)."""
+    first device with one update path. The cluster and region paths' cases are marked
+    ``cuda_cluster`` and ``cuda_region``: ``experiments/gpu_checks.sh`` runs each on a GPU in a
+    stage of its own, since only their kernels wait on other blocks (a hang there costs that
+    stage, not the other tests)."""
     where, path = request.param.split(", ")
     device = devices(where)[0]
     ops = backends.tree_ops("cuda")

@@ -5,7 +5,11 @@ each place on the three update paths (`cuda.BLOCK_MAX_BATCH`: every batch in one
 or every batch over the whole grid, a launch per level, there with `cuda.NARROW_MAX_NODES` 16 so
 that the levels of 17 to B nodes take the launches of a thread per node; or, with
 `cuda.CLUSTER_MAX_BATCH`, every batch in one cluster of blocks per tree, the sample's too above
-1024 targets), everything in the test on that place's device: the reference too.
+1024 targets; or, with `cuda.REGION_MAX_BATCH` too, the update's batches of up to 4096 in one
+cluster per tree whose blocks each own a region of the tree, on a GPU only: the emulation runs
+that kernel directly in test_cuda_emu.py and inside jit in test_cuda.py, where the fixture's
+tests on one more path would cost about 45 s of the default suite), everything in the test on
+that place's device: the reference too.
 """
 
 from __future__ import annotations
@@ -19,12 +23,16 @@ from drlhet.backends.native import library_path
 
 NO_GPU = "missing device: no GPU (JAX sees no CUDA device here)"
 CLUSTER_PATH = "one cluster per tree"
+REGION_PATH = "a region of the tree per block"
 PATHS = {
     "one block per tree": {"BLOCK_MAX_BATCH": 2**40},
     "one launch per level": {"BLOCK_MAX_BATCH": 0, "NARROW_MAX_NODES": 16},
     CLUSTER_PATH: {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40},
+    REGION_PATH: {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40, "REGION_MAX_BATCH": 2**40},
 }
-"""Each update path's settings of `drlhet.backends.cuda`."""
+"""Each update path's settings of `drlhet.backends.cuda`. The region path's batches that it
+does not take (more than 4096 entries, trees without a level of 8 nodes above the leaves) go to
+the cluster path."""
 PLACES = ("gpu", "emulated cpu")
 
 
@@ -41,4 +49,4 @@ def devices(place: str) -> list:
     return jax.devices(backends.CPU)
 
 
-__all__ = ["CLUSTER_PATH", "NO_GPU", "PATHS", "PLACES", "devices"]
+__all__ = ["CLUSTER_PATH", "NO_GPU", "PATHS", "PLACES", "REGION_PATH", "devices"]

@@ -16,6 +16,7 @@ import functools
 import re
 import shutil
 
+import cuda_places
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -338,6 +339,44 @@ def test_weigh_and_checked_update_equal_the_buffers_code(place, k, capacity):
         np.testing.assert_array_equal(bits(got[0].nodes), bits(want[0].nodes), err_msg=case)
         assert bits(got[1]) == bits(want[1]) and int(got[2]) == int(want[2]), case
         tree, max_p, err = want
+
+
+def test_the_region_path_inside_jit_equals_the_buffers_code_on_the_emulation(monkeypatch):
+    """The region path (`cuda.REGION_MAX_BATCH`; the `place` fixture runs it on a GPU only)
+    through the custom calls on the emulated CPU device: the checked update's batches
+    (duplicates, drops, refusals) at K 16, 2^16 leaves, B 2048 (the region level 1), and a
+    jitted scan of vmapped plain writes over two trees, bit for bit the reference's."""
+    k, capacity, b = 16, 2**16, 2048
+    with jax.default_device(cuda_places.devices("emulated cpu")[0]):
+        for name, value in cuda_places.PATHS[cuda_places.REGION_PATH].items():
+            monkeypatch.setattr(cuda, name, value)
+        jax.clear_caches()  # the paths are read when a function is traced
+        try:
+            ops = cuda_ops()
+            tree, max_p, err = random_tree(capacity, k, seed=5), jnp.float32(1.5), jnp.int32(0)
+            reference = jax.jit(lambda *a: buffer_ops.update(st.REFERENCE.write, *a))
+            for case, idx, raw, keep, size in update_batches(capacity, b, seed=5):
+                values = leaf_values(jnp.asarray(raw))
+                args = (tree, jnp.asarray(idx), jnp.asarray(raw), values, jnp.asarray(keep),
+                        jnp.int32(size), max_p, err)  # fmt: skip
+                got, want = jax.jit(ops.update)(*args), reference(*args)
+                np.testing.assert_array_equal(bits(got[0].nodes), bits(want[0].nodes), case)
+                assert bits(got[1]) == bits(want[1]) and int(got[2]) == int(want[2]), case
+                tree, max_p, err = want
+            nodes = jnp.stack([random_tree(capacity, k, seed=s).nodes for s in range(2)])
+            steps = [random_updates(capacity, b, seed=s) for s in range(6)]
+            idx = jnp.stack([x[0] for x in steps]).reshape(3, 2, b)
+            vals = jnp.stack([x[1] for x in steps]).reshape(3, 2, b)
+
+            def scan(write):
+                def body(n, iv):
+                    return write(st.SumTreeState(n, capacity, k), *iv, None).nodes, None
+
+                return jax.jit(lambda n: jax.lax.scan(jax.vmap(body), n, (idx, vals))[0])(nodes)
+
+            np.testing.assert_array_equal(bits(scan(ops.write)), bits(scan(st.REFERENCE.write)))
+        finally:
+            jax.clear_caches()  # no trace of this test's settings outlives it
 
 
 @pytest.mark.parametrize("k, capacity", [(2, 1000), (3, 7), (64, 5000)])

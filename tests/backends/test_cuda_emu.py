@@ -31,14 +31,16 @@ from drlhet.replay.prioritized import sample_targets
 
 F32 = np.float32
 CASES = [(2, 1000), (3, 100), (16, 5000), (64, 777), (16, 1), (3, 7)]
-# the update's paths: (block_max_batch, narrow_max_nodes, cluster_max_batch). Per level with 16:
-# a level of 17 to `batch` nodes is recomputed a thread per node
-# (drlhet_cuda_update_whole_level_args)
+# the update's paths: (block_max_batch, narrow_max_nodes, cluster_max_batch, region_max_batch).
+# Per level with 16: a level of 17 to `batch` nodes is recomputed a thread per node
+# (drlhet_cuda_update_whole_level_args). By region: up to 4096 entries (kRegionSlots), on trees
+# with a level of 8 nodes above the leaves; else the cluster path takes the batch.
 PATHS = {
-    "one block per tree": (2**40, 4096, 0),
-    "one launch per level": (0, 4096, 0),
-    "a thread per node": (0, 16, 0),
-    "one cluster per tree": (0, 4096, 2**40),
+    "one block per tree": (2**40, 4096, 0, 0),
+    "one launch per level": (0, 4096, 0, 0),
+    "a thread per node": (0, 16, 0, 0),
+    "one cluster per tree": (0, 4096, 2**40, 0),
+    "one cluster per tree, by region": (0, 4096, 2**40, 2**40),
 }
 # the sample's: cluster_max_batch (a batch of at most 1024 per tree takes one block either way)
 SAMPLE_PATHS = {"per launch": 0, "one cluster per tree": 2**40}
@@ -91,9 +93,9 @@ def placed(a, offset: int):
 
 def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, offset=0):
     """One update of V = len(nodes) trees on ``path`` (block_max_batch, narrow_max_nodes,
-    cluster_max_batch), the nodes ``offset`` bytes past a 16-byte boundary: (nodes [V, T],
-    bad [V], max [V], err [V])."""
-    block_max, narrow_max, cluster_max = path
+    cluster_max_batch, region_max_batch), the nodes ``offset`` bytes past a 16-byte boundary:
+    (nodes [V, T], bad [V], max [V], err [V])."""
+    block_max, narrow_max, cluster_max, region_max = path
     out = placed(np.array(nodes, F32, ndmin=2), offset)
     trees, batch = out.shape[0], np.asarray(idx).reshape(out.shape[0], -1).shape[1]
     idx, values = (np.ascontiguousarray(x, d) for x, d in ((idx, np.int32), (values, F32)))
@@ -109,7 +111,8 @@ def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, o
     rc = lib.drlhet_emu_update(
         ptr(out), ctypes.c_int64(capacity), ctypes.c_int(k), ptr(idx), ptr(values), ptr(keep),
         ctypes.c_int64(trees), ctypes.c_int64(batch), ctypes.c_int64(block_max),
-        ctypes.c_int64(narrow_max), ctypes.c_int64(cluster_max), ptr(raw),
+        ctypes.c_int64(narrow_max), ctypes.c_int64(cluster_max), ctypes.c_int64(region_max),
+        ptr(raw),
         ptr(size), ctypes.c_float(checks.PRIORITY_MAX), ctypes.c_int32(checks.ERR_INDEX),
         ctypes.c_int32(checks.ERR_PRIORITY), ptr(max_in), ptr(err_in), ptr(max_out),
         ptr(err_out), ptr(bad),
@@ -207,6 +210,54 @@ def test_a_cluster_hands_its_last_wide_level_to_its_first_block_in_shared_memory
     assert bad[1] and not bad[0]
     np.testing.assert_array_equal(bits(got[1]), bits(trees[1]))
     want = oracle.write(trees[0], capacity, k, idx[0], vals[0], keep[0])
+    np.testing.assert_array_equal(bits(got[0]), bits(want))
+
+
+REGION = PATHS["one cluster per tree, by region"]
+
+
+@pytest.mark.parametrize(
+    "k, capacity, batch",
+    [(16, 2**20, 4096), (16, 2**16, 2000), (2, 3000, 700), (3, 5000, 1500), (64, 777, 300)],
+)
+def test_the_region_path_equals_the_oracle(emu, schedule, k, capacity, batch):
+    """RegionUpdate (kernels/cuda/region_update.cuh) on two trees: each block's region from the
+    shallowest level of at least 8 nodes (K 16: level 1; K 2 at 3000 leaves: level 3; K 64 at
+    777: level 1, the leaves' parents), levels wider than 512 nodes a block as the winners'
+    ancestors (2^20 leaves: level 4, 8192 a block) and the rest whole, duplicates across blocks
+    and dropped entries; then a batch whose one tree is refused."""
+    trees, idx, vals, keep = two_trees_and_batches(capacity, k, batch, seed=30)
+    got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, REGION)
+    assert not bad.any()
+    for v in range(2):
+        want = oracle.write(trees[v], capacity, k, idx[v], vals[v], keep[v])
+        np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"tree {v}")
+    idx[0, batch - 1], keep[0, batch - 1] = -1, True  # tree 0 refused whole; tree 1 written
+    got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, REGION)
+    assert bad[0] and not bad[1]
+    np.testing.assert_array_equal(bits(got[0]), bits(trees[0]))
+    want = oracle.write(trees[1], capacity, k, idx[1], vals[1], keep[1])
+    np.testing.assert_array_equal(bits(got[1]), bits(want))
+
+
+def test_a_region_that_owns_the_whole_batch_fills_its_table_and_keeps_the_last_duplicate(emu):
+    """At 2^20 leaves, K 16, every one of 4096 entries in the first block's region (leaves
+    below 2^17): 4096 distinct leaves fill its table of 4096 slots (the longest probe runs);
+    then 4096 entries on 5 leaves, the last kept entry of each winning (WinnerMerge)."""
+    k, capacity = 16, 2**20
+    nodes = np.asarray(random_tree(capacity, k, seed=40).nodes)
+    rng = np.random.default_rng(41)
+    idx = rng.permutation(2**17)[:4096].astype(np.int32)
+    vals = rng.random(4096).astype(F32)
+    keep = np.ones(4096, bool)
+    got, bad, _, _ = emu_update(emu, nodes, capacity, k, idx, vals, keep, REGION)
+    assert not bad.any()
+    np.testing.assert_array_equal(bits(got[0]), bits(oracle.write(nodes, capacity, k, idx, vals)))
+    few = rng.choice([3, 2**17 - 1, 2**19, 999_999, 2**20 - 1], 4096).astype(np.int32)
+    keep = rng.random(4096) < 0.5
+    got, bad, _, _ = emu_update(emu, nodes, capacity, k, few, vals, keep, REGION)
+    assert not bad.any()
+    want = oracle.write(nodes, capacity, k, few, vals, keep)
     np.testing.assert_array_equal(bits(got[0]), bits(want))
 
 
@@ -408,7 +459,7 @@ def test_a_launch_whose_barriers_never_complete_fails_instead_of_hanging(emu):
     # the emulation is usable after it
     tree = random_tree(50, 4)
     got, bad, _, _ = emu_update(
-        emu, tree.nodes, 50, 4, np.arange(3), np.ones(3, F32), [1] * 3, (0, 4096, 0)
+        emu, tree.nodes, 50, 4, np.arange(3), np.ones(3, F32), [1] * 3, (0, 4096, 0, 0)
     )
     np.testing.assert_array_equal(
         bits(got[0]), bits(oracle.write(tree.nodes, 50, 4, [0, 1, 2], [1.0] * 3))

@@ -388,6 +388,17 @@ inline int atomicMax(int* p, int v) {
   if (v > old) *p = v;
   return old;
 }
+inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v) {
+  const unsigned long long old = *p;
+  if (v > old) *p = v;
+  return old;
+}
+inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long compare,
+                                    unsigned long long v) {
+  const unsigned long long old = *p;
+  if (old == compare) *p = v;
+  return old;
+}
 inline int atomicOr(int* p, int v) {
   const int old = *p;
   *p = old | v;

@@ -11,6 +11,7 @@
 // the kernels, their launches, then the handlers
 #include "../sample_kernels.cuh"
 #include "../sum_tree_kernels.cuh"
+#include "../region_update.cuh"
 #include "../launch.cuh"
 #include "../handlers.h"
 

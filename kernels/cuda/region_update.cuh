@@ -115,19 +115,54 @@ __device__ inline void ClaimInTable(uint64_t* table, int bits, int32_t leaf, int
   }
 }
 
+// Entries a thread reads before it claims any: their loads issued back to back, unconditional
+// (no branch on a loaded value between them), one round trip to memory for all of them. At
+// B 4096 and 1024 threads a block, every entry in one round.
+constexpr int kRegionStage = 4;
+
+// What an entry's claim reads of it (ErrorsOf's arguments).
+struct EntryWords {
+  int32_t index;
+  float value, raw;
+  bool keep;
+};
+
+// Entry i's words, or zeros (not kept) past the batch (`live` false).
+__device__ inline EntryWords LoadEntry(const UpdateArgs& a, int64_t i, bool live) {
+  EntryWords w{0, 0.0f, 0.0f, false};
+  if (!live) return w;
+  w.index = a.indices[i];
+  w.value = a.values[i];
+  w.keep = a.keep[i];
+  if (a.raw != nullptr) w.raw = a.raw[i];
+  return w;
+}
+
 // The batch read by one block: each entry's errors and largest kept raw priority merged into
 // the block's words (`words[0]` error bits, `words[1]` OrderedBits, both 0 before), and the
 // taken entries whose leaves lie in the region claimed in the table. Every thread calls it.
+// The same errors, taken entries and maximum as ReadClaim's (ErrorsOf).
 __device__ inline void RegionClaims(const UpdateArgs& a, const Region& r, int64_t base,
-                                    uint64_t* table, int bits, int32_t* words) {
+                                    int32_t size, uint64_t* table, int bits, int32_t* words) {
   uint32_t errs = 0;
   int32_t top = 0;
-  for (int64_t b = threadIdx.x; b < a.batch; b += blockDim.x) {
-    const EntryClaim e = ReadClaim(a, base + b, true);
-    errs |= static_cast<uint32_t>(e.err);
-    top = e.top > top ? e.top : top;
-    if (e.take && e.leaf >= r.first && e.leaf < r.end) {
-      ClaimInTable(table, bits, e.leaf, static_cast<int32_t>(b));
+  const int64_t stride = blockDim.x;
+  for (int64_t b0 = threadIdx.x; b0 < a.batch; b0 += kRegionStage * stride) {
+    EntryWords w[kRegionStage];
+#pragma unroll
+    for (int j = 0; j < kRegionStage; ++j) {
+      w[j] = LoadEntry(a, base + b0 + j * stride, b0 + j * stride < a.batch);
+    }
+#pragma unroll
+    for (int j = 0; j < kRegionStage; ++j) {
+      const int32_t err = ErrorsOf(a, w[j].index, w[j].value, w[j].raw, w[j].keep, size);
+      const bool take = err == 0 && w[j].keep;
+      errs |= static_cast<uint32_t>(err);
+      const int32_t bits_j = take && a.raw != nullptr ? drlhet::OrderedBits(w[j].raw) : 0;
+      top = bits_j > top ? bits_j : top;
+      if (take && w[j].index >= r.first && w[j].index < r.end) {
+        ClaimInTable(table, bits, w[j].index, static_cast<int32_t>(b0 + j * stride));
+      }
     }
   }
   errs = __reduce_or_sync(0xffffffffu, errs);  // every lane of the warp is here
@@ -222,7 +257,7 @@ __device__ inline void RegionUpdate(const UpdateArgs& a, int32_t cs, int32_t lev
   if (threadIdx.x == 0) words[0] = words[1] = 0;
   const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);  // a barrier: table, words
   const Region r = RegionOf(lay, level_r, rank, cs);
-  RegionClaims(a, r, base, table, bits, words);
+  RegionClaims(a, r, base, a.raw != nullptr ? a.size[v] : 0, table, bits, words);
   __syncthreads();  // the claims are in
   const int32_t refused = words[0];
   if (rank == 0 && threadIdx.x == 0) {  // the batch's words and Finish, off the levels' path

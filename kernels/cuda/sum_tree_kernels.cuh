@@ -62,14 +62,22 @@ struct UpdateArgs {
   int32_t* err_out;         // [V]
 };
 
-// The error bits entry i (of tree v) sets: checked, UpdateEntryErrors; plain, 1 for a kept
-// entry with an invalid index or value.
-__device__ inline int32_t EntryErrors(const UpdateArgs& a, int64_t i, int64_t v) {
+// The error bits of an entry (its index, leaf value, raw priority and keep flag; `size`, its
+// tree's filled slots): checked, UpdateEntryErrors; plain, 1 for a kept entry with an invalid
+// index or value.
+__device__ inline int32_t ErrorsOf(const UpdateArgs& a, int32_t index, float value, float raw,
+                                   bool keep, int32_t size) {
   if (a.raw != nullptr) {
-    return drlhet::UpdateEntryErrors(a.indices[i], a.size[v], a.raw[i], a.values[i],
-                                     a.priority_max, a.err_index, a.err_priority);
+    return drlhet::UpdateEntryErrors(index, size, raw, value, a.priority_max, a.err_index,
+                                     a.err_priority);
   }
-  return a.keep[i] && !drlhet::ValidEntry(a.indices[i], a.values[i], a.capacity) ? 1 : 0;
+  return keep && !drlhet::ValidEntry(index, value, a.capacity) ? 1 : 0;
+}
+
+// The error bits entry i (of tree v) sets (ErrorsOf).
+__device__ inline int32_t EntryErrors(const UpdateArgs& a, int64_t i, int64_t v) {
+  if (a.raw != nullptr) return ErrorsOf(a, a.indices[i], a.values[i], a.raw[i], true, a.size[v]);
+  return ErrorsOf(a, a.indices[i], a.values[i], 0.0f, a.keep[i], 0);
 }
 
 // Whether entry i wins its leaf in a batch that was not refused (its tree: v).

@@ -14,6 +14,11 @@ the step with the cluster path off (``CLUSTER_SWEEP`` 0) and on, ``narrow`` with
 - ``NARROW_MAX_NODES``: over the measured batches that keep the per-level path (above the
   picked ``CLUSTER_MAX_BATCH``), the value of the best geometric mean of the step, where it beats
   the current value's by ``margin``;
+- ``REGION_MAX_BATCH`` (the update in one cluster per tree whose blocks each own a region of
+  the tree, up to 4096 entries; ``gpu_checks.sh region`` times the step with it off and on, the
+  other thresholds the same): the largest measured batch above ``BLOCK_MAX_BATCH`` up to which
+  the region path's step beats the same step without it by at least ``margin`` at every
+  measured batch (0 when it loses at the first);
 - ``SHARED_TOP`` (the sample's descents through a copy of the tree's top levels in shared
   memory, or not; ``gpu_checks.sh top`` times the step both ways): the other setting where the
   geometric mean of its step over the current one's, over the batches measured both ways with
@@ -22,12 +27,13 @@ the step with the cluster path off (``CLUSTER_SWEEP`` 0) and on, ``narrow`` with
 Where the rows cannot decide, the current value stays, and the reason is printed. The choice is
 *measured* (on the GPU that wrote the rows), for those shapes only (capacity, K). It prints the
 evidence, writes it as JSON, and writes ``CUDA_CLUSTER_MAX_BATCH=...``,
-``CUDA_NARROW_MAX_NODES=...`` and ``CUDA_SHARED_TOP=0|1`` lines for ``gpu_checks.sh`` to read
-before its later stages (``experiments/with_cuda_paths.py`` runs a command with them). The
-current values are the library's unless given.
+``CUDA_NARROW_MAX_NODES=...``, ``CUDA_REGION_MAX_BATCH=...`` and ``CUDA_SHARED_TOP=0|1`` lines
+for ``gpu_checks.sh`` to read before its later stages (``experiments/with_cuda_paths.py`` runs a
+command with them). The current values are the library's unless given.
 
 Usage:
   python experiments/pick_cuda_paths.py --rows cluster_*.json narrow_*.json top_*.json \\
+      region_*.json \\
       --env-out cuda_paths.env --out cuda_paths.json
 """
 
@@ -57,6 +63,9 @@ class Args:
     narrow_max_nodes: int | None = None
     """The current ``NARROW_MAX_NODES`` (None: the library's), kept where the rows cannot decide
     (the ``cluster`` stage's runs use it)."""
+    region_max_batch: int | None = None
+    """The current ``REGION_MAX_BATCH`` (None: the library's), kept where the rows cannot
+    decide."""
     shared_top: bool | None = None
     """The current ``SHARED_TOP`` (None: the library's), kept where the rows cannot decide (the
     other stages' runs use it)."""
@@ -76,6 +85,7 @@ class Step:
     cluster: int
     rate: float
     top: bool | None = None  # SHARED_TOP, where the row says (rows from before it: None)
+    region: int = 0  # REGION_MAX_BATCH (rows from before it: 0, the path did not exist)
 
 
 def load(paths: tuple[Path, ...]) -> list[dict]:
@@ -101,7 +111,7 @@ def cuda_steps(rows: list[dict], capacity: int, branching: int) -> list[Step]:
     keys = (block, narrow, cluster)
     return [
         Step(r["batch"], int(r[block]), int(r[narrow]), int(r[cluster]), float(r["items_per_s"]),
-             r.get("cuda_shared_top"))
+             r.get("cuda_shared_top"), int(r.get("cuda_region_max_batch") or 0))
         for r in rows
         if r.get("impl") == "drlhet-cuda" and r.get("op") == "step" and r.get("mode") == "fused"
         and r.get("capacity") == capacity and r.get("branching") == branching
@@ -137,6 +147,38 @@ def pick_cluster(steps: list[Step], args: Args) -> tuple[int, list[dict], str]:
         first = evidence[0]["batch"]
         return 0, evidence, f"the cluster path does not win by >= {args.margin}x at B {first}"
     return chosen, evidence, f"the cluster path wins by >= {args.margin}x up to B {chosen}"
+
+
+def pick_region(steps: list[Step], args: Args) -> tuple[int, list[dict], str]:
+    """``REGION_MAX_BATCH``, the evidence per batch, and why: each batch above
+    ``BLOCK_MAX_BATCH`` (and at most 4096, the path's limit) with the region path on and off
+    under the same other thresholds (the ``region`` stage's runs)."""
+    evidence: list[dict] = []
+    for batch in sorted({s.batch for s in steps if args.block_max_batch < s.batch <= 4096}):
+        for paths in sorted({(s.block, s.narrow, s.cluster) for s in steps if s.batch == batch}):
+            same = [
+                s for s in steps if s.batch == batch and (s.block, s.narrow, s.cluster) == paths
+            ]
+            on = _mean([s.rate for s in same if s.region >= batch])
+            off = _mean([s.rate for s in same if s.region < batch])
+            if on is not None and off is not None:
+                evidence.append(
+                    {"batch": batch, "paths": list(paths), "region_items_per_s": on,
+                     "without_items_per_s": off, "ratio": on / off,
+                     "wins": on >= args.margin * off}
+                )  # fmt: skip
+    if not evidence:
+        why = "no batch above BLOCK_MAX_BATCH measured with the region path and without"
+        return args.region_max_batch, evidence, why
+    chosen = 0
+    for e in evidence:
+        if not e["wins"]:
+            break
+        chosen = e["batch"]
+    if chosen == 0:
+        first = evidence[0]["batch"]
+        return 0, evidence, f"the region path does not win by >= {args.margin}x at B {first}"
+    return chosen, evidence, f"the region path wins by >= {args.margin}x up to B {chosen}"
 
 
 def pick_narrow(steps: list[Step], cluster: int, args: Args) -> tuple[int, list[dict], str]:
@@ -208,6 +250,9 @@ def library_defaults(args: Args) -> Args:
         narrow_max_nodes=(
             cuda.NARROW_MAX_NODES if args.narrow_max_nodes is None else args.narrow_max_nodes
         ),
+        region_max_batch=(
+            cuda.REGION_MAX_BATCH if args.region_max_batch is None else args.region_max_batch
+        ),
         shared_top=cuda.SHARED_TOP if args.shared_top is None else args.shared_top,
     )
 
@@ -222,6 +267,8 @@ def main(args: Args) -> dict:
         sys.exit(f"error: no fused cuda step rows at capacity {args.capacity}, K {args.branching}")
     top, top_evidence, top_why = pick_top(steps, args)
     same_top = [s for s in steps if s.top is None or s.top == args.shared_top]
+    region, region_evidence, region_why = pick_region(same_top, args)
+    same_top = [s for s in same_top if s.region < s.batch]  # the region path not taken
     cluster, cluster_evidence, cluster_why = pick_cluster(same_top, args)
     narrow, narrow_evidence, narrow_why = pick_narrow(same_top, cluster, args)
     print(
@@ -240,11 +287,17 @@ def main(args: Args) -> dict:
         print(f"B {e['batch']:6d}: top copied {e['top_items_per_s'] / 1e6:9.1f}M vs "
               f"{e['no_top_items_per_s'] / 1e6:9.1f}M = {e['ratio']:.2f}x")  # fmt: skip
     print(f"SHARED_TOP = {top} ({top_why})")
+    for e in region_evidence:
+        print(f"B {e['batch']:6d}: by region {e['region_items_per_s'] / 1e6:9.1f}M vs "
+              f"{e['without_items_per_s'] / 1e6:9.1f}M = {e['ratio']:.2f}x")  # fmt: skip
+    print(f"REGION_MAX_BATCH = {region} ({region_why})")
     result = {
         "cluster_max_batch": cluster, "cluster_why": cluster_why,
         "cluster_evidence": cluster_evidence,
         "narrow_max_nodes": narrow, "narrow_why": narrow_why, "narrow_evidence": narrow_evidence,
         "shared_top": top, "shared_top_why": top_why, "shared_top_evidence": top_evidence,
+        "region_max_batch": region, "region_why": region_why,
+        "region_evidence": region_evidence,
         "capacity": args.capacity, "branching": args.branching, "margin": args.margin,
         "measured": "picked from the rows' items/s, measured where they were written",
     }  # fmt: skip
@@ -253,7 +306,7 @@ def main(args: Args) -> dict:
     if args.env_out is not None:
         args.env_out.write_text(
             f"CUDA_CLUSTER_MAX_BATCH={cluster}\nCUDA_NARROW_MAX_NODES={narrow}\n"
-            f"CUDA_SHARED_TOP={int(top)}\n"
+            f"CUDA_SHARED_TOP={int(top)}\nCUDA_REGION_MAX_BATCH={region}\n"
         )
     return result
 

@@ -20,12 +20,13 @@ def experiments(monkeypatch):
 
 
 def row(batch, rate, block=0, narrow=4096, cluster=0, impl="drlhet-cuda", op="step", k=16,
-        top=None):  # fmt: skip
+        top=None, region=None):  # fmt: skip
     out = {
         "impl": impl, "op": op, "mode": "fused", "capacity": 2**20, "batch": batch,
         "branching": k, "cuda_block_max_batch": block, "cuda_narrow_max_nodes": narrow,
         "cuda_cluster_max_batch": cluster, "items_per_s": rate,
     }  # fmt: skip
+    out = out if region is None else out | {"cuda_region_max_batch": region}
     return out if top is None else out | {"cuda_shared_top": top}
 
 
@@ -37,7 +38,7 @@ def write(tmp_path, name, rows):
 
 # the current values these tests pick against (the library's are read where none is given)
 CURRENT = {"block_max_batch": 1024, "cluster_max_batch": 0, "narrow_max_nodes": 4096,
-           "shared_top": True}  # fmt: skip
+           "shared_top": True, "region_max_batch": 0}  # fmt: skip
 
 
 def pick(experiments, tmp_path, files, **kw):
@@ -123,14 +124,46 @@ def test_the_top_copy_is_turned_off_only_where_its_absence_wins_by_the_margin(
     assert result["shared_top"] is True and "does not win" in result["shared_top_why"]
 
 
+def test_the_region_path_is_picked_up_to_the_last_batch_of_an_unbroken_run_of_wins(
+    experiments, tmp_path
+):
+    """pick_region: the `region` stage's two runs (off, on at 4096) under the same cluster
+    threshold; its on rows never count as the cluster path's."""
+    off = [row(b, r, block=1024, cluster=4096, region=0) for b, r in ((2048, 60e6), (4096, 120e6))]
+    on = [
+        row(b, r, block=1024, cluster=4096, region=4096) for b, r in ((2048, 80e6), (4096, 150e6))
+    ]
+    per_level = [row(4096, 100e6, block=1024, cluster=0, region=0)]
+    files = [write(tmp_path, "region_0.json", off + per_level),
+             write(tmp_path, "region_4096.json", on)]  # fmt: skip
+    result, env = pick(experiments, tmp_path, files)
+    assert result["region_max_batch"] == 4096 and "CUDA_REGION_MAX_BATCH=4096\n" in env
+    assert [e["ratio"] for e in result["region_evidence"]] == pytest.approx([80 / 60, 150 / 120])
+    # the cluster pick compares the cluster path without the region path: 120M, not 150M
+    assert [e["cluster_items_per_s"] for e in result["cluster_evidence"]] == [120e6]
+    # a loss at the first batch turns it off; a loss after a win stops there
+    on[0]["items_per_s"] = 50e6
+    files[1] = write(tmp_path, "region_4096.json", on)
+    result, env = pick(experiments, tmp_path, files, region_max_batch=4096)
+    assert result["region_max_batch"] == 0 and "does not win" in result["region_why"]
+    on[0]["items_per_s"], on[1]["items_per_s"] = 80e6, 100e6
+    files[1] = write(tmp_path, "region_4096.json", on)
+    result, _ = pick(experiments, tmp_path, files)
+    assert result["region_max_batch"] == 2048
+    # rows from before the path (no cuda_region_max_batch) cannot decide: the current value
+    result, env = pick(experiments, tmp_path, cluster_rows(tmp_path, {4096: 1e6}, {4096: 2e6}),
+                       region_max_batch=33)  # fmt: skip
+    assert result["region_max_batch"] == 33 and "CUDA_REGION_MAX_BATCH=33\n" in env
+
+
 def test_the_current_values_default_to_the_librarys(experiments, tmp_path):
     from drlhet.backends import cuda
 
     picker = experiments[0]
     args = picker.library_defaults(picker.Args(rows=(), narrow_max_nodes=7))
     assert (args.block_max_batch, args.cluster_max_batch, args.narrow_max_nodes,
-            args.shared_top) == (cuda.BLOCK_MAX_BATCH, cuda.CLUSTER_MAX_BATCH, 7,
-                                 cuda.SHARED_TOP)  # fmt: skip
+            args.shared_top, args.region_max_batch) == (cuda.BLOCK_MAX_BATCH,
+            cuda.CLUSTER_MAX_BATCH, 7, cuda.SHARED_TOP, cuda.REGION_MAX_BATCH)  # fmt: skip
 
 
 def test_missing_or_foreign_rows_are_refused_with_one_line(experiments, tmp_path):

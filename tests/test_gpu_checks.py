@@ -240,7 +240,7 @@ def test_the_later_stages_run_without_the_parts_that_failed(tmp_path):
         c.startswith("experiments/with_cuda_paths.py --cluster-max-batch 0 --no-key-targets --")
         for c in train
     )
-    assert "pick: skipped, no cluster, narrow or top rows" in out  # not for a failure
+    assert "pick: skipped, no cluster, narrow, top or region rows" in out  # not for a failure
 
 
 def test_an_unexplained_failure_keeps_the_defaults(tmp_path):
@@ -295,7 +295,7 @@ def test_a_failure_that_passes_alone_without_the_failed_part_is_explained(tmp_pa
     assert len(rerun) == 1 and "::test_scan_of_sample_and_update_equals_jax" in rerun[0]
     assert "::test_the_sample_from_the_key" not in rerun[0]  # only the unexplained ones
     assert "0 failure(s) left unexplained after the rerun" in out
-    assert "pick: skipped, no cluster, narrow or top rows" in out
+    assert "pick: skipped, no cluster, narrow, top or region rows" in out
 
 
 def test_a_failure_that_fails_again_alone_stays_unexplained(tmp_path):
@@ -396,15 +396,44 @@ def test_a_failing_region_case_turns_the_region_path_off_and_keeps_the_cluster_p
     assert list(cases) == [name] and cases[name] == ["failure"]
 
 
-def test_the_region_stage_times_the_update_without_and_with_the_regions(tmp_path):
-    _, calls = run_checks(tmp_path, ["region"])
-    runs = [c for c in calls if c.startswith("experiments/bench_replay.py")]
+def test_the_region_stage_times_the_update_without_and_with_the_regions_and_pick_reads_it(
+    tmp_path,
+):
+    """`region`: the update and step with the path off and on; `pick` reads its rows (written
+    here as the stage would) and the later stages run with the path where it won."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    for region, rate in ((0, 110e6), (4096, 150e6)):
+        rows = [
+            {
+                "impl": "drlhet-cuda",
+                "op": "step",
+                "mode": "fused",
+                "capacity": 2**20,
+                "batch": b,
+                "branching": 16,
+                "cuda_block_max_batch": 1024,
+                "cuda_narrow_max_nodes": 1024,
+                "cuda_cluster_max_batch": 4096,
+                "cuda_region_max_batch": region,
+                "items_per_s": rate,
+            }
+            for b in (2048, 4096)
+        ]
+        (out_dir / f"region_{region}.json").write_text(json.dumps(rows))  # fmt: skip
+    out, calls = run_checks(tmp_path, ["region", "pick", "quick", "train"])
+    runs = [c for c in calls if c.startswith("experiments/bench_replay.py") and "/region_" in c]
     assert [c.split("--out ")[1].split("/")[-1] for c in runs] == [
         "region_0.json", "region_4096.json"
     ]  # fmt: skip
     assert "--backends cuda jax " in runs[0] and "--backends cuda " in runs[1]
     assert "--cuda-region-max-batch 0 " in runs[0] and "--cuda-region-max-batch 4096 " in runs[1]
     assert all("--batches 2048 4096 " in r and "--capacities 1048576 " in r for r in runs)
+    assert "REGION_MAX_BATCH = 4096" in out
+    quick = next(c for c in calls if "bench_quick.json" in c)
+    assert "--cuda-region-max-batch 4096" in quick
+    train = [c for c in calls if " train " in c]
+    assert train and all("--region-max-batch 4096" in c.split(" -- ")[0] for c in train)
 
 
 def test_a_cluster_stage_not_run_leaves_the_cluster_path_off(tmp_path):

@@ -138,32 +138,51 @@ __device__ inline EntryWords LoadEntry(const UpdateArgs& a, int64_t i, bool live
   return w;
 }
 
+// A thread's round of kRegionStage entries, b0 + j * blockDim, loaded (zeros past the batch).
+__device__ inline void LoadStage(const UpdateArgs& a, int64_t base, int64_t b0,
+                                 EntryWords (&w)[kRegionStage]) {
+#pragma unroll
+  for (int j = 0; j < kRegionStage; ++j) {
+    const int64_t b = b0 + j * static_cast<int64_t>(blockDim.x);
+    w[j] = LoadEntry(a, base + b, b < a.batch);
+  }
+}
+
+// A loaded round's errors and largest kept raw priority into *errs and *top, and its taken
+// entries whose leaves lie in the region claimed in the table.
+__device__ inline void ClaimStage(const UpdateArgs& a, const Region& r, int32_t size, int64_t b0,
+                                  const EntryWords (&w)[kRegionStage], uint64_t* table, int bits,
+                                  uint32_t* errs, int32_t* top) {
+#pragma unroll
+  for (int j = 0; j < kRegionStage; ++j) {
+    const int32_t err = ErrorsOf(a, w[j].index, w[j].value, w[j].raw, w[j].keep, size);
+    const bool take = err == 0 && w[j].keep;
+    *errs |= static_cast<uint32_t>(err);
+    const int32_t bits_j = take && a.raw != nullptr ? drlhet::OrderedBits(w[j].raw) : 0;
+    *top = bits_j > *top ? bits_j : *top;
+    if (take && w[j].index >= r.first && w[j].index < r.end) {
+      const int64_t b = b0 + j * static_cast<int64_t>(blockDim.x);
+      ClaimInTable(table, bits, w[j].index, static_cast<int32_t>(b));
+    }
+  }
+}
+
 // The batch read by one block: each entry's errors and largest kept raw priority merged into
 // the block's words (`words[0]` error bits, `words[1]` OrderedBits, both 0 before), and the
-// taken entries whose leaves lie in the region claimed in the table. Every thread calls it.
-// The same errors, taken entries and maximum as ReadClaim's (ErrorsOf).
+// taken entries whose leaves lie in the region claimed in the table; the thread's first round
+// (`first`) loaded already. Every thread calls it. The same errors, taken entries and maximum
+// as ReadClaim's (ErrorsOf).
 __device__ inline void RegionClaims(const UpdateArgs& a, const Region& r, int64_t base,
-                                    int32_t size, uint64_t* table, int bits, int32_t* words) {
+                                    int32_t size, const EntryWords (&first)[kRegionStage],
+                                    uint64_t* table, int bits, int32_t* words) {
   uint32_t errs = 0;
   int32_t top = 0;
-  const int64_t stride = blockDim.x;
-  for (int64_t b0 = threadIdx.x; b0 < a.batch; b0 += kRegionStage * stride) {
+  const int64_t round = kRegionStage * static_cast<int64_t>(blockDim.x);
+  ClaimStage(a, r, size, threadIdx.x, first, table, bits, &errs, &top);
+  for (int64_t b0 = threadIdx.x + round; b0 < a.batch; b0 += round) {
     EntryWords w[kRegionStage];
-#pragma unroll
-    for (int j = 0; j < kRegionStage; ++j) {
-      w[j] = LoadEntry(a, base + b0 + j * stride, b0 + j * stride < a.batch);
-    }
-#pragma unroll
-    for (int j = 0; j < kRegionStage; ++j) {
-      const int32_t err = ErrorsOf(a, w[j].index, w[j].value, w[j].raw, w[j].keep, size);
-      const bool take = err == 0 && w[j].keep;
-      errs |= static_cast<uint32_t>(err);
-      const int32_t bits_j = take && a.raw != nullptr ? drlhet::OrderedBits(w[j].raw) : 0;
-      top = bits_j > top ? bits_j : top;
-      if (take && w[j].index >= r.first && w[j].index < r.end) {
-        ClaimInTable(table, bits, w[j].index, static_cast<int32_t>(b0 + j * stride));
-      }
-    }
+    LoadStage(a, base, b0, w);
+    ClaimStage(a, r, size, b0, w, table, bits, &errs, &top);
   }
   errs = __reduce_or_sync(0xffffffffu, errs);  // every lane of the warp is here
   top = __reduce_max_sync(0xffffffffu, top);
@@ -253,11 +272,16 @@ __device__ inline void RegionUpdate(const UpdateArgs& a, int32_t cs, int32_t lev
   float* rows = RankSlot(rows_all, rank, 2 * kRegionRow);
   int32_t* words = RankSlot(words_all, rank, 2);
   float* hand = RankSlot(hands, rank, kRegionHand);  // this block's; the first block's is read
+  // the thread's first round of entries, in flight while the table is cleared and the layout
+  // built (their round trip to memory overlaps the layout's chain)
+  EntryWords first[kRegionStage];
+  LoadStage(a, base, threadIdx.x, first);
+  const int32_t size = a.raw != nullptr ? a.size[v] : 0;
   for (int s = threadIdx.x; s < (1 << bits); s += blockDim.x) table[s] = kEmptySlot;
   if (threadIdx.x == 0) words[0] = words[1] = 0;
   const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);  // a barrier: table, words
   const Region r = RegionOf(lay, level_r, rank, cs);
-  RegionClaims(a, r, base, a.raw != nullptr ? a.size[v] : 0, table, bits, words);
+  RegionClaims(a, r, base, size, first, table, bits, words);
   __syncthreads();  // the claims are in
   const int32_t refused = words[0];
   if (rank == 0 && threadIdx.x == 0) {  // the batch's words and Finish, off the levels' path

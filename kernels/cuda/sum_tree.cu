@@ -28,7 +28,10 @@
 // narrow_max_nodes nodes (drlhet_cuda_update_top); the updates and the sample also
 // cluster_max_batch: a batch too large for one block but of at most that many entries per tree
 // runs in one launch of one cluster of blocks per tree where the GPU has clusters (sm_90 and
-// up: drlhet_cuda_update_cluster, drlhet_cuda_sample_cluster), else as above;
+// up: drlhet_cuda_update_cluster, drlhet_cuda_sample_cluster), else as above; the updates
+// also region_max_batch: a batch above block_max_batch and of at most that many (and 4096)
+// entries per tree is written by one cluster per tree whose blocks each own a region of the
+// tree (drlhet_cuda_update_region, region_update.cuh; 0: never), before the cluster path;
 // the checked update also priority_max (f32), err_index and err_priority, the sample err_empty
 // and err_beta (int64). Every handler is command-buffer compatible (XLA records it into the
 // step's CUDA graph).

@@ -218,14 +218,16 @@ REGION = PATHS["one cluster per tree, by region"]
 
 @pytest.mark.parametrize(
     "k, capacity, batch",
-    [(16, 2**20, 4096), (16, 2**16, 2000), (2, 3000, 700), (3, 5000, 1500), (64, 777, 300)],
-)
+    [(16, 2**20, 4096), (16, 2**16, 2000), (2, 3000, 700), (3, 5000, 1500), (64, 777, 300),
+     (4, 9000, 4097)],
+)  # fmt: skip
 def test_the_region_path_equals_the_oracle(emu, schedule, k, capacity, batch):
     """RegionUpdate (kernels/cuda/region_update.cuh) on two trees: each block's region from the
     shallowest level of at least 8 nodes (K 16: level 1; K 2 at 3000 leaves: level 3; K 64 at
     777: level 1, the leaves' parents), levels wider than 512 nodes a block as the winners'
     ancestors (2^20 leaves: level 4, 8192 a block) and the rest whole, duplicates across blocks
-    and dropped entries; then a batch whose one tree is refused."""
+    and dropped entries; then a batch whose one tree is refused. B 4097 is past the path's
+    table: the cluster path takes it."""
     trees, idx, vals, keep = two_trees_and_batches(capacity, k, batch, seed=30)
     got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, REGION)
     assert not bad.any()

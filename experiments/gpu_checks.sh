@@ -184,49 +184,31 @@ if $PY -c "import pytest_timeout" 2>/dev/null; then
   TIMEOUT_FLAGS="--timeout ${TEST_TIMEOUT:-60} --timeout-method thread"
 fi
 
-cluster_tests() {  # the cluster path's GPU tests, after the others: stage tests_cluster
-  # Only the cluster kernels wait on other blocks, so a hang is theirs; apart, it costs this
-  # stage's limit (with pytest-timeout: a worker killed after TEST_TIMEOUT, its case an error,
-  # the other cases still run: --dist load, as loadfile reruns a crashed case), not the other
-  # tests. Any failure, a hang, or the stage not run turns the cluster path off for the later
-  # stages. With the key targets already off, their cases here are left out: known failures.
-  [ "${TRIAGE_NO_CLUSTER:-0}" = 1 ] && return 0
-  local marks="not slow and cuda_cluster"
+apart_tests() {  # apart_tests cluster|region: that path's GPU tests (marked cuda_<path>),
+  # after the others, in a stage of their own (tests_<path>). Only the cluster and region kernels
+  # wait on other blocks, so a hang is theirs; apart, it costs this stage's limit (with
+  # pytest-timeout: a worker killed after TEST_TIMEOUT, its case an error, the other cases still
+  # run: --dist load, as loadfile reruns a crashed case), not the other tests. Any failure, a
+  # hang, or the stage not run turns the path off for the later stages (TRIAGE_NO_<PATH>=1,
+  # CUDA_<PATH>_MAX_BATCH=0; the stage of its own timings is then skipped). With the key targets
+  # already off, their cases here are left out: known failures.
+  local path=$1 upper=${1^^}
+  local no="TRIAGE_NO_$upper"
+  [ "${!no:-0}" = 1 ] && return 0
+  local marks="not slow and cuda_$path"
   [ "${CUDA_KEY_TARGETS:-1}" = 0 ] && marks+=" and not cuda_key_targets"
   [ "${TRIAGE_NO_TOP:-0}" = 1 ] && marks+=" and not cuda_shared_top"
   export DRLHET_TEST_CUDA_KEY_TARGETS=${CUDA_KEY_TARGETS:-1}
   export DRLHET_TEST_CUDA_SHARED_TOP=${CUDA_SHARED_TOP:-1}
-  stage tests_cluster 120 $PY -m pytest -q -p no:cacheprovider -rfEs --tb=short \
-    -n "${TEST_WORKERS:-4}" --dist load $TIMEOUT_FLAGS --junitxml "$OUT/tests_cluster.xml" \
+  stage "tests_$path" 120 $PY -m pytest -q -p no:cacheprovider -rfEs --tb=short \
+    -n "${TEST_WORKERS:-4}" --dist load $TIMEOUT_FLAGS --junitxml "$OUT/tests_$path.xml" \
     $GPU_TESTS -k "$GPU_K" -m "$marks"
   unset DRLHET_TEST_CUDA_KEY_TARGETS DRLHET_TEST_CUDA_SHARED_TOP
-  if [ "${STAGE_RC[tests_cluster]:-not run}" != 0 ]; then
-    echo "== tests_cluster: ${STAGE_RC[tests_cluster]:-not run}; the cluster path off for the" \
+  if [ "${STAGE_RC[tests_$path]:-not run}" != 0 ]; then
+    echo "== tests_$path: ${STAGE_RC[tests_$path]:-not run}; the $path path off for the" \
       "later stages"
-    TRIAGE_NO_CLUSTER=1
-    CUDA_CLUSTER_MAX_BATCH=0
-  fi
-  return 0
-}
-
-region_tests() {  # the region path's GPU tests (marked cuda_region), apart: stage tests_region
-  # Its kernel waits on other blocks too (one cluster barrier). Any failure, a hang, or the
-  # stage not run turns the region path off for the later stages (the region stage skipped).
-  [ "${TRIAGE_NO_REGION:-0}" = 1 ] && return 0
-  local marks="not slow and cuda_region"
-  [ "${CUDA_KEY_TARGETS:-1}" = 0 ] && marks+=" and not cuda_key_targets"
-  [ "${TRIAGE_NO_TOP:-0}" = 1 ] && marks+=" and not cuda_shared_top"
-  export DRLHET_TEST_CUDA_KEY_TARGETS=${CUDA_KEY_TARGETS:-1}
-  export DRLHET_TEST_CUDA_SHARED_TOP=${CUDA_SHARED_TOP:-1}
-  stage tests_region 120 $PY -m pytest -q -p no:cacheprovider -rfEs --tb=short \
-    -n "${TEST_WORKERS:-4}" --dist load $TIMEOUT_FLAGS --junitxml "$OUT/tests_region.xml" \
-    $GPU_TESTS -k "$GPU_K" -m "$marks"
-  unset DRLHET_TEST_CUDA_KEY_TARGETS DRLHET_TEST_CUDA_SHARED_TOP
-  if [ "${STAGE_RC[tests_region]:-not run}" != 0 ]; then
-    echo "== tests_region: ${STAGE_RC[tests_region]:-not run}; the region path off for the" \
-      "later stages"
-    TRIAGE_NO_REGION=1
-    CUDA_REGION_MAX_BATCH=0
+    printf -v "$no" 1
+    printf -v "CUDA_${upper}_MAX_BATCH" 0
   fi
   return 0
 }
@@ -290,8 +272,8 @@ for s in "${stages[@]}"; do
           echo "== tests: $TRIAGE_UNEXPLAINED failure(s) left unexplained after the rerun"
         fi
       fi
-      cluster_tests
-      region_tests
+      apart_tests cluster
+      apart_tests region
       paths
       echo "== the later stages run with:$PATH_FLAGS" ;;
     quick)

@@ -123,6 +123,19 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _unbroken_wins(evidence: list[dict], what: str, margin: float) -> tuple[int, str]:
+    """The last batch of the run of wins from the smallest (``evidence`` by batch, each with
+    ``wins``), or 0 when ``what`` loses at the first; and why."""
+    chosen = 0
+    for e in evidence:
+        if not e["wins"]:
+            break
+        chosen = e["batch"]
+    if chosen == 0:
+        return 0, f"{what} does not win by >= {margin}x at B {evidence[0]['batch']}"
+    return chosen, f"{what} wins by >= {margin}x up to B {chosen}"
+
+
 def pick_cluster(steps: list[Step], args: Args) -> tuple[int, list[dict], str]:
     """``CLUSTER_MAX_BATCH``, the evidence per batch, and why. Only runs that kept the batch off
     the one-block path and used the current narrow limit compare (the ``cluster`` stage's)."""
@@ -138,15 +151,8 @@ def pick_cluster(steps: list[Step], args: Args) -> tuple[int, list[dict], str]:
             )  # fmt: skip
     if not evidence:
         return args.cluster_max_batch, evidence, "no batch above BLOCK_MAX_BATCH measured both ways"
-    chosen = 0
-    for e in evidence:
-        if not e["wins"]:
-            break
-        chosen = e["batch"]
-    if chosen == 0:
-        first = evidence[0]["batch"]
-        return 0, evidence, f"the cluster path does not win by >= {args.margin}x at B {first}"
-    return chosen, evidence, f"the cluster path wins by >= {args.margin}x up to B {chosen}"
+    chosen, why = _unbroken_wins(evidence, "the cluster path", args.margin)
+    return chosen, evidence, why
 
 
 def pick_region(steps: list[Step], args: Args) -> tuple[int, list[dict], str]:
@@ -170,15 +176,8 @@ def pick_region(steps: list[Step], args: Args) -> tuple[int, list[dict], str]:
     if not evidence:
         why = "no batch above BLOCK_MAX_BATCH measured with the region path and without"
         return args.region_max_batch, evidence, why
-    chosen = 0
-    for e in evidence:
-        if not e["wins"]:
-            break
-        chosen = e["batch"]
-    if chosen == 0:
-        first = evidence[0]["batch"]
-        return 0, evidence, f"the region path does not win by >= {args.margin}x at B {first}"
-    return chosen, evidence, f"the region path wins by >= {args.margin}x up to B {chosen}"
+    chosen, why = _unbroken_wins(evidence, "the region path", args.margin)
+    return chosen, evidence, why
 
 
 def pick_narrow(steps: list[Step], cluster: int, args: Args) -> tuple[int, list[dict], str]:

@@ -166,6 +166,7 @@ if [ "$1" = experiments/bench_replay.py ] && [ -n "${FAKE_TRACE:-}" ]; then  # -
 fi
 if [ "$1 $2" = "-m pytest" ]; then
   [ -n "${PYTEST_RC:-}" ] && exit "$PYTEST_RC"  # e.g. 124: as if `timeout` had killed it
+  [ -n "${STAND_IN_SLEEP:-}" ] && sleep "$STAND_IN_SLEEP"  # a stage that takes its time
   shift 2
   keep=(); ids=(); xdist=(-p no:xdist)
   while [ $# -gt 0 ]; do
@@ -213,7 +214,7 @@ def run_checks(
     for name in ("CUDA_CLUSTER_MAX_BATCH", "CUDA_NARROW_MAX_NODES", "CUDA_KEY_TARGETS",
                  "CUDA_REGION_MAX_BATCH"):  # fmt: skip
         env.pop(name, None)
-    for name in ("WHEELS", "QUICK_PEERS", "PYTEST_RC", "STAND_IN_XDIST"):
+    for name in ("WHEELS", "QUICK_PEERS", "PYTEST_RC", "STAND_IN_XDIST", "STAND_IN_SLEEP"):
         env.pop(name, None)
     env.update(extra_env or {})
     if pytest_rc is not None:
@@ -437,11 +438,15 @@ def test_the_region_stage_times_the_update_without_and_with_the_regions_and_pick
 
 
 def test_a_cluster_stage_not_run_leaves_the_cluster_path_off(tmp_path):
-    """Out of time before it (DEADLINE_S), the cluster path is untested: off."""
-    out, calls = run_checks(tmp_path, ["tests", "quick"], extra_env={"DEADLINE_S": "15"})
-    assert "== tests_cluster: skipped" in out
+    """Out of time before it (DEADLINE_S), the cluster and region paths are untested: off. The
+    tests stage takes over a second, so that the clock (whole seconds) has moved after it."""
+    out, calls = run_checks(
+        tmp_path, ["tests", "quick"], extra_env={"DEADLINE_S": "15", "STAND_IN_SLEEP": "1.2"}
+    )
+    assert "== tests_cluster: skipped" in out and "== tests_region: skipped" in out
     assert "== tests_cluster: not run; the cluster path off" in out
-    assert not any("tests_cluster.xml" in c for c in calls)
+    assert "== tests_region: not run; the region path off" in out
+    assert not any("tests_cluster.xml" in c or "tests_region.xml" in c for c in calls)
 
 
 def test_the_gpu_stages_select_the_cluster_and_key_cases_by_their_marks(triage, tmp_path):

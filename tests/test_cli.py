@@ -72,6 +72,7 @@ def one_error_line(capsys) -> str:
         (["--buffer-size", "3000000000"], "--buffer-size must be <= 2147483647"),
         (["--buffer-size", str(2**31 - 1)], "needs 2290649248 tree nodes, more than int32"),
         (["--backend", "fpga", "--branching", "2"], "--branching 2: the FPGA replay module"),
+        (["--backend", "cuda", "--branching", "300"], "--branching 300: the cuda backend supports"),
         # what a backend accepts is checked for the backend a mapping names too
         (
             ["--mapping", "actors=cpu:0,replay=fpga@cpu:0,learner=cpu:0", "--branching", "2"],

@@ -55,6 +55,7 @@ __all__ = [
     "draws_like_jax",
     "update_checked",
     "gpu_devices",
+    "accepts",
 ]
 
 FFI_TARGETS = {
@@ -176,12 +177,20 @@ def _library() -> None:
         _register(CPU)
 
 
+def accepts(capacity: int, branching: int) -> str:
+    """Why the kernels cannot hold ``capacity`` leaves at K ``branching`` (empty: they can);
+    asked before a run starts (`Backend.accepts`) and when a tree is traced."""
+    if branching > MAX_BRANCHING:
+        return f"the cuda backend supports K <= {MAX_BRANCHING}, got {branching}"
+    if capacity > MAX_CAPACITY:
+        return f"the cuda backend supports capacity <= 2^31 - 1, got {capacity}"
+    return ""
+
+
 def _check(tree: SumTreeState) -> None:
     _library()
-    if tree.branching > MAX_BRANCHING:
-        raise ValueError(f"the cuda backend supports K <= {MAX_BRANCHING}, got {tree.branching}")
-    if tree.capacity > MAX_CAPACITY:
-        raise ValueError(f"the cuda backend supports capacity <= 2^31 - 1, got {tree.capacity}")
+    if why := accepts(tree.capacity, tree.branching):
+        raise ValueError(why)
     if tree.nodes.dtype != jnp.float32:
         raise ValueError(f"the cuda backend supports float32 trees, got {tree.nodes.dtype}")
 
@@ -368,6 +377,7 @@ BACKEND = register(
         # backend's on an H100 from B 32 to 65536 at 2^20 leaves, 2026-11-27 (docs/results.md)
         rank=1,
         simulation=(CPU, ("replay",)),
+        accepts=accepts,
         summary="CUDA sum tree as XLA FFI custom calls inside jit (float32 trees); on a CPU "
         "device, its kernels under a host emulation of CUDA (function, not speed)",
     )

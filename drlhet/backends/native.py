@@ -28,6 +28,7 @@ __all__ = [
     "library_path",
     "set_num_threads",
     "get_num_threads",
+    "accepts",
     "find",
     "update",
     "ffi_find",
@@ -81,10 +82,19 @@ def get_num_threads() -> int:
     return int(_library().drlhet_get_num_threads())
 
 
+def accepts(capacity: int, branching: int) -> str:
+    """Why the native kernels cannot hold ``capacity`` leaves at K ``branching`` (empty: they
+    can); asked before a run starts (`Backend.accepts`) and when a tree is traced."""
+    del capacity  # any the buffer allows (int32 slots)
+    if branching > MAX_BRANCHING:
+        return f"the native backend supports K <= {MAX_BRANCHING}, got {branching}"
+    return ""
+
+
 def _check(tree: SumTreeState) -> None:
     _library()  # registers the FFI targets on first use
-    if tree.branching > MAX_BRANCHING:
-        raise ValueError(f"the native backend supports K <= {MAX_BRANCHING}, got {tree.branching}")
+    if why := accepts(tree.capacity, tree.branching):
+        raise ValueError(why)
     if tree.nodes.dtype != jnp.float32:
         raise ValueError(f"the native backend supports float32 trees, got {tree.nodes.dtype}")
 
@@ -175,6 +185,7 @@ BACKEND = register(
         "OpenMP)",
         loader=_load,
         rank=10,  # 1.1-1.3x the jax replay in the fused loop, measured (docs/results.md)
+        accepts=accepts,
         summary="C++/OpenMP sum tree as XLA FFI custom calls inside jit (float32 trees)",
     )
 )

@@ -31,14 +31,14 @@ class UsageError(Exception):
 
 def _as_options(e: Exception, options: dict[str, str]) -> str:
     """The message of ``e`` with the configuration fields it names (`ConfigError`) written
-    as the command's options (``batch_size`` -> ``--batch-size``, or ``options[field]``)."""
-    text = str(e)
-    fields = getattr(e, "fields", ()) if isinstance(e, ConfigError) else ()
-    if not fields:
-        return text
-    spelled = {f: "--" + options.get(f, f).replace("_", "-") for f in fields}
-    pattern = r"\b(" + "|".join(map(re.escape, fields)) + r")\b"
-    return re.sub(pattern, lambda m: spelled[m.group(1)], text)
+    as the command's options (``batch_size`` -> ``--batch-size``, or ``options[field]``); the
+    reason it quotes (a backend's words) as it is."""
+    if not isinstance(e, ConfigError) or not e.fields:
+        return str(e)
+    spelled = {f: "--" + options.get(f, f).replace("_", "-") for f in e.fields}
+    pattern = r"\b(" + "|".join(map(re.escape, e.fields)) + r")\b"
+    head = re.sub(pattern, lambda m: spelled[m.group(1)], e.head)
+    return f"{head}: {e.reason}" if e.reason else head
 
 
 @contextlib.contextmanager

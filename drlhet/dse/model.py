@@ -305,6 +305,8 @@ class Model:
             return f"backend {b.name!r} runs on {'/'.join(p.upper() for p in b.platforms)} only"
         if group not in b.provides:
             return f"backend {b.name!r} implements the {', '.join(b.provides)} only"
+        if group == "replay" and b.accepts is not None:  # the tree's shape (K, capacity)
+            return b.accepts(self.s.capacity, self.s.branching)
         return ""
 
     # --- the iteration model --------------------------------------------------------------

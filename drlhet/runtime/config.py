@@ -81,11 +81,13 @@ _POSITIVE = (
 
 
 class ConfigError(ValueError):
-    """A bad `TrainConfig`: the message names the fields (``fields``) and their values."""
+    """A bad `TrainConfig`: the message names the fields (``fields``) and their values;
+    ``reason``, another's words quoted after it (a backend's), names no field."""
 
-    def __init__(self, message: str, *fields: str):
-        super().__init__(message)
+    def __init__(self, message: str, *fields: str, reason: str = ""):
+        super().__init__(f"{message}: {reason}" if reason else message)
         self.fields = fields
+        self.head, self.reason = message, reason
 
 
 def check(cfg: TrainConfig) -> None:
@@ -157,10 +159,11 @@ def _check_backends(cfg: TrainConfig) -> None:
     if why:
         raise ConfigError(
             f"backend {cfg.backend!r} cannot hold buffer_size {cfg.buffer_size} at branching "
-            f"{cfg.branching}: {why}",
+            f"{cfg.branching}",
             "backend",
             "buffer_size",
             "branching",
+            reason=why,
         )
 
 

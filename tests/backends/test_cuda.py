@@ -117,6 +117,18 @@ def test_lookup_loads_on_a_gpu_and_as_a_simulation_on_the_cpu(monkeypatch):
         cuda.BACKEND.loader()
 
 
+def test_trees_the_kernels_do_not_hold_are_refused_before_a_call(monkeypatch):
+    assert cuda.accepts(2**31 - 1, 256) == ""
+    assert "K <= 256, got 257" in cuda.accepts(1000, 257)
+    assert "capacity <= 2^31 - 1, got 2147483648" in cuda.accepts(2**31, 16)
+    monkeypatch.setattr(cuda, "_library", lambda: None)  # no library needed to refuse
+    tree = st.init(1000, 257)
+    with pytest.raises(ValueError, match="supports K <= 256, got 257"):
+        cuda.find(tree, jnp.zeros(2, jnp.float32))
+    with pytest.raises(ValueError, match="supports K <= 256, got 257"):
+        cuda.update(tree, jnp.zeros(2, jnp.int32), jnp.ones(2, jnp.float32))
+
+
 def _missing_emulation():
     raise backends.BackendUnavailable("the CUDA kernels' host emulation are not built")
 

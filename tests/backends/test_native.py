@@ -80,6 +80,15 @@ def test_native_rejects_trees_that_are_not_float32(dtype):
             native.update(tree, jnp.zeros(2, jnp.int32), jnp.ones(2, dtype))
 
 
+def test_native_rejects_a_branching_its_kernels_do_not_hold():
+    assert native.accepts(1000, 256) == ""
+    tree = st.init(1000, 257)
+    with pytest.raises(ValueError, match="supports K <= 256, got 257"):
+        native.find(tree, jnp.zeros(2, jnp.float32))
+    with pytest.raises(ValueError, match="supports K <= 256, got 257"):
+        native.update(tree, jnp.zeros(2, jnp.int32), jnp.ones(2, jnp.float32))
+
+
 def test_a_missing_library_is_backend_unavailable(monkeypatch):
     monkeypatch.setattr(native, "_LIB_NAMES", ("no-such-library.so",))
     with pytest.raises(BackendUnavailable, match="not built"):

@@ -267,6 +267,15 @@ def test_infeasible_mappings_say_why():
     m = model()
     assert "FPGA" in m.infeasible(places("jax@fpga", "fpga@fpga", "fpga@fpga"))
     assert "CPU only" in m.infeasible(places("jax@cpu:0", "native@gpu", "jax@cpu:0"))
+    # a replay backend's kernels that cannot hold the run's tree (its registry entry's accepts)
+    wide = Model(Shapes(**{**SHAPES.__dict__, "branching": 300}), toy_sheets(), {"jax": PROFILE})
+    assert "native backend supports K <= 256, got 300" in wide.infeasible(
+        places("jax@cpu:0", "native@cpu:0", "jax@cpu:0")
+    )
+    assert "cuda backend supports K <= 256" in wide.infeasible(
+        places("jax@cpu:0", "cuda@gpu", "jax@cpu:0")
+    )
+    assert wide.infeasible(places("jax@cpu:0", "jax@cpu:0", "jax@cpu:0")) == ""
     with pytest.raises(ValueError, match="no sheet"):
         m.kind("tpu")
 

@@ -47,6 +47,8 @@ def test_warmup_steps_count_the_rounding_and_the_n_step_window():
         ({"branching": 1}, "branching must be >= 2, got 1", 1),
         ({"buffer_size": 2**31 - 1}, "needs 2290649248 tree nodes", 2),
         ({"backend": "fpga", "branching": 2}, "cannot hold buffer_size 1000 at branching 2", 3),
+        ({"backend": "native", "branching": 300}, "the native backend supports K <= 256", 3),
+        ({"backend": "cuda", "branching": 257}, "the cuda backend supports K <= 256", 3),
     ],
 )
 def test_bad_configurations_name_their_fields(change, message, fields):

@@ -192,6 +192,44 @@ __device__ inline void RegionClaims(const UpdateArgs& a, const Region& r, int64_
   }
 }
 
+// Where leaf `leaf` was claimed in the table: its slot's word (ClaimInTable put it there).
+__device__ inline uint64_t ClaimOf(const uint64_t* table, int bits, int32_t leaf) {
+  const uint32_t mask = (1u << bits) - 1u;
+  uint32_t s = (static_cast<uint32_t>(leaf) * 0x9E3779B1u) >> (32 - bits);
+  while (table[s] >> 32 != static_cast<uint32_t>(leaf)) s = (s + 1u) & mask;
+  return table[s];
+}
+
+// A loaded round's winners (of a batch that was not refused: every kept entry was taken)
+// written to their leaves in `tree`, each by the thread that loaded it, from its registers.
+__device__ inline void LeafStage(const UpdateArgs& a, const Region& r, int64_t b0,
+                                 const EntryWords (&w)[kRegionStage], const uint64_t* table,
+                                 int bits, float* leaves) {
+#pragma unroll
+  for (int j = 0; j < kRegionStage; ++j) {
+    if (!w[j].keep || w[j].index < r.first || w[j].index >= r.end) continue;
+    const int64_t b = b0 + j * static_cast<int64_t>(blockDim.x);
+    if ((ClaimOf(table, bits, w[j].index) & 0xffffffffu) == static_cast<uint64_t>(b)) {
+      leaves[w[j].index] = w[j].value;
+    }
+  }
+}
+
+// The winners' leaves of the region, once the claims are in: the thread's first round from
+// its registers (at B <= 4096 on a GPU, the whole batch: no load waits between the claims and
+// the leaves), any later round loaded again. Every thread calls it.
+__device__ inline void RegionLeaves(const UpdateArgs& a, const Region& r, int64_t base,
+                                    const EntryWords (&first)[kRegionStage],
+                                    const uint64_t* table, int bits, float* leaves) {
+  const int64_t round = kRegionStage * static_cast<int64_t>(blockDim.x);
+  LeafStage(a, r, threadIdx.x, first, table, bits, leaves);
+  for (int64_t b0 = threadIdx.x + round; b0 < a.batch; b0 += round) {
+    EntryWords w[kRegionStage];
+    LoadStage(a, base, b0, w);
+    LeafStage(a, r, b0, w, table, bits, leaves);
+  }
+}
+
 // The region's levels depth - 1 .. R after its leaves: a level of at most kRegionRow nodes in
 // the region whole, its nodes also kept in `rows` (two rows of kRegionRow, alternating) for the
 // level above; a wider one as each winner's ancestor (the table's leaves). Level R is left in
@@ -294,12 +332,7 @@ __device__ inline void RegionUpdate(const UpdateArgs& a, int32_t cs, int32_t lev
     return;
   }
   float* tree = a.nodes + v * lay.size;
-  for (int s = threadIdx.x; s < (1 << bits); s += blockDim.x) {  // the winners' leaves
-    const uint64_t held = table[s];
-    if (held == kEmptySlot) continue;
-    tree[lay.offsets[lay.depth] + static_cast<int64_t>(held >> 32)] =
-        a.values[base + static_cast<int64_t>(held & 0xffffffffu)];
-  }
+  RegionLeaves(a, r, base, first, table, bits, tree + lay.offsets[lay.depth]);
   RegionLevels(tree, lay, r, table, bits, rows);
   const float* row_r = rows + (level_r & 1) * kRegionRow;
   __syncthreads();  // level R is in its row

@@ -208,6 +208,14 @@ def test_backends_command_lists_the_registry(capsys):
     assert "fpga (cpu: sim)" in next(ln for ln in out.splitlines() if ln.startswith("fpga"))
 
 
+def test_a_run_on_a_simulated_device_says_so_before_it_starts(tmp_path, capsys):
+    main(["train", *TINY, "--backend", "fpga", "--out", str(tmp_path), "--name", "r"])
+    out = capsys.readouterr().out
+    before, _, after = out.partition("final evaluation return")
+    assert "note: replay=fpga@cpu:0 simulates its hardware here" in before
+    assert "replay=fpga@cpu:0 is a simulation of its hardware" in after  # beside the figures
+
+
 def test_a_run_names_the_placements_that_only_simulate_their_hardware():
     from drlhet.cli.train import simulated
 

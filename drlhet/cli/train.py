@@ -127,6 +127,8 @@ def train_command(
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{config.algo}-{config.env.replace(':', '-')}"
     run_dir = resume or out / (name or stamp)
     print(_plan(tr.config, tr.chunks))
+    for part in simulated(str(placed)):  # before the wait, not only beside the figures
+        print(f"note: {part} simulates its hardware here (right results, not its speed)")
     before = saved.rows if saved is not None else []
     with bad_input():
         saving = saving_for(

@@ -58,9 +58,12 @@
 #   region    the update in one cluster per tree whose blocks each own a region of the tree
 #             (kernels/cuda/region_update.cuh; drlhet.backends.cuda.REGION_MAX_BATCH, off by
 #             default until measured): REGION_SWEEP (default "0 4096") as REGION_MAX_BATCH, the
-#             update and step of cuda at 2^20 leaves, K 16, B REGION_BATCHES (default 2048
-#             4096), the other thresholds in force, jax in the first run (rows to
-#             $OUT/region_<N>.json; not in the default list; about 40 s). Its GPU tests run
+#             update and step of cuda at 2^20 leaves, K 16, B REGION_BATCHES (default 1024
+#             2048 4096), the other thresholds in force, jax in the first run (rows to
+#             $OUT/region_<N>.json; not in the default list; about 50 s). The runs with the
+#             path on lower BLOCK_MAX_BATCH to 512, so that B 1024 takes the region path there
+#             and the one-block path in the first run: rows to read, which pick leaves alone
+#             (it compares batches above BLOCK_MAX_BATCH only). Its GPU tests run
 #             apart after the cluster path's (stage tests_region, marked cuda_region); a
 #             failure there skips this stage. After a kernel change: build tests region
 #   targets   the sample's targets drawn in the cuda sample call from the key (the default,
@@ -338,10 +341,12 @@ for s in "${stages[@]}"; do
       fi
       backends="cuda jax"
       for rb in ${REGION_SWEEP:-0 4096}; do
+        block=""  # with the path on, B 1024 takes it instead of the one-block path
+        [ "$rb" != 0 ] && block="--cuda-block-max-batch 512"
         stage "region_$rb" 120 $PY experiments/bench_replay.py --device gpu \
-          --capacities 1048576 --batches ${REGION_BATCHES:-2048 4096} --branchings 16 \
+          --capacities 1048576 --batches ${REGION_BATCHES:-1024 2048 4096} --branchings 16 \
           --backends $backends --ops update step --modes fused --no-plain --no-peers \
-          --no-thread-scaling --no-limits $PATH_FLAGS --cuda-region-max-batch "$rb" \
+          --no-thread-scaling --no-limits $PATH_FLAGS --cuda-region-max-batch "$rb" $block \
           --out "$OUT/region_$rb.json"
         backends=cuda
       done ;;

@@ -155,16 +155,21 @@ def pick_cluster(steps: list[Step], args: Args) -> tuple[int, list[dict], str]:
     return chosen, evidence, why
 
 
+def _beside_region(s: Step) -> tuple[bool, int, int]:
+    """The thresholds that choose a row's update path besides the region path's: whether the
+    one-block path takes its batch (not the exact limit: the region stage's runs with the path
+    on lower it), the narrow limit and the cluster limit."""
+    return s.block >= s.batch, s.narrow, s.cluster
+
+
 def pick_region(steps: list[Step], args: Args) -> tuple[int, list[dict], str]:
     """``REGION_MAX_BATCH``, the evidence per batch, and why: each batch above
     ``BLOCK_MAX_BATCH`` (and at most 4096, the path's limit) with the region path on and off
     under the same other thresholds (the ``region`` stage's runs)."""
     evidence: list[dict] = []
     for batch in sorted({s.batch for s in steps if args.block_max_batch < s.batch <= 4096}):
-        for paths in sorted({(s.block, s.narrow, s.cluster) for s in steps if s.batch == batch}):
-            same = [
-                s for s in steps if s.batch == batch and (s.block, s.narrow, s.cluster) == paths
-            ]
+        for paths in sorted({_beside_region(s) for s in steps if s.batch == batch}):
+            same = [s for s in steps if s.batch == batch and _beside_region(s) == paths]
             on = _mean([s.rate for s in same if s.region >= batch])
             off = _mean([s.rate for s in same if s.region < batch])
             if on is not None and off is not None:

@@ -127,12 +127,13 @@ def test_the_top_copy_is_turned_off_only_where_its_absence_wins_by_the_margin(
 def test_the_region_path_is_picked_up_to_the_last_batch_of_an_unbroken_run_of_wins(
     experiments, tmp_path
 ):
-    """pick_region: the `region` stage's two runs (off, on at 4096) under the same cluster
-    threshold; its on rows never count as the cluster path's."""
-    off = [row(b, r, block=1024, cluster=4096, region=0) for b, r in ((2048, 60e6), (4096, 120e6))]
-    on = [
-        row(b, r, block=1024, cluster=4096, region=4096) for b, r in ((2048, 80e6), (4096, 150e6))
-    ]
+    """pick_region: the `region` stage's two runs (off; on at 4096 with BLOCK_MAX_BATCH 512,
+    so that B 1024 takes it) under the same cluster threshold; its on rows never count as the
+    cluster path's, and B 1024 (at most BLOCK_MAX_BATCH) decides nothing."""
+    batches = ((1024, 30e6, 40e6), (2048, 60e6, 80e6), (4096, 120e6, 150e6))
+    off = [row(b, r, block=1024, cluster=4096, region=0) for b, r, _ in batches]
+    on = [row(b, r, block=512, cluster=4096, region=4096) for b, _, r in batches][1:]
+    on.insert(0, row(1024, 5e6, block=512, cluster=4096, region=4096))  # a loss: not read
     per_level = [row(4096, 100e6, block=1024, cluster=0, region=0)]
     files = [write(tmp_path, "region_0.json", off + per_level),
              write(tmp_path, "region_4096.json", on)]  # fmt: skip
@@ -142,11 +143,11 @@ def test_the_region_path_is_picked_up_to_the_last_batch_of_an_unbroken_run_of_wi
     # the cluster pick compares the cluster path without the region path: 120M, not 150M
     assert [e["cluster_items_per_s"] for e in result["cluster_evidence"]] == [120e6]
     # a loss at the first batch turns it off; a loss after a win stops there
-    on[0]["items_per_s"] = 50e6
+    on[1]["items_per_s"] = 50e6
     files[1] = write(tmp_path, "region_4096.json", on)
     result, env = pick(experiments, tmp_path, files, region_max_batch=4096)
     assert result["region_max_batch"] == 0 and "does not win" in result["region_why"]
-    on[0]["items_per_s"], on[1]["items_per_s"] = 80e6, 100e6
+    on[1]["items_per_s"], on[2]["items_per_s"] = 80e6, 100e6
     files[1] = write(tmp_path, "region_4096.json", on)
     result, _ = pick(experiments, tmp_path, files)
     assert result["region_max_batch"] == 2048

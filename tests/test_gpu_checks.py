@@ -413,13 +413,13 @@ def test_the_region_stage_times_the_update_without_and_with_the_regions_and_pick
                 "capacity": 2**20,
                 "batch": b,
                 "branching": 16,
-                "cuda_block_max_batch": 1024,
+                "cuda_block_max_batch": 512 if region else 1024,
                 "cuda_narrow_max_nodes": 1024,
                 "cuda_cluster_max_batch": 4096,
                 "cuda_region_max_batch": region,
                 "items_per_s": rate,
             }
-            for b in (2048, 4096)
+            for b in (1024, 2048, 4096)
         ]
         (out_dir / f"region_{region}.json").write_text(json.dumps(rows))  # fmt: skip
     out, calls = run_checks(tmp_path, ["region", "pick", "quick", "train"])
@@ -429,7 +429,9 @@ def test_the_region_stage_times_the_update_without_and_with_the_regions_and_pick
     ]  # fmt: skip
     assert "--backends cuda jax " in runs[0] and "--backends cuda " in runs[1]
     assert "--cuda-region-max-batch 0 " in runs[0] and "--cuda-region-max-batch 4096 " in runs[1]
-    assert all("--batches 2048 4096 " in r and "--capacities 1048576 " in r for r in runs)
+    # with the path on, B 1024 leaves the one-block path for it
+    assert "--cuda-block-max-batch" not in runs[0] and "--cuda-block-max-batch 512 " in runs[1]
+    assert all("--batches 1024 2048 4096 " in r and "--capacities 1048576 " in r for r in runs)
     assert "REGION_MAX_BATCH = 4096" in out
     quick = next(c for c in calls if "bench_quick.json" in c)
     assert "--cuda-region-max-batch 4096" in quick

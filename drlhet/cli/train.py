@@ -126,9 +126,7 @@ def train_command(
         enable_compilation_cache()
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{config.algo}-{config.env.replace(':', '-')}"
     run_dir = resume or out / (name or stamp)
-    print(_plan(tr.config, tr.chunks))
-    for part in simulated(str(placed)):  # before the wait, not only beside the figures
-        print(f"note: {part} simulates its hardware here (right results, not its speed)")
+    print(_plan(tr.config, tr.chunks, str(placed)))
     before = saved.rows if saved is not None else []
     with bad_input():
         saving = saving_for(
@@ -245,14 +243,19 @@ def _check_memory(tr, config: TrainConfig, copies: int) -> None:
         )
 
 
-def _plan(config: TrainConfig, chunks: int) -> str:
-    """What the run will do, in env steps per seed."""
+def _plan(config: TrainConfig, chunks: int, mapping: str) -> str:
+    """What the run will do, in env steps per seed, and on what: a placement that simulates its
+    hardware is named before the wait, not only beside the figures."""
     warm = warmup_steps(config)
     total = warm + chunks * config.eval_every
+    notes = "".join(
+        f"\nnote: {part} simulates its hardware here (right results, not its speed)"
+        for part in simulated(mapping)
+    )
     return (
         f"training {total:,} env steps per seed (--steps {config.steps:,}): {warm:,} of warm-up "
         f"with random actions, then {chunks} chunk{'s' * (chunks > 1)} of {config.eval_every:,}"
-        f" (--eval-every), each followed by an evaluation"
+        f" (--eval-every), each followed by an evaluation{notes}"
     )
 
 

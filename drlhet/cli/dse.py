@@ -119,7 +119,7 @@ def dse_command(
     model = build_model(shape, cache=cache, reprofile=reprofile, gpu_rows=gpu_rows)
     if gpu_profile is not None and model.gpu is None:
         print(f"note: {gpu_profile} has no rows for this shape; GPUs stay modeled from sheets")
-    preds = search(model, devs, delay, present=present, backends_here=replay_backends_here())
+    preds = search(model, devs, delay, present=present, backends_here=replay_backends_here(shape))
     if not any(p.note == "" for p in preds):
         why = preds[0].note if preds else "no placement has costs"
         raise UsageError(f"--devices {','.join(devs)}: no mapping is feasible ({why})")

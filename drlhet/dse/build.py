@@ -16,7 +16,7 @@ from typing import Any
 
 import jax
 
-from drlhet.backends.base import CPU, GPU, providing
+from drlhet.backends.base import CPU, GPU, Backend, providing
 from drlhet.dse.baselines import host_replay_backend, profile_python_replay
 from drlhet.dse.cache import ProfileCache
 from drlhet.dse.devices import load_sheets
@@ -38,10 +38,16 @@ __all__ = [
 _HOST_STAGES = ("replay_in", "replay_next", "apply")
 
 
-def replay_backends_here() -> list[str]:
-    """Replay backends that run inside XLA on this machine's CPU, best first (the reference
-    always; faster ones when they load)."""
-    return [b.name for b in providing("replay", CPU, runnable=True) if not b.host]
+def replay_backends_here(key: ProfileKey | None = None, platform: str = CPU) -> list[str]:
+    """Replay backends that run inside XLA on this machine's ``platform``, best first (on the
+    CPU the reference always; faster ones when they load); with ``key``, only those that hold
+    its tree (their registry entry's ``accepts``: the others are not profiled, and the model
+    says why they cannot run)."""
+
+    def holds(b: Backend) -> bool:
+        return key is None or b.accepts is None or not b.accepts(key.capacity, key.branching)
+
+    return [b.name for b in providing("replay", platform, runnable=True) if not b.host and holds(b)]
 
 
 def cpu_devices_here() -> list[str]:
@@ -93,7 +99,7 @@ def gpu_rows_here(
         log(f"note: no device sheet matches this GPU ({gpu.device_kind}); it stays unprofiled")
         return []
     rows = []
-    for backend in [b.name for b in providing("replay", GPU, runnable=True) if not b.host]:
+    for backend in replay_backends_here(key, GPU):
         k = dataclasses.replace(key, backend=backend)
         cache_key = dataclasses.replace(key, backend=f"{backend}@{sheet}")
         figs = None if reprofile else cache.get(cache_key)
@@ -120,7 +126,7 @@ def build_model(
     (`gpu_rows_here`, measured or cached), which replace the sheet model of their GPU."""
     cpus = jax.devices(CPU)
     profiles = {}
-    for backend in replay_backends_here():
+    for backend in replay_backends_here(key):
         k = dataclasses.replace(key, backend=backend)
         prof = None if reprofile else cache.get(k)
         if prof is None:

@@ -84,6 +84,14 @@ def test_profile_measures_every_primitive_stage_and_hop():
     assert prof["bytes"]["batch"] > prof["bytes"]["priorities"] > 0
 
 
+def test_only_the_backends_that_hold_the_tree_are_profiled():
+    here = replay_backends_here()
+    assert "native" in here  # built by `pip install` everywhere the suite runs
+    wide = replay_backends_here(dataclasses.replace(TINY, branching=300))
+    assert wide == [b for b in here if b != "native"] and "jax" in wide
+    assert replay_backends_here(TINY) == here
+
+
 def test_build_model_reuses_the_cache(cache_base, monkeypatch, tmp_path):
     cache = ProfileCache(cache_base, fp=FP)
     logs: list[str] = []

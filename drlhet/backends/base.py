@@ -237,8 +237,10 @@ def providing(
     return sorted(out, key=lambda b: (-b.rank, b.name))
 
 
-def default(group: str, platform: str) -> str:
-    """The fastest backend of ``group`` on ``platform`` that loads here.
+def default(group: str, platform: str, tree: tuple[int, int] | None = None) -> str:
+    """The fastest backend of ``group`` on ``platform`` that loads here; with ``tree``
+    (``(capacity, K)`` of the replay's sum tree), the fastest that also holds such a tree
+    (`Backend.accepts`).
 
     Raises:
       BackendUnavailable: none loads (the message lists why each failed).
@@ -246,6 +248,10 @@ def default(group: str, platform: str) -> str:
     candidates = providing(group, platform)
     why = []
     for b in candidates:
+        refused = b.accepts(*tree) if tree is not None and b.accepts is not None else ""
+        if refused:
+            why.append(f"{b.name}: {refused}")
+            continue
         try:
             load(b.name)
         except BackendUnavailable as e:

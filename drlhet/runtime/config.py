@@ -18,6 +18,7 @@ __all__ = [
     "warmup_steps",
     "n_step_of",
     "with_backend",
+    "tree_shape",
 ]
 
 
@@ -210,4 +211,10 @@ def with_backend(cfg: TrainConfig, platform: str) -> TrainConfig:
     """
     if cfg.backend is not None:
         return cfg
-    return dataclasses.replace(cfg, backend=default("replay", platform))
+    return dataclasses.replace(cfg, backend=default("replay", platform, tree_shape(cfg)))
+
+
+def tree_shape(cfg: TrainConfig) -> tuple[int, int] | None:
+    """``(capacity, K)`` of ``cfg``'s sum tree, which its replay backend must hold; None for
+    uniform replay (no tree)."""
+    return None if cfg.uniform else (cfg.buffer_size, cfg.branching)

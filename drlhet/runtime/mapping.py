@@ -55,10 +55,13 @@ class Mapping:
     learner: Placement
 
     @classmethod
-    def fused(cls, device: str, replay_backend: str | None = None) -> Mapping:
+    def fused(
+        cls, device: str, replay_backend: str | None = None, tree: tuple[int, int] | None = None
+    ) -> Mapping:
         """Every group on ``device``; the replay on ``replay_backend`` (default: the fastest
-        that loads there), the others on their default backend."""
-        rb = replay_backend or backends.default("replay", _platform(device))
+        that loads there and holds a tree of ``(capacity, K)`` ``tree``), the others on their
+        default backend."""
+        rb = replay_backend or backends.default("replay", _platform(device), tree)
         return cls(
             parse_placement(device, "actors"),
             Placement(rb, device),

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import jax
 
 from drlhet.runtime.compiling import jit
-from drlhet.runtime.config import TrainConfig
+from drlhet.runtime.config import TrainConfig, tree_shape
 from drlhet.runtime.fused import run_fused
 from drlhet.runtime.host_loop import run_iteration_loop
 from drlhet.runtime.mapping import Mapping, Placement, segments
@@ -123,9 +123,10 @@ def initial_example(cfg: TrainConfig) -> Any:
 
 def default_mapping(cfg: TrainConfig) -> Mapping:
     """Every group fused on JAX's default device, the replay on ``cfg.backend`` (None: the
-    fastest that loads there), the learner on ``cfg.learner`` (None: the agents' JAX step)."""
+    fastest that loads there and holds its tree), the learner on ``cfg.learner`` (None: the
+    agents' JAX step)."""
     device = jax.devices()[0]
-    mapping = Mapping.fused(f"{device.platform}:0", cfg.backend)
+    mapping = Mapping.fused(f"{device.platform}:0", cfg.backend, tree_shape(cfg))
     if cfg.learner is None:
         return mapping
     return dataclasses.replace(mapping, learner=Placement(cfg.learner, mapping.learner.device))

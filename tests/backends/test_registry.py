@@ -83,6 +83,12 @@ def test_default_is_the_best_ranked_backend_that_loads(monkeypatch):
         Mapping.parse("actors=cpu:0,replay=fast-but-broken@cpu:0,learner=cpu:0").validate()
 
 
+def test_the_default_for_a_tree_is_the_best_ranked_backend_that_holds_it():
+    assert backends.default("replay", backends.CPU, (1000, 256)) == "native"
+    assert backends.default("replay", backends.CPU, (1000, 300)) == "jax"  # native: K <= 256
+    assert backends.default("replay", backends.GPU, (1000, 300)) == "jax"  # cuda: K <= 256
+
+
 def test_a_new_backend_module_is_one_registration(monkeypatch):
     # what the mapping validation learns from a registration alone
     ref = backends.tree_ops("jax")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ import pytest
 from drlhet.agents.dqn import DQNConfig
 from drlhet.runtime import trainer as trainer_module
 from drlhet.runtime.config import TrainConfig
+from drlhet.runtime.run import default_mapping
 from drlhet.runtime.trainer import make_trainer
 
 SMALL = TrainConfig(
@@ -86,6 +89,11 @@ def test_every_learner_step_gets_its_own_key(keys_seen):
 def test_the_default_replay_backend_is_resolved():
     assert make_trainer(SMALL).config.backend == "native"  # the fastest that loads here
     assert make_trainer(SMALL, platform="cpu").config.backend == "native"
+    # the fastest that holds the tree: native's kernels take K <= 256
+    wide = dataclasses.replace(SMALL, branching=300)
+    assert make_trainer(wide).config.backend == "jax"
+    assert default_mapping(wide).replay.backend == "jax"
+    assert default_mapping(dataclasses.replace(wide, uniform=True)).replay.backend == "native"
 
 
 def test_compiled_training_iterations_do_not_copy_the_tree():

@@ -25,7 +25,7 @@ from drlhet.cli.checkpoints import (
 from drlhet.cli.common import available_memory, bad_input, enable_compilation_cache, set_cpu_devices
 from drlhet.cli.dse import auto_mapping
 from drlhet.cli.ray_actors import ray_config, ray_runner, ray_summary
-from drlhet.runtime.config import TrainConfig, check, chunks_of, warmup_steps
+from drlhet.runtime.config import TrainConfig, check, chunks_of, tree_shape, warmup_steps
 from drlhet.runtime.mapping import Mapping, cpu_devices_named
 from drlhet.runtime.memory import estimate_memory, size_text
 from drlhet.runtime.run import Start, default_mapping, run
@@ -182,7 +182,7 @@ def _prepare(config: TrainConfig, mapping: str | None, cpu_devices, memory_check
         placed.validate()
     else:
         with bad_input("--mapping: "):
-            placed = Mapping.parse(mapping)
+            placed = Mapping.parse(mapping, tree_shape(config))
             placed.validate()
     tr = _trainer(config, placed)
     if memory_check:

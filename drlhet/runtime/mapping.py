@@ -31,15 +31,16 @@ __all__ = [
 _GROUP_OF = {p: g for g, ps in GROUP_PRIMITIVES.items() for p in ps}
 
 
-def parse_placement(text: str, group: str) -> Placement:
-    """``"backend@device"``, or a bare ``"device"`` (the group's default backend there)."""
+def parse_placement(text: str, group: str, tree: tuple[int, int] | None = None) -> Placement:
+    """``"backend@device"``, or a bare ``"device"`` (the group's default backend there; for the
+    replay, the fastest that holds a ``(capacity, K)`` ``tree``)."""
     text = text.strip()
     if text.count("@") > 1 or not text or text.startswith("@") or text.endswith("@"):
         raise ValueError(f"{group}={text!r}: expected backend@device or a device")
     if "@" in text:
         backend, device = text.split("@")
         return Placement(backend, device)
-    return Placement(backends.default(group, _platform(text)), text)
+    return Placement(backends.default(group, _platform(text), tree), text)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,8 +70,9 @@ class Mapping:
         )
 
     @classmethod
-    def parse(cls, text: str) -> Mapping:
-        """Parses ``key=backend@device`` pairs separated by commas; every group must be set."""
+    def parse(cls, text: str, tree: tuple[int, int] | None = None) -> Mapping:
+        """Parses ``key=backend@device`` pairs separated by commas; every group must be set. A
+        bare device takes the group's default backend (`parse_placement`, ``tree``)."""
         got: dict[str, Placement] = {}
         for item in filter(None, (t.strip() for t in text.split(","))):
             if "=" not in item:
@@ -79,7 +81,7 @@ class Mapping:
             group = key if key in GROUPS else _GROUP_OF.get(key)
             if group is None:
                 raise ValueError(f"unknown group or primitive {key!r}; use {GROUPS + LOOP_ORDER}")
-            place = parse_placement(value, group)
+            place = parse_placement(value, group, tree if group == "replay" else None)
             if got.setdefault(group, place) != place:
                 raise ValueError(
                     f"the {group} ({', '.join(GROUP_PRIMITIVES[group])}) must share one "

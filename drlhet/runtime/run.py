@@ -72,7 +72,7 @@ def run(
       BackendUnavailable: a backend or device the mapping names is missing here.
     """
     if isinstance(mapping, str):
-        mapping = Mapping.parse(mapping)
+        mapping = Mapping.parse(mapping, tree_shape(cfg))
     if mapping is None:
         mapping = default_mapping(cfg)
     devices = mapping.validate()

@@ -28,6 +28,13 @@ def test_a_bare_device_takes_the_fastest_backend_that_loads_there():
     assert Mapping.parse("actors=cpu:0,replay=cpu:0,learner=cpu:0").replay.backend == fastest
     assert Mapping.fused("cpu:0").replay.backend == fastest == backends.default("replay", "cpu")
     assert fastest == "native"  # built by `make test`: the C++ tree is the faster one here
+    # ... that also holds the run's tree: native's kernels take K <= 256
+    wide = Mapping.parse("actors=cpu:0,replay=cpu:0,learner=cpu:0", tree=(1000, 300))
+    assert wide.replay.backend == "jax" and wide.actors.backend == "jax"
+    assert Mapping.fused("cpu:0", tree=(1000, 300)).replay.backend == "jax"
+    assert Mapping.parse("actors=cpu:0,replay=cpu:0,learner=cpu:0", tree=(1000, 256)).replay == (
+        Mapping.fused("cpu:0").replay
+    )
 
 
 def test_per_primitive_keys_must_agree_with_their_group():

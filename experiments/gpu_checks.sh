@@ -7,7 +7,8 @@
 #             for CUDA_ARCH, default 90)
 #   tests     the GPU tests: tests/backends/test_cuda.py, test_cuda_buffer.py (the buffer's own
 #             calls: weigh, update_checked) and the conformance suite's cuda cases (JUnit XML
-#             in $OUT/tests.xml), but the cluster path's; then those (marked cuda_cluster) in
+#             in $OUT/tests.xml; TEST_WORKERS workers, default 8, given cases one by one,
+#             TEST_DIST, default load), but the cluster path's; then those (marked cuda_cluster) in
 #             stage tests_cluster ($OUT/tests_cluster.xml), apart, since only its kernels wait
 #             on other blocks: a hang there costs that stage's 120 s (and with pytest-timeout,
 #             whose wheel may lie in WHEELS, a worker killed after TEST_TIMEOUT, default 60 s,
@@ -243,8 +244,10 @@ for s in "${stages[@]}"; do
         -Ccmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH" -Cbuild-dir=build/gpu ;;
     tests)
       rm -f "$OUT/tests.xml" "$OUT/tests_cluster.xml" "$OUT/tests_region.xml"
-      stage tests 300 $PY -m pytest -q -p no:cacheprovider -rfEs --tb=short -n "${TEST_WORKERS:-4}" \
-        --dist loadfile --junitxml "$OUT/tests.xml" $GPU_TESTS -k "$GPU_K" \
+      # test by test over 8 workers: by file, one worker held test_cuda_buffer.py's 104 cases
+      # (of 191) while another idled (189 cases in 170 s with 4 workers, fifth H100 session)
+      stage tests 300 $PY -m pytest -q -p no:cacheprovider -rfEs --tb=short -n "${TEST_WORKERS:-8}" \
+        --dist "${TEST_DIST:-load}" --junitxml "$OUT/tests.xml" $GPU_TESTS -k "$GPU_K" \
         -m "not slow and not cuda_cluster and not cuda_region"
       if [ "${STAGE_RC[tests]:-0}" != 0 ]; then  # turn off what failed, for the later stages
         $PY experiments/triage_gpu_tests.py --junit "$OUT/tests.xml" --env-out "$OUT/triage.env" \

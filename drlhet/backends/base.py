@@ -147,6 +147,11 @@ class Backend:
         sim, groups = self.simulation
         return platform == sim and (group is None or group in groups)
 
+    def refuses(self, tree: tuple[int, int] | None) -> str:
+        """Why its replay cannot hold a sum tree of ``(capacity, K)`` ``tree`` (`accepts`);
+        empty when it can, when it holds any tree, or for no tree (uniform replay)."""
+        return self.accepts(*tree) if tree is not None and self.accepts is not None else ""
+
 
 _REGISTRY: dict[str, Backend] = {}
 _LOADED: dict[str, Any] = {}
@@ -248,7 +253,7 @@ def default(group: str, platform: str, tree: tuple[int, int] | None = None) -> s
     candidates = providing(group, platform)
     why = []
     for b in candidates:
-        refused = b.accepts(*tree) if tree is not None and b.accepts is not None else ""
+        refused = b.refuses(tree)
         if refused:
             why.append(f"{b.name}: {refused}")
             continue

@@ -16,7 +16,7 @@ from typing import Any
 
 import jax
 
-from drlhet.backends.base import CPU, GPU, Backend, providing
+from drlhet.backends.base import CPU, GPU, providing
 from drlhet.dse.baselines import host_replay_backend, profile_python_replay
 from drlhet.dse.cache import ProfileCache
 from drlhet.dse.devices import load_sheets
@@ -43,11 +43,9 @@ def replay_backends_here(key: ProfileKey | None = None, platform: str = CPU) -> 
     CPU the reference always; faster ones when they load); with ``key``, only those that hold
     its tree (their registry entry's ``accepts``: the others are not profiled, and the model
     says why they cannot run)."""
-
-    def holds(b: Backend) -> bool:
-        return key is None or b.accepts is None or not b.accepts(key.capacity, key.branching)
-
-    return [b.name for b in providing("replay", platform, runnable=True) if not b.host and holds(b)]
+    tree = None if key is None else (key.capacity, key.branching)
+    runs = providing("replay", platform, runnable=True)
+    return [b.name for b in runs if not b.host and not b.refuses(tree)]
 
 
 def cpu_devices_here() -> list[str]:

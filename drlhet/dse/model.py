@@ -305,8 +305,8 @@ class Model:
             return f"backend {b.name!r} runs on {'/'.join(p.upper() for p in b.platforms)} only"
         if group not in b.provides:
             return f"backend {b.name!r} implements the {', '.join(b.provides)} only"
-        s = self.s  # a replay backend may hold some trees only (its registry entry's accepts)
-        return b.accepts(s.capacity, s.branching) if group == "replay" and b.accepts else ""
+        tree = (self.s.capacity, self.s.branching) if group == "replay" else None
+        return b.refuses(tree)  # a replay backend may hold some trees only (`accepts`)
 
     # --- the iteration model --------------------------------------------------------------
     def predict(self, places: dict[str, Place], delay: int = 0) -> Prediction:

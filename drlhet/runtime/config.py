@@ -153,10 +153,7 @@ def _check_backends(cfg: TrainConfig) -> None:
             raise ConfigError(
                 f"{name} {value!r} is not registered (registered: {', '.join(names())})", name
             )
-    why = ""
-    if cfg.backend is not None and not cfg.uniform:
-        accepts = get(cfg.backend).accepts
-        why = accepts(cfg.buffer_size, cfg.branching) if accepts else ""
+    why = get(cfg.backend).refuses(tree_shape(cfg)) if cfg.backend is not None else ""
     if why:
         raise ConfigError(
             f"backend {cfg.backend!r} cannot hold buffer_size {cfg.buffer_size} at branching "

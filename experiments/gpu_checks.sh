@@ -99,6 +99,14 @@
 #             Occupancy sections (raw CSV in $OUT/stalls_cuda.log), ranked per kernel by
 #             experiments/kernel_stalls.py ($OUT/kernel_stalls.json). Not in the default list;
 #             after kernels, when a kernel's time is known but not why
+#   source    where inside those kernels their warps wait: ncu's SourceCounters (a warp-state
+#             sample every 2^(5 + SOURCE_INTERVAL) cycles, default 0: the densest) of
+#             SOURCE_COUNT (4) launches of the kernels matching SOURCE_KERNELS (the update and
+#             sample kernels of every one-launch path), after SOURCE_SKIP (4), in the fused step
+#             at 2^20 leaves, K 16, B SOURCE_BATCHES (4096), with the paths in force; the source
+#             page as SASS in $OUT/source_cuda.log, summed per phase (the code between two
+#             barrier waits) by experiments/kernel_source.py into $OUT/kernel_source.json. Not
+#             in the default list; after stalls, when a kernel's stalls are known but not where
 #   timeline  the fused step as the GPU runs it, under Nsight Systems (nsys profile
 #             --cuda-graph-trace node): each kernel's duration in its CUDA graph and the gaps
 #             between kernels, for TIMELINE_BACKENDS (default cuda jax) at 2^20 leaves, K 16, B
@@ -183,6 +191,7 @@ declare -A STAGE_RC  # each stage's exit status
 GPU_TESTS="tests/backends/test_cuda.py tests/backends/test_cuda_buffer.py"
 GPU_TESTS+=" tests/backends/conformance.py"
 GPU_K="(cuda or gpu) and not emulated"
+CUDA_KERNELS="drlhet_cuda_(update|sample)_(cluster|block|region).*"  # stalls, source: one launch each
 TIMEOUT_FLAGS=""  # a limit per test where pytest-timeout is installed (its wheel in WHEELS)
 if $PY -c "import pytest_timeout" 2>/dev/null; then
   TIMEOUT_FLAGS="--timeout ${TEST_TIMEOUT:-60} --timeout-method thread"
@@ -419,7 +428,7 @@ for s in "${stages[@]}"; do
       ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)}
       [ -z "$ncu" ] && { echo "== stalls: skipped, no ncu (Nsight Compute) here"; continue; }
       stage stalls_cuda 150 "$ncu" --clock-control none \
-        --kernel-name "regex:${STALL_KERNELS:-drlhet_cuda_(update|sample)_(cluster|block).*}" \
+        --kernel-name "regex:${STALL_KERNELS:-$CUDA_KERNELS}" \
         --launch-skip "${STALL_SKIP:-4}" --launch-count "${STALL_COUNT:-6}" \
         --section WarpStateStats --section SpeedOfLight --section LaunchStats \
         --section Occupancy --page raw --csv \
@@ -429,6 +438,23 @@ for s in "${stages[@]}"; do
         $PATH_FLAGS --out /tmp/stalls_cuda.json
       stage kernel_stalls 30 $PY experiments/kernel_stalls.py --csv-files "$OUT/stalls_cuda.log" \
         --out "$OUT/kernel_stalls.json" ;;
+    source)  # where inside the cuda kernels their warps wait: ncu's samples per instruction
+      ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)}
+      [ -z "$ncu" ] && { echo "== source: skipped, no ncu (Nsight Compute) here"; continue; }
+      rm -f /tmp/source_cuda.ncu-rep
+      stage source_profile 150 "$ncu" --clock-control none \
+        --kernel-name "regex:${SOURCE_KERNELS:-$CUDA_KERNELS}" \
+        --launch-skip "${SOURCE_SKIP:-4}" --launch-count "${SOURCE_COUNT:-4}" \
+        --section SourceCounters --section WarpStateStats \
+        --warp-sampling-interval "${SOURCE_INTERVAL:-0}" -f -o /tmp/source_cuda \
+        $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
+        --batches ${SOURCE_BATCHES:-4096} --branchings 16 --backends cuda --no-plain --ops step \
+        --modes fused --no-peers --no-thread-scaling --no-limits --repeats 1 --gpu-steps 16 \
+        $PATH_FLAGS --out /tmp/source_cuda.json
+      TAIL=0 stage source_cuda 60 "$ncu" --import /tmp/source_cuda.ncu-rep --page source \
+        --csv --print-source sass  # its log is the page: one row per instruction
+      stage kernel_source 30 $PY experiments/kernel_source.py \
+        --csv-files "$OUT/source_cuda.log" --out "$OUT/kernel_source.json" ;;
     timeline)  # the step's kernels in their graph and the gaps between them: nsys's GPU trace
       nsys=${NSYS:-$(command -v nsys || ls /opt/nvidia/nsight-systems*/*/bin/nsys \
         /usr/local/cuda*/bin/nsys /usr/local/cuda*/nsight-systems*/bin/nsys 2>/dev/null | \

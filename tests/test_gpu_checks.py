@@ -185,7 +185,8 @@ if [ "$1 $2" = "-m pytest" ]; then
 fi
 case "$1" in
   experiments/triage_gpu_tests.py|experiments/pick_cuda_paths.py) exec "$REAL_PY" "$@" ;;
-  experiments/kernel_stalls.py|experiments/kernel_timeline.py) exec "$REAL_PY" "$@" ;;
+  experiments/kernel_stalls.py|experiments/kernel_timeline.py|experiments/kernel_source.py)
+    exec "$REAL_PY" "$@" ;;
   -c) exec "$REAL_PY" "$@" ;;  # e.g. whether pytest_timeout imports
 esac
 exit 0
@@ -524,7 +525,7 @@ def test_the_stalls_stage_profiles_the_cuda_kernels_and_ranks_their_stalls(tmp_p
              "CUDA_CLUSTER_MAX_BATCH": "8192"}  # fmt: skip
     out, calls = run_checks(tmp_path, ["stalls"], extra_env=extra)
     (args,) = (tmp_path / "ncu.log").read_text().splitlines()
-    assert "--kernel-name regex:drlhet_cuda_(update|sample)_(cluster|block).*" in args
+    assert "--kernel-name regex:drlhet_cuda_(update|sample)_(cluster|block|region).*" in args
     assert "--page raw --csv" in args and "--section WarpStateStats" in args
     assert "experiments/bench_replay.py --device gpu" in args
     assert "--cuda-cluster-max-batch 8192" in args  # the stage runs with the paths in force
@@ -532,6 +533,39 @@ def test_the_stalls_stage_profiles_the_cuda_kernels_and_ranks_their_stalls(tmp_p
     assert entry["kernel"] == "drlhet_cuda_update_cluster" and entry["launches"] == 2
     assert entry["stalls"] == {"barrier": 3.0}
     assert "stalls per issued instruction: barrier 3.00" in out
+
+
+FAKE_NCU_SOURCE = """#!/usr/bin/env bash
+# records its arguments; with --import, prints a source page (ncu --page source --csv) of one
+# kernel: a load (8 samples), a cluster wait (2)
+echo "$*" >> "$NCU_CALLS"
+[ "$1" = --import ] || { echo '==PROF== Report: /tmp/source_cuda.ncu-rep'; exit 0; }
+echo '"Kernel Name","drlhet_cuda_update_region",'
+echo '"Address","Source","Warp Stall Sampling (All Samples)","stall_long_sb","stall_barrier"'
+echo '"0x7f00","      LDG.E R2, desc[UR8][R4.64]","8","8","0"'
+echo '"0x7f10","      UCGABAR_WAIT","2","0","2"'
+"""
+
+
+def test_the_source_stage_samples_the_cuda_kernels_and_sums_them_per_phase(tmp_path):
+    ncu = tmp_path / "ncu"
+    ncu.write_text(FAKE_NCU_SOURCE)
+    ncu.chmod(0o755)
+    extra = {"NCU": str(ncu), "NCU_CALLS": str(tmp_path / "ncu.log"),
+             "CUDA_REGION_MAX_BATCH": "4096"}  # fmt: skip
+    out, calls = run_checks(tmp_path, ["source"], extra_env=extra)
+    profile, page = (tmp_path / "ncu.log").read_text().splitlines()
+    assert "--kernel-name regex:drlhet_cuda_(update|sample)_(cluster|block|region).*" in profile
+    assert "--section SourceCounters" in profile and "--warp-sampling-interval 0" in profile
+    assert "-o /tmp/source_cuda " in profile and "--batches 4096" in profile
+    assert "--cuda-region-max-batch 4096" in profile  # the stage runs with the paths in force
+    assert page == "--import /tmp/source_cuda.ncu-rep --page source --csv --print-source sass"
+    (entry,) = json.loads((tmp_path / "out" / "kernel_source.json").read_text())
+    assert entry["kernel"] == "drlhet_cuda_update_region" and entry["samples"] == 10
+    (phase,) = entry["phases"]
+    assert phase["ends_with"] == "UCGABAR_WAIT" and phase["stalls"] == {"long_sb": 8, "barrier": 2}
+    assert "LDG.E R2" not in out.split("== kernel_source")[0]  # the page is not echoed
+    assert "100.0% of samples; long_sb 8, barrier 2" in out
 
 
 FAKE_NSYS = """#!/usr/bin/env bash

@@ -107,6 +107,13 @@
 #             page as SASS in $OUT/source_cuda.log, summed per phase (the code between two
 #             barrier waits) by experiments/kernel_source.py into $OUT/kernel_source.json. Not
 #             in the default list; after stalls, when a kernel's stalls are known but not where
+#   floor     what the one-launch kernels cannot go below on this GPU (experiments/gpu_floor.cu,
+#             built here by nvcc for CUDA_ARCH): the time per node of a CUDA graph of a kernel of
+#             8 blocks of 512 threads in one cluster doing n = 0, 1, 2, 4, 8 cluster barriers
+#             (relaxed, release, a global store then release), dependent loads from L2, or
+#             both (a level), fitted as a node's cost plus a cost each; and a host step as XLA's
+#             while loop makes it (a condition read back, then a graph launched); rows and fits
+#             to $OUT/gpu_floor.json. Not in the default list; seconds
 #   timeline  the fused step as the GPU runs it, under Nsight Systems (nsys profile
 #             --cuda-graph-trace node): each kernel's duration in its CUDA graph and the gaps
 #             between kernels, for TIMELINE_BACKENDS (default cuda jax) at 2^20 leaves, K 16, B
@@ -455,6 +462,15 @@ for s in "${stages[@]}"; do
         --csv --print-source sass  # its log is the page: one row per instruction
       stage kernel_source 30 $PY experiments/kernel_source.py \
         --csv-files "$OUT/source_cuda.log" --out "$OUT/kernel_source.json" ;;
+    floor)  # what a graph node, a cluster barrier and a load from L2 cost here: the kernels' floor
+      nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+      stage floor_build 120 "$nvcc" -O3 -std=c++17 -arch=sm_$ARCH -o /tmp/gpu_floor \
+        experiments/gpu_floor.cu
+      if [ "${STAGE_RC[floor_build]:-1}" = 0 ]; then
+        TAIL=40 stage floor 60 /tmp/gpu_floor "$OUT/gpu_floor.json"
+      else
+        echo "== floor: skipped, experiments/gpu_floor.cu did not build"
+      fi ;;
     timeline)  # the step's kernels in their graph and the gaps between them: nsys's GPU trace
       nsys=${NSYS:-$(command -v nsys || ls /opt/nvidia/nsight-systems*/*/bin/nsys \
         /usr/local/cuda*/bin/nsys /usr/local/cuda*/nsight-systems*/bin/nsys 2>/dev/null | \

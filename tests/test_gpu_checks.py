@@ -568,6 +568,41 @@ def test_the_source_stage_samples_the_cuda_kernels_and_sums_them_per_phase(tmp_p
     assert "100.0% of samples; long_sb 8, barrier 2" in out
 
 
+FAKE_NVCC = """#!/usr/bin/env bash
+# records its arguments; writes at -o a program that writes a stand-in floor to its argument
+# (FAIL_BUILD set: fails instead)
+echo "$*" >> "$NVCC_CALLS"
+[ -n "${FAIL_BUILD:-}" ] && { echo 'error: no sm_90 here' >&2; exit 1; }
+prev=""
+for a in "$@"; do
+  if [ "$prev" = -o ]; then
+    printf '#!/usr/bin/env bash\necho "phase : 2 us a node"\necho "{}" > "$1"\n' > "$a"
+    chmod +x "$a"
+  fi
+  prev=$a
+done
+"""
+
+
+@pytest.mark.parametrize("builds", [True, False])
+def test_the_floor_stage_builds_its_program_for_the_arch_and_runs_it(tmp_path, builds):
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text(FAKE_NVCC)
+    nvcc.chmod(0o755)
+    extra = {"NVCC": str(nvcc), "NVCC_CALLS": str(tmp_path / "nvcc.log"), "CUDA_ARCH": "100"}
+    if not builds:
+        extra["FAIL_BUILD"] = "1"
+    out, _ = run_checks(tmp_path, ["floor"], extra_env=extra)
+    (args,) = (tmp_path / "nvcc.log").read_text().splitlines()
+    assert "-arch=sm_100" in args and args.endswith("experiments/gpu_floor.cu")
+    floor = tmp_path / "out" / "gpu_floor.json"
+    if builds:
+        assert floor.read_text() == "{}\n" and "phase : 2 us a node" in out
+    else:
+        assert not floor.exists()
+        assert "== floor: skipped, experiments/gpu_floor.cu did not build" in out
+
+
 FAKE_NSYS = """#!/usr/bin/env bash
 # records its arguments; `stats` prints a GPU trace of 32 steps of two kernels (10 and 5 us,
 # 3 us before each: a 21 us period)

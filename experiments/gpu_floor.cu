@@ -1,0 +1,230 @@
+// What the cuda backend's one-launch kernels cannot go below on this GPU: the cost of a kernel
+// node in a CUDA graph (XLA records a scan's step as one), of a cluster barrier (its release
+// with and without a store to global memory before it), of a dependent load from L2, and of the
+// host's round trip per step that XLA's while loop makes (its condition read back, then the
+// step's graph launched). Each case is a kernel of 8 blocks of 512 threads in one cluster (the
+// cluster update's and sample's shape) doing n of the thing; its time per graph node at
+// n = 0, 1, 2, 4 and 8 gives the launch (the intercept) and the thing (the slope).
+//
+// A CUDA program of its own, not part of the library: nvcc -O3 -std=c++17 -arch=sm_90
+// -o gpu_floor experiments/gpu_floor.cu; ./gpu_floor OUT.json (experiments/gpu_checks.sh
+// floor). Measured on the GPU it runs on (CUDA events around graph launches); nothing here is
+// modeled. sm_90 and up (clusters).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#define CHECK(call)                                                                    \
+  do {                                                                                 \
+    cudaError_t e_ = (call);                                                           \
+    if (e_ != cudaSuccess) {                                                           \
+      std::fprintf(stderr, "error: %s: %s\n", #call, cudaGetErrorString(e_));          \
+      std::exit(1);                                                                    \
+    }                                                                                  \
+  } while (0)
+
+namespace {
+
+constexpr int kBlocks = 8, kThreads = 512, kNodes = 256, kRepeats = 7;
+constexpr unsigned kChain = 1u << 20;  // the chased array: 4 MB, in L2 after the first launch
+
+enum Case { kEmpty, kRelaxed, kRelease, kStoreRelease, kLoad, kPhase, kCases };
+const char* const kNames[kCases] = {
+    "empty",          // nothing: the node's launch alone (n ignored)
+    "relaxed",        // n cluster barriers, arrive.relaxed: no memory ordering
+    "release",        // n cluster barriers, arrive.release: no store before it
+    "store_release",  // a global store, then a release barrier, n times
+    "load",           // n dependent loads from global memory (L2), no barrier
+    "phase",          // a dependent load, a store, a release barrier, n times: a level
+};
+
+__device__ __forceinline__ void ArriveRelaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+}
+__device__ __forceinline__ void ArriveRelease() {
+  asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+}
+__device__ __forceinline__ void WaitAcquire() {
+  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+__global__ void __cluster_dims__(kBlocks, 1, 1)
+    Floor(int which, int n, const unsigned* next, unsigned* scratch) {
+  const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned p = (t * 2654435761u) & (kChain - 1);
+  for (int i = 0; i < n && which != kEmpty; ++i) {
+    if (which == kLoad || which == kPhase) p = next[p];
+    if (which == kStoreRelease || which == kPhase) scratch[t] = p + i;
+    if (which == kRelaxed) ArriveRelaxed();
+    if (which == kRelease || which == kStoreRelease || which == kPhase) ArriveRelease();
+    if (which != kLoad) WaitAcquire();
+  }
+  if (which == kLoad && p == 0xffffffffu) scratch[t] = p;  // keeps the chain's loads
+}
+
+__global__ void Condition(int* flag) { *flag = 1; }
+
+// Microseconds per node of a graph of kNodes launches of Floor(which, n), median of kRepeats.
+[[maybe_unused]] double PerNode(cudaStream_t s, int which, int n, const unsigned* next, unsigned* scratch) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < kNodes; ++i) Floor<<<kBlocks, kThreads, 0, s>>>(which, n, next, scratch);
+  CHECK(cudaStreamEndCapture(s, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphLaunch(exec, s));  // warm: the chain in L2, the graph uploaded
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  std::vector<float> ms(kRepeats);
+  for (float& m : ms) {
+    CHECK(cudaEventRecord(a, s));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaEventRecord(b, s));
+    CHECK(cudaEventSynchronize(b));
+    CHECK(cudaEventElapsedTime(&m, a, b));
+  }
+  CHECK(cudaGetLastError());
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return 1000.0 * ms[kRepeats / 2] / kNodes;
+}
+
+// Microseconds per step of a host loop as XLA runs a while loop on a GPU: a condition kernel,
+// its flag copied to the host and waited for, then the step's graph (one empty node) launched.
+[[maybe_unused]] double HostStep(cudaStream_t s, const unsigned* next, unsigned* scratch) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  Floor<<<kBlocks, kThreads, 0, s>>>(kEmpty, 0, next, scratch);
+  CHECK(cudaStreamEndCapture(s, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  int* flag;
+  int* host;
+  CHECK(cudaMalloc(&flag, sizeof(int)));
+  CHECK(cudaMallocHost(&host, sizeof(int)));
+  std::vector<double> us(kRepeats);
+  for (double& u : us) {
+    cudaEvent_t a, b;
+    CHECK(cudaEventCreate(&a));
+    CHECK(cudaEventCreate(&b));
+    CHECK(cudaEventRecord(a, s));
+    for (int i = 0; i < kNodes; ++i) {
+      Condition<<<1, 1, 0, s>>>(flag);
+      CHECK(cudaMemcpyAsync(host, flag, sizeof(int), cudaMemcpyDeviceToHost, s));
+      CHECK(cudaStreamSynchronize(s));
+      CHECK(cudaGraphLaunch(exec, s));
+    }
+    CHECK(cudaEventRecord(b, s));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    u = 1000.0 * ms / kNodes;
+    CHECK(cudaEventDestroy(a));
+    CHECK(cudaEventDestroy(b));
+  }
+  CHECK(cudaFree(flag));
+  CHECK(cudaFreeHost(host));
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  std::sort(us.begin(), us.end());
+  return us[kRepeats / 2];
+}
+
+// The device's name, and a function timing (case, n) per node; false when no GPU of sm_90 and up.
+// Built with -DGPU_FLOOR_DRY (the tests, on machines without a GPU): no device is touched and
+// the times are made up (1 + 0.5 n us), so that the fits and the JSON can be checked.
+bool Setup(std::string* name, std::function<double(int, int)>* node) {
+#ifdef GPU_FLOOR_DRY
+  *name = "dry run: no GPU, times made up";
+  *node = [](int which, int n) { return which < 0 ? 9.0 : 1.0 + 0.5 * n; };
+  return true;
+#else
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major < 9) {
+    std::fprintf(stderr, "error: %s is sm_%d%d; the cases need clusters (sm_90 and up)\n",
+                 prop.name, prop.major, prop.minor);
+    return false;
+  }
+  *name = prop.name;
+  std::vector<unsigned> chain(kChain);  // one cycle through every slot (Hull-Dobell)
+  for (unsigned i = 0; i < kChain; ++i) chain[i] = (i * 40501u + 12345u) & (kChain - 1);
+  unsigned *next, *scratch;
+  CHECK(cudaMalloc(&next, kChain * sizeof(unsigned)));
+  CHECK(cudaMalloc(&scratch, kBlocks * kThreads * sizeof(unsigned)));
+  CHECK(cudaMemcpy(next, chain.data(), kChain * sizeof(unsigned), cudaMemcpyHostToDevice));
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s));
+  *node = [=](int which, int n) {
+    return which < 0 ? HostStep(s, next, scratch) : PerNode(s, which, n, next, scratch);
+  };
+  return true;
+#endif
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT.json\n", argv[0]);
+    return 2;
+  }
+  std::string device;
+  std::function<double(int, int)> node;
+  if (!Setup(&device, &node)) return 1;
+  std::string rows, fits;
+  auto row = [&](const char* name, int n, double us) {
+    std::printf("%-14s n=%d  %8.3f us\n", name, n, us);
+    char line[160];
+    std::snprintf(line, sizeof line, "%s  {\"case\": \"%s\", \"n\": %d, \"us\": %.4f}",
+                  rows.empty() ? "" : ",\n", name, n, us);
+    rows += line;
+  };
+  row("host_step", 0, node(-1, 0));
+  for (int which = 0; which < kCases; ++which) {
+    std::vector<double> xs, ys;
+    for (int n : {0, 1, 2, 4, 8}) {
+      if (which == kEmpty && n > 0) break;
+      xs.push_back(n);
+      ys.push_back(node(which, n));
+      row(kNames[which], n, ys.back());
+    }
+    if (xs.size() < 2) continue;
+    // least squares: us = intercept + per_n * n
+    double mx = 0, my = 0, sxy = 0, sxx = 0;
+    for (size_t i = 0; i < xs.size(); ++i) mx += xs[i] / xs.size(), my += ys[i] / xs.size();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      sxy += (xs[i] - mx) * (ys[i] - my);
+      sxx += (xs[i] - mx) * (xs[i] - mx);
+    }
+    const double per = sxy / sxx, at0 = my - per * mx;
+    std::printf("%-14s: %.3f us a node + %.3f us each\n", kNames[which], at0, per);
+    char line[160];
+    std::snprintf(line, sizeof line, "%s  \"%s\": {\"intercept_us\": %.4f, \"per_n_us\": %.4f}",
+                  fits.empty() ? "" : ",\n", kNames[which], at0, per);
+    fits += line;
+  }
+  const std::string json = "{\"device\": \"" + device + "\", \"measured\": " +
+                           (device.rfind("dry run", 0) == 0 ? "false" : "true") +
+                           ", \"nodes\": " + std::to_string(kNodes) +
+                           ", \"repeats\": " + std::to_string(kRepeats) + ",\n \"rows\": [\n" +
+                           rows + "\n ],\n \"fits\": {\n" + fits + "\n }\n}\n";
+  FILE* f = std::fopen(argv[1], "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "error: cannot write %s\n", argv[1]);
+    return 1;
+  }
+  std::fputs(json.c_str(), f);
+  std::fclose(f);
+  std::printf("wrote %s\n", argv[1]);
+  return 0;
+}

@@ -206,6 +206,10 @@ def test_backends_command_lists_the_registry(capsys):
     assert "modeled only" in out
     # a backend that also simulates its hardware on the CPU says so
     assert "fpga (cpu: sim)" in next(ln for ln in out.splitlines() if ln.startswith("fpga"))
+    # the trees a replay backend holds, where it does not hold every tree
+    assert "its replay holds trees of K <= 256" in out  # native, cuda
+    assert "its replay holds trees of K in (4, 8, 16, 32, 64) and capacity <= 2147483648" in out
+    assert out.count("its replay holds trees") == 3  # jax and python hold any tree
 
 
 def test_a_run_on_a_simulated_device_says_so_before_it_starts(tmp_path, capsys):

@@ -104,6 +104,7 @@ class Backend:
         never a default nor a DSE candidate there (`providing` leaves it out unless asked).
       accepts: ``(capacity, K) -> why`` its replay cannot hold such a tree (empty: it can),
         asked before a run starts; None: any tree.
+      holds: the trees ``accepts`` lets through, in words (shown by ``drlhet backends``).
       summary: one line for listings.
     """
 
@@ -119,6 +120,7 @@ class Backend:
     numbers: str = "float"
     simulation: tuple[str, tuple[str, ...]] | None = None
     accepts: Callable[[int, int], str] | None = None
+    holds: str = ""
     summary: str = ""
 
     def __post_init__(self) -> None:
@@ -292,6 +294,7 @@ def describe() -> list[dict[str, Any]]:
                 "simulation": list(b.simulation or ()),
                 "status": status,
                 "summary": b.summary,
+                "holds": b.holds,
             }
         )
     return rows

@@ -384,6 +384,7 @@ BACKEND = register(
         rank=1,
         simulation=(CPU, ("replay",)),
         accepts=accepts,
+        holds=f"K <= {MAX_BRANCHING} and capacity <= 2^31 - 1",
         summary="CUDA sum tree as XLA FFI custom calls inside jit (float32 trees); on a CPU "
         "device, its kernels under a host emulation of CUDA (function, not speed)",
     )

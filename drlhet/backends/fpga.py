@@ -176,6 +176,7 @@ BACKEND = register(
         numbers="fixed",
         simulation=(CPU, ("replay", "learner")),
         accepts=accepts,
+        holds=f"K in {BRANCHING} and capacity <= {MAX_CAPACITY}",
         summary="HLS replay module (fixed point) and learner module (float32, DQN and "
         "DDPG/TD3): their C-simulation inside jit on a CPU device (function, not speed); on a "
         "board modeled by their cycle models",

@@ -186,6 +186,7 @@ BACKEND = register(
         loader=_load,
         rank=10,  # 1.1-1.3x the jax replay in the fused loop, measured (docs/results.md)
         accepts=accepts,
+        holds=f"K <= {MAX_BRANCHING}",
         summary="C++/OpenMP sum tree as XLA FFI custom calls inside jit (float32 trees)",
     )
 )

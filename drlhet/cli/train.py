@@ -368,4 +368,6 @@ def backends_command() -> list[dict]:
         print(f"{r['name']:<8} {where:<16} {groups:<22} rank {r['rank']:<3} {r['status']}")
         if r["summary"]:
             print(f"{'':<8} {r['summary']}")
+        if r["holds"]:
+            print(f"{'':<8} its replay holds trees of {r['holds']}")
     return rows

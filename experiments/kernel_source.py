@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import re
-import sys
 from pathlib import Path
 
 import tyro
+from ncu_files import summarise_each, write_rows
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
 EXECUTED = "Instructions Executed"
@@ -174,18 +173,9 @@ def report(entries: list[dict], min_share: float) -> None:
 
 
 def main(args: Args) -> list[dict]:
-    entries: list[dict] = []
-    for path in args.csv_files:
-        if not path.is_file():
-            sys.exit(f"error: no such file: {path}")
-        try:
-            entries += summarise(path, args.hottest)
-        except ValueError as e:
-            sys.exit(f"error: {e}")
+    entries = summarise_each(args.csv_files, lambda path: summarise(path, args.hottest))
     report(entries, args.min_share)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(entries, indent=1))
-    print(f"wrote {len(entries)} kernels to {args.out}")
+    write_rows(entries, args.out, "kernels")
     return entries
 
 

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import re
 import statistics
-import sys
 from pathlib import Path
 
 import tyro
+from ncu_files import summarise_each, write_rows
 
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 DURATION = "gpu__time_duration.sum"
@@ -108,14 +107,7 @@ def summarise(path: Path) -> list[dict]:
 
 
 def main(args: Args) -> list[dict]:
-    entries: list[dict] = []
-    for path in args.csv_files:
-        if not path.is_file():
-            sys.exit(f"error: no such file: {path}")
-        try:
-            entries += summarise(path)
-        except ValueError as e:
-            sys.exit(f"error: {e}")
+    entries = summarise_each(args.csv_files, summarise)
     for e in entries:
         duration = e["metrics"].get(DURATION)
         unit = e["units"].get(DURATION, "")
@@ -123,9 +115,7 @@ def main(args: Args) -> list[dict]:
         head = f"{e['kernel']} ({e['launches']} launches, {took})"
         stalls = ", ".join(f"{k} {v:.2f}" for k, v in list(e["stalls"].items())[: args.top])
         print(f"{head}: stalls per issued instruction: {stalls or 'none reported'}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(entries, indent=1))
-    print(f"wrote {len(entries)} kernels to {args.out}")
+    write_rows(entries, args.out, "kernels")
     return entries
 
 

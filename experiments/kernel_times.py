@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import statistics
-import sys
 from pathlib import Path
 
 import tyro
+from ncu_files import summarise_each, write_rows
 
 UNIT_TO_US = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
 UNIT_TO_US |= {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
@@ -77,12 +76,7 @@ def summarise(path: Path) -> list[dict]:
 def main(args: Args) -> list[dict]:
     rows: list[dict] = []
     for path in args.csv_files:
-        if not path.is_file():
-            sys.exit(f"error: no ncu log {path}")
-        try:
-            summary = summarise(path)
-        except ValueError as e:
-            sys.exit(f"error: {e}")
+        summary = summarise_each((path,), summarise)
         rows += summary
         print(f"== {path.name}: launches, mean and median us, total us (measured by ncu)")
         for r in summary[:25]:
@@ -90,9 +84,7 @@ def main(args: Args) -> list[dict]:
                 f"{r['launches']:6d} {r['mean_us']:9.2f} {r['median_us']:9.2f} "
                 f"{r['total_us']:11.1f}  {r['kernel'][:90]}"
             )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(rows, indent=1))
-    print(f"wrote {len(rows)} rows to {args.out}")
+    write_rows(rows, args.out, "rows")
     return rows
 
 

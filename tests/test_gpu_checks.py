@@ -228,6 +228,16 @@ def run_checks(
     return done.stdout, calls.read_text().splitlines() if calls.exists() else []
 
 
+def stand_in(tmp_path: Path, name: str, script: str) -> dict[str, str]:
+    """A stand-in ``name`` (NCU, NVCC, NSYS) for gpu_checks.sh: its path and where it records
+    its calls, as the environment that points the script at it."""
+    tool = tmp_path / name
+    tool.write_text(script)
+    tool.chmod(0o755)
+    upper = name.upper()
+    return {upper: str(tool), f"{upper}_CALLS": str(tmp_path / f"{name}.log")}
+
+
 def test_the_later_stages_run_without_the_parts_that_failed(tmp_path):
     out, calls = run_checks(
         tmp_path, ["tests", "cluster", "pick", "quick", "train"], cluster_ok=False, key_ok=False
@@ -518,11 +528,7 @@ def test_the_top_stage_times_the_copy_both_ways_and_pick_turns_it_off_where_it_l
 
 
 def test_the_stalls_stage_profiles_the_cuda_kernels_and_ranks_their_stalls(tmp_path):
-    ncu = tmp_path / "ncu"
-    ncu.write_text(FAKE_NCU)
-    ncu.chmod(0o755)
-    extra = {"NCU": str(ncu), "NCU_CALLS": str(tmp_path / "ncu.log"),
-             "CUDA_CLUSTER_MAX_BATCH": "8192"}  # fmt: skip
+    extra = {**stand_in(tmp_path, "ncu", FAKE_NCU), "CUDA_CLUSTER_MAX_BATCH": "8192"}
     out, calls = run_checks(tmp_path, ["stalls"], extra_env=extra)
     (args,) = (tmp_path / "ncu.log").read_text().splitlines()
     assert "--kernel-name regex:drlhet_cuda_(update|sample)_(cluster|block|region).*" in args
@@ -548,11 +554,7 @@ echo '"0x7f10","      UCGABAR_WAIT","2","0","2"'
 
 
 def test_the_source_stage_samples_the_cuda_kernels_and_sums_them_per_phase(tmp_path):
-    ncu = tmp_path / "ncu"
-    ncu.write_text(FAKE_NCU_SOURCE)
-    ncu.chmod(0o755)
-    extra = {"NCU": str(ncu), "NCU_CALLS": str(tmp_path / "ncu.log"),
-             "CUDA_REGION_MAX_BATCH": "4096"}  # fmt: skip
+    extra = {**stand_in(tmp_path, "ncu", FAKE_NCU_SOURCE), "CUDA_REGION_MAX_BATCH": "4096"}
     out, calls = run_checks(tmp_path, ["source"], extra_env=extra)
     profile, page = (tmp_path / "ncu.log").read_text().splitlines()
     assert "--kernel-name regex:drlhet_cuda_(update|sample)_(cluster|block|region).*" in profile
@@ -586,10 +588,7 @@ done
 
 @pytest.mark.parametrize("builds", [True, False])
 def test_the_floor_stage_builds_its_program_for_the_arch_and_runs_it(tmp_path, builds):
-    nvcc = tmp_path / "nvcc"
-    nvcc.write_text(FAKE_NVCC)
-    nvcc.chmod(0o755)
-    extra = {"NVCC": str(nvcc), "NVCC_CALLS": str(tmp_path / "nvcc.log"), "CUDA_ARCH": "100"}
+    extra = {**stand_in(tmp_path, "nvcc", FAKE_NVCC), "CUDA_ARCH": "100"}
     if not builds:
         extra["FAIL_BUILD"] = "1"
     out, _ = run_checks(tmp_path, ["floor"], extra_env=extra)
@@ -620,11 +619,8 @@ done
 def test_the_timeline_stage_traces_each_backend_and_splits_the_step_into_kernels_and_gaps(
     tmp_path,
 ):
-    nsys = tmp_path / "nsys"
-    nsys.write_text(FAKE_NSYS)
-    nsys.chmod(0o755)
-    extra = {"NSYS": str(nsys), "NSYS_CALLS": str(tmp_path / "nsys.log"),
-             "TIMELINE_BACKENDS": "cuda", "CUDA_SHARED_TOP": "0"}  # fmt: skip
+    extra = {**stand_in(tmp_path, "nsys", FAKE_NSYS), "TIMELINE_BACKENDS": "cuda",
+             "CUDA_SHARED_TOP": "0"}  # fmt: skip
     out, _ = run_checks(tmp_path, ["timeline"], extra_env=extra)
     profile, stats = (tmp_path / "nsys.log").read_text().splitlines()
     assert profile.startswith("profile --trace cuda --cuda-graph-trace node")

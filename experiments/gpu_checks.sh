@@ -464,10 +464,11 @@ for s in "${stages[@]}"; do
         --csv-files "$OUT/source_cuda.log" --out "$OUT/kernel_source.json" ;;
     floor)  # what a graph node, a cluster barrier and a load from L2 cost here: the kernels' floor
       nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-      stage floor_build 120 "$nvcc" -O3 -std=c++17 -arch=sm_$ARCH -o /tmp/gpu_floor \
+      floor_exe=$(mktemp -d)/gpu_floor
+      stage floor_build 120 "$nvcc" -O3 -std=c++17 -arch=sm_$ARCH -o "$floor_exe" \
         experiments/gpu_floor.cu
       if [ "${STAGE_RC[floor_build]:-1}" = 0 ]; then
-        TAIL=40 stage floor 60 /tmp/gpu_floor "$OUT/gpu_floor.json"
+        TAIL=40 stage floor 60 "$floor_exe" "$OUT/gpu_floor.json"
       else
         echo "== floor: skipped, experiments/gpu_floor.cu did not build"
       fi ;;

@@ -198,7 +198,7 @@ declare -A STAGE_RC  # each stage's exit status
 GPU_TESTS="tests/backends/test_cuda.py tests/backends/test_cuda_buffer.py"
 GPU_TESTS+=" tests/backends/conformance.py"
 GPU_K="(cuda or gpu) and not emulated"
-CUDA_KERNELS="drlhet_cuda_(update|sample)_(cluster|block|region).*"  # stalls, source: one launch each
+CUDA_KERNELS="drlhet_cuda_(update|sample)_(cluster|block|region).*"  # the one-launch paths (stalls, source)
 TIMEOUT_FLAGS=""  # a limit per test where pytest-timeout is installed (its wheel in WHEELS)
 if $PY -c "import pytest_timeout" 2>/dev/null; then
   TIMEOUT_FLAGS="--timeout ${TEST_TIMEOUT:-60} --timeout-method thread"

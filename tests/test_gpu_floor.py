@@ -13,12 +13,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = REPO / "experiments" / "gpu_floor.cu"
-NO_NVCC = "missing library: the CUDA toolkit (nvcc is not on PATH)"
 
 
 def build(tmp_path: Path, *flags: str) -> Path:
     if shutil.which("nvcc") is None:
-        pytest.skip(NO_NVCC)
+        pytest.skip("missing library: the CUDA toolkit (nvcc is not on PATH)")
     exe = tmp_path / ("gpu_floor" + "".join(f.strip("-") for f in flags))
     cmd = ["nvcc", "-O3", "-std=c++17", "-arch=sm_90", *flags, "-o", str(exe), str(SOURCE)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

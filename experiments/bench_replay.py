@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import platform
@@ -90,9 +91,15 @@ class Args:
     steps)."""
     unroll: int = 1
     """Steps per iteration of the fused scan's loop (``lax.scan(unroll=...)``). On a GPU each
-    iteration of XLA's loop reads its condition back to the host before the next is launched,
-    a fixed cost (tens of microseconds) that every backend pays once per iteration; unrolling
+    iteration of XLA's loop costs a fixed few microseconds between the step's graph launches
+    (the gaps of ``gpu_checks.sh trace``), paid by every backend once per iteration; unrolling
     pays it once per ``unroll`` steps, as a training loop may do too."""
+    loop: Literal["xs", "carry"] = "xs"
+    """How the fused scan feeds its steps: ``xs``, each step's key sliced from a stack of keys
+    and its output stacked (two graph memcpy nodes a step on a GPU, their addresses moving
+    with the step); ``carry``, as the library's trainer loops (``drlhet.runtime.trainer``): the
+    key split in the step from one carried, the outputs summed into the carry, so the step's
+    program is the same at every iteration. Rows record it (``loop``)."""
     plain: bool = True
     """For a backend with its own buffer calls (``TreeOps.weigh`` / ``update``: the whole
     sample and the checked update in one custom call each), also measure it without them,
@@ -112,6 +119,13 @@ class Args:
     """``drlhet.backends.cuda.REGION_MAX_BATCH`` for this run (None: the library's, 0 = off): the
     largest update batch per tree the cuda backend writes in one cluster per tree whose blocks
     each own a region of the tree (GPUs of compute capability 9.0 and up, at most 4096)."""
+    cuda_shared_claims: bool | None = None
+    """``drlhet.backends.cuda.SHARED_CLAIMS`` for this run (None: the library's): the cluster
+    path's update resolves its duplicates in the cluster's shared memory."""
+    cuda_claims_ab: bool = False
+    """Also time ``drlhet-cuda-claims``: the cuda backend with ``SHARED_CLAIMS`` on, beside
+    ``drlhet-cuda`` with it as this run sets it, alternating in every repeat (an A/B in one
+    process). Rows record it (``cuda_shared_claims``)."""
     cuda_key_targets: bool = True
     """Let the cuda backend draw the sample's targets inside its sample call from the key
     (``TreeOps.weigh_key``, where it reproduces jax's draw); ``--no-cuda-key-targets``: the
@@ -209,17 +223,28 @@ def main(args: Args) -> list[dict]:
 
     current: dict[str, int] = {}
 
+    def fused_loop(body, steps: int, s, key):
+        """``steps`` calls of ``body`` ``(state, key) -> (state, out)`` in one scan, fed as
+        ``--loop`` says: (state, the outputs stacked [steps] or summed [])."""
+        if args.loop == "xs":
+            return jax.lax.scan(body, s, jax.random.split(key, steps), unroll=args.unroll)
+
+        def carried(c, _):
+            state, k, total = c
+            k, sub = jax.random.split(k)
+            state, out = body(state, sub)
+            return (state, k, total + out), None
+
+        init = (s, key, jnp.float32(0))
+        (s, _, total), _ = jax.lax.scan(carried, init, None, length=steps, unroll=args.unroll)
+        return s, total
+
     def jitted_runners(bodies: dict, state, steps: int) -> dict:
         """For each op body ``(state, key) -> (state, out)``: a fused and a per-call runner."""
         holder = {"state": state}
         runners = {}
         for op, body in bodies.items():
-            fused = jax.jit(
-                lambda s, key, body=body: jax.lax.scan(
-                    lambda c, kk: body(c, kk), s, jax.random.split(key, steps), unroll=args.unroll
-                ),
-                donate_argnums=0,
-            )
+            fused = jax.jit(functools.partial(fused_loop, body, steps), donate_argnums=0)
             single = jax.jit(body, donate_argnums=0)
 
             def run_fused(fused=fused, seed=[0]):  # noqa: B006 - a counter
@@ -416,6 +441,10 @@ def main(args: Args) -> list[dict]:
         from drlhet.backends import cuda
 
         cuda.SHARED_TOP = False
+    if args.cuda_shared_claims is not None:
+        from drlhet.backends import cuda
+
+        cuda.SHARED_CLAIMS = args.cuda_shared_claims
     backends: list[str] = []
     for name in args.backends:
         try:
@@ -434,6 +463,25 @@ def main(args: Args) -> list[dict]:
                     fn()
                 finally:
                     native.set_num_threads(0)
+
+            return run
+
+        return {key: wrap(fn) for key, fn in runners.items()}
+
+    def with_cuda(runners: dict, **settings) -> dict:
+        """``runners`` that run (and so trace) with ``drlhet.backends.cuda``'s ``settings``."""
+        from drlhet.backends import cuda
+
+        def wrap(fn):
+            def run():
+                before = {name: getattr(cuda, name) for name in settings}
+                for name, value in settings.items():
+                    setattr(cuda, name, value)
+                try:
+                    fn()
+                finally:
+                    for name, value in before.items():
+                        setattr(cuda, name, value)
 
             return run
 
@@ -484,6 +532,11 @@ def main(args: Args) -> list[dict]:
                 impls[f"drlhet-{name}-plain"] = drlhet_ops(
                     capacity, batch, k, steps_of[f"drlhet-{name}"], name, plain=True
                 )
+        if args.cuda_claims_ab and "drlhet-cuda" in impls:
+            steps_of["drlhet-cuda-claims"] = steps_of["drlhet-cuda"]
+            impls["drlhet-cuda-claims"] = with_cuda(
+                drlhet_ops(capacity, batch, k, steps_of["drlhet-cuda"], "cuda"), SHARED_CLAIMS=True
+            )
         if "native" in backends and args.thread_scaling:
             impls["drlhet-native-1t"] = with_threads(
                 drlhet_ops(capacity, batch, k, steps, "native"), 1
@@ -536,7 +589,8 @@ def main(args: Args) -> list[dict]:
 
         def cuda_path(impl: str) -> dict:
             """The update-path settings a cuda row ran with (None for other backends)."""
-            names = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "REGION_MAX_BATCH")
+            names = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "REGION_MAX_BATCH",
+                     "SHARED_CLAIMS")  # fmt: skip
             if not impl.startswith("drlhet-cuda"):
                 return {f"cuda_{n.lower()}": None for n in names} | {
                     "cuda_key_targets": None, "cuda_shared_top": None, "cuda_own_sample": None
@@ -547,14 +601,15 @@ def main(args: Args) -> list[dict]:
             own_sample = not impl.endswith("-plain") and args.cuda_own_sample
             key_targets = args.cuda_key_targets and cuda.KEY_TARGETS and own_sample
             shared_top = bool(cuda.SHARED_TOP) and own_sample
-            return {f"cuda_{n.lower()}": int(getattr(cuda, n)) for n in names} | {
+            claims = {"cuda_shared_claims": 1} if impl == "drlhet-cuda-claims" else {}
+            return {f"cuda_{n.lower()}": int(getattr(cuda, n)) for n in names} | claims | {
                 "cuda_key_targets": key_targets, "cuda_shared_top": shared_top,
                 "cuda_own_sample": own_sample,
             }  # fmt: skip
 
         def where(impl: str) -> dict:
             """The row's device and what its speed is the speed of."""
-            name = impl.removeprefix("drlhet-").removesuffix("-1t").removesuffix("-plain")
+            name = backend_of(impl)
             if impl == "flashbax":  # a pure-JAX peer: where the jax backend runs
                 name = "jax"
             elif not impl.startswith("drlhet-"):
@@ -578,6 +633,7 @@ def main(args: Args) -> list[dict]:
                     "branching": k if impl.startswith("drlhet") else None,
                     "steps_per_repeat": n_steps,
                     "unroll": args.unroll,
+                    "loop": args.loop,
                     **cuda_path(impl),
                     "xla_flags": os.environ.get("XLA_FLAGS", ""),
                     "items_per_s": statistics.median(rates),
@@ -645,6 +701,14 @@ def peer_failure(name: str, capacity: int, batch: int):
               f"{type(e).__name__}: {first}")  # fmt: skip
 
 
+def backend_of(impl: str) -> str:
+    """The drlhet backend of a row's implementation (``drlhet-cuda-plain`` -> ``cuda``)."""
+    name = impl.removeprefix("drlhet-")
+    for variant in ("-1t", "-plain", "-claims"):
+        name = name.removesuffix(variant)
+    return name
+
+
 def speed_of(impl: str) -> str:
     """What a row's speed is the speed of: the implementation on this CPU, or, for a backend
     that runs here only as a simulation (``fpga``: the replay module's C-simulation; ``cuda``:
@@ -652,7 +716,7 @@ def speed_of(impl: str) -> str:
     board's speed comes from the cycle model, the GPU's from a GPU)."""
     from drlhet.backends import CPU, get
 
-    name = impl.removeprefix("drlhet-").removesuffix("-1t").removesuffix("-plain")
+    name = backend_of(impl)
     if impl.startswith("drlhet-") and get(name).simulates(CPU, "replay"):
         return f"simulation of {name} on this CPU: function only, not the hardware's speed"
     return "this CPU"
@@ -710,6 +774,10 @@ def print_ratios(rows: list[dict], capacity: int, batch: int, k: int, depth: int
         plain = rate(impl + "-plain", "step", "fused")
         if ours and plain:
             print(f"step: {impl} own sample/update calls / {impl}-plain = {ours / plain:.2f}x")
+    for op in ("update", "step"):  # the A/B of --cuda-claims-ab, in one run
+        a, b = rate("drlhet-cuda-claims", op, "fused"), rate("drlhet-cuda", op, "fused")
+        if a and b and "drlhet-cuda" in names:
+            print(f"{op}: drlhet-cuda-claims fused / drlhet-cuda fused = {a / b:.2f}x")
     if nat and one:
         print(f"step: drlhet-native all threads / 1 thread = {nat / one:.2f}x")
     limit = next((r for r in rows if r["impl"] == "machine-limit"), None)

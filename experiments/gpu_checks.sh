@@ -67,6 +67,17 @@
 #             (it compares batches above BLOCK_MAX_BATCH only). Its GPU tests run
 #             apart after the cluster path's (stage tests_region, marked cuda_region); a
 #             failure there skips this stage. After a kernel change: build tests region
+#   claims    the cluster update's claims in a hash table over the cluster's shared memory
+#             (kernels/cuda/cluster_claims.cuh; drlhet.backends.cuda.SHARED_CLAIMS, off by
+#             default until measured) against the workspace's winner slots in global memory, in
+#             one run (bench_replay --cuda-claims-ab: drlhet-cuda-claims beside drlhet-cuda,
+#             alternating in each of CLAIMS_REPEATS, default 7, repeats): the update and step
+#             at 2^20 leaves, K 16, B CLAIMS_BATCHES (default 2048 4096), jax too, the paths in
+#             force (rows to $OUT/claims.json; CLAIMS_ARGS: more flags, e.g.
+#             --cuda-cluster-max-batch 8192 --batches 8192; not in the default list; about 60 s).
+#             Its GPU tests run apart after the region path's (stage tests_claims, marked
+#             cuda_claims); a failure there skips this stage. After a kernel change: build
+#             tests claims
 #   targets   the sample's targets drawn in the cuda sample call from the key (the default,
 #             TreeOps.weigh_key) against XLA's kernel drawing them (--no-cuda-key-targets), and
 #             against the whole sample under XLA's code around cuda's find, the update still
@@ -110,10 +121,12 @@
 #   floor     what the one-launch kernels cannot go below on this GPU (experiments/gpu_floor.cu,
 #             built here by nvcc for CUDA_ARCH): the time per node of a CUDA graph of a kernel of
 #             8 blocks of 512 threads in one cluster doing n = 0, 1, 2, 4, 8 cluster barriers
-#             (relaxed, release, a global store then release), dependent loads from L2, or
-#             both (a level), fitted as a node's cost plus a cost each; and a host step as XLA's
-#             while loop makes it (a condition read back, then a graph launched); rows and fits
-#             to $OUT/gpu_floor.json. Not in the default list; seconds
+#             (relaxed, release, a global or a shared store then release), dependent loads
+#             from L2, both (a level), or dependent atomicCAS on another block's shared memory,
+#             fitted as a node's cost plus a cost each; a graph launched after another (a
+#             scan's step) and a host step of a while loop of unknown trip count (a condition
+#             read back, then a graph launched); rows and fits to $OUT/gpu_floor.json. Not in
+#             the default list; seconds
 #   timeline  the fused step as the GPU runs it, under Nsight Systems (nsys profile
 #             --cuda-graph-trace node): each kernel's duration in its CUDA graph and the gaps
 #             between kernels, for TIMELINE_BACKENDS (default cuda jax) at 2^20 leaves, K 16, B
@@ -133,13 +146,16 @@
 #   flags     the step of cuda and jax at 2^20 leaves, K 16, B FLAGS_BATCHES (4096): as it is
 #             (flags_default), with XLA's while loops and conditionals in its CUDA graphs too
 #             (flags_while: --xla_gpu_enable_command_buffer=...,WHILE,CONDITIONAL, so the scan
-#             is one graph launch, not one a step), and unrolled FLAGS_UNROLL (8) steps an
-#             iteration (flags_unroll); rows to $OUT/flags_<v>.json (not in the default list;
-#             about 60 s)
+#             is one graph launch, not one a step), unrolled FLAGS_UNROLL (8) steps an
+#             iteration (flags_unroll), with the trainer's loop (bench_replay --loop carry: the
+#             key carried and split in the step, the output summed, no per-step slice whose
+#             address moves with the step; flags_carry), and that with the while loops in the
+#             graphs too (flags_carry_while); FLAGS_VARIANTS picks; rows to $OUT/flags_<v>.json
+#             (not in the default list; about 100 s)
 #   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
-# CUDA_CLUSTER_MAX_BATCH, CUDA_NARROW_MAX_NODES and CUDA_SHARED_TOP (0: off), set in the
-# environment or by the pick stage, are the settings (drlhet.backends.cuda's
-# CLUSTER_MAX_BATCH, NARROW_MAX_NODES, SHARED_TOP) that the
+# CUDA_CLUSTER_MAX_BATCH, CUDA_NARROW_MAX_NODES, CUDA_SHARED_TOP (0: off) and
+# CUDA_SHARED_CLAIMS (1: on), set in the environment or by the pick stage, are the settings
+# (drlhet.backends.cuda's CLUSTER_MAX_BATCH, NARROW_MAX_NODES, SHARED_TOP, SHARED_CLAIMS) that the
 # quick, train, bench, profile, split and kernels stages run with (train, profile and split
 # through experiments/with_cuda_paths.py); unset, the library's own. CUDA_KEY_TARGETS=0 (set
 # by hand or by the tests stage's triage) turns off drlhet.backends.cuda.KEY_TARGETS there too
@@ -181,6 +197,10 @@ paths() {  # PATH_FLAGS for bench_replay.py and RUN for the other commands, from
     PATH_FLAGS+=" --no-cuda-shared-top"
     wrap+=" --no-shared-top"
   fi
+  if [ "${CUDA_SHARED_CLAIMS:-0}" = 1 ] && [ "${TRIAGE_NO_CLAIMS:-0}" != 1 ]; then
+    PATH_FLAGS+=" --cuda-shared-claims"
+    wrap+=" --shared-claims"
+  fi
   KEY_FLAG=""  # for the stages that set the path thresholds themselves (cluster, narrow)
   if [ "${CUDA_KEY_TARGETS:-1}" = 0 ]; then
     KEY_FLAG=" --no-cuda-key-targets"
@@ -204,8 +224,9 @@ if $PY -c "import pytest_timeout" 2>/dev/null; then
   TIMEOUT_FLAGS="--timeout ${TEST_TIMEOUT:-60} --timeout-method thread"
 fi
 
-apart_tests() {  # apart_tests cluster|region: that path's GPU tests (marked cuda_<path>),
-  # after the others, in a stage of their own (tests_<path>). Only the cluster and region kernels
+apart_tests() {  # apart_tests cluster|region|claims: that path's GPU tests (marked
+  # cuda_<path>), after the others, in a stage of their own (tests_<path>). Only the cluster,
+  # region and claims kernels
   # wait on other blocks, so a hang is theirs; apart, it costs this stage's limit (with
   # pytest-timeout: a worker killed after TEST_TIMEOUT, its case an error, the other cases still
   # run: --dist load, as loadfile reruns a crashed case), not the other tests. Any failure, a
@@ -259,12 +280,13 @@ for s in "${stages[@]}"; do
       stage build 300 $PY -m pip install --no-build-isolation --no-deps -e . \
         -Ccmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH" -Cbuild-dir=build/gpu ;;
     tests)
-      rm -f "$OUT/tests.xml" "$OUT/tests_cluster.xml" "$OUT/tests_region.xml"
+      rm -f "$OUT/tests.xml" "$OUT/tests_cluster.xml" "$OUT/tests_region.xml" \
+        "$OUT/tests_claims.xml"
       # test by test over 8 workers: by file, one worker held test_cuda_buffer.py's 104 cases
       # (of 191) while another idled (189 cases in 170 s with 4 workers, fifth H100 session)
       stage tests 300 $PY -m pytest -q -p no:cacheprovider -rfEs --tb=short -n "${TEST_WORKERS:-8}" \
         --dist "${TEST_DIST:-load}" --junitxml "$OUT/tests.xml" $GPU_TESTS -k "$GPU_K" \
-        -m "not slow and not cuda_cluster and not cuda_region"
+        -m "not slow and not cuda_cluster and not cuda_region and not cuda_claims"
       if [ "${STAGE_RC[tests]:-0}" != 0 ]; then  # turn off what failed, for the later stages
         $PY experiments/triage_gpu_tests.py --junit "$OUT/tests.xml" --env-out "$OUT/triage.env" \
           --out "$OUT/triage.json" --rerun-out "$OUT/rerun.txt" 2>&1 | tee "$OUT/triage.log"
@@ -296,6 +318,7 @@ for s in "${stages[@]}"; do
       fi
       apart_tests cluster
       apart_tests region
+      apart_tests claims
       paths
       echo "== the later stages run with:$PATH_FLAGS" ;;
     quick)
@@ -369,6 +392,16 @@ for s in "${stages[@]}"; do
           --out "$OUT/region_$rb.json"
         backends=cuda
       done ;;
+    claims)  # the cluster update's claims in shared memory against the workspace's, one run
+      if [ "${TRIAGE_NO_CLAIMS:-0}" = 1 ]; then
+        echo "== claims: skipped, the claims path failed the tests stage (tests_claims.log)"
+        continue
+      fi
+      stage claims 150 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
+        --batches ${CLAIMS_BATCHES:-2048 4096} --branchings 16 --backends cuda jax \
+        --ops update step --modes fused --no-peers --no-plain --no-thread-scaling --no-limits \
+        --repeats "${CLAIMS_REPEATS:-7}" $PATH_FLAGS --cuda-claims-ab ${CLAIMS_ARGS:-} \
+        --out "$OUT/claims.json" ;;
     targets)  # the targets drawn in the sample's kernel from the key, or by XLA before it
       for t in key xla find; do
         flag=--cuda-key-targets
@@ -512,16 +545,17 @@ for s in "${stages[@]}"; do
         --out "$OUT/step_trace.json" ;;
     flags)  # the step of cuda and jax with XLA's loop in the CUDA graph too, and unrolled
       cmd_all=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION,WHILE,CONDITIONAL
-      for v in default while unroll; do
+      for v in ${FLAGS_VARIANTS:-default while unroll carry carry_while}; do
         extra=""
         [ "$v" = unroll ] && extra="--unroll ${FLAGS_UNROLL:-8}"
+        [ "${v%_while}" = carry ] && extra="--loop carry"
         loop_flag="--xla_gpu_enable_command_buffer=$cmd_all"
-        [ "$v" = while ] && export XLA_FLAGS="${XLA_FLAGS:-} $loop_flag"
+        [ "${v#*_}" = while ] && export XLA_FLAGS="${XLA_FLAGS:-} $loop_flag"
         stage "flags_$v" 90 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
           --batches ${FLAGS_BATCHES:-4096} --branchings 16 --backends cuda jax --no-plain \
           --ops step --modes fused --no-peers --no-thread-scaling --no-limits $extra \
           $PATH_FLAGS --out "$OUT/flags_$v.json"
-        if [ "$v" = while ]; then
+        if [ "${v#*_}" = while ]; then
           export XLA_FLAGS="${XLA_FLAGS/ $loop_flag/}"
         fi
       done ;;

@@ -1,8 +1,11 @@
 // What the cuda backend's one-launch kernels cannot go below on this GPU: the cost of a kernel
 // node in a CUDA graph (XLA records a scan's step as one), of a cluster barrier (its release
-// with and without a store to global memory before it), of a dependent load from L2, and of the
-// host's round trip per step that XLA's while loop makes (its condition read back, then the
-// step's graph launched). Each case is a kernel of 8 blocks of 512 threads in one cluster (the
+// with and without a store to global or shared memory before it), of a dependent load from L2,
+// of a dependent atomicCAS on another block's shared memory (distributed shared memory, as the
+// cluster update's claims in shared memory make), of one graph launched after another (a
+// scan's step: XLA launches the step's graph once an iteration), and of the host's round trip
+// per step of a while loop of unknown trip count (its condition read back, then the step's
+// graph launched). Each case is a kernel of 8 blocks of 512 threads in one cluster (the
 // cluster update's and sample's shape) doing n of the thing; its time per graph node at
 // n = 0, 1, 2, 4 and 8 gives the launch (the intercept) and the thing (the slope).
 //
@@ -10,6 +13,7 @@
 // -o gpu_floor experiments/gpu_floor.cu; ./gpu_floor OUT.json (experiments/gpu_checks.sh
 // floor). Measured on the GPU it runs on (CUDA events around graph launches); nothing here is
 // modeled. sm_90 and up (clusters).
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,14 +37,18 @@ namespace {
 constexpr int kBlocks = 8, kThreads = 512, kNodes = 256, kRepeats = 7;
 constexpr unsigned kChain = 1u << 20;  // the chased array: 4 MB, in L2 after the first launch
 
-enum Case { kEmpty, kRelaxed, kRelease, kStoreRelease, kLoad, kPhase, kCases };
+enum Case {
+  kEmpty, kRelaxed, kRelease, kStoreRelease, kSharedRelease, kLoad, kPhase, kRemoteCas, kCases
+};
 const char* const kNames[kCases] = {
-    "empty",          // nothing: the node's launch alone (n ignored)
-    "relaxed",        // n cluster barriers, arrive.relaxed: no memory ordering
-    "release",        // n cluster barriers, arrive.release: no store before it
-    "store_release",  // a global store, then a release barrier, n times
-    "load",           // n dependent loads from global memory (L2), no barrier
-    "phase",          // a dependent load, a store, a release barrier, n times: a level
+    "empty",           // nothing: the node's launch alone (n ignored)
+    "relaxed",         // n cluster barriers, arrive.relaxed: no memory ordering
+    "release",         // n cluster barriers, arrive.release: no store before it
+    "store_release",   // a global store, then a release barrier, n times
+    "shared_release",  // a shared-memory store, then a release barrier, n times
+    "load",            // n dependent loads from global memory (L2), no barrier
+    "phase",           // a dependent load, a store, a release barrier, n times: a level
+    "remote_cas",      // n dependent 64-bit atomicCAS on the next block's shared memory
 };
 
 __device__ __forceinline__ void ArriveRelaxed() {
@@ -53,18 +61,44 @@ __device__ __forceinline__ void WaitAcquire() {
   asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
 }
 
+// n dependent atomicCAS by each thread on its slot in the next block's shared memory (`cell`:
+// this block's copy), between two cluster barriers: the first so that every block runs before
+// another touches its shared memory, the last so that none exits while another still does.
+__device__ void RemoteCas(int n, unsigned t, unsigned long long* cell, unsigned* scratch) {
+  cell[threadIdx.x] = 0;
+  ArriveRelease();
+  WaitAcquire();
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  unsigned long long* peer =
+      cluster.map_shared_rank(cell, (cluster.block_rank() + 1) % kBlocks) + threadIdx.x;
+  unsigned long long v = 0;
+  for (int i = 0; i < n; ++i) v = atomicCAS(peer, v, v + 1);  // each waits for the one before
+  ArriveRelease();
+  WaitAcquire();
+  if (v == ~0ull) scratch[t] = 1;  // keeps the chain
+}
+
 __global__ void __cluster_dims__(kBlocks, 1, 1)
     Floor(int which, int n, const unsigned* next, unsigned* scratch) {
+  __shared__ unsigned long long cell[kThreads];
   const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (which == kRemoteCas) {
+    RemoteCas(n, t, cell, scratch);
+    return;
+  }
   unsigned p = (t * 2654435761u) & (kChain - 1);
   for (int i = 0; i < n && which != kEmpty; ++i) {
     if (which == kLoad || which == kPhase) p = next[p];
     if (which == kStoreRelease || which == kPhase) scratch[t] = p + i;
+    if (which == kSharedRelease) cell[threadIdx.x] = p + i;
     if (which == kRelaxed) ArriveRelaxed();
-    if (which == kRelease || which == kStoreRelease || which == kPhase) ArriveRelease();
+    if (which == kRelease || which == kStoreRelease || which == kSharedRelease || which == kPhase) {
+      ArriveRelease();
+    }
     if (which != kLoad) WaitAcquire();
   }
   if (which == kLoad && p == 0xffffffffu) scratch[t] = p;  // keeps the chain's loads
+  if (which == kSharedRelease && cell[(threadIdx.x + 1) % kThreads] == 0xffffffffu) scratch[t] = 1;
 }
 
 __global__ void Condition(int* flag) { *flag = 1; }
@@ -98,8 +132,39 @@ __global__ void Condition(int* flag) { *flag = 1; }
   return 1000.0 * ms[kRepeats / 2] / kNodes;
 }
 
-// Microseconds per step of a host loop as XLA runs a while loop on a GPU: a condition kernel,
-// its flag copied to the host and waited for, then the step's graph (one empty node) launched.
+// Microseconds per launch of a graph of one empty node, kNodes launches back to back on the
+// stream, no host wait between them: the step of a scan as XLA runs it (a known trip count, the
+// step's command buffer launched once an iteration), less the step's own work.
+[[maybe_unused]] double GraphStep(cudaStream_t s, const unsigned* next, unsigned* scratch) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  Floor<<<kBlocks, kThreads, 0, s>>>(kEmpty, 0, next, scratch);
+  CHECK(cudaStreamEndCapture(s, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphLaunch(exec, s));  // uploaded
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  std::vector<float> ms(kRepeats);
+  for (float& m : ms) {
+    CHECK(cudaEventRecord(a, s));
+    for (int i = 0; i < kNodes; ++i) CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaEventRecord(b, s));
+    CHECK(cudaEventSynchronize(b));
+    CHECK(cudaEventElapsedTime(&m, a, b));
+  }
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  std::sort(ms.begin(), ms.end());
+  return 1000.0 * ms[kRepeats / 2] / kNodes;
+}
+
+// Microseconds per step of a host loop as XLA runs a while loop of unknown trip count on a GPU:
+// a condition kernel, its flag copied to the host and waited for, then the step's graph (one
+// empty node) launched.
 [[maybe_unused]] double HostStep(cudaStream_t s, const unsigned* next, unsigned* scratch) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
@@ -139,13 +204,15 @@ __global__ void Condition(int* flag) { *flag = 1; }
   return us[kRepeats / 2];
 }
 
-// The device's name, and a function timing (case, n) per node; false when no GPU of sm_90 and up.
+// The device's name, and a function timing (case, n) per node (case -1: HostStep, -2:
+// GraphStep); false when no GPU of sm_90 and up.
 // Built with -DGPU_FLOOR_DRY (the tests, on machines without a GPU): no device is touched and
-// the times are made up (1 + 0.5 n us), so that the fits and the JSON can be checked.
+// the times are made up (1 + 0.5 n us a node; a host step 9 us, a graph step 4 us), so that
+// the fits and the JSON can be checked.
 bool Setup(std::string* name, std::function<double(int, int)>* node) {
 #ifdef GPU_FLOOR_DRY
   *name = "dry run: no GPU, times made up";
-  *node = [](int which, int n) { return which < 0 ? 9.0 : 1.0 + 0.5 * n; };
+  *node = [](int which, int n) { return which == -1 ? 9.0 : which == -2 ? 4.0 : 1.0 + 0.5 * n; };
   return true;
 #else
   cudaDeviceProp prop;
@@ -165,7 +232,9 @@ bool Setup(std::string* name, std::function<double(int, int)>* node) {
   cudaStream_t s;
   CHECK(cudaStreamCreate(&s));
   *node = [=](int which, int n) {
-    return which < 0 ? HostStep(s, next, scratch) : PerNode(s, which, n, next, scratch);
+    if (which == -1) return HostStep(s, next, scratch);
+    if (which == -2) return GraphStep(s, next, scratch);
+    return PerNode(s, which, n, next, scratch);
   };
   return true;
 #endif
@@ -190,6 +259,7 @@ int main(int argc, char** argv) {
     rows += line;
   };
   row("host_step", 0, node(-1, 0));
+  row("graph_step", 0, node(-2, 0));
   for (int which = 0; which < kCases; ++which) {
     std::vector<double> xs, ys;
     for (int n : {0, 1, 2, 4, 8}) {

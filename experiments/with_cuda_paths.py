@@ -1,9 +1,9 @@
 """Runs a Python module or script with the CUDA backend's path thresholds set.
 
 ``drlhet.backends.cuda`` reads ``BLOCK_MAX_BATCH``, ``CLUSTER_MAX_BATCH``, ``REGION_MAX_BATCH``,
-``NARROW_MAX_NODES``, ``KEY_TARGETS`` and ``SHARED_TOP`` when a program is traced;
-``bench_replay.py`` has flags for them, the other commands do not. This wrapper sets them, then
-runs the command in the same process, so that ``experiments/gpu_checks.sh`` can train and
+``NARROW_MAX_NODES``, ``KEY_TARGETS``, ``SHARED_TOP`` and ``SHARED_CLAIMS`` when a program is
+traced; ``bench_replay.py`` has flags for them, the other commands do not. This wrapper sets them,
+then runs the command in the same process, so that ``experiments/gpu_checks.sh`` can train and
 profile with the thresholds its ``pick`` stage chose (``experiments/pick_cuda_paths.py``) before
 they become the library's defaults, and without a part that its ``tests`` stage found wrong on
 that GPU (``experiments/triage_gpu_tests.py``).
@@ -13,6 +13,7 @@ Usage:
   python experiments/with_cuda_paths.py --narrow-max-nodes 1024 -- experiments/profile_gpu.py
   python experiments/with_cuda_paths.py --no-key-targets -- -m drlhet train ...
   python experiments/with_cuda_paths.py --no-shared-top -- experiments/profile_gpu.py
+  python experiments/with_cuda_paths.py --shared-claims -- -m drlhet train ...
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ class Args:
     no_shared_top: bool = False
     """Turn ``drlhet.backends.cuda.SHARED_TOP`` off: the sample's descents read every level from
     the tree in global memory (without the flag: the library's setting)."""
+    shared_claims: bool = False
+    """Turn ``drlhet.backends.cuda.SHARED_CLAIMS`` on: the cluster path's update resolves its
+    duplicates in the cluster's shared memory (without the flag: the library's setting)."""
 
 
 def apply(args: Args) -> dict[str, int]:
@@ -61,9 +65,10 @@ def apply(args: Args) -> dict[str, int]:
         cuda.KEY_TARGETS = False
     if args.no_shared_top:
         cuda.SHARED_TOP = False
-    return {
-        name: int(getattr(cuda, name.upper())) for name in (*NAMES, "key_targets", "shared_top")
-    }
+    if args.shared_claims:
+        cuda.SHARED_CLAIMS = True
+    switches = ("key_targets", "shared_top", "shared_claims")
+    return {name: int(getattr(cuda, name.upper())) for name in (*NAMES, *switches)}
 
 
 def main(argv: list[str]) -> None:

@@ -160,3 +160,50 @@ def test_the_sample_around_find_keeps_the_backends_own_update(bench, tmp_path, m
     assert row["items_per_s"] > 0
     (ops,) = built
     assert ops.weigh is None and ops.weigh_key is None and ops.update is not None
+
+
+def test_the_claims_ab_traces_one_program_with_shared_claims_and_restores_the_setting(
+    bench, tmp_path, monkeypatch
+):
+    """``--cuda-claims-ab``: ``drlhet-cuda-claims`` beside ``drlhet-cuda`` in one run (cuda under
+    the host emulation here), its program traced with `cuda.SHARED_CLAIMS` on and the other's
+    off, the rows saying which, and the library's setting as it was after the run."""
+    from drlhet.backends import BackendUnavailable, cuda
+    from drlhet.backends.native import library_path
+
+    try:
+        library_path(*cuda.EMU_LIBRARY)
+    except BackendUnavailable as e:  # built wherever <ucontext.h> exists
+        pytest.skip(f"missing library: the CUDA kernels' host emulation ({e})")
+    traced = []
+    paths = cuda._paths
+    monkeypatch.setattr(cuda, "_paths", lambda: traced.append(paths()) or paths())
+    args = dataclasses.replace(
+        tiny_run(bench, tmp_path),
+        backends=("cuda",),
+        batches=(256,),
+        peers=False,
+        cuda_claims_ab=True,
+    )
+    rows = bench.main(args)
+    assert [(r["impl"], r["cuda_shared_claims"]) for r in rows] == [
+        ("drlhet-cuda", 0), ("drlhet-cuda-claims", 1)
+    ]  # fmt: skip
+    # each program traces the update (the scan may trace its body more than once), in order
+    seen = [int(p["shared_claims"]) for p in traced]
+    assert 0 in seen and seen[seen.index(1) :] == [1] * (len(seen) - seen.index(1))
+    assert cuda.SHARED_CLAIMS is False
+    assert all(r["items_per_s"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("loop", ["xs", "carry"])
+def test_both_loops_time_the_same_steps_and_rows_say_which(bench, tmp_path, loop):
+    """``--loop carry`` (the key split in the step from a carried one, the outputs summed, as
+    the trainer loops) runs the same ops as ``xs`` (keys sliced, outputs stacked); rows record
+    the loop."""
+    args = dataclasses.replace(
+        tiny_run(bench, tmp_path), ops=("sample", "update", "step"), peers=False, loop=loop
+    )
+    rows = bench.main(args)
+    assert [(r["op"], r["loop"]) for r in rows] == [(op, loop) for op in args.ops]
+    assert all(r["items_per_s"] > 0 for r in rows)

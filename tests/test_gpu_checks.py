@@ -19,6 +19,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 REGION_PATH = "a region of the tree per block"  # tests/backends/cuda_places.py
+CLAIMS_PATH = "claims in the cluster's shared memory"  # idem
 
 STAND_INS = """
 import os
@@ -30,14 +31,18 @@ KEY_OFF = os.environ.get("DRLHET_TEST_CUDA_KEY_TARGETS") == "0"
 TOP_OFF = os.environ.get("DRLHET_TEST_CUDA_SHARED_TOP") == "0"
 CLUSTER = pytest.param("one cluster per tree", marks=pytest.mark.cuda_cluster)
 REGION = pytest.param("a region of the tree per block", marks=pytest.mark.cuda_region)
+CLAIMS = pytest.param(
+    "claims in the cluster's shared memory", marks=pytest.mark.cuda_claims
+)
 
 def hang():
     time.sleep(600)
 
-@pytest.mark.parametrize("path", ["one block per tree", CLUSTER, REGION])
+@pytest.mark.parametrize("path", ["one block per tree", CLUSTER, REGION, CLAIMS])
 def test_weigh_and_checked_update_equal_the_buffers_code(path):
     assert path != "one cluster per tree" or {cluster_ok}
     assert path != "a region of the tree per block" or {region_ok}
+    assert path != "claims in the cluster's shared memory" or {claims_ok}
 
 @pytest.mark.cuda_key_targets
 @pytest.mark.parametrize("path", ["one block per tree", CLUSTER])
@@ -60,7 +65,13 @@ def triage(monkeypatch):
 
 
 def stand_ins(
-    tmp_path: Path, cluster_ok=True, key_ok=True, other_ok=True, top_ok=True, region_ok=True
+    tmp_path: Path,
+    cluster_ok=True,
+    key_ok=True,
+    other_ok=True,
+    top_ok=True,
+    region_ok=True,
+    claims_ok=True,
 ) -> Path:
     """Writes the stand-in tests, failing as asked (each ``*_ok`` a Python expression;
     ``KEY_OFF``, ``TOP_OFF``: the run has the key targets, the top copy off; ``hang()``: sleeps
@@ -74,6 +85,7 @@ def stand_ins(
             other_ok=other_ok,
             top_ok=top_ok,
             region_ok=region_ok,
+            claims_ok=claims_ok,
         )  # fmt: skip
     )
     return tests
@@ -140,6 +152,7 @@ def test_the_triage_names_the_real_tests_and_paths(triage):
     assert triage.CLUSTER_PATH in places.PATHS
     assert places.PATHS[triage.CLUSTER_PATH].get("CLUSTER_MAX_BATCH", 0) > 0
     assert places.REGION_PATH == REGION_PATH and places.PATHS[REGION_PATH]["REGION_MAX_BATCH"] > 0
+    assert places.CLAIMS_PATH == CLAIMS_PATH and places.PATHS[CLAIMS_PATH]["SHARED_CLAIMS"]
     defined = set(
         re.findall(r"^def (test_\w+)", (REPO / "tests/backends/test_cuda_buffer.py").read_text(),
                    re.M)
@@ -213,7 +226,7 @@ def run_checks(
         "TEST_WORKERS": "1", "TEST_TIMEOUT": "3",
     }  # fmt: skip
     for name in ("CUDA_CLUSTER_MAX_BATCH", "CUDA_NARROW_MAX_NODES", "CUDA_KEY_TARGETS",
-                 "CUDA_REGION_MAX_BATCH"):  # fmt: skip
+                 "CUDA_REGION_MAX_BATCH", "CUDA_SHARED_CLAIMS"):  # fmt: skip
         env.pop(name, None)
     for name in ("WHEELS", "QUICK_PEERS", "PYTEST_RC", "STAND_IN_XDIST", "STAND_IN_SLEEP"):
         env.pop(name, None)
@@ -408,6 +421,30 @@ def test_a_failing_region_case_turns_the_region_path_off_and_keeps_the_cluster_p
     assert list(cases) == [name] and cases[name] == ["failure"]
 
 
+def test_the_claims_stage_is_an_ab_in_one_run_and_a_failing_claims_case_turns_it_off(tmp_path):
+    """`claims`: one bench_replay run with --cuda-claims-ab (the update and step of cuda with its
+    claims in shared memory beside cuda without, and jax); with CUDA_SHARED_CLAIMS=1 the later
+    stages run with them, unless their GPU tests (tests_claims) failed."""
+    env = {"CUDA_SHARED_CLAIMS": "1"}
+    out, calls = run_checks(tmp_path, ["tests", "claims", "quick", "train"], extra_env=env)
+    assert "== tests_claims: exit 0" in out
+    main = next(c for c in calls if "tests.xml" in c)
+    assert "and not cuda_claims" in main
+    assert "not slow and cuda_claims" in next(c for c in calls if "tests_claims.xml" in c)
+    (ab,) = [c for c in calls if "/claims.json" in c]
+    assert "--cuda-claims-ab" in ab and "--backends cuda jax" in ab and "--ops update step" in ab
+    assert "--cuda-shared-claims" in next(c for c in calls if "bench_quick.json" in c)
+    train = [c for c in calls if " train " in c]
+    assert len(train) == 2 and all(" --shared-claims --" in c for c in train)
+    again = tmp_path / "again"
+    again.mkdir()
+    out, calls = run_checks(again, ["tests", "claims", "quick"], extra_env=env, claims_ok=False)
+    assert "== tests_claims: 1; the claims path off" in out and "== claims: skipped" in out
+    assert not any("/claims.json" in c for c in calls)
+    quick = next(c for c in calls if "bench_quick.json" in c)
+    assert "--cuda-shared-claims" not in quick and "--cuda-region-max-batch 0" not in quick
+
+
 def test_the_region_stage_times_the_update_without_and_with_the_regions_and_pick_reads_it(
     tmp_path,
 ):
@@ -488,6 +525,9 @@ def test_the_gpu_stages_select_the_cluster_and_key_cases_by_their_marks(triage, 
     region = [i for i, m in marks.items() if "cuda_region" in m]  # on a GPU only
     assert len(region) >= 20 and all(REGION_PATH in i and "[gpu, " in i for i in region)
     assert not any(REGION_PATH in i for i, m in marks.items() if "cuda_region" not in m)
+    claims = [i for i, m in marks.items() if "cuda_claims" in m]  # on a GPU only
+    assert len(claims) >= 20 and all(CLAIMS_PATH in i and "[gpu, " in i for i in claims)
+    assert not any(CLAIMS_PATH in i for i, m in marks.items() if "cuda_claims" not in m)
     key = {i.split("::")[-1].split("[")[0] for i, m in marks.items() if "cuda_key_targets" in m}
     assert key == set(triage.KEY_TESTS)
 
@@ -661,12 +701,16 @@ def test_the_flags_stage_times_the_step_with_the_loop_in_the_graph_and_unrolled(
     flags = (tmp_path / "calls.log.xla_flags").read_text().splitlines()
     runs = [(c, f) for c, f in zip(calls, flags, strict=True) if "bench_replay" in c]
     assert [c.split("--out ")[1].split("/")[-1] for c, _ in runs] == [
-        "flags_default.json", "flags_while.json", "flags_unroll.json"
+        "flags_default.json", "flags_while.json", "flags_unroll.json", "flags_carry.json",
+        "flags_carry_while.json",
     ]  # fmt: skip
-    (default, _), (_, while_flags), (unroll, unroll_flags) = runs
+    (default, _), (_, while_flags), (unroll, unroll_flags), (carry, carry_flags) = runs[:4]
     assert "WHILE,CONDITIONAL" in while_flags and while_flags.startswith("--xla_mine=1")
-    assert unroll_flags == "--xla_mine=1"  # put back after the while run
+    assert unroll_flags == "--xla_mine=1" == carry_flags  # put back after the while run
     assert "--unroll 8" in unroll and "--unroll" not in default
+    assert "--loop carry" in carry and "--loop" not in default + unroll
+    carry_while, carry_while_flags = runs[4]
+    assert "--loop carry" in carry_while and "WHILE,CONDITIONAL" in carry_while_flags
 
 
 def test_the_targets_stage_times_the_key_xlas_targets_and_the_sample_around_find(tmp_path):

@@ -34,10 +34,13 @@ def test_the_dry_build_fits_each_case_and_writes_its_rows(tmp_path):
     floor = json.loads(out.read_text())
     assert floor["measured"] is False and floor["device"].startswith("dry run")
     cases = [r["case"] for r in floor["rows"]]
-    assert cases[:2] == ["host_step", "empty"]
+    assert cases[:3] == ["host_step", "graph_step", "empty"]
+    assert [r["us"] for r in floor["rows"][:2]] == [9.0, 4.0]
     assert cases.count("phase") == 5 and cases.count("store_release") == 5
     assert [r["n"] for r in floor["rows"] if r["case"] == "load"] == [0, 1, 2, 4, 8]
-    assert set(floor["fits"]) == {"relaxed", "release", "store_release", "load", "phase"}
+    assert set(floor["fits"]) == {
+        "relaxed", "release", "store_release", "shared_release", "load", "phase", "remote_cas"
+    }  # fmt: skip
     for fit in floor["fits"].values():  # the made-up times: 1 + 0.5 n
         assert fit == {"intercept_us": pytest.approx(1.0), "per_n_us": pytest.approx(0.5)}
     assert "phase         : 1.000 us a node + 0.500 us each" in done.stdout

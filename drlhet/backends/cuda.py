@@ -76,14 +76,14 @@ EMU_LIBRARY = ("drlhet_cuda_emu", "the CUDA kernels' host emulation")
 MAX_BRANCHING = 256  # kMaxBranching in kernels/include/drlhet/sum_tree.h
 MAX_CAPACITY = 2**31 - 1  # leaf indices are int32
 BLOCK_MAX_BATCH = 1024
-"""An update of at most this many entries per tree runs as one kernel, one block of 1024
-threads per tree (phases separated by barriers); a larger one as 3 + depth launches over the
-whole batch (one thread per entry). Read when a program is traced (a function JAX has
-already traced keeps the value it saw). Measured on an H100 at 2^20
-leaves, K 16 (the buffer's update, in a fused scan): B 256 one block 35 us, per level 54 us;
-B 4096 one block 134 us, per level 60 us (results/bench_replay_gpu_h100_paths.json); 1024 is
-between the two, not measured. After the shared-layout fix (third H100 session): the step at
-B 4096 runs at 47.6M items/s with one block, 70.1M per level."""
+"""An update of at most this many entries per tree runs as one kernel, one block of 1024 threads
+per tree (phases separated by barriers); a larger one as 3 + depth launches over the whole batch
+(one thread per entry). Read when a program is traced (a function JAX has already traced keeps the
+value it saw). Measured on an H100 at 2^20 leaves, K 16 (the buffer's update, in a fused scan): B
+256 one block 35 us, per level 54 us; B 4096 one block 134 us, per level 60 us
+(results/bench_replay_gpu_h100_paths.json); 1024 is between the two, not measured. After the
+shared-layout fix (third H100 session): the step at B 4096 runs at 47.6M items/s with one block,
+70.1M per level."""
 NARROW_MAX_NODES = 1024
 """On the per-level path, the levels of at most this many nodes (and no more than the batch)
 are recomputed whole by one block of 1024 threads per tree, in one launch; the levels no wider
@@ -126,6 +126,12 @@ path by the 1.03 margin: step 67.0M against 72.6M items/s at B 2048 (0.92x), 122
 (each kernel alone, caches flushed) both updates take 19 us at B 4096: the region kernel waits
 far less on fences and loads but each block passes over the whole batch. Read when a program
 is traced."""
+
+SHARED_CLAIMS = False
+"""Whether the cluster path's update of at most 8192 entries per tree resolves its duplicates in
+a hash table spread over the cluster's shared memory (``kernels/cuda/cluster_claims.cuh``), not
+in the workspace's winner slots in global memory. The same bits (tested on the host emulation);
+off until measured on a GPU (``experiments/gpu_checks.sh claims``). Read when traced."""
 
 SHARED_TOP = True
 """Whether each block of the sample's kernels first copies the top levels of its tree (up to
@@ -221,11 +227,16 @@ def update(
     workspace is each leaf's winning entry and the tree's refused flag (C + 1 int32 per tree).
     """
     _check(tree)
-    paths = {"block_max_batch": np.int64(BLOCK_MAX_BATCH),
-             "narrow_max_nodes": np.int64(NARROW_MAX_NODES),
-             "cluster_max_batch": np.int64(CLUSTER_MAX_BATCH),
-             "region_max_batch": np.int64(REGION_MAX_BATCH)}  # fmt: skip
-    return ffi_update("drlhet_cuda_update", tree, indices, values, keep, tree.capacity + 1, paths)
+    return ffi_update(
+        "drlhet_cuda_update", tree, indices, values, keep, tree.capacity + 1, _paths()
+    )
+
+
+def _paths() -> dict:
+    """The update handlers' path attributes, as the module's settings say now."""
+    return {name.lower(): np.int64(globals()[name]) for name in (
+        "BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "REGION_MAX_BATCH",
+        "SHARED_CLAIMS")}  # fmt: skip
 
 
 def weigh(
@@ -350,9 +361,7 @@ def update_checked(
         tree.nodes, jnp.asarray(indices, jnp.int32), jnp.asarray(raw, jnp.float32),
         jnp.asarray(values, jnp.float32), jnp.asarray(keep, bool), jnp.asarray(size, jnp.int32),
         jnp.asarray(max_priority, jnp.float32), jnp.asarray(error, jnp.int32),
-        block_max_batch=np.int64(BLOCK_MAX_BATCH), narrow_max_nodes=np.int64(NARROW_MAX_NODES),
-        cluster_max_batch=np.int64(CLUSTER_MAX_BATCH), region_max_batch=np.int64(REGION_MAX_BATCH),
-        priority_max=np.float32(checks.PRIORITY_MAX),
+        **_paths(), priority_max=np.float32(checks.PRIORITY_MAX),
         err_index=np.int64(checks.ERR_INDEX), err_priority=np.int64(checks.ERR_PRIORITY),
         **tree_attrs(tree),
     )  # fmt: skip

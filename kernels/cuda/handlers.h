@@ -94,7 +94,8 @@ inline ffi::Error UpdateImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
                       ffi::Buffer<ffi::PRED> keep, ffi::ResultBuffer<ffi::F32> out,
                       ffi::ResultBuffer<ffi::S32> work, int64_t branching, int64_t capacity,
                       int64_t block_max_batch, int64_t narrow_max_nodes,
-                      int64_t cluster_max_batch, int64_t region_max_batch) {
+                      int64_t cluster_max_batch, int64_t region_max_batch,
+                      int64_t shared_claims) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
   if (auto err = Trees(branching, capacity, nodes.element_count(), &lay, &trees); err.failure()) {
@@ -111,7 +112,7 @@ inline ffi::Error UpdateImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
   const UpdateArgs a =
       PlainArgs(out->typed_data(), capacity, branching, indices, values, keep, trees, work);
   LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes, cluster_max_batch,
-               region_max_batch);
+               region_max_batch, shared_claims != 0);
   return LastError("drlhet_cuda_update");
 }
 
@@ -125,8 +126,8 @@ inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> n
                              ffi::ResultBuffer<ffi::S32> work, int64_t branching,
                              int64_t capacity, int64_t block_max_batch,
                              int64_t narrow_max_nodes, int64_t cluster_max_batch,
-                             int64_t region_max_batch, float priority_max, int64_t err_index,
-                             int64_t err_priority) {
+                             int64_t region_max_batch, int64_t shared_claims,
+                             float priority_max, int64_t err_index, int64_t err_priority) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
   if (auto err = Trees(branching, capacity, nodes.element_count(), &lay, &trees); err.failure()) {
@@ -156,7 +157,7 @@ inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> n
   a.max_out = max_out->typed_data();
   a.err_out = err_out->typed_data();
   LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes, cluster_max_batch,
-               region_max_batch);
+               region_max_batch, shared_claims != 0);
   return LastError("drlhet_cuda_update_checked");
 }
 
@@ -263,7 +264,8 @@ auto UpdateBinding(B bind) {
       .template Attr<int64_t>("block_max_batch")
       .template Attr<int64_t>("narrow_max_nodes")
       .template Attr<int64_t>("cluster_max_batch")
-      .template Attr<int64_t>("region_max_batch");
+      .template Attr<int64_t>("region_max_batch")
+      .template Attr<int64_t>("shared_claims");
 }
 
 template <typename B>
@@ -286,6 +288,7 @@ auto UpdateCheckedBinding(B bind) {
       .template Attr<int64_t>("narrow_max_nodes")
       .template Attr<int64_t>("cluster_max_batch")
       .template Attr<int64_t>("region_max_batch")
+      .template Attr<int64_t>("shared_claims")
       .template Attr<float>("priority_max")
       .template Attr<int64_t>("err_index")
       .template Attr<int64_t>("err_priority");

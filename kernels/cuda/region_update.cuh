@@ -92,6 +92,11 @@ __device__ inline Region RegionOf(const drlhet::TreeLayout& lay, int level, unsi
   return r;
 }
 
+// The first slot a leaf probes in a table of 1 << bits slots (a multiplicative hash).
+DRLHET_HD inline uint32_t LeafSlot(int32_t leaf, int bits) {
+  return (static_cast<uint32_t>(leaf) * 0x9E3779B1u) >> (32 - bits);
+}
+
 // Entry `pos` wins leaf `leaf` unless a later one takes it: the table's slot of the leaf (open
 // addressing, linear probing from a multiplicative hash) holds leaf << 32 | the largest
 // position, merged by atomicMax (the leaf in the high word, so the maximum is WinnerMerge's).
@@ -100,7 +105,7 @@ __device__ inline void ClaimInTable(uint64_t* table, int bits, int32_t leaf, int
   const uint64_t mine = static_cast<uint64_t>(static_cast<uint32_t>(leaf)) << 32 |
                         static_cast<uint32_t>(pos);
   const uint32_t mask = (1u << bits) - 1u;
-  uint32_t s = (static_cast<uint32_t>(leaf) * 0x9E3779B1u) >> (32 - bits);
+  uint32_t s = LeafSlot(leaf, bits);
   for (;;) {
     uint64_t held = table[s];
     if (held == kEmptySlot) {
@@ -195,7 +200,7 @@ __device__ inline void RegionClaims(const UpdateArgs& a, const Region& r, int64_
 // Where leaf `leaf` was claimed in the table: its slot's word (ClaimInTable put it there).
 __device__ inline uint64_t ClaimOf(const uint64_t* table, int bits, int32_t leaf) {
   const uint32_t mask = (1u << bits) - 1u;
-  uint32_t s = (static_cast<uint32_t>(leaf) * 0x9E3779B1u) >> (32 - bits);
+  uint32_t s = LeafSlot(leaf, bits);
   while (table[s] >> 32 != static_cast<uint32_t>(leaf)) s = (s + 1u) & mask;
   return table[s];
 }

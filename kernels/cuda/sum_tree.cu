@@ -32,6 +32,9 @@
 // also region_max_batch: a batch above block_max_batch and of at most that many (and 4096)
 // entries per tree is written by one cluster per tree whose blocks each own a region of the
 // tree (drlhet_cuda_update_region, region_update.cuh; 0: never), before the cluster path;
+// the updates also shared_claims (0 or 1): the cluster path's batches of at most one entry per
+// thread resolve their duplicates in the cluster's shared memory (drlhet_cuda_update_cluster_
+// shared, cluster_claims.cuh) instead of the workspace's winner slots;
 // the checked update also priority_max (f32), err_index and err_priority, the sample err_empty
 // and err_beta (int64). Every handler is command-buffer compatible (XLA records it into the
 // step's CUDA graph).
@@ -45,6 +48,7 @@
 #include "sample_kernels.cuh"
 #include "sum_tree_kernels.cuh"
 #include "region_update.cuh"
+#include "cluster_claims.cuh"
 // after the kernels they launch
 #include "launch.cuh"
 #include "handlers.h"

@@ -156,19 +156,25 @@ __device__ inline void ClaimEntry(const UpdateArgs& a, int64_t i, bool live) {
   CommitClaim(a, ReadClaim(a, i, live));
 }
 
-// CommitClaim in a cluster that updates one tree: the warp's error bits and largest kept raw
-// priority merged into its block's words in shared memory (`bad`, `most`), which the cluster
-// reads across its blocks after its barrier (ClusterWords), instead of atomics on one global
-// word from every warp of the cluster. Every thread of the warp calls it.
-__device__ inline void CommitClaimInBlock(const UpdateArgs& a, const EntryClaim& e, int32_t* bad,
-                                          int32_t* most) {
-  if (e.take) atomicMax(a.winner + e.s.tree * a.capacity + e.leaf, static_cast<int32_t>(e.s.pos));
+// In a cluster that updates one tree: the warp's error bits and largest kept raw priority
+// merged into its block's words in shared memory (`bad`, `most`), which the cluster reads
+// across its blocks after its barrier (ClusterWords), instead of atomics on one global word
+// from every warp of the cluster. Every thread of the warp calls it.
+__device__ inline void MergeWordsInBlock(const EntryClaim& e, int32_t* bad, int32_t* most) {
   const int32_t errs = __reduce_or_sync(0xffffffffu, static_cast<uint32_t>(e.err));
   const int32_t top = __reduce_max_sync(0xffffffffu, e.top);
   if ((threadIdx.x & 31) == 0) {
     if (errs) atomicOr(bad, errs);
     if (top > 0) atomicMax(most, top);
   }
+}
+
+// CommitClaim in a cluster that updates one tree: the winner slot in the workspace, the tree's
+// words in the block's (MergeWordsInBlock). Every thread of the warp calls it.
+__device__ inline void CommitClaimInBlock(const UpdateArgs& a, const EntryClaim& e, int32_t* bad,
+                                          int32_t* most) {
+  if (e.take) atomicMax(a.winner + e.s.tree * a.capacity + e.leaf, static_cast<int32_t>(e.s.pos));
+  MergeWordsInBlock(e, bad, most);
 }
 
 // The cluster's merged words (ClusterPeer): the OR of the blocks' `bad` and the largest of
@@ -358,15 +364,13 @@ __device__ inline void ClusterEntryLevels(const UpdateArgs& a, const drlhet::Tre
 
 // The same for a batch of at most `all` entries: each thread's one entry (its claim, read
 // before the claims: its index, value and whether it was taken) is kept in registers, not read
-// again at every level (BlockLevelsOneEach's reasoning). `refused`: the tree's batch was.
+// again at every level (BlockLevelsOneEach's reasoning). `won`: the entry won its leaf in a
+// batch that was not refused (the claims' Won).
 __device__ inline void ClusterEntryLevelsOneEach(const UpdateArgs& a,
                                                  const drlhet::TreeLayout& lay,
                                                  const ClusterPlace& c, const EntryClaim& e,
-                                                 bool refused) {
-  // a taken entry's leaf is in [0, C) (no error); a refused tree has no winner
-  const int32_t leaf = e.take ? e.leaf : 0;
-  const int32_t win = a.winner[c.v * a.capacity + leaf];
-  const bool won = e.take && !refused && drlhet::IsWinner(win, static_cast<int32_t>(c.t), true);
+                                                 bool won) {
+  const int32_t leaf = e.take ? e.leaf : 0;  // a taken entry's leaf is in [0, C) (no error)
   float* tree = a.nodes + c.v * lay.size;
   if (won) tree[lay.offsets[lay.depth] + leaf] = e.value;
   uint32_t node = static_cast<uint32_t>(leaf);  // a won leaf is in [0, C), C < 2^31
@@ -396,53 +400,13 @@ __device__ inline float HandLevel(const float* tree, const drlhet::TreeLayout& l
   return sum;
 }
 
-// The whole update of tree blockIdx.x / cs by one cluster of cs blocks (cluster.cuh): the
-// per-level path's phases (reset, claim, leaves, then the levels from the leaves' parents up)
-// over the cluster's cs * blockDim threads, each taking every (cs * blockDim)-th entry or node,
-// with a cluster barrier where the per-level path ends a launch; the levels of at most
-// min(batch, blockDim) nodes by the cluster's first block alone, after the last cluster
-// barrier, as drlhet_cuda_update_top does, and meanwhile Finish by the last block. No thread
-// returns before that barrier. The tree's error bits and largest kept raw priority are merged
-// per block in shared memory and read across the cluster after the claims' barrier
-// (ClusterWords), then written to the tree's words by the last block. The same writes as the
-// per-level path, so the same bits; plain or checked (a.raw).
-__device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs) {
-  __shared__ int32_t block_bad[kClusterBlocks], block_most[kClusterBlocks];  // slot: the rank
+// ClusterUpdate after the leaves and the levels wider than the batch: the levels of at most
+// `batch` nodes, then those of at most blockDim by the first block; the tree's words and
+// Finish by the last block. `bad`, `most`: the cluster's merged words.
+__device__ inline void ClusterLevels(const UpdateArgs& a, const drlhet::TreeLayout& lay,
+                                     const ClusterPlace& c, bool refused, int32_t bad,
+                                     int32_t most, unsigned rank) {
   __shared__ __align__(16) float hand_rows[kRankSlots * kClusterMaxThreads];  // HandLevel
-  const unsigned rank = blockIdx.x % cs;
-  if (threadIdx.x == 0) block_bad[rank] = block_most[rank] = 0;
-  const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);  // a barrier: the words are 0
-  ClusterPlace c{};
-  c.v = blockIdx.x / cs;
-  c.base = c.v * a.batch;
-  c.t = (blockIdx.x % cs) * blockDim.x + threadIdx.x;
-  c.all = static_cast<int64_t>(cs) * blockDim.x;
-  c.whole = drlhet::NarrowTop(lay, a.batch, a.batch);
-  c.top = drlhet::NarrowTop(lay, a.batch, blockDim.x);
-  const int64_t lane = threadIdx.x & 31;
-  for (int64_t b = c.t; b < a.batch; b += c.all) Reset(a, c.base + b);
-  ClusterArrive();  // the resets before any claim; meanwhile the thread reads its first entry
-  const EntryClaim first = ReadClaim(a, c.base + c.t, c.t < a.batch);
-  ClusterWait();
-  // every thread of the warp (first.live false past the batch)
-  CommitClaimInBlock(a, first, block_bad + rank, block_most + rank);
-  for (int64_t b = c.t + c.all; b - lane < a.batch; b += c.all) {
-    CommitClaimInBlock(a, ReadClaim(a, c.base + b, b < a.batch), block_bad + rank,
-                       block_most + rank);
-  }
-  ClusterSync();
-  // the claims are in: the tree's words from the blocks' shared memory, kept in registers
-  int32_t bad = 0, most = 0;
-  ClusterWords(block_bad, block_most, cs, &bad, &most);
-  const bool refused = bad != 0;
-  if (a.batch <= c.all) {  // the same in every thread of the cluster
-    ClusterEntryLevelsOneEach(a, lay, c, first, refused);
-  } else {  // Leaf and Ancestor read the tree's word in global memory: written, then a barrier
-    if (c.t == 0) a.bad[c.v] = bad;
-    ClusterSync();
-    for (int64_t b = c.t; b < a.batch; b += c.all) Leaf(a, c.base + b, lay);
-    ClusterEntryLevels(a, lay, c);
-  }
   float* tree = a.nodes + c.v * lay.size;
   // level top + 1 handed to the first block in shared memory (HandLevel), where one block
   // holds every node's children: the same in every thread of the cluster
@@ -481,6 +445,81 @@ __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs) {
   BlockTopLevels(tree, lay, c.top,
                  HandRows{hand ? hand_rows : nullptr, static_cast<int64_t>(blockDim.x)});
   if (hand) ClusterWait();
+}
+
+// ClusterUpdate's claims in the workspace's winner slots (global memory, one per leaf): -1 in
+// the slot of each entry's leaf, a cluster barrier whose release waits for those stores, then
+// each taken entry's position by atomicMax (the largest wins: WinnerMerge); any batch.
+struct WorkspaceClaims {
+  static constexpr bool kAnyBatch = true;  // also more entries than the cluster has threads
+
+  // The reset and the claims; the thread's first entry's claim read meanwhile, returned. The
+  // tree's words merged into the block's (`bad`, `most`). Every thread of the cluster calls it.
+  __device__ EntryClaim Claim(const UpdateArgs& a, const ClusterPlace& c, unsigned rank,
+                              int32_t* bad, int32_t* most) const {
+    (void)rank;
+    const int64_t lane = threadIdx.x & 31;
+    for (int64_t b = c.t; b < a.batch; b += c.all) Reset(a, c.base + b);
+    ClusterArrive();  // the resets before any claim; meanwhile the thread reads its first entry
+    const EntryClaim first = ReadClaim(a, c.base + c.t, c.t < a.batch);
+    ClusterWait();
+    CommitClaimInBlock(a, first, bad, most);  // every thread of the warp (live false past it)
+    for (int64_t b = c.t + c.all; b - lane < a.batch; b += c.all) {
+      CommitClaimInBlock(a, ReadClaim(a, c.base + b, b < a.batch), bad, most);
+    }
+    return first;
+  }
+
+  // Whether the thread's one entry `e` won its leaf, after the claims' barrier; false when the
+  // tree's batch was `refused` (it has no winner) or the entry was not taken.
+  __device__ bool Won(const UpdateArgs& a, const ClusterPlace& c, const EntryClaim& e,
+                      bool refused) const {
+    const int32_t leaf = e.take ? e.leaf : 0;  // a taken entry's leaf is in [0, C)
+    const int32_t win = a.winner[c.v * a.capacity + leaf];
+    return e.take && !refused && drlhet::IsWinner(win, static_cast<int32_t>(c.t), true);
+  }
+};
+
+// The whole update of tree blockIdx.x / cs by one cluster of cs blocks (cluster.cuh): the
+// per-level path's phases (claims, leaves, then the levels from the leaves' parents up) over
+// the cluster's cs * blockDim threads, each taking every (cs * blockDim)-th entry or node,
+// with a cluster barrier where the per-level path ends a launch; the levels of at most
+// min(batch, blockDim) nodes by the cluster's first block alone, after the last cluster
+// barrier, as drlhet_cuda_update_top does, and meanwhile Finish by the last block. No thread
+// returns before that barrier. The duplicates are resolved by `claims` (WorkspaceClaims, or
+// SharedClaims in cluster_claims.cuh: a batch of at most one entry per thread). The tree's
+// error bits and largest kept raw priority are merged per block in shared memory and read
+// across the cluster after the claims' barrier (ClusterWords), then written to the tree's
+// words by the last block. The same writes as the per-level path, so the same bits; plain or
+// checked (a.raw).
+template <typename Claims>
+__device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs, const Claims& claims) {
+  __shared__ int32_t block_bad[kClusterBlocks], block_most[kClusterBlocks];  // slot: the rank
+  const unsigned rank = blockIdx.x % cs;
+  if (threadIdx.x == 0) block_bad[rank] = block_most[rank] = 0;
+  const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);  // a barrier: the words are 0
+  ClusterPlace c{};
+  c.v = blockIdx.x / cs;
+  c.base = c.v * a.batch;
+  c.t = (blockIdx.x % cs) * blockDim.x + threadIdx.x;
+  c.all = static_cast<int64_t>(cs) * blockDim.x;
+  c.whole = drlhet::NarrowTop(lay, a.batch, a.batch);
+  c.top = drlhet::NarrowTop(lay, a.batch, blockDim.x);
+  const EntryClaim first = claims.Claim(a, c, rank, block_bad + rank, block_most + rank);
+  ClusterSync();
+  // the claims are in: the tree's words from the blocks' shared memory, kept in registers
+  int32_t bad = 0, most = 0;
+  ClusterWords(block_bad, block_most, cs, &bad, &most);
+  const bool refused = bad != 0;
+  if (!Claims::kAnyBatch || a.batch <= c.all) {  // the same in every thread of the cluster
+    ClusterEntryLevelsOneEach(a, lay, c, first, claims.Won(a, c, first, refused));
+  } else {  // Leaf and Ancestor read the tree's word in global memory: written, then a barrier
+    if (c.t == 0) a.bad[c.v] = bad;
+    ClusterSync();
+    for (int64_t b = c.t; b < a.batch; b += c.all) Leaf(a, c.base + b, lay);
+    ClusterEntryLevels(a, lay, c);
+  }
+  ClusterLevels(a, lay, c, refused, bad, most, rank);
 }
 
 }  // namespace drlhet_cuda
@@ -642,7 +681,7 @@ __global__ void __launch_bounds__(1024) drlhet_cuda_update_block(drlhet_cuda::Up
 // grid = V trees * cs blocks, in clusters of cs (ClusterUpdate); sm_90 and up.
 __global__ void __launch_bounds__(1024)
     drlhet_cuda_update_cluster(drlhet_cuda::UpdateArgs a, int32_t cs) {
-  drlhet_cuda::ClusterUpdate(a, cs);
+  drlhet_cuda::ClusterUpdate(a, cs, drlhet_cuda::WorkspaceClaims{});
 }
 
 #undef DRLHET_PLAIN_UPDATE

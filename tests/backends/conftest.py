@@ -6,14 +6,18 @@ import os
 
 import jax
 import pytest
-from cuda_places import CLUSTER_PATH, PATHS, PLACES, REGION_PATH, devices
+from cuda_places import CLAIMS_PATH, CLUSTER_PATH, GPU_ONLY, PATHS, PLACES, REGION_PATH, devices
 
 from drlhet import backends
 from drlhet.backends import cuda
 
 # the paths whose kernels wait on other blocks: experiments/gpu_checks.sh runs each one's cases
 # on a GPU in a stage of its own
-MARKS = {CLUSTER_PATH: [pytest.mark.cuda_cluster], REGION_PATH: [pytest.mark.cuda_region]}
+MARKS = {
+    CLUSTER_PATH: [pytest.mark.cuda_cluster],
+    REGION_PATH: [pytest.mark.cuda_region],
+    CLAIMS_PATH: [pytest.mark.cuda_claims],
+}
 
 
 @pytest.fixture(
@@ -22,15 +26,15 @@ MARKS = {CLUSTER_PATH: [pytest.mark.cuda_cluster], REGION_PATH: [pytest.mark.cud
         pytest.param(f"{p}, {q}", marks=MARKS.get(q, []))
         for p in PLACES
         for q in PATHS
-        if p == "gpu" or q != REGION_PATH  # the emulation's region path: cuda_places.py
+        if p == "gpu" or q not in GPU_ONLY  # the emulation's tests of those: cuda_places.py
     ],
 )
 def place(request):
     """The cuda backend's ops (`TreeOps`, its own buffer calls included), run on one place's
-    first device with one update path. The cluster and region paths' cases are marked
-    ``cuda_cluster`` and ``cuda_region``: ``experiments/gpu_checks.sh`` runs each on a GPU in a
-    stage of its own, since only their kernels wait on other blocks (a hang there costs that
-    stage, not the other tests)."""
+    first device with one update path. The cluster, region and shared claims paths' cases are
+    marked ``cuda_cluster``, ``cuda_region`` and ``cuda_claims``: ``experiments/gpu_checks.sh``
+    runs each on a GPU in a stage of its own, since only their kernels wait on other blocks (a
+    hang there costs that stage, not the other tests)."""
     where, path = request.param.split(", ")
     device = devices(where)[0]
     ops = backends.tree_ops("cuda")

@@ -31,16 +31,19 @@ from drlhet.replay.prioritized import sample_targets
 
 F32 = np.float32
 CASES = [(2, 1000), (3, 100), (16, 5000), (64, 777), (16, 1), (3, 7)]
-# the update's paths: (block_max_batch, narrow_max_nodes, cluster_max_batch, region_max_batch).
-# Per level with 16: a level of 17 to `batch` nodes is recomputed a thread per node
-# (drlhet_cuda_update_whole_level_args). By region: up to 4096 entries (kRegionSlots), on trees
-# with a level of 8 nodes above the leaves; else the cluster path takes the batch.
+# the update's paths: (block_max_batch, narrow_max_nodes, cluster_max_batch, region_max_batch,
+# shared_claims). Per level with 16: a level of 17 to `batch` nodes is recomputed a thread per
+# node (drlhet_cuda_update_whole_level_args). By region: up to 4096 entries (kRegionSlots), on
+# trees with a level of 8 nodes above the leaves; else the cluster path takes the batch. Claims
+# in shared memory: up to one entry per thread of the cluster (1024 on the emulation); else the
+# cluster path's workspace claims take it.
 PATHS = {
-    "one block per tree": (2**40, 4096, 0, 0),
-    "one launch per level": (0, 4096, 0, 0),
-    "a thread per node": (0, 16, 0, 0),
-    "one cluster per tree": (0, 4096, 2**40, 0),
-    "one cluster per tree, by region": (0, 4096, 2**40, 2**40),
+    "one block per tree": (2**40, 4096, 0, 0, 0),
+    "one launch per level": (0, 4096, 0, 0, 0),
+    "a thread per node": (0, 16, 0, 0, 0),
+    "one cluster per tree": (0, 4096, 2**40, 0, 0),
+    "one cluster per tree, by region": (0, 4096, 2**40, 2**40, 0),
+    "one cluster per tree, claims in shared memory": (0, 4096, 2**40, 0, 1),
 }
 # the sample's: cluster_max_batch (a batch of at most 1024 per tree takes one block either way)
 SAMPLE_PATHS = {"per launch": 0, "one cluster per tree": 2**40}
@@ -93,9 +96,9 @@ def placed(a, offset: int):
 
 def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, offset=0):
     """One update of V = len(nodes) trees on ``path`` (block_max_batch, narrow_max_nodes,
-    cluster_max_batch, region_max_batch), the nodes ``offset`` bytes past a 16-byte boundary:
-    (nodes [V, T], bad [V], max [V], err [V])."""
-    block_max, narrow_max, cluster_max, region_max = path
+    cluster_max_batch, region_max_batch, shared_claims), the nodes ``offset`` bytes past a
+    16-byte boundary: (nodes [V, T], bad [V], max [V], err [V])."""
+    block_max, narrow_max, cluster_max, region_max, shared_claims = path
     out = placed(np.array(nodes, F32, ndmin=2), offset)
     trees, batch = out.shape[0], np.asarray(idx).reshape(out.shape[0], -1).shape[1]
     idx, values = (np.ascontiguousarray(x, d) for x, d in ((idx, np.int32), (values, F32)))
@@ -112,7 +115,7 @@ def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, o
         ptr(out), ctypes.c_int64(capacity), ctypes.c_int(k), ptr(idx), ptr(values), ptr(keep),
         ctypes.c_int64(trees), ctypes.c_int64(batch), ctypes.c_int64(block_max),
         ctypes.c_int64(narrow_max), ctypes.c_int64(cluster_max), ctypes.c_int64(region_max),
-        ptr(raw),
+        ctypes.c_int64(shared_claims), ptr(raw),
         ptr(size), ctypes.c_float(checks.PRIORITY_MAX), ctypes.c_int32(checks.ERR_INDEX),
         ctypes.c_int32(checks.ERR_PRIORITY), ptr(max_in), ptr(err_in), ptr(max_out),
         ptr(err_out), ptr(bad),
@@ -260,6 +263,75 @@ def test_a_region_that_owns_the_whole_batch_fills_its_table_and_keeps_the_last_d
     got, bad, _, _ = emu_update(emu, nodes, capacity, k, few, vals, keep, REGION)
     assert not bad.any()
     want = oracle.write(nodes, capacity, k, few, vals, keep)
+    np.testing.assert_array_equal(bits(got[0]), bits(want))
+
+
+SHARED_CLAIMS = PATHS["one cluster per tree, claims in shared memory"]
+
+
+def claim_bits(batch: int) -> int:
+    """ClaimBits (kernels/cuda/cluster_claims.cuh): slots for at least twice the batch, 32 a
+    block."""
+    return max(8, (2 * batch - 1).bit_length())
+
+
+def first_slot(leaves, bits: int):
+    """LeafSlot (kernels/cuda/region_update.cuh) of each leaf in a table of 1 << bits slots."""
+    return (np.asarray(leaves, np.uint64) * 0x9E3779B1 % 2**32) >> (32 - bits)
+
+
+@pytest.mark.parametrize(
+    "k, capacity, batch",
+    [(16, 2**20, 1024), (16, 2**16, 1000), (2, 3000, 700), (3, 5000, 1024), (64, 777, 300),
+     (4, 9000, 1025)],
+)  # fmt: skip
+def test_claims_in_the_clusters_shared_memory_equal_the_oracle(emu, schedule, k, capacity, batch):
+    """ClusterUpdate with SharedClaims (kernels/cuda/cluster_claims.cuh) on two trees: each
+    taken entry claims its leaf in a table spread over the 8 blocks' shared memory (duplicates
+    across blocks, dropped entries), then a batch whose one tree is refused. B 1025 is past one
+    entry per thread of the emulation's cluster (8 x 128): the workspace's claims take it."""
+    trees, idx, vals, keep = two_trees_and_batches(capacity, k, batch, seed=50)
+    got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, SHARED_CLAIMS)
+    assert not bad.any()
+    for v in range(2):
+        want = oracle.write(trees[v], capacity, k, idx[v], vals[v], keep[v])
+        np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"tree {v}")
+    idx[1, 0], keep[1, 0] = capacity, True  # tree 1 refused whole; tree 0 written
+    got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, SHARED_CLAIMS)
+    assert bad[1] and not bad[0]
+    np.testing.assert_array_equal(bits(got[1]), bits(trees[1]))
+    want = oracle.write(trees[0], capacity, k, idx[0], vals[0], keep[0])
+    np.testing.assert_array_equal(bits(got[0]), bits(want))
+
+
+def test_claims_that_all_hash_into_one_blocks_part_probe_into_the_next_ones(emu, schedule):
+    """1024 distinct leaves whose first slots all lie in the first block's part of the table
+    (2048 slots, 256 a block): the probes run past its end into the other blocks' parts; then
+    1024 entries on 6 such leaves (the last kept entry of each winning), checked."""
+    k, capacity, batch = 16, 2**20, 1024
+    bits_ = claim_bits(batch)
+    leaves = np.arange(capacity)
+    owned = leaves[first_slot(leaves, bits_) >> (bits_ - 3) == 0]
+    rng = np.random.default_rng(51)
+    idx = rng.permutation(owned)[:batch].astype(np.int32)
+    assert len(idx) == batch and (first_slot(idx, bits_) < 2 ** (bits_ - 3)).all()
+    nodes = np.asarray(random_tree(capacity, k, seed=52).nodes)
+    vals = rng.random(batch).astype(F32)
+    got, bad, _, _ = emu_update(emu, nodes, capacity, k, idx, vals, np.ones(batch, bool),
+                                SHARED_CLAIMS)  # fmt: skip
+    assert not bad.any()
+    np.testing.assert_array_equal(bits(got[0]), bits(oracle.write(nodes, capacity, k, idx, vals)))
+    few = rng.choice(idx[:6], batch).astype(np.int32)
+    keep = rng.random(batch) < 0.5
+    raw = rng.random(batch).astype(F32) + F32(0.5)
+    values = np.asarray(leaf_values(jnp.asarray(raw)))
+    checked = (raw, [capacity], [F32(1.0)], [0])
+    got, bad, got_max, got_err = emu_update(
+        emu, nodes, capacity, k, few, values, keep, SHARED_CLAIMS, checked
+    )
+    assert not bad.any() and got_err[0] == 0
+    assert got_max[0] == max(F32(1.0), raw[keep].max())
+    want = oracle.write(nodes, capacity, k, few, values, keep)
     np.testing.assert_array_equal(bits(got[0]), bits(want))
 
 
@@ -461,7 +533,7 @@ def test_a_launch_whose_barriers_never_complete_fails_instead_of_hanging(emu):
     # the emulation is usable after it
     tree = random_tree(50, 4)
     got, bad, _, _ = emu_update(
-        emu, tree.nodes, 50, 4, np.arange(3), np.ones(3, F32), [1] * 3, (0, 4096, 0, 0)
+        emu, tree.nodes, 50, 4, np.arange(3), np.ones(3, F32), [1] * 3, (0, 4096, 0, 0, 0)
     )
     np.testing.assert_array_equal(
         bits(got[0]), bits(oracle.write(tree.nodes, 50, 4, [0, 1, 2], [1.0] * 3))

@@ -12,6 +12,7 @@
 #include "../sample_kernels.cuh"
 #include "../sum_tree_kernels.cuh"
 #include "../region_update.cuh"
+#include "../cluster_claims.cuh"
 #include "../launch.cuh"
 #include "../handlers.h"
 

@@ -91,7 +91,8 @@
 #             leaves, K 16, B TOP_BATCHES (default 256 1024 4096 16384 65536), with the path
 #             thresholds in force (rows to $OUT/top_on.json, $OUT/top_off.json; not in the
 #             default list; about 40 s)
-#   pick      the path thresholds from the rows of the cluster, narrow, top and region stages
+#   pick      the path thresholds from the rows of the cluster, narrow, top, region and claims
+#             stages
 #             (experiments/pick_cuda_paths.py: $OUT/cuda_paths.json, the evidence, and
 #             $OUT/cuda_paths.env); the stages after it run with them (not in the default list;
 #             skipped when the tests stage of the same run failed in a way that no setting
@@ -434,9 +435,9 @@ for s in "${stages[@]}"; do
         continue
       fi
       files=$(ls "$OUT"/cluster_*.json "$OUT"/narrow_*.json "$OUT"/top_*.json \
-        "$OUT"/region_*.json 2>/dev/null)
-      [ -z "$files" ] && { echo "== pick: skipped, no cluster, narrow, top or region rows in" \
-        "$OUT"; continue; }
+        "$OUT"/region_*.json "$OUT"/claims.json 2>/dev/null)
+      [ -z "$files" ] && { echo "== pick: skipped, no cluster, narrow, top, region or claims" \
+        "rows in $OUT"; continue; }
       stage pick 30 $PY experiments/pick_cuda_paths.py --rows $files \
         --out "$OUT/cuda_paths.json" --env-out "$OUT/cuda_paths.env"
       if [ -f "$OUT/cuda_paths.env" ]; then
@@ -444,6 +445,7 @@ for s in "${stages[@]}"; do
         [ "${TRIAGE_NO_CLUSTER:-0}" = 1 ] && CUDA_CLUSTER_MAX_BATCH=0  # kept off
         [ "${TRIAGE_NO_TOP:-0}" = 1 ] && CUDA_SHARED_TOP=0
         [ "${TRIAGE_NO_REGION:-0}" = 1 ] && CUDA_REGION_MAX_BATCH=0
+        [ "${TRIAGE_NO_CLAIMS:-0}" = 1 ] && CUDA_SHARED_CLAIMS=0
         paths
         echo "== the later stages run with:$PATH_FLAGS"
       fi ;;

@@ -22,18 +22,22 @@ the step with the cluster path off (``CLUSTER_SWEEP`` 0) and on, ``narrow`` with
 - ``SHARED_TOP`` (the sample's descents through a copy of the tree's top levels in shared
   memory, or not; ``gpu_checks.sh top`` times the step both ways): the other setting where the
   geometric mean of its step over the current one's, over the batches measured both ways with
-  the same thresholds, is at least ``margin``.
+  the same thresholds, is at least ``margin``;
+- ``SHARED_CLAIMS`` (the cluster update's claims in the cluster's shared memory, or in the
+  workspace; ``gpu_checks.sh claims`` times the step both ways in one run, the rows with them
+  as ``drlhet-cuda-claims``): the same rule.
 
 Where the rows cannot decide, the current value stays, and the reason is printed. The choice is
 *measured* (on the GPU that wrote the rows), for those shapes only (capacity, K). It prints the
 evidence, writes it as JSON, and writes ``CUDA_CLUSTER_MAX_BATCH=...``,
-``CUDA_NARROW_MAX_NODES=...``, ``CUDA_REGION_MAX_BATCH=...`` and ``CUDA_SHARED_TOP=0|1`` lines
+``CUDA_NARROW_MAX_NODES=...``, ``CUDA_REGION_MAX_BATCH=...``, ``CUDA_SHARED_TOP=0|1`` and
+``CUDA_SHARED_CLAIMS=0|1`` lines
 for ``gpu_checks.sh`` to read before its later stages (``experiments/with_cuda_paths.py`` runs a
 command with them). The current values are the library's unless given.
 
 Usage:
   python experiments/pick_cuda_paths.py --rows cluster_*.json narrow_*.json top_*.json \\
-      region_*.json \\
+      region_*.json claims.json \\
       --env-out cuda_paths.env --out cuda_paths.json
 """
 
@@ -69,6 +73,8 @@ class Args:
     shared_top: bool | None = None
     """The current ``SHARED_TOP`` (None: the library's), kept where the rows cannot decide (the
     other stages' runs use it)."""
+    shared_claims: bool | None = None
+    """The current ``SHARED_CLAIMS`` (None: the library's), kept where the rows cannot decide."""
     margin: float = 1.03
     """How much faster (step items/s) a change must be than what it replaces."""
     out: Path = Path("cuda_paths.json")
@@ -86,6 +92,7 @@ class Step:
     rate: float
     top: bool | None = None  # SHARED_TOP, where the row says (rows from before it: None)
     region: int = 0  # REGION_MAX_BATCH (rows from before it: 0, the path did not exist)
+    claims: bool = False  # SHARED_CLAIMS (rows from before it: False)
 
 
 def load(paths: tuple[Path, ...]) -> list[dict]:
@@ -111,9 +118,11 @@ def cuda_steps(rows: list[dict], capacity: int, branching: int) -> list[Step]:
     keys = (block, narrow, cluster)
     return [
         Step(r["batch"], int(r[block]), int(r[narrow]), int(r[cluster]), float(r["items_per_s"]),
-             r.get("cuda_shared_top"), int(r.get("cuda_region_max_batch") or 0))
+             r.get("cuda_shared_top"), int(r.get("cuda_region_max_batch") or 0),
+             bool(r.get("cuda_shared_claims")))
         for r in rows
-        if r.get("impl") == "drlhet-cuda" and r.get("op") == "step" and r.get("mode") == "fused"
+        if r.get("impl") in ("drlhet-cuda", "drlhet-cuda-claims") and r.get("op") == "step"
+        and r.get("mode") == "fused"
         and r.get("capacity") == capacity and r.get("branching") == branching
         and all(r.get(k) is not None for k in keys)
     ]  # fmt: skip
@@ -214,29 +223,44 @@ def pick_narrow(steps: list[Step], cluster: int, args: Args) -> tuple[int, list[
     return args.narrow_max_nodes, evidence, why
 
 
-def pick_top(steps: list[Step], args: Args) -> tuple[bool, list[dict], str]:
-    """``SHARED_TOP``: each batch's step with the copy and without, under the same thresholds;
-    the evidence per batch, and why."""
+def pick_switch(
+    steps: list[Step], switch: str, current: bool, args: Args, names: tuple[str, str]
+) -> tuple[bool, list[dict], str]:
+    """A switch of the steps (``switch``: a `Step` field, True, False or None where a row does
+    not say): each batch's step with it on and off under the same thresholds, and the other
+    setting where the geometric mean of its step over the current one's is at least
+    ``margin``; the evidence per batch (``names``: the evidence's keys for on and off), and
+    why."""
     evidence: list[dict] = []
+    on_key, off_key = (f"{n}_items_per_s" for n in names)
     for batch in sorted({s.batch for s in steps}):
         for paths in sorted({(s.block, s.narrow, s.cluster) for s in steps if s.batch == batch}):
             same = [
                 s for s in steps if s.batch == batch and (s.block, s.narrow, s.cluster) == paths
             ]
-            on = _mean([s.rate for s in same if s.top is True])
-            off = _mean([s.rate for s in same if s.top is False])
+            on = _mean([s.rate for s in same if getattr(s, switch) is True])
+            off = _mean([s.rate for s in same if getattr(s, switch) is False])
             if on is not None and off is not None:
-                evidence.append({"batch": batch, "paths": list(paths), "top_items_per_s": on,
-                                 "no_top_items_per_s": off, "ratio": on / off})  # fmt: skip
-    current = bool(args.shared_top)
+                evidence.append({"batch": batch, "paths": list(paths), on_key: on, off_key: off,
+                                 "ratio": on / off})  # fmt: skip
     if not evidence:
-        return current, evidence, "no batch measured with the copy and without"
+        return current, evidence, f"no batch measured with {switch} on and off"
     gmean = math.exp(sum(math.log(e["ratio"]) for e in evidence) / len(evidence))
     other = gmean if not current else 1.0 / gmean  # the other setting over the current one
-    where = f"geometric mean of copy / no copy {gmean:.3f} over B {[e['batch'] for e in evidence]}"
+    where = f"geometric mean of on / off {gmean:.3f} over B {[e['batch'] for e in evidence]}"
     if other >= args.margin:
         return not current, evidence, where
     return current, evidence, f"{where}: the other setting does not win by >= {args.margin}x"
+
+
+def pick_top(steps: list[Step], args: Args) -> tuple[bool, list[dict], str]:
+    """``SHARED_TOP``: `pick_switch` over the descents' copy of the tree's top."""
+    return pick_switch(steps, "top", bool(args.shared_top), args, ("top", "no_top"))
+
+
+def pick_claims(steps: list[Step], args: Args) -> tuple[bool, list[dict], str]:
+    """``SHARED_CLAIMS``: `pick_switch` over the cluster update's claims in shared memory."""
+    return pick_switch(steps, "claims", bool(args.shared_claims), args, ("claims", "workspace"))
 
 
 def library_defaults(args: Args) -> Args:
@@ -258,6 +282,7 @@ def library_defaults(args: Args) -> Args:
             cuda.REGION_MAX_BATCH if args.region_max_batch is None else args.region_max_batch
         ),
         shared_top=cuda.SHARED_TOP if args.shared_top is None else args.shared_top,
+        shared_claims=cuda.SHARED_CLAIMS if args.shared_claims is None else args.shared_claims,
     )
 
 
@@ -269,6 +294,8 @@ def main(args: Args) -> dict:
         sys.exit(f"error: {err}")
     if not steps:
         sys.exit(f"error: no fused cuda step rows at capacity {args.capacity}, K {args.branching}")
+    claims, claims_evidence, claims_why = pick_claims(steps, args)
+    steps = [s for s in steps if s.claims == bool(args.shared_claims)]
     top, top_evidence, top_why = pick_top(steps, args)
     same_top = [s for s in steps if s.top is None or s.top == args.shared_top]
     region, region_evidence, region_why = pick_region(same_top, args)
@@ -295,6 +322,10 @@ def main(args: Args) -> dict:
         print(f"B {e['batch']:6d}: by region {e['region_items_per_s'] / 1e6:9.1f}M vs "
               f"{e['without_items_per_s'] / 1e6:9.1f}M = {e['ratio']:.2f}x")  # fmt: skip
     print(f"REGION_MAX_BATCH = {region} ({region_why})")
+    for e in claims_evidence:
+        print(f"B {e['batch']:6d}: claims in shared memory {e['claims_items_per_s'] / 1e6:9.1f}M "
+              f"vs {e['workspace_items_per_s'] / 1e6:9.1f}M = {e['ratio']:.2f}x")  # fmt: skip
+    print(f"SHARED_CLAIMS = {claims} ({claims_why})")
     result = {
         "cluster_max_batch": cluster, "cluster_why": cluster_why,
         "cluster_evidence": cluster_evidence,
@@ -302,6 +333,8 @@ def main(args: Args) -> dict:
         "shared_top": top, "shared_top_why": top_why, "shared_top_evidence": top_evidence,
         "region_max_batch": region, "region_why": region_why,
         "region_evidence": region_evidence,
+        "shared_claims": claims, "shared_claims_why": claims_why,
+        "shared_claims_evidence": claims_evidence,
         "capacity": args.capacity, "branching": args.branching, "margin": args.margin,
         "measured": "picked from the rows' items/s, measured where they were written",
     }  # fmt: skip
@@ -311,6 +344,7 @@ def main(args: Args) -> dict:
         args.env_out.write_text(
             f"CUDA_CLUSTER_MAX_BATCH={cluster}\nCUDA_NARROW_MAX_NODES={narrow}\n"
             f"CUDA_SHARED_TOP={int(top)}\nCUDA_REGION_MAX_BATCH={region}\n"
+            f"CUDA_SHARED_CLAIMS={int(claims)}\n"
         )
     return result
 

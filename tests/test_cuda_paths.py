@@ -38,7 +38,7 @@ def write(tmp_path, name, rows):
 
 # the current values these tests pick against (the library's are read where none is given)
 CURRENT = {"block_max_batch": 1024, "cluster_max_batch": 0, "narrow_max_nodes": 4096,
-           "shared_top": True, "region_max_batch": 0}  # fmt: skip
+           "shared_top": True, "region_max_batch": 0, "shared_claims": False}  # fmt: skip
 
 
 def pick(experiments, tmp_path, files, **kw):
@@ -122,6 +122,37 @@ def test_the_top_copy_is_turned_off_only_where_its_absence_wins_by_the_margin(
     assert result["shared_top"] is False and "CUDA_SHARED_TOP=0\n" in env
     result, _ = pick(experiments, tmp_path, files, margin=1.5)
     assert result["shared_top"] is True and "does not win" in result["shared_top_why"]
+
+
+def test_the_claims_in_shared_memory_are_turned_on_only_where_they_win_by_the_margin(
+    experiments, tmp_path
+):
+    """pick_claims: the `claims` stage's one run (drlhet-cuda-claims beside drlhet-cuda); its
+    claims rows never count for the other picks, its workspace rows do."""
+
+    def claims_file(gain):
+        rows = []
+        for b, r in ((2048, 70e6), (4096, 120e6)):
+            rows.append(row(b, r, cluster=4096) | {"cuda_shared_claims": 0})
+            rows.append(
+                row(b, r * gain, cluster=4096, impl="drlhet-cuda-claims")
+                | {"cuda_shared_claims": 1}
+            )  # fmt: skip
+        return write(tmp_path, "claims.json", rows)
+
+    files = [claims_file(1.10), *cluster_rows(tmp_path, {4096: 1e6}, {4096: 2e6})]
+    result, env = pick(experiments, tmp_path, files)
+    assert result["shared_claims"] is True and "CUDA_SHARED_CLAIMS=1\n" in env
+    assert [e["batch"] for e in result["shared_claims_evidence"]] == [2048, 4096]
+    assert result["shared_claims_evidence"][0]["ratio"] == pytest.approx(1.10)
+    # the claims rows (132M at B 4096) are not the cluster path's: its mean there is the
+    # cluster file's 1M and the claims run's workspace row
+    (at_4096,) = [e for e in result["cluster_evidence"] if e["batch"] == 4096]
+    assert at_4096["cluster_items_per_s"] == pytest.approx((1e6 + 120e6) / 2)
+    files[0] = claims_file(1.02)
+    result, env = pick(experiments, tmp_path, files)
+    assert result["shared_claims"] is False and "CUDA_SHARED_CLAIMS=0\n" in env
+    assert "does not win" in result["shared_claims_why"]
 
 
 def test_the_region_path_is_picked_up_to_the_last_batch_of_an_unbroken_run_of_wins(

@@ -265,7 +265,9 @@ def test_the_later_stages_run_without_the_parts_that_failed(tmp_path):
         c.startswith("experiments/with_cuda_paths.py --cluster-max-batch 0 --no-key-targets --")
         for c in train
     )
-    assert "pick: skipped, no cluster, narrow, top or region rows" in out  # not for a failure
+    assert (
+        "pick: skipped, no cluster, narrow, top, region or claims rows" in out
+    )  # not for a failure
 
 
 def test_an_unexplained_failure_keeps_the_defaults(tmp_path):
@@ -320,7 +322,7 @@ def test_a_failure_that_passes_alone_without_the_failed_part_is_explained(tmp_pa
     assert len(rerun) == 1 and "::test_scan_of_sample_and_update_equals_jax" in rerun[0]
     assert "::test_the_sample_from_the_key" not in rerun[0]  # only the unexplained ones
     assert "0 failure(s) left unexplained after the rerun" in out
-    assert "pick: skipped, no cluster, narrow, top or region rows" in out
+    assert "pick: skipped, no cluster, narrow, top, region or claims rows" in out
 
 
 def test_a_failure_that_fails_again_alone_stays_unexplained(tmp_path):
@@ -443,6 +445,27 @@ def test_the_claims_stage_is_an_ab_in_one_run_and_a_failing_claims_case_turns_it
     assert not any("/claims.json" in c for c in calls)
     quick = next(c for c in calls if "bench_quick.json" in c)
     assert "--cuda-shared-claims" not in quick and "--cuda-region-max-batch 0" not in quick
+
+
+def test_pick_reads_the_claims_rows_and_the_later_stages_run_with_its_choice(tmp_path):
+    """`pick` with only the claims stage's rows (written here as the stage would): where the
+    claims in shared memory win, the later stages run with them."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    rows = [
+        {"impl": impl, "op": "step", "mode": "fused", "capacity": 2**20, "batch": b,
+         "branching": 16, "cuda_block_max_batch": 1024, "cuda_narrow_max_nodes": 1024,
+         "cuda_cluster_max_batch": 4096, "cuda_region_max_batch": 0,
+         "cuda_shared_claims": int(impl.endswith("claims")),
+         "items_per_s": 130e6 if impl.endswith("claims") else 120e6}
+        for b in (2048, 4096)
+        for impl in ("drlhet-cuda", "drlhet-cuda-claims")
+    ]  # fmt: skip
+    (out_dir / "claims.json").write_text(json.dumps(rows))
+    out, calls = run_checks(tmp_path, ["pick", "quick"])
+    assert "SHARED_CLAIMS = True" in out
+    assert "CUDA_SHARED_CLAIMS=1" in (out_dir / "cuda_paths.env").read_text()
+    assert "--cuda-shared-claims" in next(c for c in calls if "bench_quick.json" in c)
 
 
 def test_the_region_stage_times_the_update_without_and_with_the_regions_and_pick_reads_it(

@@ -103,105 +103,81 @@ __global__ void __cluster_dims__(kBlocks, 1, 1)
 
 __global__ void Condition(int* flag) { *flag = 1; }
 
-// Microseconds per node of a graph of kNodes launches of Floor(which, n), median of kRepeats.
-[[maybe_unused]] double PerNode(cudaStream_t s, int which, int n, const unsigned* next, unsigned* scratch) {
+// A graph of `nodes` launches of Floor(which, n), instantiated (the graph itself destroyed).
+[[maybe_unused]] cudaGraphExec_t Captured(cudaStream_t s, int nodes, int which, int n,
+                                          const unsigned* next, unsigned* scratch) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < kNodes; ++i) Floor<<<kBlocks, kThreads, 0, s>>>(which, n, next, scratch);
+  for (int i = 0; i < nodes; ++i) Floor<<<kBlocks, kThreads, 0, s>>>(which, n, next, scratch);
   CHECK(cudaStreamEndCapture(s, &graph));
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CHECK(cudaGraphLaunch(exec, s));  // warm: the chain in L2, the graph uploaded
+  CHECK(cudaGraphDestroy(graph));
+  return exec;
+}
+
+// Microseconds per `per` of what `work` enqueues on `s`, the median of kRepeats (CUDA events
+// around it); `exec` launched once before, untimed (the chain in L2, the graph uploaded), and
+// destroyed after.
+[[maybe_unused]] double MedianUs(cudaStream_t s, cudaGraphExec_t exec, int per,
+                                 const std::function<void()>& work) {
+  CHECK(cudaGraphLaunch(exec, s));
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
   std::vector<float> ms(kRepeats);
   for (float& m : ms) {
     CHECK(cudaEventRecord(a, s));
-    CHECK(cudaGraphLaunch(exec, s));
+    work();
     CHECK(cudaEventRecord(b, s));
     CHECK(cudaEventSynchronize(b));
     CHECK(cudaEventElapsedTime(&m, a, b));
   }
   CHECK(cudaGetLastError());
-  CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphDestroy(graph));
   CHECK(cudaEventDestroy(a));
   CHECK(cudaEventDestroy(b));
+  CHECK(cudaGraphExecDestroy(exec));
   std::sort(ms.begin(), ms.end());
-  return 1000.0 * ms[kRepeats / 2] / kNodes;
+  return 1000.0 * ms[kRepeats / 2] / per;
+}
+
+// Microseconds per node of a graph of kNodes launches of Floor(which, n).
+[[maybe_unused]] double PerNode(cudaStream_t s, int which, int n, const unsigned* next,
+                                unsigned* scratch) {
+  cudaGraphExec_t exec = Captured(s, kNodes, which, n, next, scratch);
+  return MedianUs(s, exec, kNodes, [&] { CHECK(cudaGraphLaunch(exec, s)); });
 }
 
 // Microseconds per launch of a graph of one empty node, kNodes launches back to back on the
 // stream, no host wait between them: the step of a scan as XLA runs it (a known trip count, the
 // step's command buffer launched once an iteration), less the step's own work.
 [[maybe_unused]] double GraphStep(cudaStream_t s, const unsigned* next, unsigned* scratch) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  Floor<<<kBlocks, kThreads, 0, s>>>(kEmpty, 0, next, scratch);
-  CHECK(cudaStreamEndCapture(s, &graph));
-  CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CHECK(cudaGraphLaunch(exec, s));  // uploaded
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> ms(kRepeats);
-  for (float& m : ms) {
-    CHECK(cudaEventRecord(a, s));
+  cudaGraphExec_t exec = Captured(s, 1, kEmpty, 0, next, scratch);
+  return MedianUs(s, exec, kNodes, [&] {
     for (int i = 0; i < kNodes; ++i) CHECK(cudaGraphLaunch(exec, s));
-    CHECK(cudaEventRecord(b, s));
-    CHECK(cudaEventSynchronize(b));
-    CHECK(cudaEventElapsedTime(&m, a, b));
-  }
-  CHECK(cudaEventDestroy(a));
-  CHECK(cudaEventDestroy(b));
-  CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphDestroy(graph));
-  std::sort(ms.begin(), ms.end());
-  return 1000.0 * ms[kRepeats / 2] / kNodes;
+  });
 }
 
 // Microseconds per step of a host loop as XLA runs a while loop of unknown trip count on a GPU:
 // a condition kernel, its flag copied to the host and waited for, then the step's graph (one
 // empty node) launched.
 [[maybe_unused]] double HostStep(cudaStream_t s, const unsigned* next, unsigned* scratch) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  Floor<<<kBlocks, kThreads, 0, s>>>(kEmpty, 0, next, scratch);
-  CHECK(cudaStreamEndCapture(s, &graph));
-  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaGraphExec_t exec = Captured(s, 1, kEmpty, 0, next, scratch);
   int* flag;
   int* host;
   CHECK(cudaMalloc(&flag, sizeof(int)));
   CHECK(cudaMallocHost(&host, sizeof(int)));
-  std::vector<double> us(kRepeats);
-  for (double& u : us) {
-    cudaEvent_t a, b;
-    CHECK(cudaEventCreate(&a));
-    CHECK(cudaEventCreate(&b));
-    CHECK(cudaEventRecord(a, s));
+  const double us = MedianUs(s, exec, kNodes, [&] {
     for (int i = 0; i < kNodes; ++i) {
       Condition<<<1, 1, 0, s>>>(flag);
       CHECK(cudaMemcpyAsync(host, flag, sizeof(int), cudaMemcpyDeviceToHost, s));
       CHECK(cudaStreamSynchronize(s));
       CHECK(cudaGraphLaunch(exec, s));
     }
-    CHECK(cudaEventRecord(b, s));
-    CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    u = 1000.0 * ms / kNodes;
-    CHECK(cudaEventDestroy(a));
-    CHECK(cudaEventDestroy(b));
-  }
+  });
   CHECK(cudaFree(flag));
   CHECK(cudaFreeHost(host));
-  CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphDestroy(graph));
-  std::sort(us.begin(), us.end());
-  return us[kRepeats / 2];
+  return us;
 }
 
 // The device's name, and a function timing (case, n) per node (case -1: HostStep, -2:

@@ -131,17 +131,26 @@ def test_a_traced_run_leaves_one_trace_per_fused_row_that_the_timeline_reads(
     assert entry["kernel_us_per_step"] > 0 and entry["kernels"]
 
 
-def test_the_sample_around_find_keeps_the_backends_own_update(bench, tmp_path, monkeypatch):
-    """``--no-cuda-own-sample``: the buffer's sample in XLA around ``find``, the update still the
-    backend's own call (cuda, here under the host emulation), and its rows say so."""
+@pytest.fixture
+def emulated_cuda():
+    """The cuda backend's module, its kernels' host emulation built (skipped where it is not)."""
     from drlhet.backends import BackendUnavailable, cuda
     from drlhet.backends.native import library_path
-    from drlhet.replay import prioritized
 
     try:
         library_path(*cuda.EMU_LIBRARY)
     except BackendUnavailable as e:  # built wherever <ucontext.h> exists
         pytest.skip(f"missing library: the CUDA kernels' host emulation ({e})")
+    return cuda
+
+
+def test_the_sample_around_find_keeps_the_backends_own_update(
+    bench, tmp_path, monkeypatch, emulated_cuda
+):
+    """``--no-cuda-own-sample``: the buffer's sample in XLA around ``find``, the update still the
+    backend's own call (cuda, here under the host emulation), and its rows say so."""
+    from drlhet.replay import prioritized
+
     built = []
     make = prioritized.make_prioritized_replay
 
@@ -163,18 +172,12 @@ def test_the_sample_around_find_keeps_the_backends_own_update(bench, tmp_path, m
 
 
 def test_the_claims_ab_traces_one_program_with_shared_claims_and_restores_the_setting(
-    bench, tmp_path, monkeypatch
+    bench, tmp_path, monkeypatch, emulated_cuda
 ):
     """``--cuda-claims-ab``: ``drlhet-cuda-claims`` beside ``drlhet-cuda`` in one run (cuda under
     the host emulation here), its program traced with `cuda.SHARED_CLAIMS` on and the other's
     off, the rows saying which, and the library's setting as it was after the run."""
-    from drlhet.backends import BackendUnavailable, cuda
-    from drlhet.backends.native import library_path
-
-    try:
-        library_path(*cuda.EMU_LIBRARY)
-    except BackendUnavailable as e:  # built wherever <ucontext.h> exists
-        pytest.skip(f"missing library: the CUDA kernels' host emulation ({e})")
+    cuda = emulated_cuda
     traced = []
     paths = cuda._paths
     monkeypatch.setattr(cuda, "_paths", lambda: traced.append(paths()) or paths())

@@ -194,6 +194,26 @@ def cluster_update_is_the_oracles(emu, trees, capacity, k, idx, vals, keep):
         np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"tree {v}")
 
 
+def written_then_one_tree_refused(emu, path, trees, capacity, k, idx, vals, keep, refuse):
+    """The update of every tree on ``path``, bit for bit the oracle's, none refused; then the
+    same batch with ``refuse`` = (tree, entry, a bad index) planted: that tree comes back
+    refused and unchanged, the others written."""
+    got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, path)
+    assert not bad.any()
+    for v in range(len(trees)):
+        want = oracle.write(trees[v], capacity, k, idx[v], vals[v], keep[v])
+        np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"tree {v}")
+    tree, at, index = refuse
+    idx, keep = idx.copy(), keep.copy()
+    idx[tree, at], keep[tree, at] = index, True
+    got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, path)
+    assert [bool(b) for b in bad] == [v == tree for v in range(len(trees))]
+    np.testing.assert_array_equal(bits(got[tree]), bits(trees[tree]))
+    for v in set(range(len(trees))) - {tree}:
+        want = oracle.write(trees[v], capacity, k, idx[v], vals[v], keep[v])
+        np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"tree {v}")
+
+
 @pytest.mark.parametrize("k, capacity, batch", [(16, 2**16, 1024), (2, 3000, 700), (4, 9000, 1024)])
 def test_a_cluster_hands_its_last_wide_level_to_its_first_block_in_shared_memory(
     emu, schedule, k, capacity, batch
@@ -205,15 +225,8 @@ def test_a_cluster_hands_its_last_wide_level_to_its_first_block_in_shared_memory
     B 1024 that is level 2 (256 nodes) under level 1; duplicates, dropped entries, a refused
     batch, two trees."""
     trees, idx, vals, keep = two_trees_and_batches(capacity, k, batch, seed=20)
-    cluster_update_is_the_oracles(emu, trees, capacity, k, idx, vals, keep)
-    idx[1, 7], keep[1, 7] = capacity, True  # tree 1 refused whole; tree 0 written
-    got, bad, _, _ = emu_update(
-        emu, trees, capacity, k, idx, vals, keep, PATHS["one cluster per tree"]
-    )
-    assert bad[1] and not bad[0]
-    np.testing.assert_array_equal(bits(got[1]), bits(trees[1]))
-    want = oracle.write(trees[0], capacity, k, idx[0], vals[0], keep[0])
-    np.testing.assert_array_equal(bits(got[0]), bits(want))
+    path = PATHS["one cluster per tree"]
+    written_then_one_tree_refused(emu, path, trees, capacity, k, idx, vals, keep, (1, 7, capacity))
 
 
 REGION = PATHS["one cluster per tree, by region"]
@@ -232,17 +245,7 @@ def test_the_region_path_equals_the_oracle(emu, schedule, k, capacity, batch):
     and dropped entries; then a batch whose one tree is refused. B 4097 is past the path's
     table: the cluster path takes it."""
     trees, idx, vals, keep = two_trees_and_batches(capacity, k, batch, seed=30)
-    got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, REGION)
-    assert not bad.any()
-    for v in range(2):
-        want = oracle.write(trees[v], capacity, k, idx[v], vals[v], keep[v])
-        np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"tree {v}")
-    idx[0, batch - 1], keep[0, batch - 1] = -1, True  # tree 0 refused whole; tree 1 written
-    got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, REGION)
-    assert bad[0] and not bad[1]
-    np.testing.assert_array_equal(bits(got[0]), bits(trees[0]))
-    want = oracle.write(trees[1], capacity, k, idx[1], vals[1], keep[1])
-    np.testing.assert_array_equal(bits(got[1]), bits(want))
+    written_then_one_tree_refused(emu, REGION, trees, capacity, k, idx, vals, keep, (0, -1, -1))
 
 
 def test_a_region_that_owns_the_whole_batch_fills_its_table_and_keeps_the_last_duplicate(emu):
@@ -291,17 +294,8 @@ def test_claims_in_the_clusters_shared_memory_equal_the_oracle(emu, schedule, k,
     across blocks, dropped entries), then a batch whose one tree is refused. B 1025 is past one
     entry per thread of the emulation's cluster (8 x 128): the workspace's claims take it."""
     trees, idx, vals, keep = two_trees_and_batches(capacity, k, batch, seed=50)
-    got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, SHARED_CLAIMS)
-    assert not bad.any()
-    for v in range(2):
-        want = oracle.write(trees[v], capacity, k, idx[v], vals[v], keep[v])
-        np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"tree {v}")
-    idx[1, 0], keep[1, 0] = capacity, True  # tree 1 refused whole; tree 0 written
-    got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, SHARED_CLAIMS)
-    assert bad[1] and not bad[0]
-    np.testing.assert_array_equal(bits(got[1]), bits(trees[1]))
-    want = oracle.write(trees[0], capacity, k, idx[0], vals[0], keep[0])
-    np.testing.assert_array_equal(bits(got[0]), bits(want))
+    refuse = (1, 0, capacity)
+    written_then_one_tree_refused(emu, SHARED_CLAIMS, trees, capacity, k, idx, vals, keep, refuse)
 
 
 def test_claims_that_all_hash_into_one_blocks_part_probe_into_the_next_ones(emu, schedule):

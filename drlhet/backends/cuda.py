@@ -112,20 +112,14 @@ after the twelfth session's kernels (a fifth H100 session): 121.5M against 107.1
 REGION_MAX_BATCH = 0
 """An update of more than `BLOCK_MAX_BATCH` entries per tree but of at most this many (and of
 at most 4096) runs as one kernel of one cluster of 8 blocks per tree in which each block owns a
-region of the tree (``kernels/cuda/region_update.cuh``: the nodes of a contiguous range of the
-shallowest level with at least 8 nodes, and everything below them): every block reads the whole
-batch, resolves the duplicates of its leaves in shared memory and recomputes its region with
-barriers of the block, and the one cluster barrier hands the region's top to the first block.
-GPUs of compute capability 9.0 and up; elsewhere, above it, or on a tree without a level of 8
-nodes above its leaves, the next path (`CLUSTER_MAX_BATCH`) takes the batch. The same bits
-(tested on the host emulation and on an H100: 26 GPU tests). Off (0): measured on an H100
-(2026-11-27, 2^20 leaves, K 16, the step in a fused scan; ``experiments/gpu_checks.sh region
-pick``, results/bench_replay_gpu_h100_region_on.json and _off.json) it does not beat the cluster
-path by the 1.03 margin: step 67.0M against 72.6M items/s at B 2048 (0.92x), 122.8M against
-120.4M at B 4096 (1.02x); the update alone 92.6M against 111M and 167M against 181M. Under ncu
-(each kernel alone, caches flushed) both updates take 19 us at B 4096: the region kernel waits
-far less on fences and loads but each block passes over the whole batch. Read when a program
-is traced."""
+region of the tree (``kernels/cuda/region_update.cuh``), resolves the duplicates of its leaves in
+shared memory and recomputes its region with barriers of the block. GPUs of compute capability
+9.0 and up; elsewhere, above it, or on a tree without a level of 8 nodes above its leaves, the
+next path (`CLUSTER_MAX_BATCH`) takes the batch. The same bits (tested on the host emulation and
+on an H100). Off (0): measured on an H100 (2026-11-27, 2^20 leaves, K 16, the step in a fused
+scan; results/bench_replay_gpu_h100_region_on.json and _off.json) it does not beat the cluster
+path by the 1.03 margin: step 0.92x at B 2048, 1.02x at B 4096 (docs/results.md, "A sixth H100
+session"). Read when a program is traced."""
 
 SHARED_CLAIMS = False
 """Whether the cluster path's update of at most 8192 entries per tree resolves its duplicates in

@@ -64,30 +64,19 @@ def triage(monkeypatch):
     return importlib.import_module("triage_gpu_tests")
 
 
-def stand_ins(
-    tmp_path: Path,
-    cluster_ok=True,
-    key_ok=True,
-    other_ok=True,
-    top_ok=True,
-    region_ok=True,
-    claims_ok=True,
-) -> Path:
-    """Writes the stand-in tests, failing as asked (each ``*_ok`` a Python expression;
-    ``KEY_OFF``, ``TOP_OFF``: the run has the key targets, the top copy off; ``hang()``: sleeps
-    10 minutes)."""
+PARTS = ("cluster", "key", "other", "top", "region", "claims")
+"""The stand-ins' parts, each passing unless its ``<part>_ok`` says otherwise."""
+
+
+def stand_ins(tmp_path: Path, **failing: object) -> Path:
+    """Writes the stand-in tests, failing as asked (each ``<part>_ok`` of `PARTS` a Python
+    expression, True unless given; ``KEY_OFF``, ``TOP_OFF``: the run has the key targets, the
+    top copy off; ``hang()``: sleeps 10 minutes)."""
+    ok: dict[str, object] = {f"{part}_ok": True for part in PARTS}
+    assert set(failing) <= set(ok), f"no such stand-in part: {set(failing) - set(ok)}"
     tests = tmp_path / "stand_in" / "test_stand_in.py"
     tests.parent.mkdir(exist_ok=True)
-    tests.write_text(
-        STAND_INS.format(
-            cluster_ok=cluster_ok,
-            key_ok=key_ok,
-            other_ok=other_ok,
-            top_ok=top_ok,
-            region_ok=region_ok,
-            claims_ok=claims_ok,
-        )  # fmt: skip
-    )
+    tests.write_text(STAND_INS.format(**(ok | failing)))
     return tests
 
 

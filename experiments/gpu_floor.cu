@@ -48,7 +48,7 @@ const char* const kNames[kCases] = {
     "shared_release",  // a shared-memory store, then a release barrier, n times
     "load",            // n dependent loads from global memory (L2), no barrier
     "phase",           // a dependent load, a store, a release barrier, n times: a level
-    "remote_cas",      // n dependent 64-bit atomicCAS on the next block's shared memory
+    "remote_cas",      // n dependent 32-bit atomicCAS on the next block's shared memory
 };
 
 __device__ __forceinline__ void ArriveRelaxed() {
@@ -64,23 +64,24 @@ __device__ __forceinline__ void WaitAcquire() {
 // n dependent atomicCAS by each thread on its slot in the next block's shared memory (`cell`:
 // this block's copy), between two cluster barriers: the first so that every block runs before
 // another touches its shared memory, the last so that none exits while another still does.
-__device__ void RemoteCas(int n, unsigned t, unsigned long long* cell, unsigned* scratch) {
+// 32-bit, as the cluster update's claims (cluster_claims.cuh): a 64-bit atomic on shared memory
+// is not the hardware's (nvcc's fallback for it is neither remote nor atomic).
+__device__ void RemoteCas(int n, unsigned t, unsigned* cell, unsigned* scratch) {
   cell[threadIdx.x] = 0;
   ArriveRelease();
   WaitAcquire();
   cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  unsigned long long* peer =
-      cluster.map_shared_rank(cell, (cluster.block_rank() + 1) % kBlocks) + threadIdx.x;
-  unsigned long long v = 0;
+  unsigned* peer = cluster.map_shared_rank(cell, (cluster.block_rank() + 1) % kBlocks) + threadIdx.x;
+  unsigned v = 0;
   for (int i = 0; i < n; ++i) v = atomicCAS(peer, v, v + 1);  // each waits for the one before
   ArriveRelease();
   WaitAcquire();
-  if (v == ~0ull) scratch[t] = 1;  // keeps the chain
+  if (v == ~0u) scratch[t] = 1;  // keeps the chain
 }
 
 __global__ void __cluster_dims__(kBlocks, 1, 1)
     Floor(int which, int n, const unsigned* next, unsigned* scratch) {
-  __shared__ unsigned long long cell[kThreads];
+  __shared__ unsigned cell[kThreads];
   const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
   if (which == kRemoteCas) {
     RemoteCas(n, t, cell, scratch);

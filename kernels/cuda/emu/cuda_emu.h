@@ -399,6 +399,11 @@ inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long co
   if (old == compare) *p = v;
   return old;
 }
+inline unsigned atomicCAS(unsigned* p, unsigned compare, unsigned v) {
+  const unsigned old = *p;
+  if (old == compare) *p = v;
+  return old;
+}
 inline int atomicOr(int* p, int v) {
   const int old = *p;
   *p = old | v;

@@ -124,8 +124,10 @@ session"). Read when a program is traced."""
 SHARED_CLAIMS = False
 """Whether the cluster path's update of at most 8192 entries per tree resolves its duplicates in
 a hash table spread over the cluster's shared memory (``kernels/cuda/cluster_claims.cuh``), not
-in the workspace's winner slots in global memory. The same bits (tested on the host emulation);
-off until measured on a GPU (``experiments/gpu_checks.sh claims``). Read when traced."""
+in the workspace's winner slots in global memory. The same bits (26 cases on an H100 and the
+host emulation). Off: measured slower on an H100 (2026-11-27, 2^20 leaves, K 16, one run,
+``gpu_checks.sh claims``, results/bench_replay_gpu_h100_claims.json): step 0.84x at B 2048,
+0.82x at B 4096; update 0.80x and 0.76x. Read when traced."""
 
 SHARED_TOP = True
 """Whether each block of the sample's kernels first copies the top levels of its tree (up to

@@ -38,7 +38,8 @@ constexpr int kBlocks = 8, kThreads = 512, kNodes = 256, kRepeats = 7;
 constexpr unsigned kChain = 1u << 20;  // the chased array: 4 MB, in L2 after the first launch
 
 enum Case {
-  kEmpty, kRelaxed, kRelease, kStoreRelease, kSharedRelease, kLoad, kPhase, kRemoteCas, kCases
+  kEmpty, kRelaxed, kRelease, kStoreRelease, kSharedRelease, kSharedRestrict, kLoad, kPhase,
+  kRemoteCas, kCases
 };
 const char* const kNames[kCases] = {
     "empty",           // nothing: the node's launch alone (n ignored)
@@ -46,6 +47,8 @@ const char* const kNames[kCases] = {
     "release",         // n cluster barriers, arrive.release: no store before it
     "store_release",   // a global store, then a release barrier, n times
     "shared_release",  // a shared-memory store, then a release barrier, n times
+    "shared_restrict", // a shared-memory store, a release fence restricted to the block's
+                       // shared memory (MEMBAR.ALL.CTA, not .GPU), a relaxed barrier, n times
     "load",            // n dependent loads from global memory (L2), no barrier
     "phase",           // a dependent load, a store, a release barrier, n times: a level
     "remote_cas",      // n dependent 32-bit atomicCAS on the next block's shared memory
@@ -56,6 +59,14 @@ __device__ __forceinline__ void ArriveRelaxed() {
 }
 __device__ __forceinline__ void ArriveRelease() {
   asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+}
+// Orders this thread's earlier writes to its own block's shared memory (only those) before a
+// later relaxed arrive, for readers in the cluster that acquire with AcquireShared.
+__device__ __forceinline__ void ReleaseShared() {
+  asm volatile("fence.release.sync_restrict::shared::cta.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void AcquireShared() {
+  asm volatile("fence.acquire.sync_restrict::shared::cluster.cluster;\n" ::: "memory");
 }
 __device__ __forceinline__ void WaitAcquire() {
   asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
@@ -91,15 +102,21 @@ __global__ void __cluster_dims__(kBlocks, 1, 1)
   for (int i = 0; i < n && which != kEmpty; ++i) {
     if (which == kLoad || which == kPhase) p = next[p];
     if (which == kStoreRelease || which == kPhase) scratch[t] = p + i;
-    if (which == kSharedRelease) cell[threadIdx.x] = p + i;
+    if (which == kSharedRelease || which == kSharedRestrict) cell[threadIdx.x] = p + i;
+    if (which == kSharedRestrict) {
+      ReleaseShared();
+      ArriveRelaxed();
+    }
     if (which == kRelaxed) ArriveRelaxed();
     if (which == kRelease || which == kStoreRelease || which == kSharedRelease || which == kPhase) {
       ArriveRelease();
     }
     if (which != kLoad) WaitAcquire();
+    if (which == kSharedRestrict) AcquireShared();
   }
   if (which == kLoad && p == 0xffffffffu) scratch[t] = p;  // keeps the chain's loads
-  if (which == kSharedRelease && cell[(threadIdx.x + 1) % kThreads] == 0xffffffffu) scratch[t] = 1;
+  const bool shared = which == kSharedRelease || which == kSharedRestrict;
+  if (shared && cell[(threadIdx.x + 1) % kThreads] == 0xffffffffu) scratch[t] = 1;
 }
 
 __global__ void Condition(int* flag) { *flag = 1; }

@@ -39,7 +39,8 @@ def test_the_dry_build_fits_each_case_and_writes_its_rows(tmp_path):
     assert cases.count("phase") == 5 and cases.count("store_release") == 5
     assert [r["n"] for r in floor["rows"] if r["case"] == "load"] == [0, 1, 2, 4, 8]
     assert set(floor["fits"]) == {
-        "relaxed", "release", "store_release", "shared_release", "load", "phase", "remote_cas"
+        "relaxed", "release", "store_release", "shared_release", "shared_restrict", "load",
+        "phase", "remote_cas",
     }  # fmt: skip
     for fit in floor["fits"].values():  # the made-up times: 1 + 0.5 n
         assert fit == {"intercept_us": pytest.approx(1.0), "per_n_us": pytest.approx(0.5)}

@@ -70,10 +70,34 @@ __device__ inline void ClusterWait() {
   __trap();
 #endif
 }
+
+// A whole barrier for a hand-off through the writers' own shared memory only: every thread's
+// earlier operations on its own block's shared memory (and only those) are seen by every
+// thread of the cluster after it, which reads them over distributed shared memory. The release
+// is a fence restricted to the block's shared memory (MEMBAR.ALL.CTA, not the .GPU membar of
+// ClusterArrive, which waits for the thread's stores to global memory to reach every SM), then
+// a relaxed arrive; the wait, then the matching restricted acquire. Measured on an H100
+// (experiments/gpu_floor.cu, 2026-11-27): 0.18 us a barrier against 0.73 us with ClusterArrive.
+// Only where no thread reads after it what another wrote to global memory since the last full
+// barrier.
+__device__ inline void ClusterSyncShared() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.release.sync_restrict::shared::cta.cluster;\n" ::: "memory");
+  asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+  asm volatile("fence.acquire.sync_restrict::shared::cluster.cluster;\n" ::: "memory");
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#endif
+}
 #else
 inline void ClusterArrive() { emu::ClusterArrive(); }
 inline void ClusterArriveRelaxed() { emu::ClusterArrive(); }
 inline void ClusterWait() { emu::ClusterWait(); }
+inline void ClusterSyncShared() {
+  emu::ClusterArrive();
+  emu::ClusterWait();
+}
 #endif
 
 // Every thread of every block of the cluster arrives before any goes on (both halves).

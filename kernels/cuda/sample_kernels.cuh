@@ -283,7 +283,9 @@ __device__ inline void SampleCluster(const SampleArgs& a, int32_t cs) {
     if (most > 0) atomicMax(block_most + rank, most);
     if (any) atomicOr(block_any + rank, 1);
   }
-  ClusterSync();  // every block's words are final, and seen by the cluster
+  // every block's words are final, and seen by the cluster; a hand-off in shared memory only
+  // (each thread reads after it only the weights it wrote itself)
+  ClusterSyncShared();
   int32_t largest_bits = 0;
   bool any_positive = false;
   for (unsigned r = 0; r < static_cast<unsigned>(cs); ++r) {

@@ -423,8 +423,10 @@ __device__ inline void ClusterLevels(const UpdateArgs& a, const drlhet::TreeLayo
   if (hand) {
     ClusterSync();  // the level below is written
     handed = HandLevel(tree, lay, c, refused, RankSlot(hand_rows, rank, blockDim.x));
+    ClusterSyncShared();  // the rows are written: since the last barrier only they were
+  } else {
+    ClusterSync();  // level top + 1 is in the tree, which the first block reads
   }
-  ClusterSync();
   const int level = c.top + 1;
   if (hand && !refused && c.t < drlhet::NodesAt(lay, level)) {
     tree[lay.offsets[level] + c.t] = handed;

@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
   if (!Setup(&device, &node)) return 1;
   std::string rows, fits;
   auto row = [&](const char* name, int n, double us) {
-    std::printf("%-14s n=%d  %8.3f us\n", name, n, us);
+    std::printf("%-15s n=%d  %8.3f us\n", name, n, us);
     char line[160];
     std::snprintf(line, sizeof line, "%s  {\"case\": \"%s\", \"n\": %d, \"us\": %.4f}",
                   rows.empty() ? "" : ",\n", name, n, us);
@@ -271,7 +271,7 @@ int main(int argc, char** argv) {
       sxx += (xs[i] - mx) * (xs[i] - mx);
     }
     const double per = sxy / sxx, at0 = my - per * mx;
-    std::printf("%-14s: %.3f us a node + %.3f us each\n", kNames[which], at0, per);
+    std::printf("%-15s: %.3f us a node + %.3f us each\n", kNames[which], at0, per);
     char line[160];
     std::snprintf(line, sizeof line, "%s  \"%s\": {\"intercept_us\": %.4f, \"per_n_us\": %.4f}",
                   fits.empty() ? "" : ",\n", kNames[which], at0, per);

@@ -44,7 +44,7 @@ def test_the_dry_build_fits_each_case_and_writes_its_rows(tmp_path):
     }  # fmt: skip
     for fit in floor["fits"].values():  # the made-up times: 1 + 0.5 n
         assert fit == {"intercept_us": pytest.approx(1.0), "per_n_us": pytest.approx(0.5)}
-    assert "phase         : 1.000 us a node + 0.500 us each" in done.stdout
+    assert "phase          : 1.000 us a node + 0.500 us each" in done.stdout
 
 
 def test_the_real_build_names_what_is_missing_without_a_gpu(tmp_path):

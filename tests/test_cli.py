@@ -96,6 +96,10 @@ def one_error_line(capsys) -> str:
             "--mapping names cpu:1 but --cpu-devices is 1",
         ),
         (["--env", "Pendulum-v1", "--steps", "6000"], "DQN needs discrete actions"),
+        (["--dqn.learning-rate", "nan"], "--dqn.learning-rate must be finite and > 0, got nan"),
+        (["--ddpg.tau", "2"], "--ddpg.tau must be in (0, 1], got 2.0"),
+        (["--dqn.hidden", "64", "0"], "--dqn.hidden must be layer widths >= 1, got (64, 0)"),
+        (["--seed", str(2**32)], "--seed must be in [0, 4294967295]"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, message):

@@ -16,8 +16,17 @@ import optax
 from drlhet.agents.base import AgentFns
 from drlhet.agents.losses import q_td
 from drlhet.agents.networks import Actor, Critic
+from drlhet.agents.ranges import (
+    COUNT,
+    FRACTION,
+    NON_NEGATIVE,
+    POSITIVE,
+    UNIT,
+    WIDTHS,
+    check_ranges,
+)
 
-__all__ = ["DDPGConfig", "DDPGState", "make_ddpg"]
+__all__ = ["DDPGConfig", "DDPGState", "make_ddpg", "RANGES"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +52,21 @@ class DDPGConfig:
     the TD-error-skewed sampling distribution. Off by default (as the FPGA learner computes)."""
 
 
+RANGES = {
+    "hidden": WIDTHS,
+    "actor_lr": POSITIVE,
+    "critic_lr": POSITIVE,
+    "gamma": UNIT,
+    "tau": FRACTION,
+    "exploration_noise": NON_NEGATIVE,
+    "target_noise": NON_NEGATIVE,
+    "target_noise_clip": NON_NEGATIVE,
+    "policy_delay": COUNT,
+    "priority_eps": NON_NEGATIVE,
+}
+"""`DDPGConfig`'s field -> `drlhet.agents.ranges.Rule` (`check_ranges`)."""
+
+
 class DDPGState(NamedTuple):
     """Learner state (a pytree; donate it)."""
 
@@ -58,7 +82,12 @@ class DDPGState(NamedTuple):
 def make_ddpg(
     config: DDPGConfig, obs_shape: tuple[int, ...], action_dim: int, low: float, high: float
 ) -> AgentFns:
-    """Builds a DDPG (or TD3) agent for continuous actions in ``[low, high]^action_dim``."""
+    """Builds a DDPG (or TD3) agent for continuous actions in ``[low, high]^action_dim``.
+
+    Raises:
+      ValueError: no continuous actions, or a hyper-parameter out of its range (`RANGES`).
+    """
+    check_ranges(config, RANGES)
     if action_dim < 1:
         raise ValueError(f"DDPG needs continuous actions, got action_dim={action_dim}")
     actor = Actor(config.hidden, action_dim, low, high)

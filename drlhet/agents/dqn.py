@@ -17,8 +17,18 @@ import optax
 from drlhet.agents.base import AgentFns
 from drlhet.agents.losses import double_q_td, huber, q_td
 from drlhet.agents.networks import QNetwork
+from drlhet.agents.ranges import (
+    CLIP_NORM,
+    FRACTION,
+    NATURAL,
+    NON_NEGATIVE,
+    POSITIVE,
+    UNIT,
+    WIDTHS,
+    check_ranges,
+)
 
-__all__ = ["DQNConfig", "DQNState", "make_dqn", "linear_schedule"]
+__all__ = ["DQNConfig", "DQNState", "make_dqn", "linear_schedule", "RANGES"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +58,22 @@ class DQNConfig:
     priority_eps: float = 1e-6
 
 
+RANGES = {
+    "hidden": WIDTHS,
+    "learning_rate": POSITIVE,
+    "gamma": UNIT,
+    "target_period": NATURAL,
+    "tau": FRACTION,
+    "huber_delta": POSITIVE,
+    "max_grad_norm": CLIP_NORM,
+    "epsilon_start": UNIT,
+    "epsilon_end": UNIT,
+    "epsilon_steps": NATURAL,
+    "priority_eps": NON_NEGATIVE,
+}
+"""`DQNConfig`'s field -> `drlhet.agents.ranges.Rule` (`check_ranges`)."""
+
+
 class DQNState(NamedTuple):
     """Learner state (a pytree; donate it)."""
 
@@ -68,7 +94,12 @@ def linear_schedule(start: float, end: float, steps: int):
 
 
 def make_dqn(config: DQNConfig, obs_shape: tuple[int, ...], num_actions: int) -> AgentFns:
-    """Builds a DQN agent for ``num_actions`` discrete actions and observations ``obs_shape``."""
+    """Builds a DQN agent for ``num_actions`` discrete actions and observations ``obs_shape``.
+
+    Raises:
+      ValueError: no discrete actions, or a hyper-parameter out of its range (`RANGES`).
+    """
+    check_ranges(config, RANGES)
     if num_actions < 1:
         raise ValueError(f"DQN needs discrete actions, got num_actions={num_actions}")
     net = QNetwork(config.hidden, num_actions, config.dueling)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
+from drlhet.agents import ddpg, dqn
 from drlhet.agents.ddpg import DDPGConfig
 from drlhet.agents.dqn import DQNConfig
+from drlhet.agents.ranges import HyperparameterError, check_ranges
 from drlhet.backends import default, get, names
 from drlhet.replay.sum_tree import layout
 
@@ -66,6 +69,10 @@ class TrainConfig:
     ddpg: DDPGConfig = DDPGConfig()
 
 
+MAX_SEED = (1 << 32) - 1
+"""The largest seed: JAX's key keeps 32 bits of it (``key(2**32)`` is ``key(0)``), so a larger
+one would repeat a smaller one's run."""
+
 MAX_BUFFER = (1 << 31) - 1
 """Slots a buffer can have: its indices are int32 inside the jitted program."""
 
@@ -94,7 +101,8 @@ class ConfigError(ValueError):
 def check(cfg: TrainConfig) -> None:
     """Raises `ConfigError` (a ``ValueError``) naming the first bad field of ``cfg``: a value
     out of range, sizes that do not fit together, an unknown backend or one that cannot hold
-    the tree. (How many chunks fit in ``steps`` is `chunks_of`'s check.)"""
+    the tree, a hyper-parameter out of its range (the agents' fields spelled ``dqn.<name>``,
+    ``ddpg.<name>``). (How many chunks fit in ``steps`` is `chunks_of`'s check.)"""
     if cfg.n_step is not None and cfg.n_step < 1:
         raise ConfigError(f"n_step must be >= 1, got {cfg.n_step}", "n_step")
     for name in _POSITIVE:
@@ -104,8 +112,28 @@ def check(cfg: TrainConfig) -> None:
         raise ConfigError(f"delay must be >= 0, got {cfg.delay}", "delay")
     if cfg.algo not in ("dqn", "ddpg"):
         raise ConfigError(f"algo must be 'dqn' or 'ddpg', got {cfg.algo!r}", "algo")
+    _check_exponents(cfg)
     _check_sizes(cfg)
     _check_backends(cfg)
+
+
+def _check_exponents(cfg: TrainConfig) -> None:
+    """The seed, PER's exponents, and both agents' hyper-parameters (`drlhet.agents.ranges`:
+    both tables, so that a value set for the algorithm not run is not silently kept)."""
+    if not 0 <= cfg.seed <= MAX_SEED:
+        raise ConfigError(
+            f"seed must be in [0, {MAX_SEED}] (JAX's key keeps 32 bits of it), got {cfg.seed}",
+            "seed",
+        )
+    if not (math.isfinite(cfg.alpha) and cfg.alpha >= 0):
+        raise ConfigError(f"alpha must be finite and >= 0, got {cfg.alpha!r}", "alpha")
+    if not 0 <= cfg.beta_start <= 1:
+        raise ConfigError(f"beta_start must be in [0, 1], got {cfg.beta_start!r}", "beta_start")
+    for prefix, config, rules in (("dqn", cfg.dqn, dqn.RANGES), ("ddpg", cfg.ddpg, ddpg.RANGES)):
+        try:
+            check_ranges(config, rules)
+        except HyperparameterError as e:
+            raise ConfigError(f"{prefix}.{e}", f"{prefix}.{e.field}") from None
 
 
 def _check_sizes(cfg: TrainConfig) -> None:

@@ -145,7 +145,12 @@ def dse_command(
     return result
 
 
-_KEY_OPTIONS = {"batch_size": "batch", "buffer_size": "capacity"}
+_KEY_OPTIONS = {
+    "batch_size": "batch",
+    "buffer_size": "capacity",
+    "dqn.hidden": "hidden",
+    "ddpg.hidden": "hidden",
+}
 """Fields of a `TrainConfig` whose `ProfileKey` option has another name."""
 
 

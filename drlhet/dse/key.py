@@ -68,7 +68,8 @@ class ProfileKey:
             backend=self.backend,
             delay=delay,
             warmup=max(1_000, self.batch),
-            eval_every=self.num_envs * max(1, 5_000 // self.num_envs),  # a multiple of the envs
+            # a multiple of the envs (num_envs < 1 is left to the configuration's check)
+            eval_every=self.num_envs * max(1, 5_000 // max(1, self.num_envs)),
             dqn=DQNConfig(hidden=self.hidden),
             ddpg=DDPGConfig(hidden=self.hidden),
         )

@@ -235,13 +235,24 @@ def test_dse_refuses_bad_devices_before_profiling(tmp_path, capsys, monkeypatch,
 
 
 @pytest.mark.parametrize("command", ["dse", "profile"])
-def test_a_shape_that_cannot_train_is_refused_before_profiling(capsys, monkeypatch, command):
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--batch", "2048", "--capacity", "1024"], "--batch (2048) must be <= --capacity (1024)"),
+        # the shape's widths are both agents' (spelled as this command's option)
+        (["--hidden", "64", "0"], "--hidden must be layer widths >= 1, got (64, 0)"),
+        (["--num-envs", "0"], "--num-envs must be >= 1, got 0"),  # not a division by zero
+    ],
+)
+def test_a_shape_that_cannot_train_is_refused_before_profiling(
+    capsys, monkeypatch, command, args, message
+):
     monkeypatch.setattr("drlhet.cli.dse.build_model", lambda *a, **k: pytest.fail("profiled"))
     with pytest.raises(SystemExit) as stop:
-        main([command, "--batch", "2048", "--capacity", "1024"])
+        main([command, *args])
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["drlhet: error: --batch (2048) must be <= --capacity (1024)"]
+    assert err == [f"drlhet: error: {message}"]
 
 
 def test_auto_takes_a_gpu_here_only_as_measured_and_names_it_gpu0(

@@ -111,6 +111,40 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, messag
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("name", ["../escaped", "a/b", "..", "."])
+def test_a_name_that_is_not_one_folder_is_refused(tmp_path, capsys, name):
+    out = tmp_path / "deep" / "runs"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--out", str(out), "--name", name, "--no-progress"])
+    assert exit_info.value.code == 2
+    assert f"--name must be one folder's name (no '/', not '..'), got {name!r}" in one_error_line(
+        capsys
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing made, inside or outside --out
+
+
+def test_an_out_where_no_folder_can_be_made_is_refused_and_nothing_is_made(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    for out, where, why in [
+        (tmp_path / "file", tmp_path / "file", "Not a directory"),
+        (tmp_path / "file" / "sub", tmp_path / "file", "Not a directory"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["train", "--out", str(out), "--no-progress"])
+        assert exit_info.value.code == 2
+        line = one_error_line(capsys)
+        assert (
+            line == f"drlhet: error: --out {out}: no run directory can be made in {where} ({why})"
+        )
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "taken").write_text("")
+    with pytest.raises(SystemExit):
+        main(["train", "--out", str(tmp_path / "runs"), "--name", "taken", "--no-progress"])
+    assert "taken exists and is not a folder" in one_error_line(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "runs"]
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["taken"]
+
+
 def test_a_mapping_beyond_the_cores_is_refused_not_given_devices(tmp_path, capsys, monkeypatch):
     """``cpu:7`` on a 2-core machine used to create 8 XLA CPU devices without a word."""
     monkeypatch.setattr("drlhet.cli.train.os.cpu_count", lambda: 2)

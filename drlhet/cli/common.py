@@ -1,5 +1,6 @@
 """What every command shares: the user's cache folder, JAX's compilation cache, CPU devices,
-the memory this machine has, and the one way bad input is reported (`UsageError`).
+the memory this machine has, where a run directory may go, and the one way bad input is
+reported (`UsageError`).
 
 The CLI is the only part of drlhet that reads flags and environment variables.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ __all__ = [
     "cache_dir",
     "enable_compilation_cache",
     "set_cpu_devices",
+    "run_directory",
 ]
 
 
@@ -109,3 +112,28 @@ def set_cpu_devices(n: int) -> None:
         have = len(jax.devices(CPU))
         if have < n:
             raise ValueError(f"{n} CPU devices are needed; JAX already started with {have}") from e
+
+
+def run_directory(out: Path, name: str) -> Path:
+    """``out / name``, once it is known that a folder can be made there: ``name`` one folder's
+    name (a name with ``/`` or ``..`` would put the run elsewhere, ``../../etc`` included),
+    ``out / name`` not a file, and a folder made and removed again in the deepest folder of
+    the path that exists (a permission, a read-only or a virtual file system refuses it now,
+    not after the run's programs compiled). Nothing is left behind.
+
+    Raises:
+      ValueError: naming the option and its value.
+    """
+    if name in ("", ".", "..") or "/" in name or (os.altsep is not None and os.altsep in name):
+        raise ValueError(f"--name must be one folder's name (no '/', not '..'), got {name!r}")
+    run_dir = out / name
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"--out {out}: {run_dir} exists and is not a folder")
+    existing = next(p for p in (run_dir, *run_dir.parents) if p.exists())
+    try:
+        tempfile.TemporaryDirectory(dir=existing).cleanup()
+    except OSError as e:
+        raise ValueError(
+            f"--out {out}: no run directory can be made in {existing} ({e.strerror})"
+        ) from None
+    return run_dir

@@ -22,7 +22,13 @@ from drlhet.cli.checkpoints import (
     resume_run,
     saving_for,
 )
-from drlhet.cli.common import available_memory, bad_input, enable_compilation_cache, set_cpu_devices
+from drlhet.cli.common import (
+    available_memory,
+    bad_input,
+    enable_compilation_cache,
+    run_directory,
+    set_cpu_devices,
+)
 from drlhet.cli.dse import auto_mapping
 from drlhet.cli.ray_actors import ray_config, ray_runner, ray_summary
 from drlhet.runtime.config import TrainConfig, check, chunks_of, tree_shape, warmup_steps
@@ -91,7 +97,7 @@ def train_command(
       config: the run (see `drlhet.runtime.config.TrainConfig`); ``--backend`` names the replay
         backend (``drlhet backends`` lists them; default: the fastest that loads here).
       out: parent folder of run directories.
-      name: run directory name (default: time, algorithm and environment).
+      name: run directory name, one folder's (default: time, algorithm and environment).
       stop_at_return: stop once the mean evaluation return over seeds reaches this value.
       progress: show a progress bar.
       mapping: where each group runs, e.g. ``actors=cpu:0,replay=native@cpu:1,learner=cpu:1``
@@ -122,10 +128,10 @@ def train_command(
         if resume is not None:
             config, mapping, saved = _resume(config, resume, mapping, cpu_devices)
         placed, tr = _prepare(config, mapping, cpu_devices, memory_check, checkpoint_every > 0)
+        stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{config.algo}-{config.env.replace(':', '-')}"
+        run_dir = resume or run_directory(out, stamp if name is None else name)
     if compilation_cache:
         enable_compilation_cache()
-    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{config.algo}-{config.env.replace(':', '-')}"
-    run_dir = resume or out / (name or stamp)
     print(_plan(tr.config, tr.chunks, str(placed)))
     before = saved.rows if saved is not None else []
     with bad_input():

@@ -25,6 +25,7 @@ __all__ = [
     "enable_compilation_cache",
     "set_cpu_devices",
     "run_directory",
+    "check_writable",
 ]
 
 
@@ -115,11 +116,9 @@ def set_cpu_devices(n: int) -> None:
 
 
 def run_directory(out: Path, name: str) -> Path:
-    """``out / name``, once it is known that a folder can be made there: ``name`` one folder's
-    name (a name with ``/`` or ``..`` would put the run elsewhere, ``../../etc`` included),
-    ``out / name`` not a file, and a folder made and removed again in the deepest folder of
-    the path that exists (a permission, a read-only or a virtual file system refuses it now,
-    not after the run's programs compiled). Nothing is left behind.
+    """``out / name``, once it is known that a folder can be made there (`check_writable`):
+    ``name`` one folder's name (a name with ``/`` or ``..`` would put the run elsewhere,
+    ``../../etc`` included) and ``out / name`` not a file.
 
     Raises:
       ValueError: naming the option and its value.
@@ -129,11 +128,17 @@ def run_directory(out: Path, name: str) -> Path:
     run_dir = out / name
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"--out {out}: {run_dir} exists and is not a folder")
-    existing = next(p for p in (run_dir, *run_dir.parents) if p.exists())
+    check_writable(run_dir, f"--out {out}", "run directory")
+    return run_dir
+
+
+def check_writable(path: Path, option: str, what: str) -> None:
+    """Raises ``ValueError`` (``"<option>: no <what> can be made in <folder> (<why>)"``) unless
+    a folder can be made and removed again in the deepest folder of ``path`` that exists: a
+    permission, a read-only or a virtual file system refuses it now, before anything is
+    compiled or measured, not when the result is written. Nothing is left behind."""
+    existing = next(p for p in (path, *path.parents) if p.exists())
     try:
         tempfile.TemporaryDirectory(dir=existing).cleanup()
     except OSError as e:
-        raise ValueError(
-            f"--out {out}: no run directory can be made in {existing} ({e.strerror})"
-        ) from None
-    return run_dir
+        raise ValueError(f"{option}: no {what} can be made in {existing} ({e.strerror})") from None

@@ -15,7 +15,7 @@ from typing import Annotated
 import tyro
 
 from drlhet.backends.base import CPU, GPU, PLATFORMS, providing
-from drlhet.cli.common import UsageError, bad_input, set_cpu_devices
+from drlhet.cli.common import UsageError, bad_input, check_writable, set_cpu_devices
 from drlhet.cli.common import cache_dir as default_cache_dir
 from drlhet.dse.baselines import baselines
 from drlhet.dse.build import build_model, cpu_devices_here, first_gpu, replay_backends_here
@@ -58,6 +58,8 @@ def profile_command(
     with bad_input(options=_KEY_OPTIONS):
         set_cpu_devices(cpu_devices)
         _check_shape(shape)
+        folder = cache_dir or default_cache_dir()
+        check_writable(folder, f"--cache-dir {folder}", "cache")
     cache = ProfileCache(cache_dir or default_cache_dir())
     model = build_model(shape, cache=cache, reprofile=True)
     for backend, prof in model.profiles.items():
@@ -111,6 +113,11 @@ def dse_command(
             raise ValueError(f"--delay must be >= 0, got {delay}")
         if top < 1:
             raise ValueError(f"--top must be >= 1, got {top}")
+        if out.is_dir():
+            raise ValueError(f"--out {out} is a folder; name the JSON file to write")
+        check_writable(out.parent, f"--out {out}", "file")
+        folder = cache_dir or default_cache_dir()
+        check_writable(folder, f"--cache-dir {folder}", "cache")
         gpu_rows = load_gpu_profiles(gpu_profile) if gpu_profile is not None else None
     present = cpu_devices_here()
     with bad_input(f"--devices {devices or default_devices()}: "):

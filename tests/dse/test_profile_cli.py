@@ -227,7 +227,17 @@ def test_dse_refuses_bad_devices_before_profiling(tmp_path, capsys, monkeypatch,
 
     monkeypatch.setattr("drlhet.cli.dse.build_model", no_profiling)
     with pytest.raises(SystemExit) as stop:
-        main(["dse", "--devices", devices, "--cache-dir", str(tmp_path), "--out", str(tmp_path)])
+        main(
+            [
+                "dse",
+                "--devices",
+                devices,
+                "--cache-dir",
+                str(tmp_path),
+                "--out",
+                str(tmp_path / "d"),
+            ]
+        )
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"drlhet: error: --devices {devices}: ")
@@ -287,3 +297,33 @@ def test_auto_takes_a_gpu_here_only_as_measured_and_names_it_gpu0(
     for where in (build, dse_cli):  # no GPU: the CPU's best, as before
         monkeypatch.setattr(where, "first_gpu", lambda: None)
     assert dse_cli.auto_mapping(cfg, 0, log=logs.append).startswith("actors=jax@cpu:")
+
+
+@pytest.mark.parametrize("command", ["dse", "profile"])
+def test_outputs_that_cannot_be_written_are_refused_before_profiling(
+    tmp_path, capsys, monkeypatch, command
+):
+    monkeypatch.setattr("drlhet.cli.dse.build_model", lambda *a, **k: pytest.fail("profiled"))
+    (tmp_path / "file").write_text("")
+    cases = [
+        (
+            ["--cache-dir", str(tmp_path / "file" / "cache")],
+            f"--cache-dir {tmp_path}/file/cache: no cache can be made in {tmp_path}/file "
+            "(Not a directory)",
+        )
+    ]
+    if command == "dse":
+        cases += [
+            (["--out", str(tmp_path)], f"--out {tmp_path} is a folder; name the JSON file"),
+            (
+                ["--out", str(tmp_path / "file" / "dse.json")],
+                f"no file can be made in {tmp_path}/file (Not a directory)",
+            ),
+        ]
+    for args, message in cases:
+        with pytest.raises(SystemExit) as stop:
+            main([command, *args])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("drlhet: error: ") and message in err[0]
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]

@@ -82,11 +82,8 @@ class DDPGState(NamedTuple):
 def make_ddpg(
     config: DDPGConfig, obs_shape: tuple[int, ...], action_dim: int, low: float, high: float
 ) -> AgentFns:
-    """Builds a DDPG (or TD3) agent for continuous actions in ``[low, high]^action_dim``.
-
-    Raises:
-      ValueError: no continuous actions, or a hyper-parameter out of its range (`RANGES`).
-    """
+    """Builds a DDPG (or TD3) agent for continuous actions in ``[low, high]^action_dim``;
+    ``ValueError`` for no continuous actions or a hyper-parameter out of `RANGES`."""
     check_ranges(config, RANGES)
     if action_dim < 1:
         raise ValueError(f"DDPG needs continuous actions, got action_dim={action_dim}")

@@ -94,11 +94,8 @@ def linear_schedule(start: float, end: float, steps: int):
 
 
 def make_dqn(config: DQNConfig, obs_shape: tuple[int, ...], num_actions: int) -> AgentFns:
-    """Builds a DQN agent for ``num_actions`` discrete actions and observations ``obs_shape``.
-
-    Raises:
-      ValueError: no discrete actions, or a hyper-parameter out of its range (`RANGES`).
-    """
+    """Builds a DQN agent for ``num_actions`` discrete actions and observations ``obs_shape``;
+    ``ValueError`` for no discrete actions or a hyper-parameter out of `RANGES`."""
     check_ranges(config, RANGES)
     if num_actions < 1:
         raise ValueError(f"DQN needs discrete actions, got num_actions={num_actions}")

@@ -112,12 +112,12 @@ def check(cfg: TrainConfig) -> None:
         raise ConfigError(f"delay must be >= 0, got {cfg.delay}", "delay")
     if cfg.algo not in ("dqn", "ddpg"):
         raise ConfigError(f"algo must be 'dqn' or 'ddpg', got {cfg.algo!r}", "algo")
-    _check_exponents(cfg)
+    _check_ranges(cfg)
     _check_sizes(cfg)
     _check_backends(cfg)
 
 
-def _check_exponents(cfg: TrainConfig) -> None:
+def _check_ranges(cfg: TrainConfig) -> None:
     """The seed, PER's exponents, and both agents' hyper-parameters (`drlhet.agents.ranges`:
     both tables, so that a value set for the algorithm not run is not silently kept)."""
     if not 0 <= cfg.seed <= MAX_SEED:

@@ -79,14 +79,18 @@ class DDPGState(NamedTuple):
     steps: jax.Array
 
 
+def _check(config: DDPGConfig, action_dim: int) -> None:
+    check_ranges(config, RANGES)
+    if action_dim < 1:
+        raise ValueError(f"DDPG needs continuous actions, got action_dim={action_dim}")
+
+
 def make_ddpg(
     config: DDPGConfig, obs_shape: tuple[int, ...], action_dim: int, low: float, high: float
 ) -> AgentFns:
     """Builds a DDPG (or TD3) agent for continuous actions in ``[low, high]^action_dim``;
     ``ValueError`` for no continuous actions or a hyper-parameter out of `RANGES`."""
-    check_ranges(config, RANGES)
-    if action_dim < 1:
-        raise ValueError(f"DDPG needs continuous actions, got action_dim={action_dim}")
+    _check(config, action_dim)
     actor = Actor(config.hidden, action_dim, low, high)
     critic = Critic(config.hidden)
     n_critics = 2 if config.td3 else 1

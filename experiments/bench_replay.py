@@ -63,8 +63,13 @@ class Args:
     branchings: tuple[int, ...] = (2, 4, 8, 16, 32, 64)
     repeats: int = 5
     """Timed repeats per measurement (after a warm-up that includes compilation)."""
-    ops: tuple[str, ...] = ("insert", "sample", "update", "step")
-    modes: tuple[str, ...] = ("fused", "percall")
+    ops: tuple[Literal["insert", "sample", "update", "step"], ...] = (
+        "insert",
+        "sample",
+        "update",
+        "step",
+    )
+    modes: tuple[Literal["fused", "percall"], ...] = ("fused", "percall")
     backends: tuple[str, ...] = ("jax", "native", "fpga")
     """drlhet backends to measure (an unavailable one is skipped with its reason; ``fpga`` is
     the replay module's C-simulation: its rows are labelled function-only)."""
@@ -173,6 +178,30 @@ def machine() -> str:
 
 def steps_for(batch: int) -> int:
     return int(min(2048, max(16, 65536 // batch)))
+
+
+def refused(args: Args) -> str:
+    """Why ``args`` cannot run, in one line naming the option and value, or "" (checked before
+    anything is measured or written, so that a bad value leaves the results file alone)."""
+    sizes = [
+        ("--capacities", args.capacities, 1, (1 << 31) - 1),
+        ("--batches", args.batches, 1, 1 << 24),
+        ("--branchings", args.branchings, 2, (1 << 31) - 1),
+    ]
+    for option, values, low, high in sizes:
+        bad = [v for v in values if not low <= v <= high]
+        if not values or bad:
+            return f"{option} must be integers in [{low}, {high}], got {bad or 'none'}"
+    for option, value in [("--repeats", args.repeats), ("--gpu-steps", args.gpu_steps)]:
+        if value < 1:
+            return f"{option} must be >= 1, got {value}"
+    if args.unroll < 1:
+        return f"--unroll must be >= 1, got {args.unroll}"
+    if not args.ops or not args.modes:
+        return "--ops and --modes each name at least one"
+    if args.out.is_dir():
+        return f"--out {args.out} is a folder; name the JSON file to write"
+    return ""
 
 
 def main(args: Args) -> list[dict]:
@@ -839,4 +868,8 @@ def threading_study(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    cli_args = tyro.cli(Args)
+    if why := refused(cli_args):
+        print(f"bench_replay: error: {why}", file=sys.stderr)
+        raise SystemExit(2)
+    main(cli_args)

@@ -210,3 +210,39 @@ def test_both_loops_time_the_same_steps_and_rows_say_which(bench, tmp_path, loop
     rows = bench.main(args)
     assert [(r["op"], r["loop"]) for r in rows] == [(op, loop) for op in args.ops]
     assert all(r["items_per_s"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"capacities": (0,)}, "--capacities must be integers in [1, 2147483647], got [0]"),
+        ({"batches": (32, -1)}, "--batches must be integers in [1, 16777216], got [-1]"),
+        ({"branchings": (1, 16)}, "--branchings must be integers in [2, 2147483647], got [1]"),
+        ({"capacities": ()}, "--capacities must be integers in [1, 2147483647], got none"),
+        ({"repeats": 0}, "--repeats must be >= 1, got 0"),
+        ({"unroll": 0}, "--unroll must be >= 1, got 0"),
+        ({"ops": ()}, "--ops and --modes each name at least one"),
+    ],
+)
+def test_bad_values_are_refused_in_one_line(bench, tmp_path, change, message):
+    assert bench.refused(tiny_run(bench, tmp_path)) == ""
+    assert bench.refused(dataclasses.replace(tiny_run(bench, tmp_path), **change)) == message
+
+
+def test_a_refused_run_exits_2_and_leaves_the_results_file_alone(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "rows.json"
+    out.write_text("[]")
+    script = str(REPO / "experiments" / "bench_replay.py")
+    done = subprocess.run(
+        [sys.executable, script, "--capacities", "0", "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "bench_replay: error: --capacities must be integers in [1, 2147483647], got [0]"
+    ]
+    assert out.read_text() == "[]"

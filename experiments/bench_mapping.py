@@ -28,7 +28,7 @@ import platform
 import statistics
 from pathlib import Path
 
-import tyro
+import checked_cli
 
 CONFIGS = {
     "jax-b256": dict(backend="jax", batch_size=256, buffer_size=1 << 20, num_envs=4, sgd_steps=1),
@@ -212,5 +212,8 @@ def _print(rows: list[dict]) -> None:
         )
 
 
+LEAST = {"delays": 0, "rounds": 1, "chunks": 1, "chunk_steps": 1}
+"""The smallest value of each count (`checked_cli.refused_counts`)."""
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, LEAST)

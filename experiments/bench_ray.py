@@ -48,8 +48,8 @@ import statistics
 import time
 from pathlib import Path
 
+import checked_cli
 import jax
-import tyro
 
 from drlhet.agents.dqn import DQNConfig
 from drlhet.runtime.config import TrainConfig
@@ -241,5 +241,16 @@ def _scaling(args: Args) -> dict:
     return {"scaling": out}
 
 
+LEAST = {
+    "num_envs": 1,
+    "chunks": 1,
+    "eval_every": 1,
+    "rollout": 1,
+    "scaling_envs": 1,
+    "rounds": 1,
+    "high_sgd_steps": 1,
+}
+"""The smallest value of each count (`checked_cli.refused_counts`)."""
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, LEAST)

@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
-import tyro
+import checked_cli
 
 XLA_SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
@@ -868,8 +868,4 @@ def threading_study(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-    cli_args = tyro.cli(Args)
-    if why := refused(cli_args):
-        print(f"bench_replay: error: {why}", file=sys.stderr)
-        raise SystemExit(2)
-    main(cli_args)
+    checked_cli.run(Args, main, {}, refused)

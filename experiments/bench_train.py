@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
-import tyro
+import checked_cli
 
 
 @dataclasses.dataclass
@@ -144,5 +144,16 @@ def main(args: Args) -> list[dict]:
     return rows
 
 
+LEAST = {
+    "hidden": 1,
+    "batch_size": 1,
+    "num_envs": 1,
+    "sgd_steps": 1,
+    "buffer_size": 1,
+    "iterations": 1,
+    "repeats": 1,
+}
+"""The smallest value of each count (`checked_cli.refused_counts`)."""
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, LEAST)

@@ -21,8 +21,8 @@ import json
 from pathlib import Path
 from typing import Literal
 
+import checked_cli
 import fig_primitives as fp
-import tyro
 
 OPS = ("sample", "update")
 FULL_REPEATS = 15
@@ -101,5 +101,8 @@ def main(args: Args) -> list[dict]:
     return rows
 
 
+LEAST = {"branchings": 2, "capacity": 1, "batch": 1, "repeats": 1}
+"""The smallest value of each count (`checked_cli.refused_counts`)."""
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, LEAST)

@@ -23,8 +23,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+import checked_cli
 import numpy as np
-import tyro
 
 from drlhet.agents.ddpg import DDPGConfig
 from drlhet.runtime.config import TrainConfig
@@ -148,5 +148,8 @@ def main(args: Args) -> dict:
     return report
 
 
+LEAST = {"delays": 0, "seeds": 1, "final_chunks": 1, "steps": 1}
+"""The smallest value of each count (`checked_cli.refused_counts`)."""
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, LEAST)

@@ -15,8 +15,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+import checked_cli
 import numpy as np
-import tyro
 
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.run import run
@@ -90,5 +90,8 @@ def main(args: Args) -> dict:
     return summary
 
 
+LEAST = {"seeds": 1}
+"""The smallest value of each count (`checked_cli.refused_counts`)."""
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, LEAST)

@@ -28,7 +28,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-import tyro
+import checked_cli
 
 WORST = "worst runnable mapping"
 """The baseline family validate_dse reports as ``pick_over_worst`` (always measured)."""
@@ -317,5 +317,15 @@ def main(args: Args) -> list[dict]:
     return rows
 
 
+LEAST = {
+    "measure_batches": 1,
+    "measure_capacities": 1,
+    "delay": 0,
+    "rounds": 1,
+    "chunks": 1,
+    "chunk_steps": 1,
+}
+"""The smallest value of each count (`checked_cli.refused_counts`)."""
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, LEAST)

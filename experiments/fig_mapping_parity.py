@@ -18,8 +18,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+import checked_cli
 import numpy as np
-import tyro
 
 
 @dataclasses.dataclass
@@ -97,5 +97,8 @@ def main(args: Args) -> dict:
     return curves
 
 
+LEAST = {"delay": 0, "seeds": 1, "steps": 1}
+"""The smallest value of each count (`checked_cli.refused_counts`)."""
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, LEAST)

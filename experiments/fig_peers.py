@@ -34,9 +34,8 @@ import sys
 import time
 from pathlib import Path
 
-import tyro
-
 sys.path.insert(0, str(Path(__file__).parent / "peers"))
+import checked_cli
 from spec import ENV_ONE_THREAD, RunSpec, metrics, read_events  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -327,5 +326,8 @@ def _plot(summary: dict, spec: RunSpec, path: Path) -> None:
     plt.close(fig)
 
 
+LEAST = {"rounds": 1, "steps": 1, "eval_every": 1, "timeout_s": 1}
+"""The smallest value of each count (`checked_cli.refused_counts`)."""
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, LEAST)

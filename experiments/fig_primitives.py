@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Literal
 
 import bench_replay
-import tyro
+import checked_cli
 
 PRIMITIVES = ("insert", "sample", "update")
 FULL_BATCHES = tuple(2**e for e in range(5, 13))
@@ -439,5 +439,15 @@ def main(args: Args) -> list[dict]:
     return rows
 
 
+LEAST = {
+    "batches": 1,
+    "capacities": 1,
+    "at_capacity": 1,
+    "at_batch": 1,
+    "branching": 2,
+    "repeats": 1,
+}
+"""The smallest value of each count (`checked_cli.refused_counts`)."""
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, LEAST)

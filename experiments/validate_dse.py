@@ -35,8 +35,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import checked_cli
 import jax
-import tyro
 
 from drlhet.backends.base import CPU
 from drlhet.dse.baselines import baselines
@@ -389,5 +389,8 @@ def _plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+LEAST = {"batches": 1, "capacities": 1, "delay": 0, "rounds": 1, "chunks": 1, "chunk_steps": 1}
+"""The smallest value of each count (`checked_cli.refused_counts`)."""
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, LEAST)

@@ -1,0 +1,63 @@
+"""How the experiments read their command line, as the ``drlhet`` CLI does: tyro parses it;
+then a count below its least (a repeat, a round, a seed, a batch), a value the script's own
+check refuses, or drlhet's configuration check (`drlhet.runtime.config.ConfigError`) ends the
+script with one line on stderr, ``<script>: error: ...``, and exit status 2: no traceback, and
+nothing measured or written (each is checked before the first measurement, and drlhet checks a
+configuration before it runs it).
+
+Imports no jax: a script may set up its threading before jax is imported (bench_replay.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import tyro
+
+__all__ = ["refused_counts", "run"]
+
+A = TypeVar("A")
+
+
+def refused_counts(args: Any, least: Mapping[str, int]) -> str:
+    """Why ``args`` has a count below its least (``least``: field -> the smallest value; a
+    field may hold an int, None (unset), or a tuple of ints, which must not be empty), in one
+    line naming the option; "" when none is."""
+    for field, low in least.items():
+        value = getattr(args, field)
+        option = "--" + field.replace("_", "-")
+        if isinstance(value, tuple):
+            bad = [v for v in value if v < low]
+            if bad or not value:
+                return f"{option} must be integers >= {low}, got {bad or 'none'}"
+        elif value is not None and value < low:
+            return f"{option} must be >= {low}, got {value}"
+    return ""
+
+
+def run(
+    args_type: type[A],
+    main: Callable[[A], Any],
+    least: Mapping[str, int],
+    refuse: Callable[[A], str] | None = None,
+) -> None:
+    """Parses ``args_type`` from the command line and runs ``main`` on it, unless a count is
+    below its least (`refused_counts`), ``refuse(args)`` says why not, or ``main`` raises
+    drlhet's `ConfigError`: then one line and exit status 2."""
+    args = tyro.cli(args_type)
+    why = refused_counts(args, least) or (refuse(args) if refuse is not None else "")
+    if not why:
+        try:
+            main(args)
+            return
+        except ValueError as e:
+            from drlhet.runtime.config import ConfigError  # jax is imported by now
+
+            if not isinstance(e, ConfigError):
+                raise
+            why = str(e)
+    print(f"{Path(sys.argv[0]).stem}: error: {why}", file=sys.stderr)
+    raise SystemExit(2)

@@ -1,0 +1,84 @@
+"""experiments/checked_cli.py: every experiment's bad counts and drlhet's configuration errors
+end the script with one line and exit status 2, before anything is measured or written."""
+
+import dataclasses
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = [
+    "bench_mapping",
+    "bench_ray",
+    "bench_replay",
+    "bench_train",
+    "fig_branching",
+    "fig_delay",
+    "fig_learning",
+    "fig_mapping",
+    "fig_mapping_parity",
+    "fig_peers",
+    "fig_primitives",
+    "validate_dse",
+]
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))
+    return importlib.import_module("checked_cli")
+
+
+@dataclasses.dataclass
+class Args:
+    repeats: int = 3
+    batches: tuple[int, ...] = (32, 64)
+    steps: int | None = None
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({}, ""),
+        ({"steps": 5}, ""),
+        ({"repeats": 0}, "--repeats must be >= 1, got 0"),
+        ({"batches": (32, 0, -1)}, "--batches must be integers >= 1, got [0, -1]"),
+        ({"batches": ()}, "--batches must be integers >= 1, got none"),
+        ({"steps": 0}, "--steps must be >= 1, got 0"),
+    ],
+)
+def test_counts_below_their_least_are_named(checked, change, message):
+    least = {"repeats": 1, "batches": 1, "steps": 1}
+    assert checked.refused_counts(Args(**change), least) == message
+
+
+def test_every_experiment_with_counts_reads_its_command_line_through_it():
+    for name in SCRIPTS:
+        text = (REPO / "experiments" / f"{name}.py").read_text()
+        assert "checked_cli.run(Args, main" in text, name
+        assert "tyro.cli(" not in text, name
+
+
+@pytest.mark.parametrize(
+    "script, args, line",
+    [
+        ("fig_delay", ["--seeds", "0"], "fig_delay: error: --seeds must be >= 1, got 0"),
+        # drlhet's own configuration check, raised inside main before anything runs
+        ("bench_train", ["--buffer-size", "10"], "bench_train: error: warmup (5) must be >= "),
+    ],
+)
+def test_a_refused_script_prints_one_line_and_exits_2(tmp_path, script, args, line):
+    out = tmp_path / "rows.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "experiments" / f"{script}.py"), *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr
+    err = done.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(line), err
+    assert list(tmp_path.iterdir()) == []

@@ -100,6 +100,7 @@ def one_error_line(capsys) -> str:
         (["--ddpg.tau", "2"], "--ddpg.tau must be in (0, 1], got 2.0"),
         (["--dqn.hidden", "64", "0"], "--dqn.hidden must be layer widths >= 1, got (64, 0)"),
         (["--seed", str(2**32)], "--seed must be in [0, 4294967295]"),
+        (["--stop-at-return", "nan"], "--stop-at-return must be a number (inf: never stop"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, message):

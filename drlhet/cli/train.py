@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import shutil
 import time
@@ -123,6 +124,8 @@ def train_command(
     """
     saved = None
     with bad_input():
+        if stop_at_return is not None and math.isnan(stop_at_return):
+            raise ValueError("--stop-at-return must be a number (inf: never stop early), got nan")
         remote = ray_config(actors, sync_every, rollout, ray_address, mapping, resume)
         checkpoint_every = checkpoint_every if remote is None else 0
         if resume is not None:

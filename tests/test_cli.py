@@ -101,6 +101,8 @@ def one_error_line(capsys) -> str:
         (["--dqn.hidden", "64", "0"], "--dqn.hidden must be layer widths >= 1, got (64, 0)"),
         (["--seed", str(2**32)], "--seed must be in [0, 4294967295]"),
         (["--stop-at-return", "nan"], "--stop-at-return must be a number (inf: never stop"),
+        (["--checkpoint-every", "-5"], "--checkpoint-every must be >= 0 chunks, got -5"),
+        (["--keep-checkpoints", "0"], "--keep-checkpoints must be >= 1, got 0"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, message):

@@ -133,14 +133,13 @@ def train_command(
         placed, tr = _prepare(config, mapping, cpu_devices, memory_check, checkpoint_every > 0)
         stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{config.algo}-{config.env.replace(':', '-')}"
         run_dir = resume or run_directory(out, stamp if name is None else name)
-    if compilation_cache:
-        enable_compilation_cache()
-    print(_plan(tr.config, tr.chunks, str(placed)))
-    before = saved.rows if saved is not None else []
-    with bad_input():
+        before = saved.rows if saved is not None else []
         saving = saving_for(
             run_dir, config, str(placed), checkpoint_every, keep_checkpoints, before
         )
+    if compilation_cache:
+        enable_compilation_cache()
+    print(_plan(tr.config, tr.chunks, str(placed)))
     start = _start(saved, run_dir)
     runner = run if remote is None else ray_runner(remote, tr.config)
     with _removed_on_failure(run_dir):

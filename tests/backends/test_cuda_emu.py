@@ -569,7 +569,9 @@ def test_random_shapes_through_one_cluster_per_tree_equal_the_oracle_and_the_buf
         idx = rng.integers(0, capacity, (trees, batch)).astype(np.int32)
         vals = (rng.random((trees, batch)) * 3).astype(F32)
         keep = rng.random((trees, batch)) < 0.8
-        got, bad, _, _ = emu_update(emu, nodes, capacity, k, idx, vals, keep, (0, 4096, 2**40))
+        got, bad, _, _ = emu_update(
+            emu, nodes, capacity, k, idx, vals, keep, PATHS["one cluster per tree"]
+        )
         assert not bad.any(), case
         for v in range(trees):
             want = oracle.write(nodes[v], capacity, k, idx[v], vals[v], keep[v])

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import tyro
 
-__all__ = ["refused_counts", "run"]
+__all__ = ["refused_counts", "missing_files", "run"]
 
 A = TypeVar("A")
 
@@ -35,6 +35,15 @@ def refused_counts(args: Any, least: Mapping[str, int]) -> str:
                 return f"{option} must be integers >= {low}, got {bad or 'none'}"
         elif value is not None and value < low:
             return f"{option} must be >= {low}, got {value}"
+    return ""
+
+
+def missing_files(*paths: Path | None) -> str:
+    """Why the inputs ``paths`` (None: not given) cannot be read, naming the first that is not a
+    file, or ""."""
+    for path in paths:
+        if path is not None and not path.is_file():
+            return f"{path}: no such file"
     return ""
 
 

@@ -6,9 +6,12 @@ Usage:
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import sys
 from pathlib import Path
+
+import checked_cli
+import tyro
 
 
 def _short(mapping: str) -> str:
@@ -71,5 +74,11 @@ def main(path: Path) -> str:
     return text
 
 
+@dataclasses.dataclass
+class Args:
+    path: tyro.conf.Positional[Path] = Path("results/dse_validation.json")
+    """validate_dse.py's JSON."""
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/dse_validation.json"))
+    checked_cli.run(Args, lambda a: main(a.path), {}, lambda a: checked_cli.missing_files(a.path))

@@ -6,9 +6,12 @@ Usage:
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import sys
 from pathlib import Path
+
+import checked_cli
+import tyro
 
 
 def fmt(x: float | None) -> str:
@@ -136,5 +139,18 @@ def main(grid_path: str, threading_path: str | None = None) -> None:
             print(f"| {t} | " + " | ".join(fmt(r["items_per_s"] if r else None) for r in v) + " |")
 
 
+@dataclasses.dataclass
+class Args:
+    grid: tyro.conf.Positional[Path]
+    """bench_replay.py's JSON rows."""
+    threading: tyro.conf.Positional[Path | None] = None
+    """bench_replay.py --threading-study's rows (bench_replay_threading.json), if any."""
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    checked_cli.run(
+        Args,
+        lambda a: main(str(a.grid), None if a.threading is None else str(a.threading)),
+        {},
+        lambda a: checked_cli.missing_files(a.grid, a.threading),
+    )

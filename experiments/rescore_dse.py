@@ -13,11 +13,14 @@ Usage:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
-import sys
 from pathlib import Path
+
+import checked_cli
+import tyro
 
 from drlhet.dse.devices import load_sheets
 from drlhet.dse.key import ProfileKey
@@ -76,5 +79,16 @@ def main(paths: list[str]) -> None:
         print(f"median |error| {statistics.median(errors):.1%}, max {max(errors):.1%}")
 
 
+@dataclasses.dataclass
+class Args:
+    paths: tyro.conf.Positional[tuple[Path, ...]]
+    """validate_dse.py's JSON files, each re-scored."""
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    checked_cli.run(
+        Args,
+        lambda a: main([str(p) for p in a.paths]),
+        {},
+        lambda a: checked_cli.missing_files(*a.paths) or ("" if a.paths else "give a file"),
+    )

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import runpy
 import sys
+from typing import NoReturn
 
 import tyro
 
@@ -71,17 +72,25 @@ def apply(args: Args) -> dict[str, int]:
     return {name: int(getattr(cuda, name.upper())) for name in (*NAMES, *switches)}
 
 
+def _refuse(why: str) -> NoReturn:
+    """One line and exit status 2, as every experiment's bad input (checked_cli.py)."""
+    print(f"with_cuda_paths: error: {why}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main(argv: list[str]) -> None:
+    if "--" not in argv and ("-h" in argv or "--help" in argv):
+        tyro.cli(Args, args=argv)  # prints the options and exits 0
     if "--" not in argv or argv.index("--") == len(argv) - 1:
-        sys.exit("error: give the command after `--` (-m MODULE ... or SCRIPT ...)")
+        _refuse("give the command after `--` (-m MODULE ... or SCRIPT ...)")
     split = argv.index("--")
     command = argv[split + 1 :]
     if command[0] == "-m" and len(command) < 2:
-        sys.exit("error: -m needs a module name")
+        _refuse("-m needs a module name")
     try:
         values = apply(tyro.cli(Args, args=argv[:split]))
     except ValueError as e:
-        sys.exit(f"error: {e}")
+        _refuse(str(e))
     print("cuda paths: " + ", ".join(f"{k.upper()} {v}" for k, v in values.items()), flush=True)
     if command[0] == "-m":
         sys.argv = [command[1], *command[2:]]

@@ -82,3 +82,41 @@ def test_a_refused_script_prints_one_line_and_exits_2(tmp_path, script, args, li
     err = done.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(line), err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "script",
+    sorted(
+        p.stem
+        for p in (REPO / "experiments").glob("*.py")
+        if 'if __name__ == "__main__":' in p.read_text()
+    ),
+)
+def test_every_experiment_answers_help(script):
+    """An import that no longer resolves, or options tyro cannot read, shows here rather than
+    on the day someone runs the script (about 0.3 s each)."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "experiments" / f"{script}.py"), "--help"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage" in done.stdout.lower(), done.stdout[-500:]
+
+
+@pytest.mark.parametrize(
+    "script, args",
+    [
+        ("report_dse", ["/nonexistent.json"]),
+        ("report_replay", ["/nonexistent.json"]),
+        ("rescore_dse", ["/nonexistent.json"]),
+    ],
+)
+def test_the_report_scripts_name_a_missing_file(script, args):
+    done = subprocess.run(
+        [sys.executable, str(REPO / "experiments" / f"{script}.py"), *args],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"{script}: error: {args[0]}: no such file"]

@@ -243,11 +243,13 @@ def test_a_command_runs_with_the_thresholds_set_and_the_library_keeps_its_own(tm
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--cluster-max-batch", "8"], "give the command after `--`"),
+        (["--cluster-max-batch", "8"], "give the command after `--` (-m MODULE ... or SCRIPT ...)"),
         (["--cluster-max-batch", "-1", "--", "x.py"], "--cluster-max-batch must be >= 0, got -1"),
         (["--", "-m"], "-m needs a module name"),
     ],
 )
-def test_the_wrapper_refuses_bad_input_with_one_line(experiments, argv, message):
-    with pytest.raises(SystemExit, match=message):
+def test_the_wrapper_refuses_bad_input_with_one_line(experiments, argv, message, capsys):
+    with pytest.raises(SystemExit) as stop:
         experiments[1].main(argv)
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [f"with_cuda_paths: error: {message}"]

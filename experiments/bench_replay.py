@@ -131,6 +131,12 @@ class Args:
     """Also time ``drlhet-cuda-claims``: the cuda backend with ``SHARED_CLAIMS`` on, beside
     ``drlhet-cuda`` with it as this run sets it, alternating in every repeat (an A/B in one
     process). Rows record it (``cuda_shared_claims``)."""
+    cuda_find_ab: bool = False
+    """Also time ``drlhet-cuda-find``: the buffer's sample under XLA's code around the cuda
+    backend's ``find`` (XLA draws the targets and computes probabilities and weights), the
+    update still the backend's own call, beside ``drlhet-cuda`` alternating in every repeat (an
+    A/B in one process; sample-only scans measured cuda-plain's sample 1.04-1.10x the own
+    call's at B 4096 on an H100). Rows record it (``cuda_own_sample``)."""
     cuda_key_targets: bool = True
     """Let the cuda backend draw the sample's targets inside its sample call from the key
     (``TreeOps.weigh_key``, where it reproduces jax's draw); ``--no-cuda-key-targets``: the
@@ -301,12 +307,18 @@ def main(args: Args) -> list[dict]:
 
     # ---------------------------------------------------------------- drlhet
     def drlhet_ops(
-        capacity: int, batch: int, k: int, steps: int, backend: str, plain: bool = False
+        capacity: int,
+        batch: int,
+        k: int,
+        steps: int,
+        backend: str,
+        plain: bool = False,
+        own_sample: bool = True,
     ) -> dict:
         ops = backends_api.tree_ops(backend)
         if plain:  # the backend's find and write only, the rest in XLA
             ops = ops._replace(weigh=None, update=None, weigh_key=None)
-        elif not args.cuda_own_sample:  # the sample in XLA around find, the update the backend's
+        elif not (args.cuda_own_sample and own_sample):  # the sample in XLA around find
             ops = ops._replace(weigh=None, weigh_key=None)
         elif not args.cuda_key_targets:
             ops = ops._replace(weigh_key=None)
@@ -566,6 +578,11 @@ def main(args: Args) -> list[dict]:
             impls["drlhet-cuda-claims"] = with_cuda(
                 drlhet_ops(capacity, batch, k, steps_of["drlhet-cuda"], "cuda"), SHARED_CLAIMS=True
             )
+        if args.cuda_find_ab and "drlhet-cuda" in impls:
+            steps_of["drlhet-cuda-find"] = steps_of["drlhet-cuda"]
+            impls["drlhet-cuda-find"] = drlhet_ops(
+                capacity, batch, k, steps_of["drlhet-cuda"], "cuda", own_sample=False
+            )
         if "native" in backends and args.thread_scaling:
             impls["drlhet-native-1t"] = with_threads(
                 drlhet_ops(capacity, batch, k, steps, "native"), 1
@@ -627,7 +644,8 @@ def main(args: Args) -> list[dict]:
             from drlhet.backends import cuda
 
             # the sample call (weigh) is the backend's
-            own_sample = not impl.endswith("-plain") and args.cuda_own_sample
+            own_sample = impl == "drlhet-cuda" or impl == "drlhet-cuda-claims"
+            own_sample = own_sample and args.cuda_own_sample
             key_targets = args.cuda_key_targets and cuda.KEY_TARGETS and own_sample
             shared_top = bool(cuda.SHARED_TOP) and own_sample
             claims = {"cuda_shared_claims": 1} if impl == "drlhet-cuda-claims" else {}
@@ -733,7 +751,7 @@ def peer_failure(name: str, capacity: int, batch: int):
 def backend_of(impl: str) -> str:
     """The drlhet backend of a row's implementation (``drlhet-cuda-plain`` -> ``cuda``)."""
     name = impl.removeprefix("drlhet-")
-    for variant in ("-1t", "-plain", "-claims"):
+    for variant in ("-1t", "-plain", "-claims", "-find"):
         name = name.removesuffix(variant)
     return name
 
@@ -807,6 +825,10 @@ def print_ratios(rows: list[dict], capacity: int, batch: int, k: int, depth: int
         a, b = rate("drlhet-cuda-claims", op, "fused"), rate("drlhet-cuda", op, "fused")
         if a and b and "drlhet-cuda" in names:
             print(f"{op}: drlhet-cuda-claims fused / drlhet-cuda fused = {a / b:.2f}x")
+    for op in ("sample", "step"):  # the A/B of --cuda-find-ab, in one run
+        a, b = rate("drlhet-cuda-find", op, "fused"), rate("drlhet-cuda", op, "fused")
+        if a and b and "drlhet-cuda" in names:
+            print(f"{op}: drlhet-cuda-find fused / drlhet-cuda fused = {a / b:.2f}x")
     if nat and one:
         print(f"step: drlhet-native all threads / 1 thread = {nat / one:.2f}x")
     limit = next((r for r in rows if r["impl"] == "machine-limit"), None)

@@ -85,6 +85,13 @@
 #             1.04x and 1.10x the own call's in two H100 runs): the sample and step of cuda at
 #             2^20 leaves, K 16, B 256 and 4096 (rows to $OUT/targets_key.json,
 #             targets_xla.json, targets_find.json; not in the default list; ~45 s)
+#   find      the same question as targets' find, as an A/B in one process: the buffer's
+#             sample under XLA's code around cuda's find, the update still cuda's own call
+#             (bench_replay --cuda-find-ab: drlhet-cuda-find beside drlhet-cuda, alternating in
+#             each of FIND_REPEATS, default 7, repeats), the sample and step at 2^20 leaves, K 16,
+#             B FIND_BATCHES (default 2048 4096), jax too, the paths in force (rows to
+#             $OUT/find.json; not in the default list; about 60 s). Where drlhet-cuda-find's step
+#             wins, cuda's weigh / weigh_key are the ones to turn off at that batch.
 #   top       the sample's descents through a copy of the tree's top levels in each block's
 #             shared memory (drlhet.backends.cuda.SHARED_TOP, the default) against every level
 #             from global memory (--no-cuda-shared-top): the sample and step of cuda at 2^20
@@ -413,6 +420,11 @@ for s in "${stages[@]}"; do
           --ops sample step --modes fused --no-plain --no-peers --no-thread-scaling --no-limits \
           $PATH_FLAGS $flag --out "$OUT/targets_$t.json"
       done ;;
+    find)  # the sample in XLA around cuda's find against cuda's own sample call, one run
+      stage find 150 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
+        --batches ${FIND_BATCHES:-2048 4096} --branchings 16 --backends cuda jax \
+        --ops sample step --modes fused --no-peers --no-plain --no-thread-scaling --no-limits \
+        --repeats "${FIND_REPEATS:-7}" $PATH_FLAGS --cuda-find-ab --out "$OUT/find.json" ;;
     top)  # the sample's descents through a copy of the top levels in shared memory, or not
       if [ "${TRIAGE_NO_TOP:-0}" = 1 ]; then
         echo "== top: skipped, the copy failed the tests stage (triage.log)"

@@ -57,6 +57,14 @@ def test_a_simulated_backend_is_compared_with_no_one(bench, capsys):
     printed = capsys.readouterr().out
     assert "step: drlhet-cuda fused / flashbax fused = 2.00x" in printed
     assert "step: drlhet-cuda fused / drlhet-jax fused = 4.00x" in printed
+    # the in-process A/Bs of a GPU run, each against drlhet-cuda
+    gpu = "this GPU (H100)"
+    ab = [row("drlhet-cuda", 8e6, gpu), row("drlhet-cuda-find", 8.8e6, gpu)]
+    ab += [row("drlhet-cuda-claims", 6e6, gpu)]
+    bench.print_ratios([*rows, *ab], 1024, 32, 16, 3)
+    printed = capsys.readouterr().out
+    assert "step: drlhet-cuda-find fused / drlhet-cuda fused = 1.10x" in printed
+    assert "step: drlhet-cuda-claims fused / drlhet-cuda fused = 0.75x" in printed
 
 
 @pytest.mark.parametrize("where", ["built", "first run"])
@@ -169,6 +177,40 @@ def test_the_sample_around_find_keeps_the_backends_own_update(
     assert row["items_per_s"] > 0
     (ops,) = built
     assert ops.weigh is None and ops.weigh_key is None and ops.update is not None
+
+
+def test_the_find_ab_times_cudas_own_sample_beside_the_sample_around_find(
+    bench, tmp_path, monkeypatch, capsys, emulated_cuda
+):
+    """``--cuda-find-ab``: ``drlhet-cuda-find`` (the sample in XLA around ``find``, the update
+    the backend's own call) beside ``drlhet-cuda`` in one run (cuda under the host emulation
+    here), the rows saying which sample ran; no ratio printed for a simulation's speeds (a GPU
+    prints ``sample: drlhet-cuda-find fused / drlhet-cuda fused = ...``)."""
+    from drlhet.replay import prioritized
+
+    built = []
+    make = prioritized.make_prioritized_replay
+
+    def recording(*a, **kw):
+        built.append(kw["tree_ops"])
+        return make(*a, **kw)
+
+    monkeypatch.setattr(prioritized, "make_prioritized_replay", recording)
+    args = dataclasses.replace(
+        tiny_run(bench, tmp_path), backends=("cuda",), batches=(256,), peers=False,
+        ops=("sample", "step"), cuda_find_ab=True,
+    )  # fmt: skip
+    rows = bench.main(args)
+    assert sorted((r["impl"], r["op"], r["cuda_own_sample"]) for r in rows) == [
+        ("drlhet-cuda", "sample", True), ("drlhet-cuda", "step", True),
+        ("drlhet-cuda-find", "sample", False), ("drlhet-cuda-find", "step", False),
+    ]  # fmt: skip
+    assert all(r["items_per_s"] > 0 and r["steps_per_repeat"] for r in rows)
+    own, find = built
+    assert own.weigh is not None and own.update is not None
+    assert find.weigh is None and find.weigh_key is None and find.update is own.update
+    assert all("simulation of cuda" in r["speed_of"] for r in rows)
+    assert "drlhet-cuda-find fused / drlhet-cuda fused" not in capsys.readouterr().out
 
 
 def test_the_claims_ab_traces_one_program_with_shared_claims_and_restores_the_setting(

@@ -436,6 +436,16 @@ def test_the_claims_stage_is_an_ab_in_one_run_and_a_failing_claims_case_turns_it
     assert "--cuda-shared-claims" not in quick and "--cuda-region-max-batch 0" not in quick
 
 
+def test_the_find_stage_is_an_ab_of_the_sample_in_one_run(tmp_path):
+    """`find`: one bench_replay run with --cuda-find-ab (cuda's own sample call beside the sample
+    in XLA around cuda's find, the sample and the step, jax too, 7 repeats by default)."""
+    out, calls = run_checks(tmp_path, ["find"], extra_env={"FIND_BATCHES": "4096"})
+    assert "== find: exit 0" in out
+    (ab,) = [c for c in calls if "/find.json" in c]
+    assert "--cuda-find-ab" in ab and "--backends cuda jax" in ab and "--ops sample step" in ab
+    assert "--batches 4096 " in ab and "--repeats 7" in ab
+
+
 def test_pick_reads_the_claims_rows_and_the_later_stages_run_with_its_choice(tmp_path):
     """`pick` with only the claims stage's rows (written here as the stage would): where the
     claims in shared memory win, the later stages run with them."""

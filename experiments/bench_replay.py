@@ -124,6 +124,9 @@ class Args:
     """``drlhet.backends.cuda.REGION_MAX_BATCH`` for this run (None: the library's, 0 = off): the
     largest update batch per tree the cuda backend writes in one cluster per tree whose blocks
     each own a region of the tree (GPUs of compute capability 9.0 and up, at most 4096)."""
+    cuda_own_sample_max_batch: int | None = None
+    """``drlhet.backends.cuda.OWN_SAMPLE_MAX_BATCH`` for this run (None: the library's): the
+    largest batch per tree sampled by cuda's own call; above it, XLA's code around ``find``."""
     cuda_shared_claims: bool | None = None
     """``drlhet.backends.cuda.SHARED_CLAIMS`` for this run (None: the library's): the cluster
     path's update resolves its duplicates in the cluster's shared memory."""
@@ -486,6 +489,10 @@ def main(args: Args) -> list[dict]:
         from drlhet.backends import cuda
 
         cuda.SHARED_CLAIMS = args.cuda_shared_claims
+    if args.cuda_own_sample_max_batch is not None:
+        from drlhet.backends import cuda
+
+        cuda.OWN_SAMPLE_MAX_BATCH = args.cuda_own_sample_max_batch
     backends: list[str] = []
     for name in args.backends:
         try:
@@ -633,7 +640,7 @@ def main(args: Args) -> list[dict]:
                     name = f"{impl}-{op}-c{capacity}-b{batch}-k{k}"
                     trace_once(impls[impl][(op, mode)], args.trace_dir, name)
 
-        def cuda_path(impl: str) -> dict:
+        def cuda_path(impl: str, batch: int) -> dict:
             """The update-path settings a cuda row ran with (None for other backends)."""
             names = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "REGION_MAX_BATCH",
                      "SHARED_CLAIMS")  # fmt: skip
@@ -645,7 +652,7 @@ def main(args: Args) -> list[dict]:
 
             # the sample call (weigh) is the backend's
             own_sample = impl == "drlhet-cuda" or impl == "drlhet-cuda-claims"
-            own_sample = own_sample and args.cuda_own_sample
+            own_sample = own_sample and args.cuda_own_sample and batch <= cuda.OWN_SAMPLE_MAX_BATCH
             key_targets = args.cuda_key_targets and cuda.KEY_TARGETS and own_sample
             shared_top = bool(cuda.SHARED_TOP) and own_sample
             claims = {"cuda_shared_claims": 1} if impl == "drlhet-cuda-claims" else {}
@@ -681,7 +688,7 @@ def main(args: Args) -> list[dict]:
                     "steps_per_repeat": n_steps,
                     "unroll": args.unroll,
                     "loop": args.loop,
-                    **cuda_path(impl),
+                    **cuda_path(impl, batch),
                     "xla_flags": os.environ.get("XLA_FLAGS", ""),
                     "items_per_s": statistics.median(rates),
                     "items_per_s_min": rates[0],

@@ -167,7 +167,9 @@
 # quick, train, bench, profile, split and kernels stages run with (train, profile and split
 # through experiments/with_cuda_paths.py); unset, the library's own. CUDA_KEY_TARGETS=0 (set
 # by hand or by the tests stage's triage) turns off drlhet.backends.cuda.KEY_TARGETS there too
-# (the targets stage still times both ways).
+# (the targets stage still times both ways). CUDA_OWN_SAMPLE_MAX_BATCH sets
+# drlhet.backends.cuda.OWN_SAMPLE_MAX_BATCH the same way (above it the sample is XLA's code
+# around cuda's find; by hand, after the find stage: e.g. 1024 where find wins at 2048 and up).
 # DEADLINE_S (seconds from the start) caps every stage's limit so the whole run ends in time,
 # and skips a stage that would get under 15 s: the device time of a lent machine is counted.
 # Usage: OUT=results/raw/gpu experiments/gpu_checks.sh [stage ...]
@@ -200,6 +202,10 @@ paths() {  # PATH_FLAGS for bench_replay.py and RUN for the other commands, from
   if [ -n "${CUDA_NARROW_MAX_NODES:-}" ]; then
     PATH_FLAGS+=" --cuda-narrow-max-nodes $CUDA_NARROW_MAX_NODES"
     wrap+=" --narrow-max-nodes $CUDA_NARROW_MAX_NODES"
+  fi
+  if [ -n "${CUDA_OWN_SAMPLE_MAX_BATCH:-}" ]; then
+    PATH_FLAGS+=" --cuda-own-sample-max-batch $CUDA_OWN_SAMPLE_MAX_BATCH"
+    wrap+=" --own-sample-max-batch $CUDA_OWN_SAMPLE_MAX_BATCH"
   fi
   if [ "${CUDA_SHARED_TOP:-1}" = 0 ]; then
     PATH_FLAGS+=" --no-cuda-shared-top"

@@ -1,6 +1,7 @@
 """Runs a Python module or script with the CUDA backend's path thresholds set.
 
 ``drlhet.backends.cuda`` reads ``BLOCK_MAX_BATCH``, ``CLUSTER_MAX_BATCH``, ``REGION_MAX_BATCH``,
+``OWN_SAMPLE_MAX_BATCH``,
 ``NARROW_MAX_NODES``, ``KEY_TARGETS``, ``SHARED_TOP`` and ``SHARED_CLAIMS`` when a program is
 traced; ``bench_replay.py`` has flags for them, the other commands do not. This wrapper sets them,
 then runs the command in the same process, so that ``experiments/gpu_checks.sh`` can train and
@@ -25,7 +26,13 @@ from typing import NoReturn
 
 import tyro
 
-NAMES = ("block_max_batch", "cluster_max_batch", "narrow_max_nodes", "region_max_batch")
+NAMES = (
+    "block_max_batch",
+    "cluster_max_batch",
+    "narrow_max_nodes",
+    "region_max_batch",
+    "own_sample_max_batch",
+)
 
 
 @dataclasses.dataclass
@@ -38,6 +45,9 @@ class Args:
     """``drlhet.backends.cuda.NARROW_MAX_NODES`` (None: the library's)."""
     region_max_batch: int | None = None
     """``drlhet.backends.cuda.REGION_MAX_BATCH`` (None: the library's; 0: off)."""
+    own_sample_max_batch: int | None = None
+    """``drlhet.backends.cuda.OWN_SAMPLE_MAX_BATCH`` (None: the library's): above it the sample
+    is the buffer's XLA code around cuda's ``find``."""
     no_key_targets: bool = False
     """Turn ``drlhet.backends.cuda.KEY_TARGETS`` off: XLA draws the sample's targets (without
     the flag: the library's setting)."""

@@ -217,15 +217,18 @@ def test_a_command_runs_with_the_thresholds_set_and_the_library_keeps_its_own(tm
     script.write_text(
         "import sys\nfrom drlhet.backends import cuda\n"
         "print(cuda.CLUSTER_MAX_BATCH, cuda.NARROW_MAX_NODES, cuda.BLOCK_MAX_BATCH,"
-        " cuda.KEY_TARGETS, cuda.SHARED_TOP, cuda.SHARED_CLAIMS, sys.argv[1:])\n"
+        " cuda.KEY_TARGETS, cuda.SHARED_TOP, cuda.SHARED_CLAIMS, cuda.OWN_SAMPLE_MAX_BATCH,"
+        " sys.argv[1:])\n"
     )
     wrapper = [sys.executable, str(REPO / "experiments" / "with_cuda_paths.py")]
     out = subprocess.run(
         [*wrapper, "--cluster-max-batch", "16384", "--narrow-max-nodes", "0", "--no-key-targets",
-         "--no-shared-top", "--shared-claims", "--", script, "x"],
+         "--no-shared-top", "--shared-claims", "--own-sample-max-batch", "1024", "--", script,
+         "x"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    assert out.splitlines()[-1] == f"16384 0 {before[0]} False False True ['x']"
+    assert out.splitlines()[-1] == f"16384 0 {before[0]} False False True 1024 ['x']"
+    assert "OWN_SAMPLE_MAX_BATCH 1024" in out.splitlines()[0]
     assert "SHARED_CLAIMS 1" in out.splitlines()[0]
     assert "KEY_TARGETS 0" in out.splitlines()[0] and "SHARED_TOP 0" in out.splitlines()[0]
     assert "CLUSTER_MAX_BATCH 16384" in out.splitlines()[0]

@@ -215,7 +215,8 @@ def run_checks(
         "TEST_WORKERS": "1", "TEST_TIMEOUT": "3",
     }  # fmt: skip
     for name in ("CUDA_CLUSTER_MAX_BATCH", "CUDA_NARROW_MAX_NODES", "CUDA_KEY_TARGETS",
-                 "CUDA_REGION_MAX_BATCH", "CUDA_SHARED_CLAIMS"):  # fmt: skip
+                 "CUDA_REGION_MAX_BATCH", "CUDA_SHARED_CLAIMS",
+                 "CUDA_OWN_SAMPLE_MAX_BATCH"):  # fmt: skip
         env.pop(name, None)
     for name in ("WHEELS", "QUICK_PEERS", "PYTEST_RC", "STAND_IN_XDIST", "STAND_IN_SLEEP"):
         env.pop(name, None)
@@ -444,6 +445,16 @@ def test_the_find_stage_is_an_ab_of_the_sample_in_one_run(tmp_path):
     (ab,) = [c for c in calls if "/find.json" in c]
     assert "--cuda-find-ab" in ab and "--backends cuda jax" in ab and "--ops sample step" in ab
     assert "--batches 4096 " in ab and "--repeats 7" in ab
+
+
+def test_the_own_sample_limit_reaches_the_benchmarks_and_the_wrapped_commands(tmp_path):
+    """CUDA_OWN_SAMPLE_MAX_BATCH (set by hand after `find`): bench_replay's flag in quick, the
+    wrapper's in train."""
+    env = {"CUDA_OWN_SAMPLE_MAX_BATCH": "1024"}
+    out, calls = run_checks(tmp_path, ["quick", "train"], extra_env=env)
+    assert "--cuda-own-sample-max-batch 1024" in next(c for c in calls if "bench_quick.json" in c)
+    train = [c for c in calls if " train " in c]
+    assert train and all(" --own-sample-max-batch 1024 --" in c for c in train)
 
 
 def test_pick_reads_the_claims_rows_and_the_later_stages_run_with_its_choice(tmp_path):

@@ -101,13 +101,10 @@ CLUSTER_MAX_BATCH = 4096
 the sample) but of at most this many runs as one kernel of one cluster of 8 blocks per tree
 (``kernels/cuda/cluster.cuh``: the phases and levels separated by cluster barriers instead of
 launches), on GPUs of compute capability 9.0 and up; elsewhere, and above it, per level; 0
-turns the path off. Read when a program is traced. Measured on an H100 (2026-11-27, 2^20
-leaves, K 16, the step in a fused scan; ``experiments/gpu_checks.sh cluster pick``,
-results/cuda_paths_h100.json): the cluster path against the per-level path, 120M against 94M
-items/s at B 4096 (1.28x), 291M against 356M at B 16384, 570M against 1.30G at B 65536; one
-cluster of 8 SMs per tree runs out of memory parallelism above a few thousand entries. Re-picked
-after the twelfth session's kernels (a fifth H100 session): 121.5M against 107.1M at B 4096
-(1.13x), 282M against 424M at B 16384, 556M against 1.45G at B 65536."""
+turns the path off. Read when a program is traced. Picked on an H100 (2^20 leaves, K 16, the
+step in a fused scan; ``experiments/gpu_checks.sh cluster pick``, results/cuda_paths_h100.json):
+121.5M against the per-level path's 107.1M items/s at B 4096 (1.13x), 282M against 424M at
+B 16384; one cluster of 8 SMs per tree runs out of memory parallelism above that."""
 
 REGION_MAX_BATCH = 0
 """An update of more than `BLOCK_MAX_BATCH` entries per tree but of at most this many (and of
@@ -115,11 +112,9 @@ at most 4096) runs as one kernel of one cluster of 8 blocks per tree in which ea
 region of the tree (``kernels/cuda/region_update.cuh``), resolves the duplicates of its leaves in
 shared memory and recomputes its region with barriers of the block. GPUs of compute capability
 9.0 and up; elsewhere, above it, or on a tree without a level of 8 nodes above its leaves, the
-next path (`CLUSTER_MAX_BATCH`) takes the batch. The same bits (tested on the host emulation and
-on an H100). Off (0): measured on an H100 (2026-11-27, 2^20 leaves, K 16, the step in a fused
-scan; results/bench_replay_gpu_h100_region_on.json and _off.json) it does not beat the cluster
-path by the 1.03 margin: step 0.92x at B 2048, 1.02x at B 4096 (docs/results.md, "A sixth H100
-session"). Read when a program is traced."""
+next path (`CLUSTER_MAX_BATCH`) takes the batch. The same bits (host emulation and an H100).
+Off (0): on an H100 (2^20 leaves, K 16, results/bench_replay_gpu_h100_region_on.json, _off.json)
+its step was 0.92x the cluster path's at B 2048, 1.02x at B 4096. Read when traced."""
 
 SHARED_CLAIMS = False
 """Whether the cluster path's update of at most 8192 entries per tree resolves its duplicates in
@@ -140,13 +135,17 @@ results/bench_replay_gpu_h100_latency_cuts_top.json): 0.99-1.03x the step withou
 from B 256 to 65536, geometric mean 1.012, within the spread of repeats; kept on as a
 measured no-loss. Read when a program is traced."""
 
+OWN_SAMPLE_MAX_BATCH = 1 << 62
+"""The largest batch per tree sampled by cuda's own call (`weigh`, `weigh_key`); above it, by
+the buffer's XLA code around `find` (the same bits). Until a GPU decides (``gpu_checks.sh
+find``): every batch. Read when a program is traced."""
+
 KEY_TARGETS = True
 """Whether the buffer's sample draws its targets inside the cuda sample call (`weigh_key`)
 where `draws_like_jax` allows it; False: XLA draws them and the call is `weigh`, as on every
-other backend. Both give the same bits by construction (tested on the CPU and the host
-emulation); the switch is for a GPU on which the test comparing the two fails
-(``experiments/gpu_checks.sh`` turns it off there for its later stages). Read when a program is
-traced."""
+other backend. The same bits by construction (tested on the CPU and the host emulation); the
+switch is for a GPU on which the test comparing the two fails (``experiments/gpu_checks.sh``
+turns it off there for its later stages). Read when a program is traced."""
 
 
 def gpu_devices() -> list:
@@ -237,7 +236,7 @@ def _paths() -> dict:
 
 def weigh(
     tree: SumTreeState, targets: jax.Array, size: jax.Array, beta: jax.Array
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array] | None:
     """CUDA `TreeOps.weigh`, the buffer's sample after its targets in one custom call:
     ``(tree, targets [B], size [] int32, beta [] float32) -> (indices [B] int32, probabilities
     [B], weights [B], error [] int32)``, as `drlhet.replay.buffer_ops.weigh` over `find`.
@@ -246,9 +245,12 @@ def weigh(
     maximum) and a clear of their 2 int32 of workspace per tree; one kernel for a batch of at
     most 1024 per tree (one block each) or, on GPUs of compute capability 9.0 and up,
     `CLUSTER_MAX_BATCH` (one cluster each). ``beta`` is compared with [0, 1] in float32.
+    None above `OWN_SAMPLE_MAX_BATCH`.
     """
     _check(tree)
     targets = jnp.asarray(targets, jnp.float32)
+    if targets.shape[-1] > OWN_SAMPLE_MAX_BATCH:
+        return None
     return _weigh_call("drlhet_cuda_weigh", tree, targets, targets.shape, size, beta)
 
 
@@ -306,7 +308,9 @@ def weigh_key(
     targets, without XLA's kernel that computes them. None where `draws_like_jax` says no, or
     `KEY_TARGETS` is off (the buffer then draws the targets in XLA and calls `weigh`).
     """
-    if not KEY_TARGETS or not draws_like_jax(key, batch_size, stratified):
+    if batch_size > OWN_SAMPLE_MAX_BATCH or not KEY_TARGETS:
+        return None
+    if not draws_like_jax(key, batch_size, stratified):
         return None
     _check(tree)
     words = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key

@@ -271,22 +271,7 @@ def _sample(
         probs = probs.astype(spec.dtype)
         weights, error = buffer_ops.is_weights(probs, state.size, beta)
     else:
-        beta_f = jnp.asarray(beta, spec.dtype)
-        drawn = None
-        if spec.ops.weigh_key is not None:  # the backend's own, its targets drawn there
-            b, strat = spec.batch_size, spec.stratified
-            drawn = spec.ops.weigh_key(state.tree, key, state.size, beta_f, b, strat)
-        if drawn is not None:  # None: it cannot draw these (the key's generator, B)
-            indices, probs, weights, error = drawn
-        elif spec.ops.weigh is not None:  # the backend's own, in one call
-            targets = _targets(spec, state.tree, key)
-            indices, probs, weights, error = spec.ops.weigh(state.tree, targets, state.size, beta_f)
-        elif spec.ops.find is not None:
-            indices, probs, weights, error = buffer_ops.weigh(
-                spec.ops.find, state.tree, _targets(spec, state.tree, key), state.size, beta
-            )
-        else:
-            raise ValueError("the tree primitives have neither `find` nor `draw`")
+        indices, probs, weights, error = _weigh(spec, state, key, beta)
     if checks.concrete(error) and int(error) & ERR_EMPTY:
         raise ValueError(
             f"cannot sample: every priority of the {int(state.size)} stored transitions is 0"
@@ -305,6 +290,30 @@ def sample_targets(
     if stratified:
         return (jnp.arange(batch_size, dtype=dtype) + uniform) * (total / batch_size)
     return uniform * total
+
+
+def _weigh(spec: _Spec, state: PrioritizedReplayState, key, beta):
+    """``(indices, probabilities, weights, error)`` of a float tree: the backend's whole sample
+    with its targets drawn inside (``weigh_key``), else its sample after the buffer's targets
+    (``weigh``), else `buffer_ops.weigh` over ``find``; each of the first two may decline (None
+    at trace time: a key it cannot draw from, a batch it leaves to the next)."""
+    beta_f = jnp.asarray(beta, spec.dtype)
+    drawn = None
+    if spec.ops.weigh_key is not None:
+        b, strat = spec.batch_size, spec.stratified
+        drawn = spec.ops.weigh_key(state.tree, key, state.size, beta_f, b, strat)
+    if drawn is not None:
+        return drawn
+    if spec.ops.find is None and spec.ops.weigh is None:
+        raise ValueError("the tree primitives have neither `find` nor `draw`")
+    targets = _targets(spec, state.tree, key)
+    if spec.ops.weigh is not None:
+        drawn = spec.ops.weigh(state.tree, targets, state.size, beta_f)
+    if drawn is not None:
+        return drawn
+    if spec.ops.find is None:
+        raise ValueError(f"`weigh` declines a batch of {spec.batch_size} and there is no `find`")
+    return buffer_ops.weigh(spec.ops.find, state.tree, targets, state.size, beta)
 
 
 def _targets(spec: _Spec, tree: SumTreeState, key: jax.Array) -> jax.Array:

@@ -355,7 +355,8 @@ class TreeOps(NamedTuple):
         `drlhet.replay.fixed_point.REFERENCE`), the reference it is tested against.
       weigh: None (the buffer runs `drlhet.replay.buffer_ops.weigh` over ``find``), or the
         backend's own: ``(tree, targets [B], size [] int32, beta [] float) -> (indices [B]
-        int32, probabilities [B], weights [B], error [] int32)``, equal to it bit for bit.
+        int32, probabilities [B], weights [B], error [] int32)``, equal to it bit for bit; it
+        returns None (at trace time) for a batch it leaves to that code.
       weigh_key: None, or the backend's own sample with its targets drawn inside the call:
         ``(tree, key, size [] int32, beta [] float, batch_size, stratified) -> (indices [B]
         int32, probabilities [B], weights [B], error [] int32)``, equal bit for bit to ``weigh``
@@ -372,7 +373,7 @@ class TreeOps(NamedTuple):
     init: Callable[..., Any] = init
     draw: Callable[..., tuple[jax.Array, jax.Array]] | None = None
     numbers: str = "float"
-    weigh: Callable[..., tuple[jax.Array, jax.Array, jax.Array, jax.Array]] | None = None
+    weigh: Callable[..., tuple[jax.Array, jax.Array, jax.Array, jax.Array] | None] | None = None
     update: Callable[..., tuple[Any, jax.Array, jax.Array]] | None = None
     weigh_key: Callable[..., tuple[jax.Array, jax.Array, jax.Array, jax.Array] | None] | None = None
 

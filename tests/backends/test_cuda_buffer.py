@@ -301,6 +301,33 @@ def test_key_targets_turned_off_draws_the_targets_in_xla(monkeypatch, on):
     assert ("@drlhet_cuda_weigh(" in text) != on
 
 
+@pytest.mark.parametrize("limit, call", [(256, "key"), (255, "find"), (1 << 62, "key")])
+def test_batches_above_the_own_sample_limit_are_sampled_around_find(monkeypatch, limit, call):
+    """`cuda.OWN_SAMPLE_MAX_BATCH`: up to it the buffer's sample is cuda's own call, above it
+    XLA's code around `find` (`weigh` and `weigh_key` decline, the update stays cuda's)."""
+    monkeypatch.setattr(cuda, "OWN_SAMPLE_MAX_BATCH", limit)  # read when traced
+    fns = make_prioritized_replay(1000, 256, branching=16, tree_ops=cuda_ops())
+    state = fns.init({"x": jnp.float32(0)})
+    text = lowered(fns.sample, state, jax.random.key(0))
+    assert ("@drlhet_cuda_weigh_key" in text) == (call == "key")
+    assert ("@drlhet_cuda_find" in text) == (call == "find") and "@drlhet_cuda_weigh(" not in text
+    monkeypatch.setattr(cuda, "KEY_TARGETS", False)  # a fresh buffer: a new trace
+    fns = make_prioritized_replay(1000, 256, branching=16, tree_ops=cuda_ops())
+    text = lowered(fns.sample, state, jax.random.key(0))
+    assert ("@drlhet_cuda_weigh(" in text) == (call == "key")
+    idx, pr = jnp.arange(256), jnp.ones(256)
+    text = lowered(lambda s: fns.update_priorities(s, idx, pr, jnp.zeros(256, jnp.int32)), state)
+    assert "@drlhet_cuda_update_checked" in text
+
+
+def test_a_weigh_that_declines_with_no_find_is_refused_by_name():
+    ops = st.TreeOps(None, cuda.update, weigh=lambda *a: None)
+    fns = make_prioritized_replay(100, 8, branching=4, tree_ops=ops)
+    state = fns.init({"x": jnp.float32(0)})._replace(size=jnp.int32(5))
+    with pytest.raises(ValueError, match="`weigh` declines a batch of 8 and there is no `find`"):
+        fns.sample(state, jax.random.key(0))
+
+
 @pytest.mark.cuda_key_targets
 def test_targets_are_never_drawn_in_the_call_without_the_partitionable_layout():
     key = jax.random.key(0)
@@ -401,13 +428,18 @@ def test_weigh_of_batches_no_larger_than_a_block_equals_the_buffers_code(place, 
             np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=f"B {b}")
 
 
-def test_the_buffer_with_its_own_calls_equals_the_buffer_over_find_and_write(place):
+def test_the_buffer_with_its_own_calls_equals_the_buffer_over_find_and_write(place, monkeypatch):
     fused = buffer_trace(place)
     targets_in_xla = buffer_trace(place._replace(weigh_key=None))
     plain = buffer_trace(place._replace(weigh=None, update=None, weigh_key=None))
-    for a, b, c in zip(*map(jax.tree.leaves, (fused, targets_in_xla, plain)), strict=True):
+    monkeypatch.setattr(cuda, "OWN_SAMPLE_MAX_BATCH", 8)  # buffer_trace samples 16: around find
+    declined = buffer_trace(place)
+    for a, b, c, d in zip(
+        *map(jax.tree.leaves, (fused, targets_in_xla, plain, declined)), strict=True
+    ):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
         np.testing.assert_array_equal(np.asarray(b), np.asarray(c))
+        np.testing.assert_array_equal(np.asarray(d), np.asarray(c))
 
 
 @pytest.mark.cuda_shared_top

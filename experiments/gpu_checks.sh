@@ -90,16 +90,16 @@
 #             (bench_replay --cuda-find-ab: drlhet-cuda-find beside drlhet-cuda, alternating in
 #             each of FIND_REPEATS, default 7, repeats), the sample and step at 2^20 leaves, K 16,
 #             B FIND_BATCHES (default 2048 4096), jax too, the paths in force (rows to
-#             $OUT/find.json; not in the default list; about 60 s). Where drlhet-cuda-find's step
-#             wins, cuda's weigh / weigh_key are the ones to turn off at that batch.
+#             $OUT/find.json; not in the default list; about 60 s); pick then sets
+#             CUDA_OWN_SAMPLE_MAX_BATCH below the batches where drlhet-cuda-find's step wins.
 #   top       the sample's descents through a copy of the tree's top levels in each block's
 #             shared memory (drlhet.backends.cuda.SHARED_TOP, the default) against every level
 #             from global memory (--no-cuda-shared-top): the sample and step of cuda at 2^20
 #             leaves, K 16, B TOP_BATCHES (default 256 1024 4096 16384 65536), with the path
 #             thresholds in force (rows to $OUT/top_on.json, $OUT/top_off.json; not in the
 #             default list; about 40 s)
-#   pick      the path thresholds from the rows of the cluster, narrow, top, region and claims
-#             stages
+#   pick      the path thresholds from the rows of the cluster, narrow, top, region, claims and
+#             find stages
 #             (experiments/pick_cuda_paths.py: $OUT/cuda_paths.json, the evidence, and
 #             $OUT/cuda_paths.env); the stages after it run with them (not in the default list;
 #             skipped when the tests stage of the same run failed in a way that no setting
@@ -453,9 +453,9 @@ for s in "${stages[@]}"; do
         continue
       fi
       files=$(ls "$OUT"/cluster_*.json "$OUT"/narrow_*.json "$OUT"/top_*.json \
-        "$OUT"/region_*.json "$OUT"/claims.json 2>/dev/null)
-      [ -z "$files" ] && { echo "== pick: skipped, no cluster, narrow, top, region or claims" \
-        "rows in $OUT"; continue; }
+        "$OUT"/region_*.json "$OUT"/claims.json "$OUT"/find.json 2>/dev/null)
+      [ -z "$files" ] && { echo "== pick: skipped, no cluster, narrow, top, region, claims" \
+        "or find rows in $OUT"; continue; }
       stage pick 30 $PY experiments/pick_cuda_paths.py --rows $files \
         --out "$OUT/cuda_paths.json" --env-out "$OUT/cuda_paths.env"
       if [ -f "$OUT/cuda_paths.env" ]; then

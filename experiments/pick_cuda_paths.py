@@ -26,18 +26,22 @@ the step with the cluster path off (``CLUSTER_SWEEP`` 0) and on, ``narrow`` with
 - ``SHARED_CLAIMS`` (the cluster update's claims in the cluster's shared memory, or in the
   workspace; ``gpu_checks.sh claims`` times the step both ways in one run, the rows with them
   as ``drlhet-cuda-claims``): the same rule.
+- ``OWN_SAMPLE_MAX_BATCH`` (above it the sample is XLA's code around cuda's ``find``, not
+  cuda's own call; ``gpu_checks.sh find`` times the step both ways in one run, the rows as
+  ``drlhet-cuda-find``): one below the smallest measured batch from which the sample around
+  ``find`` wins by ``margin`` at every measured batch; where it wins nowhere, the current value.
 
 Where the rows cannot decide, the current value stays, and the reason is printed. The choice is
 *measured* (on the GPU that wrote the rows), for those shapes only (capacity, K). It prints the
 evidence, writes it as JSON, and writes ``CUDA_CLUSTER_MAX_BATCH=...``,
 ``CUDA_NARROW_MAX_NODES=...``, ``CUDA_REGION_MAX_BATCH=...``, ``CUDA_SHARED_TOP=0|1`` and
-``CUDA_SHARED_CLAIMS=0|1`` lines
+``CUDA_SHARED_CLAIMS=0|1``, ``CUDA_OWN_SAMPLE_MAX_BATCH=...`` lines
 for ``gpu_checks.sh`` to read before its later stages (``experiments/with_cuda_paths.py`` runs a
 command with them). The current values are the library's unless given.
 
 Usage:
   python experiments/pick_cuda_paths.py --rows cluster_*.json narrow_*.json top_*.json \\
-      region_*.json claims.json \\
+      region_*.json claims.json find.json \\
       --env-out cuda_paths.env --out cuda_paths.json
 """
 
@@ -75,6 +79,9 @@ class Args:
     other stages' runs use it)."""
     shared_claims: bool | None = None
     """The current ``SHARED_CLAIMS`` (None: the library's), kept where the rows cannot decide."""
+    own_sample_max_batch: int | None = None
+    """The current ``OWN_SAMPLE_MAX_BATCH`` (None: the library's), kept where the rows cannot
+    decide."""
     margin: float = 1.03
     """How much faster (step items/s) a change must be than what it replaces."""
     out: Path = Path("cuda_paths.json")
@@ -93,6 +100,7 @@ class Step:
     top: bool | None = None  # SHARED_TOP, where the row says (rows from before it: None)
     region: int = 0  # REGION_MAX_BATCH (rows from before it: 0, the path did not exist)
     claims: bool = False  # SHARED_CLAIMS (rows from before it: False)
+    own: bool | None = None  # the sample was cuda's own call (rows from before it: None)
 
 
 def load(paths: tuple[Path, ...]) -> list[dict]:
@@ -119,9 +127,10 @@ def cuda_steps(rows: list[dict], capacity: int, branching: int) -> list[Step]:
     return [
         Step(r["batch"], int(r[block]), int(r[narrow]), int(r[cluster]), float(r["items_per_s"]),
              r.get("cuda_shared_top"), int(r.get("cuda_region_max_batch") or 0),
-             bool(r.get("cuda_shared_claims")))
+             bool(r.get("cuda_shared_claims")), r.get("cuda_own_sample"))
         for r in rows
-        if r.get("impl") in ("drlhet-cuda", "drlhet-cuda-claims") and r.get("op") == "step"
+        if r.get("impl") in ("drlhet-cuda", "drlhet-cuda-claims", "drlhet-cuda-find")
+        and r.get("op") == "step"
         and r.get("mode") == "fused"
         and r.get("capacity") == capacity and r.get("branching") == branching
         and all(r.get(k) is not None for k in keys)
@@ -263,6 +272,34 @@ def pick_claims(steps: list[Step], args: Args) -> tuple[bool, list[dict], str]:
     return pick_switch(steps, "claims", bool(args.shared_claims), args, ("claims", "workspace"))
 
 
+def pick_own_sample(steps: list[Step], args: Args) -> tuple[int, list[dict], str]:
+    """``OWN_SAMPLE_MAX_BATCH``, the evidence per batch (the same thresholds, the sample cuda's
+    own call or XLA's code around ``find``), and why."""
+    evidence: list[dict] = []
+    for batch in sorted({s.batch for s in steps}):
+        for paths in sorted({(s.block, s.narrow, s.cluster) for s in steps if s.batch == batch}):
+            same = [
+                s for s in steps if s.batch == batch and (s.block, s.narrow, s.cluster) == paths
+            ]
+            own = _mean([s.rate for s in same if s.own is True])
+            find = _mean([s.rate for s in same if s.own is False])
+            if own is not None and find is not None:
+                evidence.append({"batch": batch, "paths": list(paths), "own_items_per_s": own,
+                                 "find_items_per_s": find, "ratio": find / own,
+                                 "wins": find >= args.margin * own})  # fmt: skip
+    if not evidence:
+        return args.own_sample_max_batch, evidence, "no batch measured both ways"
+    first = None  # the smallest batch from which the sample around find wins at every batch
+    for e in reversed(evidence):
+        if not e["wins"]:
+            break
+        first = e["batch"]
+    if first is None:
+        why = f"the sample around find does not win by >= {args.margin}x at the largest batch"
+        return args.own_sample_max_batch, evidence, why
+    return first - 1, evidence, f"the sample around find wins by >= {args.margin}x from B {first}"
+
+
 def library_defaults(args: Args) -> Args:
     """``args`` with every current value left None filled from ``drlhet.backends.cuda``."""
     from drlhet.backends import cuda
@@ -283,6 +320,11 @@ def library_defaults(args: Args) -> Args:
         ),
         shared_top=cuda.SHARED_TOP if args.shared_top is None else args.shared_top,
         shared_claims=cuda.SHARED_CLAIMS if args.shared_claims is None else args.shared_claims,
+        own_sample_max_batch=(
+            cuda.OWN_SAMPLE_MAX_BATCH
+            if args.own_sample_max_batch is None
+            else args.own_sample_max_batch
+        ),
     )
 
 
@@ -294,6 +336,8 @@ def main(args: Args) -> dict:
         sys.exit(f"error: {err}")
     if not steps:
         sys.exit(f"error: no fused cuda step rows at capacity {args.capacity}, K {args.branching}")
+    own, own_evidence, own_why = pick_own_sample(steps, args)
+    steps = [s for s in steps if s.own is not False]  # the other picks: cuda's own sample
     claims, claims_evidence, claims_why = pick_claims(steps, args)
     steps = [s for s in steps if s.claims == bool(args.shared_claims)]
     top, top_evidence, top_why = pick_top(steps, args)
@@ -326,6 +370,10 @@ def main(args: Args) -> dict:
         print(f"B {e['batch']:6d}: claims in shared memory {e['claims_items_per_s'] / 1e6:9.1f}M "
               f"vs {e['workspace_items_per_s'] / 1e6:9.1f}M = {e['ratio']:.2f}x")  # fmt: skip
     print(f"SHARED_CLAIMS = {claims} ({claims_why})")
+    for e in own_evidence:
+        print(f"B {e['batch']:6d}: sample around find {e['find_items_per_s'] / 1e6:9.1f}M vs "
+              f"own call {e['own_items_per_s'] / 1e6:9.1f}M = {e['ratio']:.2f}x")  # fmt: skip
+    print(f"OWN_SAMPLE_MAX_BATCH = {own} ({own_why})")
     result = {
         "cluster_max_batch": cluster, "cluster_why": cluster_why,
         "cluster_evidence": cluster_evidence,
@@ -335,6 +383,8 @@ def main(args: Args) -> dict:
         "region_evidence": region_evidence,
         "shared_claims": claims, "shared_claims_why": claims_why,
         "shared_claims_evidence": claims_evidence,
+        "own_sample_max_batch": own, "own_sample_why": own_why,
+        "own_sample_evidence": own_evidence,
         "capacity": args.capacity, "branching": args.branching, "margin": args.margin,
         "measured": "picked from the rows' items/s, measured where they were written",
     }  # fmt: skip
@@ -344,7 +394,7 @@ def main(args: Args) -> dict:
         args.env_out.write_text(
             f"CUDA_CLUSTER_MAX_BATCH={cluster}\nCUDA_NARROW_MAX_NODES={narrow}\n"
             f"CUDA_SHARED_TOP={int(top)}\nCUDA_REGION_MAX_BATCH={region}\n"
-            f"CUDA_SHARED_CLAIMS={int(claims)}\n"
+            f"CUDA_SHARED_CLAIMS={int(claims)}\nCUDA_OWN_SAMPLE_MAX_BATCH={own}\n"
         )
     return result
 

@@ -38,7 +38,8 @@ def write(tmp_path, name, rows):
 
 # the current values these tests pick against (the library's are read where none is given)
 CURRENT = {"block_max_batch": 1024, "cluster_max_batch": 0, "narrow_max_nodes": 4096,
-           "shared_top": True, "region_max_batch": 0, "shared_claims": False}  # fmt: skip
+           "shared_top": True, "region_max_batch": 0, "shared_claims": False,
+           "own_sample_max_batch": 1 << 62}  # fmt: skip
 
 
 def pick(experiments, tmp_path, files, **kw):
@@ -196,6 +197,36 @@ def test_the_current_values_default_to_the_librarys(experiments, tmp_path):
     assert (args.block_max_batch, args.cluster_max_batch, args.narrow_max_nodes,
             args.shared_top, args.region_max_batch) == (cuda.BLOCK_MAX_BATCH,
             cuda.CLUSTER_MAX_BATCH, 7, cuda.SHARED_TOP, cuda.REGION_MAX_BATCH)  # fmt: skip
+
+
+def find_rows(tmp_path, own: dict, find: dict):
+    """The `find` stage's file: cuda's own sample call and the sample around find, per batch
+    (the cluster path on), jax beside them."""
+    rows = [row(b, r, cluster=4096) | {"cuda_own_sample": True} for b, r in own.items()]
+    rows += [row(b, r, cluster=4096, impl="drlhet-cuda-find") | {"cuda_own_sample": False}
+             for b, r in find.items()]  # fmt: skip
+    rows += [row(b, 1.0, impl="drlhet-jax") for b in own]
+    return write(tmp_path, "find.json", rows)
+
+
+@pytest.mark.parametrize(
+    "find, limit, why",
+    [
+        ({2048: 75e6, 4096: 130e6}, 2047, "wins by >= 1.03x from B 2048"),
+        ({2048: 70e6, 4096: 130e6}, 4095, "wins by >= 1.03x from B 4096"),  # a tie at 2048
+        ({2048: 80e6, 4096: 120e6}, 1 << 62, "does not win by >= 1.03x at the largest batch"),
+    ],
+)
+def test_the_own_sample_limit_stops_below_where_the_sample_around_find_wins(
+    experiments, tmp_path, find, limit, why
+):
+    files = [find_rows(tmp_path, {2048: 70e6, 4096: 120e6}, find)]
+    result, env = pick(experiments, tmp_path, files)
+    assert result["own_sample_max_batch"] == limit and why in result["own_sample_why"]
+    assert f"CUDA_OWN_SAMPLE_MAX_BATCH={limit}\n" in env
+    assert [e["batch"] for e in result["own_sample_evidence"]] == [2048, 4096]
+    # the other picks see cuda's own sample only: no find row reaches them
+    assert result["cluster_max_batch"] == CURRENT["cluster_max_batch"]
 
 
 def test_missing_or_foreign_rows_are_refused_with_one_line(experiments, tmp_path):

@@ -478,6 +478,29 @@ def test_pick_reads_the_claims_rows_and_the_later_stages_run_with_its_choice(tmp
     assert "--cuda-shared-claims" in next(c for c in calls if "bench_quick.json" in c)
 
 
+def test_pick_reads_the_find_rows_and_the_later_stages_sample_around_find_where_it_won(
+    tmp_path,
+):
+    """`pick` with only the find stage's rows (written here as the stage would): where the
+    sample around find wins from B 2048, the later stages run with OWN_SAMPLE_MAX_BATCH 2047."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    rows = [
+        {"impl": impl, "op": "step", "mode": "fused", "capacity": 2**20, "batch": b,
+         "branching": 16, "cuda_block_max_batch": 1024, "cuda_narrow_max_nodes": 1024,
+         "cuda_cluster_max_batch": 4096, "cuda_region_max_batch": 0, "cuda_shared_claims": 0,
+         "cuda_own_sample": impl == "drlhet-cuda",
+         "items_per_s": 130e6 if impl.endswith("find") else 120e6}
+        for b in (2048, 4096)
+        for impl in ("drlhet-cuda", "drlhet-cuda-find")
+    ]  # fmt: skip
+    (out_dir / "find.json").write_text(json.dumps(rows))
+    out, calls = run_checks(tmp_path, ["pick", "quick"])
+    assert "OWN_SAMPLE_MAX_BATCH = 2047" in out
+    assert "CUDA_OWN_SAMPLE_MAX_BATCH=2047" in (out_dir / "cuda_paths.env").read_text()
+    assert "--cuda-own-sample-max-batch 2047" in next(c for c in calls if "bench_quick.json" in c)
+
+
 def test_the_region_stage_times_the_update_without_and_with_the_regions_and_pick_reads_it(
     tmp_path,
 ):

@@ -305,8 +305,8 @@ def weigh_key(
     in the descent's kernel from ``key`` as `drlhet.replay.prioritized.sample_targets` draws
     them: ``(tree, key, size [] int32, beta [] float32, B, stratified) -> (indices [B] int32,
     probabilities [B], weights [B], error [] int32)``, equal bit for bit to `weigh` over those
-    targets, without XLA's kernel that computes them. None where `draws_like_jax` says no, or
-    `KEY_TARGETS` is off (the buffer then draws the targets in XLA and calls `weigh`).
+    targets, without XLA's kernel that computes them. None where `draws_like_jax` says no or
+    `KEY_TARGETS` is off (XLA draws, `weigh` is called), or above `OWN_SAMPLE_MAX_BATCH`.
     """
     if batch_size > OWN_SAMPLE_MAX_BATCH or not KEY_TARGETS:
         return None

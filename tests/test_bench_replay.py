@@ -152,21 +152,27 @@ def emulated_cuda():
     return cuda
 
 
-def test_the_sample_around_find_keeps_the_backends_own_update(
-    bench, tmp_path, monkeypatch, emulated_cuda
-):
-    """``--no-cuda-own-sample``: the buffer's sample in XLA around ``find``, the update still the
-    backend's own call (cuda, here under the host emulation), and its rows say so."""
+@pytest.fixture
+def built(monkeypatch):
+    """The `TreeOps` every buffer the benchmark builds is made with, in order."""
     from drlhet.replay import prioritized
 
-    built = []
+    ops: list = []
     make = prioritized.make_prioritized_replay
 
     def recording(*a, **kw):
-        built.append(kw["tree_ops"])
+        ops.append(kw["tree_ops"])
         return make(*a, **kw)
 
     monkeypatch.setattr(prioritized, "make_prioritized_replay", recording)
+    return ops
+
+
+def test_the_sample_around_find_keeps_the_backends_own_update(
+    bench, tmp_path, built, emulated_cuda
+):
+    """``--no-cuda-own-sample``: the buffer's sample in XLA around ``find``, the update still the
+    backend's own call (cuda, here under the host emulation), and its rows say so."""
     args = dataclasses.replace(
         tiny_run(bench, tmp_path), backends=("cuda",), batches=(256,), peers=False,
         cuda_own_sample=False,
@@ -180,22 +186,12 @@ def test_the_sample_around_find_keeps_the_backends_own_update(
 
 
 def test_the_find_ab_times_cudas_own_sample_beside_the_sample_around_find(
-    bench, tmp_path, monkeypatch, capsys, emulated_cuda
+    bench, tmp_path, built, capsys, emulated_cuda
 ):
     """``--cuda-find-ab``: ``drlhet-cuda-find`` (the sample in XLA around ``find``, the update
     the backend's own call) beside ``drlhet-cuda`` in one run (cuda under the host emulation
     here), the rows saying which sample ran; no ratio printed for a simulation's speeds (a GPU
     prints ``sample: drlhet-cuda-find fused / drlhet-cuda fused = ...``)."""
-    from drlhet.replay import prioritized
-
-    built = []
-    make = prioritized.make_prioritized_replay
-
-    def recording(*a, **kw):
-        built.append(kw["tree_ops"])
-        return make(*a, **kw)
-
-    monkeypatch.setattr(prioritized, "make_prioritized_replay", recording)
     args = dataclasses.replace(
         tiny_run(bench, tmp_path), backends=("cuda",), batches=(256,), peers=False,
         ops=("sample", "step"), cuda_find_ab=True,

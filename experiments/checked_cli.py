@@ -1,9 +1,10 @@
 """How the experiments read their command line, as the ``drlhet`` CLI does: tyro parses it;
 then a count below its least (a repeat, a round, a seed, a batch), a value the script's own
-check refuses, or drlhet's configuration check (`drlhet.runtime.config.ConfigError`) ends the
-script with one line on stderr, ``<script>: error: ...``, and exit status 2: no traceback, and
-nothing measured or written (each is checked before the first measurement, and drlhet checks a
-configuration before it runs it).
+check refuses, an output that cannot be written, or drlhet's configuration check
+(`drlhet.runtime.config.ConfigError`) ends the script with one line on stderr,
+``<script>: error: ...``, and exit status 2: no traceback, and nothing measured or written
+(each is checked before the first measurement, and drlhet checks a configuration before it
+runs it).
 
 Imports no jax: a script may set up its threading before jax is imported (bench_replay.py).
 """
@@ -17,7 +18,10 @@ from typing import Any, TypeVar
 
 import tyro
 
-__all__ = ["refused_counts", "missing_files", "run"]
+__all__ = ["refused_counts", "missing_files", "unwritable_outputs", "run"]
+
+OUTPUTS = ("out", "plot", "measured_out")
+"""The fields through which the scripts name what they write (a file, or a folder of files)."""
 
 A = TypeVar("A")
 
@@ -47,6 +51,22 @@ def missing_files(*paths: Path | None) -> str:
     return ""
 
 
+def unwritable_outputs(args: Any) -> str:
+    """Why an output of ``args`` (`OUTPUTS`: a file, or an existing folder) cannot be written,
+    naming the option, or "": asked before the run, not after its measurements."""
+    from drlhet.writable import check_writable  # the standard library only: no jax yet
+
+    for name in OUTPUTS:
+        path = getattr(args, name, None)
+        if isinstance(path, Path):
+            try:
+                where = path if path.is_dir() else path.parent
+                check_writable(where, f"--{name.replace('_', '-')} {path}", "file")
+            except ValueError as e:
+                return str(e)
+    return ""
+
+
 def run(
     args_type: type[A],
     main: Callable[[A], Any],
@@ -54,10 +74,12 @@ def run(
     refuse: Callable[[A], str] | None = None,
 ) -> None:
     """Parses ``args_type`` from the command line and runs ``main`` on it, unless a count is
-    below its least (`refused_counts`), ``refuse(args)`` says why not, or ``main`` raises
-    drlhet's `ConfigError`: then one line and exit status 2."""
+    below its least (`refused_counts`), ``refuse(args)`` says why not, an output cannot be
+    written (`unwritable_outputs`), or ``main`` raises drlhet's `ConfigError`: then one line
+    and exit status 2."""
     args = tyro.cli(args_type)
     why = refused_counts(args, least) or (refuse(args) if refuse is not None else "")
+    why = why or unwritable_outputs(args)
     if not why:
         try:
             main(args)

@@ -120,3 +120,49 @@ def test_the_report_scripts_name_a_missing_file(script, args):
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [f"{script}: error: {args[0]}: no such file"]
+
+
+@dataclasses.dataclass
+class Outputs:
+    out: Path
+    plot: Path
+    repeats: int = 1
+
+
+def test_outputs_that_cannot_be_written_are_named_and_nothing_is_made(checked, tmp_path):
+    (tmp_path / "file").write_text("")
+    good = Outputs(tmp_path / "new" / "rows.json", tmp_path / "fig.png")
+    assert checked.unwritable_outputs(good) == ""
+    assert checked.unwritable_outputs(Outputs(tmp_path, tmp_path)) == ""  # a folder of files
+    bad = Outputs(tmp_path / "rows.json", tmp_path / "file" / "fig.png")
+    assert checked.unwritable_outputs(bad) == (
+        f"--plot {bad.plot}: no file can be made in {tmp_path / 'file'} (Not a directory)"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_checking_an_output_imports_no_jax():
+    """bench_replay.py sets its threading before jax is imported: the checks run before it."""
+    code = (
+        "import sys; sys.path.insert(0, 'experiments'); import checked_cli, pathlib; "
+        "checked_cli.unwritable_outputs(type('A', (), {'out': pathlib.Path('x.json')})()); "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'jax'); "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_script_told_to_write_where_it_cannot_exits_before_it_runs(tmp_path):
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "rows.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "experiments" / "fig_learning.py"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"fig_learning: error: --out {out}: no file can be made in {tmp_path / 'file'} "
+        "(Not a directory)"
+    ]

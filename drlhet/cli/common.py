@@ -10,12 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from drlhet.backends import CPU, BackendUnavailable
 from drlhet.runtime.config import ConfigError
+from drlhet.writable import check_writable
 
 __all__ = [
     "UsageError",
@@ -130,15 +130,3 @@ def run_directory(out: Path, name: str) -> Path:
         raise ValueError(f"--out {out}: {run_dir} exists and is not a folder")
     check_writable(run_dir, f"--out {out}", "run directory")
     return run_dir
-
-
-def check_writable(path: Path, option: str, what: str) -> None:
-    """Raises ``ValueError`` (``"<option>: no <what> can be made in <folder> (<why>)"``) unless
-    a folder can be made and removed again in the deepest folder of ``path`` that exists: a
-    permission, a read-only or a virtual file system refuses it now, before anything is
-    compiled or measured, not when the result is written. Nothing is left behind."""
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    try:
-        tempfile.TemporaryDirectory(dir=existing).cleanup()
-    except OSError as e:
-        raise ValueError(f"{option}: no {what} can be made in {existing} ({e.strerror})") from None

@@ -77,24 +77,19 @@ MAX_BRANCHING = 256  # kMaxBranching in kernels/include/drlhet/sum_tree.h
 MAX_CAPACITY = 2**31 - 1  # leaf indices are int32
 BLOCK_MAX_BATCH = 1024
 """An update of at most this many entries per tree runs as one kernel, one block of 1024 threads
-per tree (phases separated by barriers); a larger one as 3 + depth launches over the whole batch
-(one thread per entry). Read when a program is traced (a function JAX has already traced keeps the
-value it saw). Measured on an H100 at 2^20 leaves, K 16 (the buffer's update, in a fused scan): B
-256 one block 35 us, per level 54 us; B 4096 one block 134 us, per level 60 us
-(results/bench_replay_gpu_h100_paths.json); 1024 is between the two, not measured. After the
-shared-layout fix (third H100 session): the step at B 4096 runs at 47.6M items/s with one block,
-70.1M per level."""
+per tree (phases separated by barriers); a larger one takes the next path. Read when a program is
+traced (a function JAX has already traced keeps the value it saw). Measured on an H100 at 2^20
+leaves, K 16 (the step in a fused scan, third H100 session): B 4096 47.6M items/s with one
+block, 70.1M per level; B 256 the block faster (results/bench_replay_gpu_h100_paths.json)."""
 NARROW_MAX_NODES = 1024
 """On the per-level path, the levels of at most this many nodes (and no more than the batch)
 are recomputed whole by one block of 1024 threads per tree, in one launch; the levels no wider
 than the batch but wider than this, by one thread per node over the GPU (coalesced reads of
 their children); the levels wider than the batch, one thread per entry (its ancestor). All give
-the same bits. Read when a program is traced. Measured on an H100 (2026-11-27, 2^20 leaves,
-K 16, the step in a fused scan; ``experiments/gpu_checks.sh narrow pick``,
-results/cuda_paths_h100.json): geometric mean over B 16384 and 65536 of 729M items/s at 1024,
-679M at 4096 (the earlier default), 595M at 0 (every level one thread per node). Re-picked
-after the twelfth session's kernels (a fifth H100 session): 785M at 1024, 807M at 256 (under
-the 1.03 margin), 723M at 0, 714M at 4096."""
+the same bits. Read when a program is traced. Picked on an H100 (2^20 leaves, K 16, the step in
+a fused scan, geometric mean over B 16384 and 65536; ``gpu_checks.sh narrow pick``,
+results/cuda_paths_h100.json): 785M items/s at 1024, 807M at 256 (under the 1.03 margin),
+723M at 0, 714M at 4096."""
 
 CLUSTER_MAX_BATCH = 4096
 """An update or a sample of more than one block's entries per tree (`BLOCK_MAX_BATCH`; 1024 for
@@ -107,33 +102,37 @@ step in a fused scan; ``experiments/gpu_checks.sh cluster pick``, results/cuda_p
 B 16384; one cluster of 8 SMs per tree runs out of memory parallelism above that."""
 
 REGION_MAX_BATCH = 0
-"""An update of more than `BLOCK_MAX_BATCH` entries per tree but of at most this many (and of
-at most 4096) runs as one kernel of one cluster of 8 blocks per tree in which each block owns a
-region of the tree (``kernels/cuda/region_update.cuh``), resolves the duplicates of its leaves in
-shared memory and recomputes its region with barriers of the block. GPUs of compute capability
-9.0 and up; elsewhere, above it, or on a tree without a level of 8 nodes above its leaves, the
-next path (`CLUSTER_MAX_BATCH`) takes the batch. The same bits (host emulation and an H100).
-Off (0): on an H100 (2^20 leaves, K 16, results/bench_replay_gpu_h100_region_on.json, _off.json)
-its step was 0.92x the cluster path's at B 2048, 1.02x at B 4096. Read when traced."""
+"""An update of more than `BLOCK_MAX_BATCH` entries per tree but of at most this many (and
+4096) runs as one cluster of 8 blocks per tree, each block a region of the tree
+(``kernels/cuda/region_update.cuh``: its leaves' duplicates resolved in shared memory, barriers
+of the block), on GPUs of compute capability 9.0 and up and trees with a level of 8 nodes
+above the leaves; else the next path. The same bits (emulation, H100). Off: on an H100 (2^20
+leaves, K 16, results/bench_replay_gpu_h100_region_on.json) its step was 0.92x the cluster
+path's at B 2048, 1.02x at B 4096. Read when traced."""
 
 SHARED_CLAIMS = False
 """Whether the cluster path's update of at most 8192 entries per tree resolves its duplicates in
-a hash table spread over the cluster's shared memory (``kernels/cuda/cluster_claims.cuh``), not
-in the workspace's winner slots in global memory. The same bits (26 cases on an H100 and the
-host emulation). Off: measured slower on an H100 (2026-11-27, 2^20 leaves, K 16, one run,
-``gpu_checks.sh claims``, results/bench_replay_gpu_h100_claims.json): step 0.84x at B 2048,
-0.82x at B 4096; update 0.80x and 0.76x. Read when traced."""
+a hash table over the cluster's shared memory (``kernels/cuda/cluster_claims.cuh``), not in the
+workspace's winner slots. The same bits (emulation, H100). Off: slower on an H100 (2^20 leaves,
+K 16, ``gpu_checks.sh claims``, results/bench_replay_gpu_h100_claims.json): step 0.84x at B
+2048, 0.82x at B 4096. Read when traced."""
 
 SHARED_TOP = True
 """Whether each block of the sample's kernels first copies the top levels of its tree (up to
 6144 slots: levels 0..3 at 2^20 leaves and K 16) into shared memory and descends them from
-there: one coalesced round trip to memory for the copy instead of one dependent round trip per
-level per target. The same values, so the same bits (tested with the copy on and off on the
-host emulation and on an H100). Measured on an H100 (2026-11-27, 2^20 leaves, K 16, the step
-in a fused scan, ``experiments/gpu_checks.sh top``,
+there (one coalesced round trip instead of one per level per target; the same bits, on the
+emulation and an H100). Measured on an H100 (2^20 leaves, K 16, ``gpu_checks.sh top``,
 results/bench_replay_gpu_h100_latency_cuts_top.json): 0.99-1.03x the step without the copy
-from B 256 to 65536, geometric mean 1.012, within the spread of repeats; kept on as a
-measured no-loss. Read when a program is traced."""
+from B 256 to 65536 (geometric mean 1.012): kept as a no-loss. Read when traced."""
+
+SPREAD_MIN_BATCH = 1 << 62
+"""A sample call (`weigh`, `weigh_key`) of at least this many targets per tree runs as one
+cooperative launch spread over the GPU (``kernels/cuda/sample_spread.cuh``: a thread a target
+in blocks of `SPREAD_THREADS`, a barrier of the grid before the weights' scaling) where the GPU
+holds its blocks at once; else on the paths above. The same bits (host emulation). Until a GPU
+decides (``gpu_checks.sh spread``): never. Read when a program is traced."""
+SPREAD_THREADS = 128
+"""Threads per block of the spread sample (whole warps, 32 to 1024). Read when traced."""
 
 OWN_SAMPLE_MAX_BATCH = 1 << 62
 """The largest batch per tree sampled by cuda's own call (`weigh`, `weigh_key`); above it, by
@@ -142,10 +141,9 @@ find``): every batch. Read when a program is traced."""
 
 KEY_TARGETS = True
 """Whether the buffer's sample draws its targets inside the cuda sample call (`weigh_key`)
-where `draws_like_jax` allows it; False: XLA draws them and the call is `weigh`, as on every
-other backend. The same bits by construction (tested on the CPU and the host emulation); the
-switch is for a GPU on which the test comparing the two fails (``experiments/gpu_checks.sh``
-turns it off there for its later stages). Read when a program is traced."""
+where `draws_like_jax` allows it; False: XLA draws them and the call is `weigh`. The same bits
+(CPU, emulation, H100); the switch is for a GPU where the test comparing the two fails
+(``gpu_checks.sh`` then turns it off for its later stages). Read when traced."""
 
 
 def gpu_devices() -> list:
@@ -241,11 +239,10 @@ def weigh(
     ``(tree, targets [B], size [] int32, beta [] float32) -> (indices [B] int32, probabilities
     [B], weights [B], error [] int32)``, as `drlhet.replay.buffer_ops.weigh` over `find`.
 
-    Two kernels (the descent with each probability and raw weight; the weights over their
-    maximum) and a clear of their 2 int32 of workspace per tree; one kernel for a batch of at
-    most 1024 per tree (one block each) or, on GPUs of compute capability 9.0 and up,
-    `CLUSTER_MAX_BATCH` (one cluster each). ``beta`` is compared with [0, 1] in float32.
-    None above `OWN_SAMPLE_MAX_BATCH`.
+    One cooperative kernel spread over the GPU from `SPREAD_MIN_BATCH`; else one kernel for a
+    batch of at most 1024 per tree (one block each) or, on GPUs of compute capability 9.0 and
+    up, `CLUSTER_MAX_BATCH` (one cluster each); else two kernels and a clear of their workspace.
+    ``beta`` is compared with [0, 1] in float32. None above `OWN_SAMPLE_MAX_BATCH`.
     """
     _check(tree)
     targets = jnp.asarray(targets, jnp.float32)
@@ -257,19 +254,22 @@ def weigh(
 def _weigh_call(target, tree, second, shape, size, beta, **attrs):
     """The sample's custom call (``target``) with its second operand (targets or key words) and
     its ``[B]`` outputs of ``shape``: (indices, probabilities, weights, error)."""
-    lead = tree.nodes.shape[:-1]  # trees stacked without vmap: one row each
+    lead, batch = tree.nodes.shape[:-1], shape[-1]  # stacked trees without vmap: one row each
+    # the workspace: 2 int32 a warp where the spread path may take the batch, else 2 (launch.cuh)
+    work = 2 * -(-batch // 32) if batch >= SPREAD_MIN_BATCH else 2
     out = (
         jax.ShapeDtypeStruct(shape, jnp.int32),
         jax.ShapeDtypeStruct(shape, jnp.float32),
         jax.ShapeDtypeStruct(shape, jnp.float32),
         jax.ShapeDtypeStruct(lead, jnp.int32),
-        jax.ShapeDtypeStruct((*lead, 2), jnp.int32),
+        jax.ShapeDtypeStruct((*lead, work), jnp.int32),
     )
     call = jax.ffi.ffi_call(target, out, vmap_method="broadcast_all")
     indices, probs, weights, error, _ = call(
         tree.nodes, second, jnp.asarray(size, jnp.int32), jnp.asarray(beta, jnp.float32),
         err_empty=np.int64(checks.ERR_EMPTY), err_beta=np.int64(checks.ERR_BETA),
         cluster_max_batch=np.int64(CLUSTER_MAX_BATCH), shared_top=np.int64(SHARED_TOP),
+        spread_min_batch=np.int64(SPREAD_MIN_BATCH), spread_threads=np.int64(SPREAD_THREADS),
         **attrs, **tree_attrs(tree),
     )  # fmt: skip
     return indices, probs, weights, error

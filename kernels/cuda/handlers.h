@@ -170,16 +170,22 @@ inline ffi::Error Weigh(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes, const 
                         ffi::ResultBuffer<ffi::F32> weights, ffi::ResultBuffer<ffi::S32> error,
                         ffi::ResultBuffer<ffi::S32> work, int64_t branching, int64_t capacity,
                         int64_t err_empty, int64_t err_beta, int64_t cluster_max_batch,
-                        int64_t shared_top, const char* name) {
+                        int64_t shared_top, const Spread& spread, const char* name) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
   if (auto err = Trees(branching, capacity, nodes.element_count(), &lay, &trees); err.failure()) {
     return err;
   }
-  if (!inputs_match || n == 0 || n % trees != 0 || indices->element_count() != n ||
+  if (spread.threads < 32 || spread.threads > kBlockThreads || spread.threads % 32 != 0) {
+    return ffi::Error::InvalidArgument(std::string(name) +
+                                       ": spread_threads must be whole warps, 32 to 1024");
+  }
+  const int64_t batch = trees > 0 && n % trees == 0 ? n / trees : 0;
+  if (!inputs_match || n == 0 || batch == 0 || indices->element_count() != n ||
       probs->element_count() != n || weights->element_count() != n ||
       size.element_count() != trees || beta.element_count() != trees ||
-      error->element_count() != trees || work->element_count() != 2 * trees) {
+      error->element_count() != trees ||
+      work->element_count() != trees * SampleWorkWords(batch, spread.min_batch)) {
     return ffi::Error::InvalidArgument(std::string(name) + ": operand shapes do not match");
   }
   SampleArgs a{};
@@ -200,7 +206,7 @@ inline ffi::Error Weigh(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes, const 
   a.err_beta = static_cast<int32_t>(err_beta);
   a.key = key;
   a.stratified = static_cast<int32_t>(stratified);
-  LaunchWeigh(stream, a, lay, trees, cluster_max_batch, shared_top != 0);
+  LaunchWeigh(stream, a, lay, trees, cluster_max_batch, shared_top != 0, spread);
   return LastError(name);
 }
 
@@ -210,10 +216,12 @@ inline ffi::Error WeighImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
                             ffi::ResultBuffer<ffi::F32> probs, ffi::ResultBuffer<ffi::F32> weights,
                             ffi::ResultBuffer<ffi::S32> error, ffi::ResultBuffer<ffi::S32> work,
                             int64_t branching, int64_t capacity, int64_t err_empty,
-                            int64_t err_beta, int64_t cluster_max_batch, int64_t shared_top) {
+                            int64_t err_beta, int64_t cluster_max_batch, int64_t shared_top,
+                            int64_t spread_min_batch, int64_t spread_threads) {
   return Weigh(stream, nodes, targets.typed_data(), nullptr, 0, targets.element_count(), true,
                size, beta, indices, probs, weights, error, work, branching, capacity, err_empty,
-               err_beta, cluster_max_batch, shared_top, "drlhet_cuda_weigh");
+               err_beta, cluster_max_batch, shared_top,
+               Spread{spread_min_batch, spread_threads}, "drlhet_cuda_weigh");
 }
 
 // The sample with its targets drawn in the kernel from each tree's threefry2x32 key (key
@@ -227,6 +235,7 @@ inline ffi::Error WeighKeyImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
                                ffi::ResultBuffer<ffi::S32> work, int64_t branching,
                                int64_t capacity, int64_t err_empty, int64_t err_beta,
                                int64_t cluster_max_batch, int64_t shared_top,
+                               int64_t spread_min_batch, int64_t spread_threads,
                                int64_t stratified) {
   const int64_t n = indices->element_count();
   const int64_t trees = size.element_count();
@@ -235,7 +244,9 @@ inline ffi::Error WeighKeyImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
   const bool ok = key.element_count() == 2 * trees && (stratified == 0 || power_of_two);
   return Weigh(stream, nodes, nullptr, key.typed_data(), stratified, n, ok, size, beta, indices,
                probs, weights, error, work, branching, capacity, err_empty, err_beta,
-               cluster_max_batch, shared_top, "drlhet_cuda_weigh_key");
+               cluster_max_batch, shared_top,
+               Spread{spread_min_batch, spread_threads},
+               "drlhet_cuda_weigh_key");
 }
 
 // Each handler's operands, results and attributes after its context (`bind`: the stream on a
@@ -312,7 +323,9 @@ auto SampleBinding(B&& bind) {  // a reference: a Binding cannot be moved into a
       .template Attr<int64_t>("err_empty")
       .template Attr<int64_t>("err_beta")
       .template Attr<int64_t>("cluster_max_batch")
-      .template Attr<int64_t>("shared_top");
+      .template Attr<int64_t>("shared_top")
+      .template Attr<int64_t>("spread_min_batch")
+      .template Attr<int64_t>("spread_threads");
 }
 
 template <typename B>

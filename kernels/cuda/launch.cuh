@@ -2,8 +2,8 @@
 // handlers (sum_tree.cu, on XLA's stream) and the host emulation of the CUDA execution model
 // (emu/cuda_emu.h, which defines DRLHET_LAUNCH and the runtime calls before including this), so
 // that the emulation runs the same launches in the same order as a GPU.
-// Include after sample_kernels.cuh, sum_tree_kernels.cuh, region_update.cuh and
-// cluster_claims.cuh.
+// Include after sample_kernels.cuh, sample_spread.cuh, sum_tree_kernels.cuh, region_update.cuh
+// and cluster_claims.cuh.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,8 @@
   kernel<<<static_cast<unsigned>(grid), threads, 0, stream>>>(__VA_ARGS__)
 #define DRLHET_LAUNCH_CLUSTER(kernel, grid, threads, cluster, stream, ...) \
   drlhet_cuda::LaunchInClusters(kernel, grid, threads, cluster, stream, __VA_ARGS__)
+#define DRLHET_LAUNCH_COOPERATIVE(kernel, grid, threads, stream, ...) \
+  drlhet_cuda::LaunchCooperative(kernel, grid, threads, stream, __VA_ARGS__)
 #endif
 
 namespace drlhet_cuda {
@@ -52,51 +54,101 @@ inline void LaunchInClusters(void (*kernel)(Params...), unsigned grid, int threa
   cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
 }
 
-// Whether the current device can run a cluster of kClusterBlocks blocks of `threads` threads of
-// `kernel` (compute capability 9.0 and up, and the blocks' registers fit the GPC's SMs at once):
-// a query, never a failed launch, which would invalidate the stream capture XLA records its
-// command buffers with. Asked once per (device, kernel, threads), then remembered: without
-// XLA's command buffers a handler runs on the host at every call, and the occupancy query is
-// host work of its own.
-template <typename Kernel>
-inline bool ClusterFits(Kernel kernel, int threads) {
+// kernel<<<grid, threads, 0, stream>>>(args...) as a cooperative launch: every block resident
+// at once, so that the kernel may wait at a barrier of the whole grid (GridSync). The caller
+// asks CooperativeBlocks first. Errors: cudaGetLastError.
+template <typename... Params, typename... Args>
+inline void LaunchCooperative(void (*kernel)(Params...), int64_t grid, int threads,
+                              cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.stream = stream;
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeCooperative;
+  attribute.val.cooperative = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
+// `ask(device)` (a query of the device: no stream work, its answer a count, 0 where it refused),
+// asked once per (device, kernel, threads), then remembered: without XLA's command buffers a
+// handler runs on the host at every call, and a query is host work of its own. The handler may
+// run while XLA records its command buffer by capturing this thread's stream, and a capture can
+// count a call it does not know as unsafe and invalidate itself: the query runs in the relaxed
+// capture mode, which CUDA provides for a library's calls during a capture, and the thread's
+// mode is restored after it. A refused query is an answer (take another path), not the call's
+// error: `ask` clears the error of a call that failed, as the handler reads cudaGetLastError
+// after its launches.
+template <typename Kernel, typename Ask>
+inline int64_t Remembered(Kernel kernel, int threads, Ask ask) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
-    return false;
+    return 0;
   }
   static std::mutex mutex;
-  static std::map<std::tuple<int, const void*, int>, bool> known;
+  static std::map<std::tuple<int, const void*, int>, int64_t> known;
   const auto key = std::make_tuple(device, reinterpret_cast<const void*>(kernel), threads);
   const std::lock_guard<std::mutex> lock(mutex);
   if (const auto it = known.find(key); it != known.end()) return it->second;
-  // The queries are no stream work, but the handler may run while XLA records its command
-  // buffer by capturing this thread's stream, and a capture can count a call it does not know
-  // as unsafe and invalidate itself: they run in the relaxed capture mode, which CUDA provides
-  // for a library's calls during a capture, and the thread's mode is restored after them.
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   const bool relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
   if (!relaxed) (void)cudaGetLastError();
-  int launch = 0, clusters = 0;
-  cudaError_t e = cudaDeviceGetAttribute(&launch, cudaDevAttrClusterLaunch, device);
-  if (e == cudaSuccess && launch != 0) {
-    cudaLaunchAttribute attribute;
-    const cudaLaunchConfig_t config = ClusterConfig(kClusterBlocks, threads, kClusterBlocks,
-                                                    nullptr, &attribute);
-    e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
-  }
+  const int64_t answer = ask(device);
   if (relaxed) (void)cudaThreadExchangeStreamCaptureMode(&mode);
-  // a refused query is an answer (take another path), not the call's error: the handler reads
-  // cudaGetLastError after its launches
-  if (e != cudaSuccess) (void)cudaGetLastError();
-  const bool fits = e == cudaSuccess && clusters > 0;
-  known.emplace(key, fits);
-  return fits;
+  known.emplace(key, answer);
+  return answer;
+}
+
+// Whether the current device can run a cluster of kClusterBlocks blocks of `threads` threads of
+// `kernel` (compute capability 9.0 and up, and the blocks' registers fit the GPC's SMs at once):
+// a query, never a failed launch, which would invalidate the stream capture XLA records its
+// command buffers with.
+template <typename Kernel>
+inline bool ClusterFits(Kernel kernel, int threads) {
+  return Remembered(kernel, threads, [&](int device) -> int64_t {
+           int launch = 0, clusters = 0;
+           cudaError_t e = cudaDeviceGetAttribute(&launch, cudaDevAttrClusterLaunch, device);
+           if (e == cudaSuccess && launch != 0) {
+             cudaLaunchAttribute attribute;
+             const cudaLaunchConfig_t config = ClusterConfig(
+                 kClusterBlocks, threads, kClusterBlocks, nullptr, &attribute);
+             e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+           }
+           if (e != cudaSuccess) (void)cudaGetLastError();
+           return e == cudaSuccess ? clusters : 0;
+         }) > 0;
+}
+
+// Whether the current device holds `grid` blocks of `threads` threads of `kernel` at once in a
+// cooperative launch (LaunchCooperative): a query, never a failed launch.
+template <typename Kernel>
+inline bool CooperativeFits(Kernel kernel, int64_t grid, int threads) {
+  return grid <= Remembered(kernel, threads, [&](int device) -> int64_t {
+           int cooperative = 0, sms = 0, per_sm = 0;
+           cudaError_t e =
+               cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device);
+           if (e == cudaSuccess && cooperative != 0) {
+             e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+           }
+           if (e == cudaSuccess && cooperative != 0) {
+             e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
+           }
+           if (e != cudaSuccess) (void)cudaGetLastError();
+           return e == cudaSuccess ? static_cast<int64_t>(sms) * per_sm : 0;
+         });
 }
 #else
 template <typename Kernel>
 inline bool ClusterFits(Kernel, int) {
   return emu::ClustersSupported();
+}
+
+template <typename Kernel>
+inline bool CooperativeFits(Kernel, int64_t grid, int threads) {
+  return emu::CooperativeFits(grid, threads);
 }
 #endif
 
@@ -183,13 +235,46 @@ inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet:
   DRLHET_LAUNCH(drlhet_cuda_update_top_args, trees, kBlockThreads, stream, a, top);
 }
 
-// The sample's launches after its targets: one block per tree up to kBlockThreads targets per
-// tree; else one cluster per tree up to cluster_max_batch where the GPU has clusters; else its
-// scratch cleared, the descent, the weights. With shared_top, each block descends the top
-// levels of its tree from a copy in shared memory (SetTopCopy; the same bits).
+// How the sample's launches spread a batch over the GPU (sample_spread.cuh): batches of at least
+// `min_batch` targets a tree, in blocks of `threads` (whole warps).
+struct Spread {
+  int64_t min_batch = int64_t{1} << 62;  // never
+  int64_t threads = 128;  // checked by the handler: whole warps, at most kBlockThreads
+};
+
+// The sample's workspace, in int32 words a tree: SpreadWords where the batch may take the
+// spread path (the other paths use the first two words of each tree's).
+inline int64_t SampleWorkWords(int64_t batch, int64_t spread_min_batch) {
+  return batch >= spread_min_batch ? SpreadWords(batch) : 2;
+}
+
+// Whether the sample's batch takes the spread path (SampleSpread): at least spread.min_batch
+// targets a tree, and the GPU holds the launch's blocks at once.
+inline bool InSpread(const SampleArgs& a, int64_t trees, const Spread& spread) {
+  if (a.batch < spread.min_batch) return false;
+  const int threads = static_cast<int>(spread.threads);
+  const int64_t grid = trees * SpreadBlocksPerTree(a.batch, threads);
+  return CooperativeFits(a.k == 16 ? drlhet_cuda_sample_spread_k16 : drlhet_cuda_sample_spread,
+                         grid, threads);
+}
+
+// The sample's launches after its targets: spread over the GPU from spread.min_batch targets a
+// tree where it holds the launch's blocks at once; else one block per tree up to kBlockThreads
+// targets a tree; else one cluster per tree up to cluster_max_batch where the GPU has clusters;
+// else its scratch cleared, the descent, the weights. With shared_top, each block descends the top levels of its
+// tree from a copy in shared memory (SetTopCopy; the same bits).
 inline void LaunchWeigh(cudaStream_t stream, SampleArgs a, const drlhet::TreeLayout& lay,
-                        int64_t trees, int64_t cluster_max_batch, bool shared_top) {
+                        int64_t trees, int64_t cluster_max_batch, bool shared_top,
+                        const Spread& spread) {
   SetTopCopy(&a, lay, shared_top);
+  if (InSpread(a, trees, spread)) {
+    const int threads = static_cast<int>(spread.threads);
+    const int64_t per_tree = SpreadBlocksPerTree(a.batch, threads);
+    auto spread_kernel = a.k == 16 ? drlhet_cuda_sample_spread_k16 : drlhet_cuda_sample_spread;
+    DRLHET_LAUNCH_COOPERATIVE(spread_kernel, trees * per_tree, threads, stream, a,
+                              static_cast<int32_t>(per_tree));
+    return;
+  }
   if (a.batch <= kBlockThreads) {
     const int threads = static_cast<int>((a.batch + 31) / 32 * 32);  // whole warps
     if (a.k == 16) {

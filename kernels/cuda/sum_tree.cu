@@ -9,7 +9,8 @@
 //                      -> (nodes f32[V, T] aliased to the input, workspace s32[V, C + 1])
 //   drlhet_cuda_weigh  (nodes f32[V, T], targets f32[V, B], size s32[V], beta f32[V])
 //                      -> (indices s32[V, B], probabilities f32[V, B], weights f32[V, B],
-//                          error s32[V], workspace s32[V, 2])
+//                          error s32[V], workspace s32[V, W]: W = 2, or 2 a warp of the
+//                          batch where the spread path may take it (launch.cuh)
 //   drlhet_cuda_weigh_key (nodes f32[V, T], key u32[V, 2], size s32[V], beta f32[V]) -> the
 //                      same, the targets drawn in the kernel from each tree's threefry2x32 key
 //                      as the buffer draws them (drlhet/jax_random.h; attribute stratified)
@@ -34,7 +35,10 @@
 // tree (drlhet_cuda_update_region, region_update.cuh; 0: never), before the cluster path;
 // the updates also shared_claims (0 or 1): the cluster path's batches of at most one entry per
 // thread resolve their duplicates in the cluster's shared memory (drlhet_cuda_update_cluster_
-// shared, cluster_claims.cuh) instead of the workspace's winner slots;
+// shared, cluster_claims.cuh) instead of the workspace's winner slots; the samples also
+// spread_min_batch and spread_threads: a batch of at least that many targets per tree runs as
+// one cooperative launch over the GPU, blocks of spread_threads (drlhet_cuda_sample_spread,
+// sample_spread.cuh), where the GPU holds its blocks at once;
 // the checked update also priority_max (f32), err_index and err_priority, the sample err_empty
 // and err_beta (int64). Every handler is command-buffer compatible (XLA records it into the
 // step's CUDA graph).
@@ -46,6 +50,7 @@
 #include <cuda_runtime.h>
 
 #include "sample_kernels.cuh"
+#include "sample_spread.cuh"
 #include "sum_tree_kernels.cuh"
 #include "region_update.cuh"
 #include "cluster_claims.cuh"

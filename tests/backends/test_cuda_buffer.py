@@ -415,6 +415,78 @@ def test_the_gpu_only_paths_inside_jit_equal_the_buffers_code_on_the_emulation(
             jax.clear_caches()  # no trace of this test's settings outlives it
 
 
+SPREAD_CASES = {  # place: (threads a block, batches of one tree, batch of each of 3 trees)
+    "gpu": (128, (1, 33, 1024, 1500, 4096, 5000), 1500),
+    "emulated cpu": (64, (1, 33, 300, 1000), 300),  # <= 16 blocks, 1024 threads (cuda_emu.h)
+}
+
+
+@pytest.mark.cuda_spread
+@pytest.mark.parametrize("where", cuda_places.PLACES)
+@pytest.mark.parametrize("k, capacity", [(16, 5000), (3, 777), (64, 20000)])
+def test_the_sample_spread_over_the_grid_equals_the_buffers_code(monkeypatch, where, k, capacity):
+    """`cuda.SPREAD_MIN_BATCH` (every batch here) through the custom calls inside jit: `weigh`
+    over one tree (partial warps and blocks), `weigh_key`, and three vmapped trees with their
+    own sizes and betas (one refused), bit for bit the buffer's code on the same device."""
+    device = cuda_places.devices(where)[0]
+    threads, batches, each = SPREAD_CASES[where]
+    monkeypatch.setattr(cuda, "SPREAD_MIN_BATCH", 1)
+    monkeypatch.setattr(cuda, "SPREAD_THREADS", threads)
+    reference = functools.partial(buffer_ops.weigh, st.REFERENCE.find)
+    jax.clear_caches()  # read when a function is traced
+    try:
+        with jax.default_device(device):
+            tree = random_tree(capacity, k, seed=k)
+            size, beta = jnp.int32(capacity - 3), jnp.float32(0.6)
+            for b in batches:
+                targets = jnp.asarray(stratified_targets(tree, b, seed=b))
+                got = jax.jit(cuda.weigh)(tree, targets, size, beta)
+                want = jax.jit(reference)(tree, targets, size, beta)
+                for g, w in zip(got, want, strict=True):
+                    np.testing.assert_array_equal(np.asarray(g), np.asarray(w), f"B {b}")
+            key = jax.random.key(3)
+            got = jax.jit(cuda.weigh_key, static_argnums=(4, 5))(tree, key, size, beta, 256, True)
+            want = jax.jit(reference)(tree, sample_targets(key, st.total(tree), 256, True),
+                                      size, beta)  # fmt: skip
+            for g, w in zip(got, want, strict=True):
+                np.testing.assert_array_equal(np.asarray(g), np.asarray(w), "weigh_key")
+            trees = [random_tree(capacity, k, seed=s) for s in range(3)]
+            nodes = jnp.stack([t.nodes for t in trees])
+            targets = jnp.asarray(
+                np.stack([stratified_targets(t, each, s) for s, t in enumerate(trees)])
+            )
+            sizes, betas = jnp.asarray([capacity, 50, 1], jnp.int32), jnp.asarray([0.4, 1.0, 1.5])
+
+            def vmapped(fn):
+                return jax.jit(jax.vmap(lambda n, *a: fn(st.SumTreeState(n, capacity, k), *a)))(
+                    nodes, targets, sizes, betas
+                )
+
+            for g, w in zip(vmapped(cuda.weigh), vmapped(reference), strict=True):
+                np.testing.assert_array_equal(np.asarray(g), np.asarray(w), "vmapped")
+    finally:
+        jax.clear_caches()  # no trace of this test's settings outlives it
+
+
+def test_the_spread_samples_workspace_holds_a_word_pair_per_warp(monkeypatch):
+    """The sample call's workspace (its last result): two int32 a warp where the spread path
+    may take the batch (launch.cuh's SampleWorkWords), two per tree where not."""
+    tree = random_tree(1000, 16, seed=1)
+    try:
+        for limit, words in ((1 << 62, 2), (100, 2 * 5), (1, 2 * 5), (131, 2)):
+            monkeypatch.setattr(cuda, "SPREAD_MIN_BATCH", limit)
+            jax.clear_caches()  # read when a function is traced
+            text = (
+                jax.jit(cuda.weigh)
+                .lower(tree, jnp.zeros(130), jnp.int32(1000), jnp.float32(0.5))
+                .as_text()
+            )
+            assert f"tensor<{words}xi32>" in text, (limit, words)  # 130 targets: 5 warps
+            assert f"spread_min_batch = {limit} : i64" in text
+    finally:
+        jax.clear_caches()
+
+
 @pytest.mark.parametrize("k, capacity", [(2, 1000), (3, 7), (64, 5000)])
 def test_weigh_of_batches_no_larger_than_a_block_equals_the_buffers_code(place, k, capacity):
     """Up to 1024 targets a tree, one block per tree samples (the grid's launches above it)."""

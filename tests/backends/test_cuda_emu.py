@@ -46,7 +46,15 @@ PATHS = {
     "one cluster per tree, claims in shared memory": (0, 4096, 2**40, 0, 1),
 }
 # the sample's: cluster_max_batch (a batch of at most 1024 per tree takes one block either way)
-SAMPLE_PATHS = {"per launch": 0, "one cluster per tree": 2**40}
+# or spread_min_batch (every batch spread over the grid, where the emulation's cooperative
+# launch holds it: at most 16 blocks of SPREAD_THREADS, 1024 threads in all)
+SAMPLE_PATHS = {
+    "per launch": {"cluster_max": 0},
+    "one cluster per tree": {"cluster_max": 2**40},
+    "spread over the grid": {"spread_min": 1},
+}
+NEVER = 2**62  # a spread_min_batch no batch reaches
+SPREAD_THREADS = 64
 SCHEDULES = {"in order": 0, "reversed": 1, "shuffled": 12345}
 P = ctypes.POINTER
 
@@ -126,13 +134,15 @@ def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, o
 
 def emu_weigh(
     lib, nodes, capacity, k, targets, size, beta, offset=0, cluster_max=0, key=None, strat=1,
-    top=True,
+    top=True, spread_min=NEVER,
 ):  # fmt: skip
-    """The sample call on V trees (their nodes ``offset`` bytes past a 16-byte boundary; in one
-    cluster per tree up to ``cluster_max`` targets per tree): (indices, probabilities,
-    weights [V, B], error [V]). With ``key`` (uint32 [V, 2]), the call that draws the targets
-    from it (stratified or not: ``strat``); ``targets`` then only gives their shape. ``top``:
-    the descents read the trees' top levels from each block's copy in shared memory."""
+    """The sample call on V trees (their nodes ``offset`` bytes past a 16-byte boundary; spread
+    over the grid in blocks of SPREAD_THREADS from ``spread_min`` targets per tree where the
+    launch fits, else in one cluster per tree up to ``cluster_max`` targets per tree):
+    (indices, probabilities, weights [V, B], error [V]). With ``key`` (uint32 [V, 2]), the call
+    that draws the targets from it (stratified or not: ``strat``); ``targets`` then only gives
+    their shape. ``top``: the descents read the trees' top levels from each block's copy in
+    shared memory."""
     nodes = placed(np.array(nodes, F32, ndmin=2), offset)
     trees = nodes.shape[0]
     t = np.ascontiguousarray(np.reshape(targets, (trees, -1)), F32)
@@ -144,10 +154,23 @@ def emu_weigh(
         ctypes.c_int64(t.shape[1]), ptr(size), ptr(beta), ctypes.c_int32(checks.ERR_EMPTY),
         ctypes.c_int32(checks.ERR_BETA), ctypes.c_int64(cluster_max), ptr(idx), ptr(probs),
         ptr(w), ptr(err), None if key is None else ptr(np.ascontiguousarray(key, np.uint32)),
-        ctypes.c_int32(strat), ctypes.c_int32(top),
+        ctypes.c_int32(strat), ctypes.c_int32(top), ctypes.c_int64(spread_min),
+        ctypes.c_int32(SPREAD_THREADS),
     )  # fmt: skip
     assert rc == 0
     return idx, probs, w, err
+
+
+def spread(lib, trees: int, batch: int, k: int, spread_min: int = 1) -> bool:
+    """Whether the sample call of ``trees`` trees of ``batch`` targets takes the spread path
+    (launch.cuh's InSpread, in blocks of SPREAD_THREADS), so that a test of it cannot pass on
+    another path."""
+    return bool(
+        lib.drlhet_emu_in_spread(
+            ctypes.c_int64(trees), ctypes.c_int64(batch), ctypes.c_int(k),
+            ctypes.c_int64(spread_min), ctypes.c_int32(SPREAD_THREADS),
+        )
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -390,22 +413,28 @@ def test_the_checked_update_equals_the_buffers_update(emu, schedule, k, capacity
 
 
 @pytest.mark.parametrize("top", [True, False], ids=["top copied", "no copy"])
-@pytest.mark.parametrize("path, batch", [("per launch", 300), *((p, 1500) for p in SAMPLE_PATHS)])
+@pytest.mark.parametrize(
+    "path, batch",
+    [("per launch", 300), ("per launch", 1500), ("one cluster per tree", 1500),
+     ("spread over the grid", 300)],
+)  # fmt: skip
 @pytest.mark.parametrize("k, capacity", CASES)
 def test_the_sample_call_equals_the_buffers_sample_over_three_trees(
     emu, schedule, k, capacity, path, batch, top
 ):
-    # 300: one block per tree; 1500: a memset and two launches (blocks of 256 threads, one of
-    # which straddles two trees and copies no top), or one cluster per tree whose threads take
-    # one or two targets each (the emulation's clusters have 8 blocks of <= 128)
+    # 300: one block per tree, or spread over 5 blocks of 64 per tree (the last two warps
+    # partly live); 1500: a memset and two launches (blocks of 256 threads, one of which
+    # straddles two trees and copies no top), or one cluster per tree whose threads take one or
+    # two targets each (the emulation's clusters have 8 blocks of <= 128)
+    assert spread(emu, 3, batch, k, SAMPLE_PATHS[path].get("spread_min", NEVER)) == (
+        path == "spread over the grid"
+    )
     trees = [random_tree(capacity, k, seed=s) for s in range(3)]
     targets = np.stack([stratified_targets(t, batch, seed=s) for s, t in enumerate(trees)])
     targets[0, :2] = [np.nan, -1.0]
     sizes, betas = [capacity, max(1, capacity // 2), 1], [0.4, 1.0, 1.5]
     nodes = np.stack([np.asarray(t.nodes) for t in trees])
-    got = emu_weigh(
-        emu, nodes, capacity, k, targets, sizes, betas, cluster_max=SAMPLE_PATHS[path], top=top
-    )
+    got = emu_weigh(emu, nodes, capacity, k, targets, sizes, betas, top=top, **SAMPLE_PATHS[path])
     for v, tree in enumerate(trees):
         want = buffer_ops.weigh(
             st.REFERENCE.find, tree, jnp.asarray(targets[v]), jnp.int32(sizes[v]), betas[v]
@@ -418,13 +447,16 @@ def test_the_sample_call_equals_the_buffers_sample_over_three_trees(
 
 
 @pytest.mark.parametrize("path", SAMPLE_PATHS)
-@pytest.mark.parametrize("batch, stratified", [(64, 1), (2048, 1), (1500, 0)])
+@pytest.mark.parametrize("batch, stratified", [(64, 1), (256, 1), (2048, 1), (1500, 0), (300, 0)])
 def test_the_sample_from_each_trees_key_equals_the_sample_from_its_targets(
     emu, schedule, path, batch, stratified
 ):
     """drlhet_cuda_weigh_key's launches: the targets drawn from each tree's key in the descent
-    (one block; per launch or one cluster per tree) give what the targets jax draws give."""
+    (one block; per launch, one cluster per tree, or spread over the grid where the emulation
+    holds the launch: B 64, 256, 300) give what the targets jax draws give."""
     k, capacity = 16, 3000
+    if path == "spread over the grid":
+        assert spread(emu, 2, batch, k) == (batch <= 300)
     trees = [random_tree(capacity, k, seed=s) for s in range(2)]
     nodes = np.stack([np.asarray(t.nodes) for t in trees])
     keys = jax.random.split(jax.random.key(batch), 2)
@@ -433,12 +465,11 @@ def test_the_sample_from_each_trees_key_equals_the_sample_from_its_targets(
          for key, t in zip(keys, trees, strict=True)]
     )  # fmt: skip
     sizes, betas = [capacity, 2000], [0.4, 1.0]
-    cluster = SAMPLE_PATHS[path]
-    want = emu_weigh(emu, nodes, capacity, k, targets, sizes, betas, cluster_max=cluster)
+    want = emu_weigh(emu, nodes, capacity, k, targets, sizes, betas, **SAMPLE_PATHS[path])
     words = np.asarray(jax.random.key_data(keys), np.uint32)
     got = emu_weigh(
-        emu, nodes, capacity, k, np.zeros_like(targets), sizes, betas, cluster_max=cluster,
-        key=words, strat=stratified,
+        emu, nodes, capacity, k, np.zeros_like(targets), sizes, betas, key=words,
+        strat=stratified, **SAMPLE_PATHS[path],
     )  # fmt: skip
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)

@@ -1,11 +1,12 @@
 // A functional emulation of the CUDA execution model on the host, for the CUDA backend's kernels
 // (kernels/cuda/*.cuh) and its XLA FFI handlers (kernels/cuda/handlers.h) on a machine without a
 // GPU. The blocks of a launch run one after the other (a launch in clusters: one cluster of
-// blocks after the other; in the grid's order, reversed or shuffled by the schedule), launches
-// in order (one stream); the threads of a block (of a
-// cluster) run as fibers (ucontext) on the calling thread, each until it waits at a barrier or
-// returns. __syncthreads is a barrier of the block, ClusterSync one of the cluster (of the block
-// in a plain launch); the warp collectives the kernels use (__shfl_sync, __all_sync,
+// blocks after the other; in the grid's order, reversed or shuffled by the schedule; a
+// cooperative launch: all its blocks together), launches in order (one stream); the threads of
+// a block (of a cluster, of a cooperative launch) run as fibers (ucontext) on the calling
+// thread, each until it waits at a barrier or returns. __syncthreads is a barrier of the block,
+// ClusterSync one of the cluster (of the block in a plain launch), GridSync one of a
+// cooperative launch; the warp collectives the kernels use (__shfl_sync, __all_sync,
 // __any_sync, __reduce_or_sync, __reduce_max_sync, __reduce_add_sync) are barriers of 32 over
 // per-lane slots; a
 // thread that returns leaves its barriers, as an exited GPU thread stops counting (a warp
@@ -309,6 +310,32 @@ void LaunchCluster(Kernel kernel, unsigned grid, unsigned threads, unsigned clus
   block = nullptr;
 }
 
+// The most blocks, and threads in all, of an emulated cooperative launch (its blocks run together
+// as one group of fibers, 64 KB of stack each): a GPU's limit is the blocks it holds at once.
+constexpr unsigned kCooperativeBlocks = 16;
+constexpr unsigned kCooperativeThreads = 1024;
+
+// A cooperative launch of kernel<<<grid, threads>>>(args...): every block together, so that
+// GridSync is a barrier of the whole grid. More than kCooperativeBlocks blocks or
+// kCooperativeThreads threads fails, as a GPU refuses a grid it cannot hold at once.
+template <typename Kernel, typename... A>
+void LaunchCooperative(Kernel kernel, unsigned grid, unsigned threads, A... args) {
+  if (grid == 0 || grid > kCooperativeBlocks || threads == 0 || threads % 32 != 0 ||
+      grid * threads > kCooperativeThreads) {
+    last_error = cudaErrorInvalidConfiguration;
+    return;
+  }
+  std::pair<Kernel, std::tuple<A...>> job(kernel, std::tuple<A...>(args...));
+  Block blk;
+  blk.body = Invoke<Kernel, std::tuple<A...>>;
+  blk.args = &job;
+  block = &blk;
+  blockDim = dim3(threads);
+  gridDim = dim3(grid);
+  if (!RunGroup(blk, 0, grid, threads)) last_error = cudaErrorLaunchFailure;
+  block = nullptr;
+}
+
 // kernel<<<grid, threads>>>(args...): every block, one after the other (clusters of one).
 template <typename Kernel, typename... A>
 void Launch(Kernel kernel, unsigned grid, unsigned threads, A... args) {
@@ -441,6 +468,13 @@ inline void ClusterSync() {
   Arrive(block->cluster);
   WaitArrived(block->cluster);
 }
+// The barrier of every thread of a cooperative launch (LaunchCooperative: one group).
+inline void GridSync() { ClusterSync(); }
+// Whether an emulated cooperative launch holds `grid` blocks of `threads` (LaunchCooperative).
+inline bool CooperativeFits(int64_t grid, int threads) {
+  return grid >= 1 && grid <= kCooperativeBlocks && threads >= 32 &&
+         grid * threads <= kCooperativeThreads;
+}
 // Every emulated launch may be in clusters (a GPU: compute capability 9.0 and up, and room
 // for the cluster's blocks: launch.cuh's ClusterFits).
 inline bool ClustersSupported() { return true; }
@@ -449,6 +483,9 @@ inline bool ClustersSupported() { return true; }
 // What the launch sequences (kernels/cuda/launch.cuh) call.
 #define DRLHET_LAUNCH(kernel, grid, threads, stream, ...) \
   emu::Launch(kernel, static_cast<unsigned>(grid), static_cast<unsigned>(threads), __VA_ARGS__)
+#define DRLHET_LAUNCH_COOPERATIVE(kernel, grid, threads, stream, ...)                         \
+  emu::LaunchCooperative(kernel, static_cast<unsigned>(grid), static_cast<unsigned>(threads), \
+                         __VA_ARGS__)
 #define DRLHET_LAUNCH_CLUSTER(kernel, grid, threads, cluster, stream, ...)                 \
   emu::LaunchCluster(kernel, static_cast<unsigned>(grid), static_cast<unsigned>(threads), \
                      static_cast<unsigned>(cluster), __VA_ARGS__)

@@ -11,6 +11,7 @@
 #include "cuda_emu.h"
 // the kernels, then their launches
 #include "../sample_kernels.cuh"
+#include "../sample_spread.cuh"
 #include "../sum_tree_kernels.cuh"
 #include "../region_update.cuh"
 #include "../cluster_claims.cuh"
@@ -121,8 +122,23 @@ DRLHET_EMU_EXPORT int drlhet_emu_top_levels(int64_t capacity, int k) {
   return drlhet_cuda::TopLevelsFor(lay, true);
 }
 
-// drlhet_cuda_weigh on `trees` trees of `batch` targets each (one cluster per tree when
-// 1024 < batch <= cluster_max_batch), or drlhet_cuda_weigh_key where `key` ([trees, 2]
+// Whether drlhet_emu_weigh of `trees` trees of `batch` targets (K `k`) takes the spread path
+// (drlhet_cuda::InSpread: batch >= spread_min_batch and the emulation's cooperative launch
+// holds trees * ceil(batch / spread_threads) blocks of spread_threads): 1 or 0.
+DRLHET_EMU_EXPORT int drlhet_emu_in_spread(int64_t trees, int64_t batch, int k,
+                                           int64_t spread_min_batch, int32_t spread_threads) {
+  drlhet_cuda::SampleArgs a{};
+  a.batch = batch;
+  a.k = k;
+  return drlhet_cuda::InSpread(a, trees, drlhet_cuda::Spread{spread_min_batch, spread_threads})
+             ? 1
+             : 0;
+}
+
+// drlhet_cuda_weigh on `trees` trees of `batch` targets each (spread over blocks of
+// spread_threads when batch >= spread_min_batch and the launch fits the emulation's
+// cooperative limits, else one cluster per tree when 1024 < batch <= cluster_max_batch), or
+// drlhet_cuda_weigh_key where `key` ([trees, 2]
 // threefry2x32 words; targets unused) is given; with shared_top, the descents read the trees'
 // top levels from a copy in shared memory (SetTopCopy). Returns 0, or -1 for a bad (capacity, k), -2
 // for a failed launch.
@@ -132,16 +148,19 @@ DRLHET_EMU_EXPORT int drlhet_emu_weigh(const float* nodes, int64_t capacity, int
                                        int32_t err_beta, int64_t cluster_max_batch,
                                        int32_t* indices, float* probs, float* weights,
                                        int32_t* error, const uint32_t* key, int32_t stratified,
-                                       int32_t shared_top) {
+                                       int32_t shared_top, int64_t spread_min_batch,
+                                       int32_t spread_threads) {
   drlhet::TreeLayout lay;
   if (!drlhet::MakeLayout(capacity, k, &lay) || trees < 1 || batch < 1) return -1;
   const std::lock_guard<std::mutex> lock(emu::Lock());
-  std::vector<int32_t> scratch(2 * trees, kGarbage);
+  std::vector<int32_t> scratch(trees * drlhet_cuda::SampleWorkWords(batch, spread_min_batch),
+                               kGarbage);
   const drlhet_cuda::SampleArgs a{nodes,   capacity, k,       targets, batch,
                                   trees * batch, size,  beta,    indices, probs,
                                   weights, error,    scratch.data(), err_empty, err_beta,
                                   key,     stratified};
-  drlhet_cuda::LaunchWeigh(nullptr, a, lay, trees, cluster_max_batch, shared_top != 0);
+  drlhet_cuda::LaunchWeigh(nullptr, a, lay, trees, cluster_max_batch, shared_top != 0,
+                           drlhet_cuda::Spread{spread_min_batch, spread_threads});
   return Status();
 }
 

@@ -10,6 +10,7 @@
 #include "cuda_emu.h"
 // the kernels, their launches, then the handlers
 #include "../sample_kernels.cuh"
+#include "../sample_spread.cuh"
 #include "../sum_tree_kernels.cuh"
 #include "../region_update.cuh"
 #include "../cluster_claims.cuh"

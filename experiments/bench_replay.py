@@ -39,6 +39,7 @@ import functools
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -140,6 +141,17 @@ class Args:
     update still the backend's own call, beside ``drlhet-cuda`` alternating in every repeat (an
     A/B in one process; sample-only scans measured cuda-plain's sample 1.04-1.10x the own
     call's at B 4096 on an H100). Rows record it (``cuda_own_sample``)."""
+    cuda_spread_min_batch: int | None = None
+    """``drlhet.backends.cuda.SPREAD_MIN_BATCH`` for this run (None: the library's): from it the
+    cuda sample call is one cooperative launch spread over the GPU."""
+    cuda_spread_threads: int | None = None
+    """``drlhet.backends.cuda.SPREAD_THREADS`` for this run (None: the library's)."""
+    cuda_spread_ab: tuple[int, ...] = ()
+    """Also time ``drlhet-cuda-spreadT`` for each T given: the cuda backend's sample call spread
+    over the GPU in blocks of T threads (``SPREAD_MIN_BATCH`` 1, ``SPREAD_THREADS`` T), beside
+    ``drlhet-cuda`` alternating in every repeat (an A/B in one process; with
+    ``--cuda-find-ab``, the sample around ``find`` too). Rows record it
+    (``cuda_spread_min_batch``, ``cuda_spread_threads``)."""
     cuda_key_targets: bool = True
     """Let the cuda backend draw the sample's targets inside its sample call from the key
     (``TreeOps.weigh_key``, where it reproduces jax's draw); ``--no-cuda-key-targets``: the
@@ -208,6 +220,11 @@ def refused(args: Args) -> str:
         return f"--unroll must be >= 1, got {args.unroll}"
     if not args.ops or not args.modes:
         return "--ops and --modes each name at least one"
+    threads = [*args.cuda_spread_ab]
+    if args.cuda_spread_threads is not None:
+        threads.append(args.cuda_spread_threads)
+    if bad := [t for t in threads if not (32 <= t <= 1024 and t % 32 == 0)]:
+        return f"--cuda-spread-ab / --cuda-spread-threads take whole warps, 32 to 1024, got {bad}"
     if args.out.is_dir():
         return f"--out {args.out} is a folder; name the JSON file to write"
     return ""
@@ -493,6 +510,12 @@ def main(args: Args) -> list[dict]:
         from drlhet.backends import cuda
 
         cuda.OWN_SAMPLE_MAX_BATCH = args.cuda_own_sample_max_batch
+    for option, name in (("cuda_spread_min_batch", "SPREAD_MIN_BATCH"),
+                         ("cuda_spread_threads", "SPREAD_THREADS")):  # fmt: skip
+        if getattr(args, option) is not None:
+            from drlhet.backends import cuda
+
+            setattr(cuda, name, getattr(args, option))
     backends: list[str] = []
     for name in args.backends:
         try:
@@ -590,6 +613,12 @@ def main(args: Args) -> list[dict]:
             impls["drlhet-cuda-find"] = drlhet_ops(
                 capacity, batch, k, steps_of["drlhet-cuda"], "cuda", own_sample=False
             )
+        for threads in args.cuda_spread_ab if "drlhet-cuda" in impls else ():
+            steps_of[f"drlhet-cuda-spread{threads}"] = steps_of["drlhet-cuda"]
+            impls[f"drlhet-cuda-spread{threads}"] = with_cuda(
+                drlhet_ops(capacity, batch, k, steps_of["drlhet-cuda"], "cuda"),
+                SPREAD_MIN_BATCH=1, SPREAD_THREADS=threads,
+            )  # fmt: skip
         if "native" in backends and args.thread_scaling:
             impls["drlhet-native-1t"] = with_threads(
                 drlhet_ops(capacity, batch, k, steps, "native"), 1
@@ -643,7 +672,7 @@ def main(args: Args) -> list[dict]:
         def cuda_path(impl: str, batch: int) -> dict:
             """The update-path settings a cuda row ran with (None for other backends)."""
             names = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "REGION_MAX_BATCH",
-                     "SHARED_CLAIMS")  # fmt: skip
+                     "SHARED_CLAIMS", "SPREAD_MIN_BATCH", "SPREAD_THREADS")  # fmt: skip
             if not impl.startswith("drlhet-cuda"):
                 return {f"cuda_{n.lower()}": None for n in names} | {
                     "cuda_key_targets": None, "cuda_shared_top": None, "cuda_own_sample": None
@@ -651,12 +680,15 @@ def main(args: Args) -> list[dict]:
             from drlhet.backends import cuda
 
             # the sample call (weigh) is the backend's
-            own_sample = impl == "drlhet-cuda" or impl == "drlhet-cuda-claims"
+            spread = re.fullmatch(r"drlhet-cuda-spread(\d+)", impl)
+            own_sample = impl in ("drlhet-cuda", "drlhet-cuda-claims") or spread is not None
             own_sample = own_sample and args.cuda_own_sample and batch <= cuda.OWN_SAMPLE_MAX_BATCH
             key_targets = args.cuda_key_targets and cuda.KEY_TARGETS and own_sample
             shared_top = bool(cuda.SHARED_TOP) and own_sample
-            claims = {"cuda_shared_claims": 1} if impl == "drlhet-cuda-claims" else {}
-            return {f"cuda_{n.lower()}": int(getattr(cuda, n)) for n in names} | claims | {
+            arm = {"cuda_shared_claims": 1} if impl == "drlhet-cuda-claims" else {}
+            if spread is not None:
+                arm = {"cuda_spread_min_batch": 1, "cuda_spread_threads": int(spread[1])}
+            return {f"cuda_{n.lower()}": int(getattr(cuda, n)) for n in names} | arm | {
                 "cuda_key_targets": key_targets, "cuda_shared_top": shared_top,
                 "cuda_own_sample": own_sample,
             }  # fmt: skip
@@ -757,7 +789,7 @@ def peer_failure(name: str, capacity: int, batch: int):
 
 def backend_of(impl: str) -> str:
     """The drlhet backend of a row's implementation (``drlhet-cuda-plain`` -> ``cuda``)."""
-    name = impl.removeprefix("drlhet-")
+    name = re.sub(r"-spread\d+$", "", impl.removeprefix("drlhet-"))
     for variant in ("-1t", "-plain", "-claims", "-find"):
         name = name.removesuffix(variant)
     return name
@@ -832,10 +864,12 @@ def print_ratios(rows: list[dict], capacity: int, batch: int, k: int, depth: int
         a, b = rate("drlhet-cuda-claims", op, "fused"), rate("drlhet-cuda", op, "fused")
         if a and b and "drlhet-cuda" in names:
             print(f"{op}: drlhet-cuda-claims fused / drlhet-cuda fused = {a / b:.2f}x")
-    for op in ("sample", "step"):  # the A/B of --cuda-find-ab, in one run
-        a, b = rate("drlhet-cuda-find", op, "fused"), rate("drlhet-cuda", op, "fused")
-        if a and b and "drlhet-cuda" in names:
-            print(f"{op}: drlhet-cuda-find fused / drlhet-cuda fused = {a / b:.2f}x")
+    arms = ["drlhet-cuda-find", *(n for n in names if re.fullmatch(r"drlhet-cuda-spread\d+", n))]
+    for arm in arms:  # the A/Bs of --cuda-find-ab and --cuda-spread-ab, in one run
+        for op in ("sample", "step"):
+            a, b = rate(arm, op, "fused"), rate("drlhet-cuda", op, "fused")
+            if a and b and "drlhet-cuda" in names:
+                print(f"{op}: {arm} fused / drlhet-cuda fused = {a / b:.2f}x")
     if nat and one:
         print(f"step: drlhet-native all threads / 1 thread = {nat / one:.2f}x")
     limit = next((r for r in rows if r["impl"] == "machine-limit"), None)

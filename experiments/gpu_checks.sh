@@ -92,14 +92,26 @@
 #             B FIND_BATCHES (default 2048 4096), jax too, the paths in force (rows to
 #             $OUT/find.json; not in the default list; about 60 s); pick then sets
 #             CUDA_OWN_SAMPLE_MAX_BATCH below the batches where drlhet-cuda-find's step wins.
+#   spread    the sample call spread over the GPU in one cooperative launch
+#             (kernels/cuda/sample_spread.cuh; drlhet.backends.cuda.SPREAD_MIN_BATCH, off until
+#             measured) against cuda's own call as the paths in force take it and the sample
+#             around find, in one run (bench_replay --cuda-spread-ab SPREAD_AB_THREADS, default
+#             "64 128 256" threads a block, and --cuda-find-ab: drlhet-cuda-spreadT and
+#             drlhet-cuda-find beside drlhet-cuda, alternating in each of SPREAD_REPEATS,
+#             default 7, repeats), the sample and step at 2^20 leaves, K 16, B SPREAD_BATCHES
+#             (default 2048 4096), jax too (rows to $OUT/spread.json; not in the default list;
+#             about 90 s). Its GPU tests run apart (stage tests_spread, marked cuda_spread); a
+#             failure there skips this stage. pick then sets CUDA_SPREAD_MIN_BATCH and
+#             CUDA_SPREAD_THREADS where a spread wins, and CUDA_OWN_SAMPLE_MAX_BATCH against
+#             the own call so picked. After a kernel change: build tests spread pick quick
 #   top       the sample's descents through a copy of the tree's top levels in each block's
 #             shared memory (drlhet.backends.cuda.SHARED_TOP, the default) against every level
 #             from global memory (--no-cuda-shared-top): the sample and step of cuda at 2^20
 #             leaves, K 16, B TOP_BATCHES (default 256 1024 4096 16384 65536), with the path
 #             thresholds in force (rows to $OUT/top_on.json, $OUT/top_off.json; not in the
 #             default list; about 40 s)
-#   pick      the path thresholds from the rows of the cluster, narrow, top, region, claims and
-#             find stages
+#   pick      the path thresholds from the rows of the cluster, narrow, top, region, claims,
+#             find and spread stages
 #             (experiments/pick_cuda_paths.py: $OUT/cuda_paths.json, the evidence, and
 #             $OUT/cuda_paths.env); the stages after it run with them (not in the default list;
 #             skipped when the tests stage of the same run failed in a way that no setting
@@ -169,7 +181,9 @@
 # by hand or by the tests stage's triage) turns off drlhet.backends.cuda.KEY_TARGETS there too
 # (the targets stage still times both ways). CUDA_OWN_SAMPLE_MAX_BATCH sets
 # drlhet.backends.cuda.OWN_SAMPLE_MAX_BATCH the same way (above it the sample is XLA's code
-# around cuda's find; by hand, after the find stage: e.g. 1024 where find wins at 2048 and up).
+# around cuda's find; by hand, after the find stage: e.g. 1024 where find wins at 2048 and up);
+# CUDA_SPREAD_MIN_BATCH and CUDA_SPREAD_THREADS, drlhet.backends.cuda.SPREAD_MIN_BATCH and
+# SPREAD_THREADS (set by the pick stage from the spread stage's rows).
 # DEADLINE_S (seconds from the start) caps every stage's limit so the whole run ends in time,
 # and skips a stage that would get under 15 s: the device time of a lent machine is counted.
 # Usage: OUT=results/raw/gpu experiments/gpu_checks.sh [stage ...]
@@ -207,6 +221,14 @@ paths() {  # PATH_FLAGS for bench_replay.py and RUN for the other commands, from
     PATH_FLAGS+=" --cuda-own-sample-max-batch $CUDA_OWN_SAMPLE_MAX_BATCH"
     wrap+=" --own-sample-max-batch $CUDA_OWN_SAMPLE_MAX_BATCH"
   fi
+  if [ -n "${CUDA_SPREAD_MIN_BATCH:-}" ]; then
+    PATH_FLAGS+=" --cuda-spread-min-batch $CUDA_SPREAD_MIN_BATCH"
+    wrap+=" --spread-min-batch $CUDA_SPREAD_MIN_BATCH"
+  fi
+  if [ -n "${CUDA_SPREAD_THREADS:-}" ]; then
+    PATH_FLAGS+=" --cuda-spread-threads $CUDA_SPREAD_THREADS"
+    wrap+=" --spread-threads $CUDA_SPREAD_THREADS"
+  fi
   if [ "${CUDA_SHARED_TOP:-1}" = 0 ]; then
     PATH_FLAGS+=" --no-cuda-shared-top"
     wrap+=" --no-shared-top"
@@ -238,9 +260,9 @@ if $PY -c "import pytest_timeout" 2>/dev/null; then
   TIMEOUT_FLAGS="--timeout ${TEST_TIMEOUT:-60} --timeout-method thread"
 fi
 
-apart_tests() {  # apart_tests cluster|region|claims: that path's GPU tests (marked
+apart_tests() {  # apart_tests cluster|region|claims|spread: that path's GPU tests (marked
   # cuda_<path>), after the others, in a stage of their own (tests_<path>). Only the cluster,
-  # region and claims kernels
+  # region, claims and spread kernels
   # wait on other blocks, so a hang is theirs; apart, it costs this stage's limit (with
   # pytest-timeout: a worker killed after TEST_TIMEOUT, its case an error, the other cases still
   # run: --dist load, as loadfile reruns a crashed case), not the other tests. Any failure, a
@@ -264,6 +286,7 @@ apart_tests() {  # apart_tests cluster|region|claims: that path's GPU tests (mar
       "later stages"
     printf -v "$no" 1
     printf -v "CUDA_${upper}_MAX_BATCH" 0
+    [ "$path" = spread ] && unset CUDA_SPREAD_MIN_BATCH  # the library's: never
   fi
   return 0
 }
@@ -295,12 +318,12 @@ for s in "${stages[@]}"; do
         -Ccmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH" -Cbuild-dir=build/gpu ;;
     tests)
       rm -f "$OUT/tests.xml" "$OUT/tests_cluster.xml" "$OUT/tests_region.xml" \
-        "$OUT/tests_claims.xml"
+        "$OUT/tests_claims.xml" "$OUT/tests_spread.xml"
       # test by test over 8 workers: by file, one worker held test_cuda_buffer.py's 104 cases
       # (of 191) while another idled (189 cases in 170 s with 4 workers, fifth H100 session)
       stage tests 300 $PY -m pytest -q -p no:cacheprovider -rfEs --tb=short -n "${TEST_WORKERS:-8}" \
         --dist "${TEST_DIST:-load}" --junitxml "$OUT/tests.xml" $GPU_TESTS -k "$GPU_K" \
-        -m "not slow and not cuda_cluster and not cuda_region and not cuda_claims"
+        -m "not slow and not cuda_cluster and not cuda_region and not cuda_claims and not cuda_spread"
       if [ "${STAGE_RC[tests]:-0}" != 0 ]; then  # turn off what failed, for the later stages
         $PY experiments/triage_gpu_tests.py --junit "$OUT/tests.xml" --env-out "$OUT/triage.env" \
           --out "$OUT/triage.json" --rerun-out "$OUT/rerun.txt" 2>&1 | tee "$OUT/triage.log"
@@ -333,6 +356,7 @@ for s in "${stages[@]}"; do
       apart_tests cluster
       apart_tests region
       apart_tests claims
+      apart_tests spread
       paths
       echo "== the later stages run with:$PATH_FLAGS" ;;
     quick)
@@ -431,6 +455,16 @@ for s in "${stages[@]}"; do
         --batches ${FIND_BATCHES:-2048 4096} --branchings 16 --backends cuda jax \
         --ops sample step --modes fused --no-peers --no-plain --no-thread-scaling --no-limits \
         --repeats "${FIND_REPEATS:-7}" $PATH_FLAGS --cuda-find-ab --out "$OUT/find.json" ;;
+    spread)  # the sample spread over the GPU against cuda's own call and around find, one run
+      if [ "${TRIAGE_NO_SPREAD:-0}" = 1 ]; then
+        echo "== spread: skipped, the spread sample failed the tests stage (tests_spread.log)"
+        continue
+      fi
+      stage spread 180 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
+        --batches ${SPREAD_BATCHES:-2048 4096} --branchings 16 --backends cuda jax \
+        --ops sample step --modes fused --no-peers --no-plain --no-thread-scaling --no-limits \
+        --repeats "${SPREAD_REPEATS:-7}" $PATH_FLAGS --cuda-find-ab \
+        --cuda-spread-ab ${SPREAD_AB_THREADS:-64 128 256} --out "$OUT/spread.json" ;;
     top)  # the sample's descents through a copy of the top levels in shared memory, or not
       if [ "${TRIAGE_NO_TOP:-0}" = 1 ]; then
         echo "== top: skipped, the copy failed the tests stage (triage.log)"
@@ -453,9 +487,10 @@ for s in "${stages[@]}"; do
         continue
       fi
       files=$(ls "$OUT"/cluster_*.json "$OUT"/narrow_*.json "$OUT"/top_*.json \
-        "$OUT"/region_*.json "$OUT"/claims.json "$OUT"/find.json 2>/dev/null)
-      [ -z "$files" ] && { echo "== pick: skipped, no cluster, narrow, top, region, claims" \
-        "or find rows in $OUT"; continue; }
+        "$OUT"/region_*.json "$OUT"/claims.json "$OUT"/find.json "$OUT"/spread.json \
+        2>/dev/null)
+      [ -z "$files" ] && { echo "== pick: skipped, no cluster, narrow, top, region, claims," \
+        "find or spread rows in $OUT"; continue; }
       stage pick 30 $PY experiments/pick_cuda_paths.py --rows $files \
         --out "$OUT/cuda_paths.json" --env-out "$OUT/cuda_paths.env"
       if [ -f "$OUT/cuda_paths.env" ]; then
@@ -464,6 +499,7 @@ for s in "${stages[@]}"; do
         [ "${TRIAGE_NO_TOP:-0}" = 1 ] && CUDA_SHARED_TOP=0
         [ "${TRIAGE_NO_REGION:-0}" = 1 ] && CUDA_REGION_MAX_BATCH=0
         [ "${TRIAGE_NO_CLAIMS:-0}" = 1 ] && CUDA_SHARED_CLAIMS=0
+        [ "${TRIAGE_NO_SPREAD:-0}" = 1 ] && unset CUDA_SPREAD_MIN_BATCH
         paths
         echo "== the later stages run with:$PATH_FLAGS"
       fi ;;

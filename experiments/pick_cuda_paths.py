@@ -30,18 +30,27 @@ the step with the cluster path off (``CLUSTER_SWEEP`` 0) and on, ``narrow`` with
   cuda's own call; ``gpu_checks.sh find`` times the step both ways in one run, the rows as
   ``drlhet-cuda-find``): one below the smallest measured batch from which the sample around
   ``find`` wins by ``margin`` at every measured batch; where it wins nowhere, the current value.
+  It compares the sample around ``find`` with the own call the other picks leave (spread or
+  not).
+- ``SPREAD_MIN_BATCH`` and ``SPREAD_THREADS`` (from that batch the sample call is one
+  cooperative launch spread over the GPU in blocks of that many threads; ``gpu_checks.sh
+  spread`` times the step with each ``SPREAD_AB_THREADS`` value beside the own call's path
+  without it, in one run, the rows as ``drlhet-cuda-spreadT``): the threads of the best
+  geometric mean over the measured batches, and the smallest measured batch from which they
+  win by ``margin`` at every measured batch; where they win nowhere, the current values.
 
 Where the rows cannot decide, the current value stays, and the reason is printed. The choice is
 *measured* (on the GPU that wrote the rows), for those shapes only (capacity, K). It prints the
 evidence, writes it as JSON, and writes ``CUDA_CLUSTER_MAX_BATCH=...``,
 ``CUDA_NARROW_MAX_NODES=...``, ``CUDA_REGION_MAX_BATCH=...``, ``CUDA_SHARED_TOP=0|1`` and
-``CUDA_SHARED_CLAIMS=0|1``, ``CUDA_OWN_SAMPLE_MAX_BATCH=...`` lines
+``CUDA_SHARED_CLAIMS=0|1``, ``CUDA_OWN_SAMPLE_MAX_BATCH=...``, ``CUDA_SPREAD_MIN_BATCH=...``
+and ``CUDA_SPREAD_THREADS=...`` lines
 for ``gpu_checks.sh`` to read before its later stages (``experiments/with_cuda_paths.py`` runs a
 command with them). The current values are the library's unless given.
 
 Usage:
   python experiments/pick_cuda_paths.py --rows cluster_*.json narrow_*.json top_*.json \\
-      region_*.json claims.json find.json \\
+      region_*.json claims.json find.json spread.json \\
       --env-out cuda_paths.env --out cuda_paths.json
 """
 
@@ -50,6 +59,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -82,6 +93,12 @@ class Args:
     own_sample_max_batch: int | None = None
     """The current ``OWN_SAMPLE_MAX_BATCH`` (None: the library's), kept where the rows cannot
     decide."""
+    spread_min_batch: int | None = None
+    """The current ``SPREAD_MIN_BATCH`` (None: the library's), kept where the rows cannot
+    decide."""
+    spread_threads: int | None = None
+    """The current ``SPREAD_THREADS`` (None: the library's), kept where the rows cannot
+    decide."""
     margin: float = 1.03
     """How much faster (step items/s) a change must be than what it replaces."""
     out: Path = Path("cuda_paths.json")
@@ -101,6 +118,7 @@ class Step:
     region: int = 0  # REGION_MAX_BATCH (rows from before it: 0, the path did not exist)
     claims: bool = False  # SHARED_CLAIMS (rows from before it: False)
     own: bool | None = None  # the sample was cuda's own call (rows from before it: None)
+    spread: int = 0  # the spread sample's threads a block where it took the batch, else 0
 
 
 def load(paths: tuple[Path, ...]) -> list[dict]:
@@ -127,14 +145,24 @@ def cuda_steps(rows: list[dict], capacity: int, branching: int) -> list[Step]:
     return [
         Step(r["batch"], int(r[block]), int(r[narrow]), int(r[cluster]), float(r["items_per_s"]),
              r.get("cuda_shared_top"), int(r.get("cuda_region_max_batch") or 0),
-             bool(r.get("cuda_shared_claims")), r.get("cuda_own_sample"))
+             bool(r.get("cuda_shared_claims")), r.get("cuda_own_sample"), _spread_of(r))
         for r in rows
-        if r.get("impl") in ("drlhet-cuda", "drlhet-cuda-claims", "drlhet-cuda-find")
+        if (r.get("impl") in ("drlhet-cuda", "drlhet-cuda-claims", "drlhet-cuda-find")
+            or re.fullmatch(r"drlhet-cuda-spread\d+", str(r.get("impl"))))
         and r.get("op") == "step"
         and r.get("mode") == "fused"
         and r.get("capacity") == capacity and r.get("branching") == branching
         and all(r.get(k) is not None for k in keys)
     ]  # fmt: skip
+
+
+def _spread_of(row: dict) -> int:
+    """The spread sample's threads a block where it took the row's batch (its own call, the
+    batch at least ``cuda_spread_min_batch``), else 0 (rows from before it: 0)."""
+    least, threads = row.get("cuda_spread_min_batch"), row.get("cuda_spread_threads")
+    if least is None or threads is None or row.get("cuda_own_sample") is False:
+        return 0
+    return int(threads) if row["batch"] >= int(least) else 0
 
 
 def _mean(values: list[float]) -> float | None:
@@ -289,15 +317,57 @@ def pick_own_sample(steps: list[Step], args: Args) -> tuple[int, list[dict], str
                                  "wins": find >= args.margin * own})  # fmt: skip
     if not evidence:
         return args.own_sample_max_batch, evidence, "no batch measured both ways"
-    first = None  # the smallest batch from which the sample around find wins at every batch
-    for e in reversed(evidence):
-        if not e["wins"]:
-            break
-        first = e["batch"]
+    first = _first_of_unbroken_wins(evidence)  # from it the sample around find wins
     if first is None:
         why = f"the sample around find does not win by >= {args.margin}x at the largest batch"
         return args.own_sample_max_batch, evidence, why
     return first - 1, evidence, f"the sample around find wins by >= {args.margin}x from B {first}"
+
+
+def _first_of_unbroken_wins(evidence: list[dict]) -> int | None:
+    """The smallest batch from which every larger measured batch wins (``evidence`` by batch,
+    each with ``wins``), or None where the largest does not."""
+    first = None
+    for e in reversed(evidence):
+        if not e["wins"]:
+            break
+        first = e["batch"]
+    return first
+
+
+def pick_spread(steps: list[Step], args: Args) -> tuple[int, int, list[dict], str]:
+    """``SPREAD_MIN_BATCH`` and ``SPREAD_THREADS``, the evidence per batch and threads (the same
+    thresholds, cuda's own sample call spread or not), and why."""
+    evidence: list[dict] = []
+    for batch in sorted({s.batch for s in steps}):
+        for paths in sorted({(s.block, s.narrow, s.cluster) for s in steps if s.batch == batch}):
+            same = [
+                s for s in steps
+                if s.batch == batch and (s.block, s.narrow, s.cluster) == paths and s.own
+            ]  # fmt: skip
+            own = _mean([s.rate for s in same if s.spread == 0])
+            for threads in sorted({s.spread for s in same} - {0}):
+                spread = _mean([s.rate for s in same if s.spread == threads])
+                if own is not None and spread is not None:
+                    evidence.append({"batch": batch, "paths": list(paths), "threads": threads,
+                                     "own_items_per_s": own, "spread_items_per_s": spread,
+                                     "ratio": spread / own,
+                                     "wins": spread >= args.margin * own})  # fmt: skip
+    current = (args.spread_min_batch, args.spread_threads)
+    if not evidence:
+        return *current, evidence, "no batch measured with the spread sample and without"
+    gmeans = {
+        t: math.exp(statistics.fmean(math.log(e["ratio"]) for e in evidence if e["threads"] == t))
+        for t in {e["threads"] for e in evidence}
+    }
+    threads = max(gmeans, key=lambda t: gmeans[t])
+    first = _first_of_unbroken_wins([e for e in evidence if e["threads"] == threads])
+    if first is None:
+        why = f"the best spread ({threads} threads a block, geometric mean {gmeans[threads]:.3f})"
+        return *current, evidence, f"{why} does not win by >= {args.margin}x at the largest batch"
+    return first, threads, evidence, (
+        f"the spread sample in blocks of {threads} wins by >= {args.margin}x from B {first}"
+    )  # fmt: skip
 
 
 def library_defaults(args: Args) -> Args:
@@ -325,6 +395,10 @@ def library_defaults(args: Args) -> Args:
             if args.own_sample_max_batch is None
             else args.own_sample_max_batch
         ),
+        spread_min_batch=(
+            cuda.SPREAD_MIN_BATCH if args.spread_min_batch is None else args.spread_min_batch
+        ),
+        spread_threads=cuda.SPREAD_THREADS if args.spread_threads is None else args.spread_threads,
     )
 
 
@@ -336,8 +410,14 @@ def main(args: Args) -> dict:
         sys.exit(f"error: {err}")
     if not steps:
         sys.exit(f"error: no fused cuda step rows at capacity {args.capacity}, K {args.branching}")
-    own, own_evidence, own_why = pick_own_sample(steps, args)
-    steps = [s for s in steps if s.own is not False]  # the other picks: cuda's own sample
+    least, threads, spread_evidence, spread_why = pick_spread(steps, args)
+    # the sample around find against the own call as picked: spread from `least`, or not
+    as_picked = [s for s in steps if s.spread == (threads if s.batch >= least else 0)]
+    own, own_evidence, own_why = pick_own_sample(
+        [s for s in steps if s.own is False] + [s for s in as_picked if s.own is not False], args
+    )
+    # the other picks: cuda's own sample call, not spread
+    steps = [s for s in steps if s.own is not False and s.spread == 0]
     claims, claims_evidence, claims_why = pick_claims(steps, args)
     steps = [s for s in steps if s.claims == bool(args.shared_claims)]
     top, top_evidence, top_why = pick_top(steps, args)
@@ -374,6 +454,11 @@ def main(args: Args) -> dict:
         print(f"B {e['batch']:6d}: sample around find {e['find_items_per_s'] / 1e6:9.1f}M vs "
               f"own call {e['own_items_per_s'] / 1e6:9.1f}M = {e['ratio']:.2f}x")  # fmt: skip
     print(f"OWN_SAMPLE_MAX_BATCH = {own} ({own_why})")
+    for e in spread_evidence:
+        print(f"B {e['batch']:6d}: spread, {e['threads']:4d} threads a block "
+              f"{e['spread_items_per_s'] / 1e6:9.1f}M vs {e['own_items_per_s'] / 1e6:9.1f}M = "
+              f"{e['ratio']:.2f}x")  # fmt: skip
+    print(f"SPREAD_MIN_BATCH = {least}, SPREAD_THREADS = {threads} ({spread_why})")
     result = {
         "cluster_max_batch": cluster, "cluster_why": cluster_why,
         "cluster_evidence": cluster_evidence,
@@ -385,6 +470,8 @@ def main(args: Args) -> dict:
         "shared_claims_evidence": claims_evidence,
         "own_sample_max_batch": own, "own_sample_why": own_why,
         "own_sample_evidence": own_evidence,
+        "spread_min_batch": least, "spread_threads": threads, "spread_why": spread_why,
+        "spread_evidence": spread_evidence,
         "capacity": args.capacity, "branching": args.branching, "margin": args.margin,
         "measured": "picked from the rows' items/s, measured where they were written",
     }  # fmt: skip
@@ -395,6 +482,7 @@ def main(args: Args) -> dict:
             f"CUDA_CLUSTER_MAX_BATCH={cluster}\nCUDA_NARROW_MAX_NODES={narrow}\n"
             f"CUDA_SHARED_TOP={int(top)}\nCUDA_REGION_MAX_BATCH={region}\n"
             f"CUDA_SHARED_CLAIMS={int(claims)}\nCUDA_OWN_SAMPLE_MAX_BATCH={own}\n"
+            f"CUDA_SPREAD_MIN_BATCH={least}\nCUDA_SPREAD_THREADS={threads}\n"
         )
     return result
 

@@ -1,7 +1,7 @@
 """Runs a Python module or script with the CUDA backend's path thresholds set.
 
 ``drlhet.backends.cuda`` reads ``BLOCK_MAX_BATCH``, ``CLUSTER_MAX_BATCH``, ``REGION_MAX_BATCH``,
-``OWN_SAMPLE_MAX_BATCH``,
+``OWN_SAMPLE_MAX_BATCH``, ``SPREAD_MIN_BATCH``, ``SPREAD_THREADS``,
 ``NARROW_MAX_NODES``, ``KEY_TARGETS``, ``SHARED_TOP`` and ``SHARED_CLAIMS`` when a program is
 traced; ``bench_replay.py`` has flags for them, the other commands do not. This wrapper sets them,
 then runs the command in the same process, so that ``experiments/gpu_checks.sh`` can train and
@@ -32,6 +32,8 @@ NAMES = (
     "narrow_max_nodes",
     "region_max_batch",
     "own_sample_max_batch",
+    "spread_min_batch",
+    "spread_threads",
 )
 
 
@@ -48,6 +50,11 @@ class Args:
     own_sample_max_batch: int | None = None
     """``drlhet.backends.cuda.OWN_SAMPLE_MAX_BATCH`` (None: the library's): above it the sample
     is the buffer's XLA code around cuda's ``find``."""
+    spread_min_batch: int | None = None
+    """``drlhet.backends.cuda.SPREAD_MIN_BATCH`` (None: the library's): from it the sample call
+    is one cooperative launch spread over the GPU."""
+    spread_threads: int | None = None
+    """``drlhet.backends.cuda.SPREAD_THREADS`` (None: the library's): whole warps, 32 to 1024."""
     no_key_targets: bool = False
     """Turn ``drlhet.backends.cuda.KEY_TARGETS`` off: XLA draws the sample's targets (without
     the flag: the library's setting)."""
@@ -67,6 +74,9 @@ def apply(args: Args) -> dict[str, int]:
         value = getattr(args, name)
         if value is not None and value < 0:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
+    threads = args.spread_threads
+    if threads is not None and not (32 <= threads <= 1024 and threads % 32 == 0):
+        raise ValueError(f"--spread-threads must be whole warps, 32 to 1024, got {threads}")
     from drlhet.backends import cuda
 
     for name in NAMES:

@@ -39,7 +39,8 @@ def write(tmp_path, name, rows):
 # the current values these tests pick against (the library's are read where none is given)
 CURRENT = {"block_max_batch": 1024, "cluster_max_batch": 0, "narrow_max_nodes": 4096,
            "shared_top": True, "region_max_batch": 0, "shared_claims": False,
-           "own_sample_max_batch": 1 << 62}  # fmt: skip
+           "own_sample_max_batch": 1 << 62, "spread_min_batch": 1 << 62,
+           "spread_threads": 128}  # fmt: skip
 
 
 def pick(experiments, tmp_path, files, **kw):
@@ -229,6 +230,53 @@ def test_the_own_sample_limit_stops_below_where_the_sample_around_find_wins(
     assert result["cluster_max_batch"] == CURRENT["cluster_max_batch"]
 
 
+def spread_rows(tmp_path, own: dict, arms: dict, find: dict | None = None):
+    """The `spread` stage's file: cuda's own sample call, each spread arm (threads: rates by
+    batch) and, where given, the sample around find, per batch (the cluster path on)."""
+    never = {"cuda_own_sample": True, "cuda_spread_min_batch": 1 << 62, "cuda_spread_threads": 128}
+    rows = [row(b, r, cluster=4096) | never for b, r in own.items()]
+    for threads, rates in arms.items():
+        rows += [row(b, r, cluster=4096, impl=f"drlhet-cuda-spread{threads}") | never
+                 | {"cuda_spread_min_batch": 1, "cuda_spread_threads": threads}
+                 for b, r in rates.items()]  # fmt: skip
+    rows += [row(b, r, cluster=4096, impl="drlhet-cuda-find") | never | {"cuda_own_sample": False}
+             for b, r in (find or {}).items()]  # fmt: skip
+    return write(tmp_path, "spread.json", rows)
+
+
+@pytest.mark.parametrize(
+    "arms, least, threads, why",
+    [
+        ({64: {2048: 80e6, 4096: 150e6}, 128: {2048: 75e6, 4096: 140e6}}, 2048, 64, "from B 2048"),
+        ({128: {2048: 70e6, 4096: 140e6}}, 4096, 128, "blocks of 128 wins by >= 1.03x from B 4096"),
+        ({256: {2048: 80e6, 4096: 121e6}}, 1 << 62, 128, "does not win by >= 1.03x at the largest"),
+    ],
+)
+def test_the_spread_sample_is_picked_from_the_batch_where_its_best_threads_win(
+    experiments, tmp_path, arms, least, threads, why
+):
+    files = [spread_rows(tmp_path, {2048: 70e6, 4096: 120e6}, arms)]
+    result, env = pick(experiments, tmp_path, files)
+    assert (result["spread_min_batch"], result["spread_threads"]) == (least, threads)
+    assert why in result["spread_why"]
+    assert f"CUDA_SPREAD_MIN_BATCH={least}\nCUDA_SPREAD_THREADS={threads}\n" in env
+    assert {e["threads"] for e in result["spread_evidence"]} == set(arms)
+    # the other picks see cuda's own sample call without the spread only
+    assert result["cluster_max_batch"] == CURRENT["cluster_max_batch"]
+
+
+def test_the_sample_around_find_is_weighed_against_the_own_call_as_picked(experiments, tmp_path):
+    # find beats the cluster sample at 4096 (1.08x), but not the spread one picked there
+    arms = {128: {2048: 70e6, 4096: 140e6}}
+    files = [spread_rows(tmp_path, {2048: 70e6, 4096: 120e6}, arms, {2048: 60e6, 4096: 130e6})]
+    result, env = pick(experiments, tmp_path, files)
+    assert result["spread_min_batch"] == 4096
+    assert result["own_sample_max_batch"] == 1 << 62
+    assert [e["own_items_per_s"] for e in result["own_sample_evidence"]] == [70e6, 140e6]
+    files = [spread_rows(tmp_path, {2048: 70e6, 4096: 120e6}, {}, {2048: 60e6, 4096: 130e6})]
+    assert pick(experiments, tmp_path, files)[0]["own_sample_max_batch"] == 4095
+
+
 def test_missing_or_foreign_rows_are_refused_with_one_line(experiments, tmp_path):
     picker = experiments[0]
     with pytest.raises(SystemExit, match="no rows file"):
@@ -254,12 +302,14 @@ def test_a_command_runs_with_the_thresholds_set_and_the_library_keeps_its_own(tm
     wrapper = [sys.executable, str(REPO / "experiments" / "with_cuda_paths.py")]
     out = subprocess.run(
         [*wrapper, "--cluster-max-batch", "16384", "--narrow-max-nodes", "0", "--no-key-targets",
-         "--no-shared-top", "--shared-claims", "--own-sample-max-batch", "1024", "--", script,
-         "x"],
+         "--no-shared-top", "--shared-claims", "--own-sample-max-batch", "1024",
+         "--spread-min-batch", "2048", "--spread-threads", "64", "--", script, "x"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert out.splitlines()[-1] == f"16384 0 {before[0]} False False True 1024 ['x']"
     assert "OWN_SAMPLE_MAX_BATCH 1024" in out.splitlines()[0]
+    assert "SPREAD_MIN_BATCH 2048" in out.splitlines()[0]
+    assert "SPREAD_THREADS 64" in out.splitlines()[0]
     assert "SHARED_CLAIMS 1" in out.splitlines()[0]
     assert "KEY_TARGETS 0" in out.splitlines()[0] and "SHARED_TOP 0" in out.splitlines()[0]
     assert "CLUSTER_MAX_BATCH 16384" in out.splitlines()[0]
@@ -280,6 +330,10 @@ def test_a_command_runs_with_the_thresholds_set_and_the_library_keeps_its_own(tm
         (["--cluster-max-batch", "8"], "give the command after `--` (-m MODULE ... or SCRIPT ...)"),
         (["--cluster-max-batch", "-1", "--", "x.py"], "--cluster-max-batch must be >= 0, got -1"),
         (["--", "-m"], "-m needs a module name"),
+        (
+            ["--spread-threads", "48", "--", "x.py"],
+            "--spread-threads must be whole warps, 32 to 1024, got 48",
+        ),
     ],
 )
 def test_the_wrapper_refuses_bad_input_with_one_line(experiments, argv, message, capsys):

@@ -55,6 +55,11 @@ def test_the_top_copy_gives_the_bits_of_descents_that_read_the_tree():
 
 def test_scan_of_sample_and_update_equals_jax():
     assert {other_ok}
+
+@pytest.mark.cuda_spread
+@pytest.mark.parametrize("where", ["gpu", "emulated cpu"])
+def test_the_sample_spread_over_the_grid_equals_the_buffers_code(where):
+    assert {spread_ok}
 """
 
 
@@ -64,7 +69,7 @@ def triage(monkeypatch):
     return importlib.import_module("triage_gpu_tests")
 
 
-PARTS = ("cluster", "key", "other", "top", "region", "claims")
+PARTS = ("cluster", "key", "other", "top", "region", "claims", "spread")
 """The stand-ins' parts, each passing unless its ``<part>_ok`` says otherwise."""
 
 
@@ -216,7 +221,8 @@ def run_checks(
     }  # fmt: skip
     for name in ("CUDA_CLUSTER_MAX_BATCH", "CUDA_NARROW_MAX_NODES", "CUDA_KEY_TARGETS",
                  "CUDA_REGION_MAX_BATCH", "CUDA_SHARED_CLAIMS",
-                 "CUDA_OWN_SAMPLE_MAX_BATCH"):  # fmt: skip
+                 "CUDA_OWN_SAMPLE_MAX_BATCH", "CUDA_SPREAD_MIN_BATCH",
+                 "CUDA_SPREAD_THREADS"):  # fmt: skip
         env.pop(name, None)
     for name in ("WHEELS", "QUICK_PEERS", "PYTEST_RC", "STAND_IN_XDIST", "STAND_IN_SLEEP"):
         env.pop(name, None)
@@ -256,7 +262,7 @@ def test_the_later_stages_run_without_the_parts_that_failed(tmp_path):
         for c in train
     )
     assert (
-        "pick: skipped, no cluster, narrow, top, region, claims or find rows" in out
+        "pick: skipped, no cluster, narrow, top, region, claims, find or spread rows" in out
     )  # not for a failure
 
 
@@ -312,7 +318,7 @@ def test_a_failure_that_passes_alone_without_the_failed_part_is_explained(tmp_pa
     assert len(rerun) == 1 and "::test_scan_of_sample_and_update_equals_jax" in rerun[0]
     assert "::test_the_sample_from_the_key" not in rerun[0]  # only the unexplained ones
     assert "0 failure(s) left unexplained after the rerun" in out
-    assert "pick: skipped, no cluster, narrow, top, region, claims or find rows" in out
+    assert "pick: skipped, no cluster, narrow, top, region, claims, find or spread rows" in out
 
 
 def test_a_failure_that_fails_again_alone_stays_unexplained(tmp_path):
@@ -445,6 +451,56 @@ def test_the_find_stage_is_an_ab_of_the_sample_in_one_run(tmp_path):
     (ab,) = [c for c in calls if "/find.json" in c]
     assert "--cuda-find-ab" in ab and "--backends cuda jax" in ab and "--ops sample step" in ab
     assert "--batches 4096 " in ab and "--repeats 7" in ab
+
+
+def test_the_spread_stage_is_an_ab_in_one_run_and_a_failing_spread_case_turns_it_off(tmp_path):
+    """`spread`: one bench_replay run with --cuda-spread-ab (three block sizes by default) and
+    --cuda-find-ab; the spread sample's GPU tests run apart (tests_spread), and a failure there
+    skips the stage and keeps the later stages off the spread path."""
+    out, calls = run_checks(tmp_path, ["tests", "spread"])
+    assert "== tests_spread: exit 0" in out
+    main = next(c for c in calls if "/tests.xml" in c)
+    assert "and not cuda_spread" in main
+    assert "not slow and cuda_spread" in next(c for c in calls if "tests_spread.xml" in c)
+    (ab,) = [c for c in calls if "/spread.json" in c]
+    assert "--cuda-spread-ab 64 128 256 " in ab and "--cuda-find-ab" in ab
+    assert "--ops sample step" in ab and "--batches 2048 4096 " in ab and "--repeats 7" in ab
+    again = tmp_path / "again"
+    again.mkdir()
+    env = {"CUDA_SPREAD_MIN_BATCH": "2048"}
+    out, calls = run_checks(again, ["tests", "spread", "quick"], extra_env=env, spread_ok=False)
+    assert "== tests_spread: 1; the spread path off" in out and "== spread: skipped" in out
+    assert not any("/spread.json" in c for c in calls)
+    assert "--cuda-spread-min-batch" not in next(c for c in calls if "bench_quick.json" in c)
+
+
+def test_pick_reads_the_spread_rows_and_the_later_stages_spread_the_sample_where_it_won(
+    tmp_path,
+):
+    """`pick` with only the spread stage's rows (written here as the stage would): where the
+    spread sample in blocks of 64 wins from B 2048, the later stages run with it."""
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    base = {"op": "step", "mode": "fused", "capacity": 2**20, "branching": 16,
+            "cuda_block_max_batch": 1024, "cuda_narrow_max_nodes": 1024,
+            "cuda_cluster_max_batch": 4096, "cuda_region_max_batch": 0, "cuda_shared_claims": 0,
+            "cuda_own_sample": True}  # fmt: skip
+    arms = {"drlhet-cuda": (1 << 62, 128, 120e6), "drlhet-cuda-spread64": (1, 64, 135e6)}
+    rows = [
+        base | {"impl": impl, "batch": b, "cuda_spread_min_batch": least,
+                "cuda_spread_threads": threads, "items_per_s": rate}
+        for b in (2048, 4096)
+        for impl, (least, threads, rate) in arms.items()
+    ]  # fmt: skip
+    (out_dir / "spread.json").write_text(json.dumps(rows))
+    out, calls = run_checks(tmp_path, ["pick", "quick", "train"])
+    assert "SPREAD_MIN_BATCH = 2048, SPREAD_THREADS = 64" in out
+    env = (out_dir / "cuda_paths.env").read_text()
+    assert "CUDA_SPREAD_MIN_BATCH=2048\nCUDA_SPREAD_THREADS=64\n" in env
+    quick = next(c for c in calls if "bench_quick.json" in c)
+    assert "--cuda-spread-min-batch 2048 --cuda-spread-threads 64" in quick
+    train = [c for c in calls if " train " in c]
+    assert train and all(" --spread-min-batch 2048 --spread-threads 64" in c for c in train)
 
 
 def test_the_own_sample_limit_reaches_the_benchmarks_and_the_wrapped_commands(tmp_path):

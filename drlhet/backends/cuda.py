@@ -9,9 +9,8 @@ its K children as the reference sums it: in one block per tree (one launch) for 
 `BLOCK_MAX_BATCH`, in one cluster of blocks per tree (one launch, GPUs of compute capability 9.0
 and up) for a batch of at most `REGION_MAX_BATCH` (each block a region of the tree) or
 `CLUSTER_MAX_BATCH` (the blocks over the whole batch, phase by phase), else one launch per phase
-and level over the whole batch. The buffer's sample is one call too (`weigh`), its targets drawn
-inside it from the sample's key where the kernels reproduce jax's draw bit for bit (`weigh_key`,
-`draws_like_jax`).
+and level over the whole batch. The buffer's sample is one call too (`weigh`; its targets drawn
+inside it where the kernels reproduce jax's draw bit for bit: `weigh_key`, `draws_like_jax`).
 Every handler is recorded into XLA's command buffers (CUDA graphs) with the rest of the step.
 ``update`` writes the tree in place (``input_output_aliases``; donate the buffer state) and never
 waits on the host: a batch with a bad index or priority is refused whole on the device, as the
@@ -25,8 +24,7 @@ speed; never a default nor a DSE candidate there), which is how the conformance 
 this module's calls (shapes, ``vmap``, aliasing, workspaces) on machines without a GPU.
 
 Lookup raises `BackendUnavailable` naming what is missing: with a GPU visible to JAX, the GPU
-library (no CUDA compiler at install); without one, the host emulation.
-"""
+library (no CUDA compiler at install); without one, the host emulation."""
 
 from __future__ import annotations
 
@@ -69,7 +67,7 @@ FFI_TARGETS = {
 FFI_SYMBOLS = tuple(FFI_TARGETS)
 EMU_SYMBOLS = {symbol: symbol.replace("DrlhetCuda", "DrlhetEmu") for symbol in FFI_SYMBOLS}
 """The host emulation's handlers (``libdrlhet_cuda_emu``, platform ``cpu``) of each GPU handler:
-the same bodies (``kernels/cuda/handlers.h``), registered under the same targets."""
+the same bodies (``kernels/cuda/handlers.h``) under the same targets."""
 GPU_LIBRARY = ("drlhet_cuda", "the CUDA kernels (built where nvcc works)")
 EMU_LIBRARY = ("drlhet_cuda_emu", "the CUDA kernels' host emulation")
 """Each library's stem and what it holds (`drlhet.backends.native.library_path`'s arguments)."""
@@ -254,6 +252,8 @@ def weigh(
 def _weigh_call(target, tree, second, shape, size, beta, **attrs):
     """The sample's custom call (``target``) with its second operand (targets or key words) and
     its ``[B]`` outputs of ``shape``: (indices, probabilities, weights, error)."""
+    if not (32 <= SPREAD_THREADS <= 1024 and SPREAD_THREADS % 32 == 0):
+        raise ValueError(f"cuda.SPREAD_THREADS: whole warps, 32 to 1024, got {SPREAD_THREADS}")
     lead, batch = tree.nodes.shape[:-1], shape[-1]  # stacked trees without vmap: one row each
     # the workspace: 2 int32 a warp where the spread path may take the batch, else 2 (launch.cuh)
     work = 2 * -(-batch // 32) if batch >= SPREAD_MIN_BATCH else 2
@@ -335,9 +335,8 @@ def update_checked(
     [], error []) -> (tree, max_priority, error)``, as `drlhet.replay.buffer_ops.update` over
     `update` (the index and priority checks, the write, the running maximum and the error bits
     on the device). The tree, maximum and error word are written in place when donated (each
-    thread of the kernels reads its tree's maximum and error word before it writes them); the
-    workspace is each leaf's
-    winning entry, the tree's error bits and its largest kept priority (C + 2 int32 per tree).
+    thread reads its tree's maximum and error word before it writes them); the workspace is each
+    leaf's winning entry, the tree's error bits and largest kept priority (C + 2 int32 a tree).
     """
     _check(tree)
     if jnp.shape(indices)[-1:] == (0,):  # nothing to write, nothing checked

@@ -487,6 +487,16 @@ def test_the_spread_samples_workspace_holds_a_word_pair_per_warp(monkeypatch):
         jax.clear_caches()
 
 
+@pytest.mark.parametrize("threads", [0, 48, 2048])
+def test_a_spread_block_that_is_not_whole_warps_is_refused_when_traced(monkeypatch, threads):
+    monkeypatch.setattr(cuda, "SPREAD_THREADS", threads)
+    jax.clear_caches()  # read when a function is traced
+    with pytest.raises(ValueError, match=f"SPREAD_THREADS: whole warps, 32 to 1024, got {threads}"):
+        jax.jit(cuda.weigh).lower(
+            random_tree(100, 4, seed=0), jnp.zeros(64), jnp.int32(100), jnp.float32(0.5)
+        )
+
+
 @pytest.mark.parametrize("k, capacity", [(2, 1000), (3, 7), (64, 5000)])
 def test_weigh_of_batches_no_larger_than_a_block_equals_the_buffers_code(place, k, capacity):
     """Up to 1024 targets a tree, one block per tree samples (the grid's launches above it)."""

@@ -288,26 +288,16 @@ void Invoke(void* p) {
 // in clusters keeps in shared memory only what every block writes alike (BlockLayout), or one
 // slot per block rank of an array that it reads across the cluster (ClusterPeer).
 template <typename Kernel, typename... A>
+void RunGroups(Kernel kernel, unsigned grid, unsigned threads, unsigned group, A... args);
+
+template <typename Kernel, typename... A>
 void LaunchCluster(Kernel kernel, unsigned grid, unsigned threads, unsigned cluster, A... args) {
   if (grid == 0 || threads == 0 || threads % 32 != 0 || threads > 1024 || cluster == 0 ||
       cluster > 8 || grid % cluster != 0) {
     last_error = cudaErrorInvalidConfiguration;
     return;
   }
-  std::pair<Kernel, std::tuple<A...>> job(kernel, std::tuple<A...>(args...));
-  Block blk;
-  blk.body = Invoke<Kernel, std::tuple<A...>>;
-  blk.args = &job;
-  block = &blk;
-  blockDim = dim3(threads);
-  gridDim = dim3(grid);
-  for (unsigned b : GroupOrder(grid, cluster)) {
-    if (!RunGroup(blk, b, cluster, threads)) {
-      last_error = cudaErrorLaunchFailure;  // a GPU would hang here
-      break;
-    }
-  }
-  block = nullptr;
+  RunGroups(kernel, grid, threads, cluster, args...);
 }
 
 // The most blocks, and threads in all, of an emulated cooperative launch (its blocks run together
@@ -325,6 +315,14 @@ void LaunchCooperative(Kernel kernel, unsigned grid, unsigned threads, A... args
     last_error = cudaErrorInvalidConfiguration;
     return;
   }
+  RunGroups(kernel, grid, threads, grid, args...);
+}
+
+// The grid of a checked launch in groups of `group` blocks (a cluster; a cooperative launch's
+// whole grid), one group after the other, each group's threads together; a barrier that never
+// completes sets cudaErrorLaunchFailure (a GPU would hang) and ends the launch.
+template <typename Kernel, typename... A>
+void RunGroups(Kernel kernel, unsigned grid, unsigned threads, unsigned group, A... args) {
   std::pair<Kernel, std::tuple<A...>> job(kernel, std::tuple<A...>(args...));
   Block blk;
   blk.body = Invoke<Kernel, std::tuple<A...>>;
@@ -332,7 +330,12 @@ void LaunchCooperative(Kernel kernel, unsigned grid, unsigned threads, A... args
   block = &blk;
   blockDim = dim3(threads);
   gridDim = dim3(grid);
-  if (!RunGroup(blk, 0, grid, threads)) last_error = cudaErrorLaunchFailure;
+  for (unsigned b : GroupOrder(grid, group)) {
+    if (!RunGroup(blk, b, group, threads)) {
+      last_error = cudaErrorLaunchFailure;
+      break;
+    }
+  }
   block = nullptr;
 }
 

@@ -1,4 +1,4 @@
-"""What the CUDA kernels that touch another block's shared memory compile to (nvcc -ptx, sm_90).
+"""What the CUDA kernels that wait on other blocks compile to (nvcc -ptx, sm_90).
 
 A 64-bit atomic on shared memory is not done by an sm_90 GPU through a generic or
 shared::cluster address: nvcc emits it with a fallback (SASS: ATOM.E.*.64 whose predicate comes
@@ -7,7 +7,8 @@ block's own shared memory or not atomically. The cluster update's claims in shar
 exactly that mistake and lost claims on an H100 (15 of 26 GPU cases failed, 2026-11-27) while
 the host emulation, whose blocks never run at once, passed. This test reads the PTX of every
 kernel that maps another block's shared memory (``mapa``) and refuses a generic 64-bit atomic
-there; it needs nvcc only, no GPU.
+there; it needs nvcc only, no GPU. The same for the barrier of the whole grid that the spread
+sample waits at on a GPU, where the emulation runs a barrier of its own.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-HEADERS = ("sample_kernels.cuh", "sum_tree_kernels.cuh", "region_update.cuh", "cluster_claims.cuh")
+HEADERS = ("sample_kernels.cuh", "sample_spread.cuh", "sum_tree_kernels.cuh", "region_update.cuh",
+           "cluster_claims.cuh")  # fmt: skip
 # an atomic or reduction with no state space (generic addressing) on a 64-bit word
 GENERIC_64 = re.compile(r"\b(?:atom|red)(?!\.(?:shared|global))(?:\.\w+)*\.[bsu]64\b")
 
@@ -63,3 +65,21 @@ __global__ void __cluster_dims__(8, 1, 1) claims(unsigned long long* out) {
 """,
     )
     assert GENERIC_64.findall(entries["_Z6claimsPy"]) == ["atom.cas.b64", "atom.max.u64"]
+
+
+def test_the_spread_sample_waits_at_a_barrier_of_the_whole_grid(tmp_path):
+    """The spread sample's GridSync on a GPU (kernels/cuda/sample_spread.cuh) is cooperative
+    groups' grid barrier: an arrival released at GPU scope and a wait acquired at GPU scope
+    between two barriers of the block. The emulation runs its own GridSync, so only the PTX
+    shows that the GPU's is there; no other sample kernel has one."""
+    entries = ptx_entries(tmp_path, '#include "kernels/cuda/sample_spread.cuh"\n')
+    grid_barrier = re.compile(
+        r"barrier\.sync\s+0;.*?atom\.add\.release\.gpu\.u32.*?ld\.acquire\.gpu\.u32.*?"
+        r"barrier\.sync\s+0;",
+        re.S,
+    )
+    spread = {n: body for n, body in entries.items() if n.startswith("drlhet_cuda_sample_spread")}
+    assert sorted(spread) == ["drlhet_cuda_sample_spread", "drlhet_cuda_sample_spread_k16"]
+    assert all(grid_barrier.search(body) for body in spread.values())
+    others = {n: body for n, body in entries.items() if n not in spread}
+    assert others and not any(grid_barrier.search(body) for body in others.values())

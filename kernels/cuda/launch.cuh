@@ -249,9 +249,12 @@ inline int64_t SampleWorkWords(int64_t batch, int64_t spread_min_batch) {
 }
 
 // Whether the sample's batch takes the spread path (SampleSpread): at least spread.min_batch
-// targets a tree, and the GPU holds the launch's blocks at once.
+// targets a tree, blocks of whole warps, and the GPU holds the launch's blocks at once.
 inline bool InSpread(const SampleArgs& a, int64_t trees, const Spread& spread) {
-  if (a.batch < spread.min_batch) return false;
+  if (a.batch < spread.min_batch || spread.threads < 32 || spread.threads > kBlockThreads ||
+      spread.threads % 32 != 0) {
+    return false;  // (the handlers refuse such threads before)
+  }
   const int threads = static_cast<int>(spread.threads);
   const int64_t grid = trees * SpreadBlocksPerTree(a.batch, threads);
   return CooperativeFits(a.k == 16 ? drlhet_cuda_sample_spread_k16 : drlhet_cuda_sample_spread,

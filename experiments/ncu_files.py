@@ -8,20 +8,28 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 
 def summarise_each(paths: tuple[Path, ...], summarise: Callable[[Path], list[dict]]) -> list[dict]:
-    """``summarise(path)`` of every path, in order, concatenated; exits with ``error: ...`` on
-    a missing file or a ``ValueError`` (the summariser's own message, naming the file)."""
+    """``summarise(path)`` of every path, in order, concatenated; on a missing file or a
+    ``ValueError`` (the summariser's own message, naming the file), one line on stderr,
+    ``<script>: error: ...``, and exit status 2, as the other experiments refuse bad input."""
     rows: list[dict] = []
     for path in paths:
         if not path.is_file():
-            sys.exit(f"error: no such file: {path}")
+            refuse(f"no such file: {path}")
         try:
             rows += summarise(path)
         except ValueError as e:
-            sys.exit(f"error: {e}")
+            refuse(str(e))
     return rows
+
+
+def refuse(message: str) -> NoReturn:
+    """Ends the script: ``<script>: error: <message>`` on stderr, exit status 2."""
+    print(f"{Path(sys.argv[0]).stem}: error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def write_rows(rows: list[dict], out: Path, noun: str) -> None:

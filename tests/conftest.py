@@ -14,11 +14,13 @@ collection order (``--dist loadfile --no-loadscope-reorder``), so neither worker
 long file at the end while the other has nothing to do.
 """
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
 
 import jax
+import pytest
 
 import drlhet
 from drlhet.cli.common import enable_compilation_cache
@@ -66,3 +68,19 @@ def pytest_collection_modifyitems(config, items):
     file's tests stay together and in order)."""
     rank = {path: i for i, path in enumerate(SLOW_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
+@pytest.fixture
+def refused(capsys):
+    """``with refused("text"):`` expects the block to end the script as the experiments refuse
+    bad input: exit status 2 and one line on stderr, ``<script>: error: ...text...``."""
+
+    @contextlib.contextmanager
+    def check(text: str):
+        with pytest.raises(SystemExit) as stop:
+            yield
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and ": error: " in err and text in err, err
+
+    return check

@@ -68,14 +68,14 @@ def test_each_kernel_s_stalls_are_averaged_and_ranked(stalls, tmp_path, capsys):
     )
 
 
-def test_a_log_without_a_raw_table_is_refused_by_name(stalls, tmp_path):
+def test_a_log_without_a_raw_table_is_refused_by_name(stalls, tmp_path, refused):
     details = tmp_path / "details.log"  # ncu's default page: one row per metric
     details.write_text('"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"\n')
-    with pytest.raises(SystemExit, match="details.log: no raw table"):
+    with refused("details.log: no raw table"):
         stalls.main(stalls.Args(csv_files=(details,), out=tmp_path / "o.json"))
     empty = tmp_path / "empty.log"
     empty.write_text(line(FIXED + METRICS) + "\n==PROF== No kernels were profiled.\n")
-    with pytest.raises(SystemExit, match="no launch"):
+    with refused("no launch"):
         stalls.main(stalls.Args(csv_files=(empty,), out=tmp_path / "o.json"))
-    with pytest.raises(SystemExit, match="no such file"):
+    with refused("no such file"):
         stalls.main(stalls.Args(csv_files=(tmp_path / "none.log",), out=tmp_path / "o.json"))

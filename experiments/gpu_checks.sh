@@ -125,7 +125,8 @@
 #             (KERNEL_ARGS: more bench_replay flags, e.g. --cuda-cluster-max-batch 16384)
 #   stalls    what the warps of the cuda kernels wait on: STALL_COUNT (default 6) launches of
 #             the kernels matching STALL_KERNELS (default: the cluster and one-block update and
-#             sample), after STALL_SKIP (4), in the fused step at 2^20 leaves, K 16, B
+#             sample, and the spread sample), after STALL_SKIP (4), in the fused step at 2^20
+#             leaves, K 16, B
 #             STALL_BATCHES (4096), under ncu's WarpStateStats, SpeedOfLight, LaunchStats and
 #             Occupancy sections (raw CSV in $OUT/stalls_cuda.log), ranked per kernel by
 #             experiments/kernel_stalls.py ($OUT/kernel_stalls.json). Not in the default list;
@@ -254,7 +255,7 @@ declare -A STAGE_RC  # each stage's exit status
 GPU_TESTS="tests/backends/test_cuda.py tests/backends/test_cuda_buffer.py"
 GPU_TESTS+=" tests/backends/conformance.py"
 GPU_K="(cuda or gpu) and not emulated"
-CUDA_KERNELS="drlhet_cuda_(update|sample)_(cluster|block|region).*"  # the one-launch paths (stalls, source)
+CUDA_KERNELS="drlhet_cuda_(update|sample)_(cluster|block|region|spread).*"  # one-launch paths (stalls, source)
 TIMEOUT_FLAGS=""  # a limit per test where pytest-timeout is installed (its wheel in WHEELS)
 if $PY -c "import pytest_timeout" 2>/dev/null; then
   TIMEOUT_FLAGS="--timeout ${TEST_TIMEOUT:-60} --timeout-method thread"

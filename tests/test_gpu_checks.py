@@ -20,6 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 REGION_PATH = "a region of the tree per block"  # tests/backends/cuda_places.py
 CLAIMS_PATH = "claims in the cluster's shared memory"  # idem
+KERNEL_REGEX = "--kernel-name regex:drlhet_cuda_(update|sample)_(cluster|block|region|spread).*"
 
 STAND_INS = """
 import os
@@ -683,7 +684,7 @@ def test_the_stalls_stage_profiles_the_cuda_kernels_and_ranks_their_stalls(tmp_p
     extra = {**stand_in(tmp_path, "ncu", FAKE_NCU), "CUDA_CLUSTER_MAX_BATCH": "8192"}
     out, calls = run_checks(tmp_path, ["stalls"], extra_env=extra)
     (args,) = (tmp_path / "ncu.log").read_text().splitlines()
-    assert "--kernel-name regex:drlhet_cuda_(update|sample)_(cluster|block|region|spread).*" in args
+    assert KERNEL_REGEX in args
     assert "--page raw --csv" in args and "--section WarpStateStats" in args
     assert "experiments/bench_replay.py --device gpu" in args
     assert "--cuda-cluster-max-batch 8192" in args  # the stage runs with the paths in force
@@ -709,7 +710,7 @@ def test_the_source_stage_samples_the_cuda_kernels_and_sums_them_per_phase(tmp_p
     extra = {**stand_in(tmp_path, "ncu", FAKE_NCU_SOURCE), "CUDA_REGION_MAX_BATCH": "4096"}
     out, calls = run_checks(tmp_path, ["source"], extra_env=extra)
     profile, page = (tmp_path / "ncu.log").read_text().splitlines()
-    assert "--kernel-name regex:drlhet_cuda_(update|sample)_(cluster|block|region|spread).*" in profile
+    assert KERNEL_REGEX in profile
     assert "--section SourceCounters" in profile and "--warp-sampling-interval 0" in profile
     assert "-o /tmp/source_cuda " in profile and "--batches 4096" in profile
     assert "--cuda-region-max-batch 4096" in profile  # the stage runs with the paths in force

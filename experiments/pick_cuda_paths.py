@@ -370,6 +370,14 @@ def pick_spread(steps: list[Step], args: Args) -> tuple[int, int, list[dict], st
     )  # fmt: skip
 
 
+def show(evidence: list[dict], label: str, ours: str, theirs: str) -> None:
+    """Prints each batch's A/B of ``evidence``: ``label`` (formatted with the row), the
+    ``<ours>_items_per_s`` against the ``<theirs>_items_per_s``, and their ratio."""
+    for e in evidence:
+        print(f"B {e['batch']:6d}: {label.format(**e)}{e[ours + '_items_per_s'] / 1e6:9.1f}M vs "
+              f"{e[theirs + '_items_per_s'] / 1e6:9.1f}M = {e['ratio']:.2f}x")  # fmt: skip
+
+
 def library_defaults(args: Args) -> Args:
     """``args`` with every current value left None filled from ``drlhet.backends.cuda``."""
     from drlhet.backends import cuda
@@ -430,34 +438,22 @@ def main(args: Args) -> dict:
         f"== the cluster path against the per-level path, step items/s (measured), "
         f"margin {args.margin}"
     )
-    for e in cluster_evidence:
-        print(f"B {e['batch']:6d}: {e['cluster_items_per_s'] / 1e6:9.1f}M vs "
-              f"{e['per_level_items_per_s'] / 1e6:9.1f}M = {e['ratio']:.2f}x")  # fmt: skip
+    show(cluster_evidence, "", "cluster", "per_level")
     print(f"CLUSTER_MAX_BATCH = {cluster} ({cluster_why})")
     for e in narrow_evidence:
         print(f"NARROW_MAX_NODES {e['narrow_max_nodes']:6d}: geometric mean "
               f"{e['gmean_items_per_s'] / 1e6:9.1f}M over B {e['batches']}")  # fmt: skip
     print(f"NARROW_MAX_NODES = {narrow} ({narrow_why})")
-    for e in top_evidence:
-        print(f"B {e['batch']:6d}: top copied {e['top_items_per_s'] / 1e6:9.1f}M vs "
-              f"{e['no_top_items_per_s'] / 1e6:9.1f}M = {e['ratio']:.2f}x")  # fmt: skip
+    show(top_evidence, "top copied ", "top", "no_top")
     print(f"SHARED_TOP = {top} ({top_why})")
-    for e in region_evidence:
-        print(f"B {e['batch']:6d}: by region {e['region_items_per_s'] / 1e6:9.1f}M vs "
-              f"{e['without_items_per_s'] / 1e6:9.1f}M = {e['ratio']:.2f}x")  # fmt: skip
+    show(region_evidence, "by region ", "region", "without")
     print(f"REGION_MAX_BATCH = {region} ({region_why})")
-    for e in claims_evidence:
-        print(f"B {e['batch']:6d}: claims in shared memory {e['claims_items_per_s'] / 1e6:9.1f}M "
-              f"vs {e['workspace_items_per_s'] / 1e6:9.1f}M = {e['ratio']:.2f}x")  # fmt: skip
+    show(claims_evidence, "claims in shared memory ", "claims", "workspace")
     print(f"SHARED_CLAIMS = {claims} ({claims_why})")
-    for e in own_evidence:
-        print(f"B {e['batch']:6d}: sample around find {e['find_items_per_s'] / 1e6:9.1f}M vs "
-              f"own call {e['own_items_per_s'] / 1e6:9.1f}M = {e['ratio']:.2f}x")  # fmt: skip
+    show(own_evidence, "sample around find, against the own call ", "find", "own")
     print(f"OWN_SAMPLE_MAX_BATCH = {own} ({own_why})")
-    for e in spread_evidence:
-        print(f"B {e['batch']:6d}: spread, {e['threads']:4d} threads a block "
-              f"{e['spread_items_per_s'] / 1e6:9.1f}M vs {e['own_items_per_s'] / 1e6:9.1f}M = "
-              f"{e['ratio']:.2f}x")  # fmt: skip
+    show(spread_evidence, "spread, {threads} threads a block, against the own call ", "spread",
+         "own")  # fmt: skip
     print(f"SPREAD_MIN_BATCH = {least}, SPREAD_THREADS = {threads} ({spread_why})")
     result = {
         "cluster_max_batch": cluster, "cluster_why": cluster_why,

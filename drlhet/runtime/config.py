@@ -175,12 +175,15 @@ def _check_sizes(cfg: TrainConfig) -> None:
 
 def _check_backends(cfg: TrainConfig) -> None:
     """Registered backend names, and a replay backend that can hold the tree."""
-    for name in ("backend", "learner"):
+    # (the messages avoid the fields' own words, which the CLI turns into flags)
+    groups = {"backend": ("replay", "the replay buffer"), "learner": ("learner", "training")}
+    for name, (group, does) in groups.items():
         value = getattr(cfg, name)
+        offer = ", ".join(n for n in names() if group in get(n).provides)
         if value is not None and value not in names():
-            raise ConfigError(
-                f"{name} {value!r} is not registered (registered: {', '.join(names())})", name
-            )
+            raise ConfigError(f"{name} {value!r} is not registered (for {does}: {offer})", name)
+        if value is not None and group not in get(value).provides:
+            raise ConfigError(f"{name} {value!r} does not implement {does} ({offer} do)", name)
     why = get(cfg.backend).refuses(tree_shape(cfg)) if cfg.backend is not None else ""
     if why:
         raise ConfigError(

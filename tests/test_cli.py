@@ -114,6 +114,55 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, messag
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "missing subcommand: Expected one of {train, backends, profile, dse}."),
+        (["nope"], "Unrecognized options: nope"),
+        (["train", "--bogus", "1"], "Unrecognized options: --bogus, 1"),
+        (["train", "--batch-size", "abc"], "--batch-size: invalid literal for int() with base 10"),
+        (["train", "--algo", "foo"], "invalid choice 'foo' for argument '--algo'"),
+        (["dse", "--devices"], "Missing value for argument '--devices'"),
+    ],
+)
+def test_what_tyro_cannot_parse_is_one_line_too(tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--out", str(tmp_path / "runs")] if args[:1] == ["train"] else args)
+    assert exit_info.value.code == 2
+    line = one_error_line(capsys)
+    assert line.startswith("drlhet: error: ") and message in line, line
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [  # tyro draws a box on some streams and plain rules on others
+        "╭─ Value error ──────────────╮\n│ Error parsing --batch-size: │\n│ bad 'abc'  │\n"
+        "│ ─────────── │\n│ Argument helptext: │\n╰────────────╯\n",
+        "Value error\n-----------\nError parsing --batch-size:\nbad 'abc'\n-----------\nhelp\n",
+    ],
+)
+def test_a_tyro_error_is_read_back_as_its_message(text):
+    from drlhet.cli import _parse_error
+
+    assert _parse_error(text) == "--batch-size: bad 'abc'"
+
+
+def test_help_and_what_a_command_writes_to_stderr_still_come_through(capsys, monkeypatch):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0 and "usage: drlhet" in capsys.readouterr().out
+
+    def backends_command() -> None:  # a stand-in command that warns, as a run's progress does
+        import sys
+
+        print("progress", file=sys.stderr)
+
+    monkeypatch.setattr("drlhet.cli.backends_command", backends_command)
+    main(["backends"])
+    assert capsys.readouterr().err == "progress\n"
+
+
 @pytest.mark.parametrize("name", ["../escaped", "a/b", "..", "."])
 def test_a_name_that_is_not_one_folder_is_refused(tmp_path, capsys, name):
     out = tmp_path / "deep" / "runs"

@@ -120,8 +120,9 @@ def dse_command(
         check_writable(folder, f"--cache-dir {folder}", "cache")
         gpu_rows = load_gpu_profiles(gpu_profile) if gpu_profile is not None else None
     present = cpu_devices_here()
-    with bad_input(f"--devices {devices or default_devices()}: "):
-        devs = expand_devices(devices or default_devices(), len(present), load_sheets())
+    named = default_devices() if devices is None else devices  # '' is refused, not the default
+    with bad_input(f"--devices {named}: "):
+        devs = expand_devices(named, len(present), load_sheets())
     cache = ProfileCache(cache_dir or default_cache_dir())
     model = build_model(shape, cache=cache, reprofile=reprofile, gpu_rows=gpu_rows)
     if gpu_profile is not None and model.gpu is None:

@@ -219,6 +219,7 @@ def test_train_mapping_auto_runs_the_dse_pick(tmp_path, capsys, monkeypatch, cac
         ("u250", "no device of u250 runs the actors"),
         ("cpu:5", "device 'cpu:5' is not present: this process has 2 CPU devices"),
         ("cpu:x", "device 'cpu:x': the index after ':' must be a number"),
+        ("", "no devices given in ''"),  # not the default devices
     ],
 )
 def test_dse_refuses_bad_devices_before_profiling(tmp_path, capsys, monkeypatch, devices, message):

@@ -1,10 +1,10 @@
 """How the experiments read their command line, as the ``drlhet`` CLI does: tyro parses it;
-then a count below its least (a repeat, a round, a seed, a batch), a value the script's own
-check refuses, an output that cannot be written, or drlhet's configuration check
-(`drlhet.runtime.config.ConfigError`) ends the script with one line on stderr,
-``<script>: error: ...``, and exit status 2: no traceback, and nothing measured or written
-(each is checked before the first measurement, and drlhet checks a configuration before it
-runs it).
+then what tyro refuses (an unknown option, a value of the wrong type), a count below its least
+(a repeat, a round, a seed, a batch), a value the script's own check refuses, an output that
+cannot be written, or drlhet's configuration check (`drlhet.runtime.config.ConfigError`) ends
+the script with one line on stderr, ``<script>: error: ...``, and exit status 2: no traceback,
+and nothing measured or written (each is checked before the first measurement, and drlhet
+checks a configuration before it runs it).
 
 Imports no jax: a script may set up its threading before jax is imported (bench_replay.py).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import tyro
 
@@ -77,7 +77,16 @@ def run(
     below its least (`refused_counts`), ``refuse(args)`` says why not, an output cannot be
     written (`unwritable_outputs`), or ``main`` raises drlhet's `ConfigError`: then one line
     and exit status 2."""
-    args = tyro.cli(args_type)
+    from drlhet.parse_errors import HeldStderr  # the standard library only: no jax yet
+
+    with HeldStderr() as held:  # what tyro refuses: one line too
+        try:
+            args = tyro.cli(args_type)
+        except SystemExit as e:
+            why = held.refusal(e)
+            if not why:
+                raise
+            _refuse(why)
     why = refused_counts(args, least) or (refuse(args) if refuse is not None else "")
     why = why or unwritable_outputs(args)
     if not why:
@@ -90,5 +99,10 @@ def run(
             if not isinstance(e, ConfigError):
                 raise
             why = str(e)
+    _refuse(why)
+
+
+def _refuse(why: str) -> NoReturn:
+    """Ends the script: ``<script>: error: <why>`` on stderr, exit status 2."""
     print(f"{Path(sys.argv[0]).stem}: error: {why}", file=sys.stderr)
     raise SystemExit(2)

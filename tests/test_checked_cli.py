@@ -68,6 +68,9 @@ def test_every_experiment_with_counts_reads_its_command_line_through_it():
         ("fig_delay", ["--seeds", "0"], "fig_delay: error: --seeds must be >= 1, got 0"),
         # drlhet's own configuration check, raised inside main before anything runs
         ("bench_train", ["--buffer-size", "10"], "bench_train: error: warmup (5) must be >= "),
+        # what tyro itself refuses, read back from its box
+        ("fig_delay", ["--seeds", "abc"], "fig_delay: error: --seeds: invalid literal for int()"),
+        ("bench_replay", ["--bogus"], "bench_replay: error: Unrecognized options: --bogus"),
     ],
 )
 def test_a_refused_script_prints_one_line_and_exits_2(tmp_path, script, args, line):
@@ -146,6 +149,7 @@ def test_checking_an_output_imports_no_jax():
     code = (
         "import sys; sys.path.insert(0, 'experiments'); import checked_cli, pathlib; "
         "checked_cli.unwritable_outputs(type('A', (), {'out': pathlib.Path('x.json')})()); "
+        "import drlhet.parse_errors; "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'jax'); "
         "print(bad); sys.exit(1 if bad else 0)"
     )

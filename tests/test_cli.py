@@ -143,9 +143,9 @@ def test_what_tyro_cannot_parse_is_one_line_too(tmp_path, capsys, args, message)
     ],
 )
 def test_a_tyro_error_is_read_back_as_its_message(text):
-    from drlhet.cli import _parse_error
+    from drlhet.parse_errors import parse_error
 
-    assert _parse_error(text) == "--batch-size: bad 'abc'"
+    assert parse_error(text) == "--batch-size: bad 'abc'"
 
 
 def test_help_and_what_a_command_writes_to_stderr_still_come_through(capsys, monkeypatch):

@@ -10,7 +10,6 @@ option and its value, status 2); or a failure while running (one line ``drlhet: 
 from __future__ import annotations
 
 import functools
-import io
 import sys
 import traceback
 
@@ -19,6 +18,7 @@ import tyro
 from drlhet.cli.common import UsageError
 from drlhet.cli.dse import dse_command, profile_command
 from drlhet.cli.train import backends_command, train_command
+from drlhet.parse_errors import HeldStderr
 
 __all__ = ["main", "EXIT_BAD_INPUT", "EXIT_FAILED"]
 
@@ -44,35 +44,12 @@ def _end(debug: bool, status: int, line: str) -> None:
     raise SystemExit(status) from None
 
 
-def _parse_error(text: str) -> str:
-    """The message of a tyro parsing error, one line: its first section after the title (``Error
-    parsing --x: ...``, ``Unrecognized options: ...``), without the box, rules and wrapping."""
-    lines = [ln.strip().strip("│|╭╮╰╯+").strip() for ln in text.splitlines()]
-    lines = [ln for ln in lines if ln]
-    rule = set("─-")
-    title = lines[0].strip("─- ") if lines else ""
-    section: list[str] = []
-    for ln in lines[1:]:  # the box's top border or a plain title line holds the title
-        if set(ln) <= rule:
-            if section:
-                break
-            continue
-        section.append(ln)
-    message = " ".join(section) or title or "(no message)"
-    if title and not title.endswith("error") and title.split()[0].lower() not in message.lower():
-        message = f"{title.lower()}: {message}"  # e.g. "missing subcommand: Expected one of ..."
-    return message.removeprefix("Error parsing ")
-
-
-def _parsed(command, parsing: io.StringIO, stderr):
-    """``command`` run with ``stderr`` back in place of ``parsing`` (what tyro wrote into it
-    while parsing, passed on)."""
+def _parsed(command, held: HeldStderr):
+    """``command``, run with stderr back in place (`HeldStderr.release`): tyro has parsed."""
 
     @functools.wraps(command)
     def run(*args, **kwargs):
-        if sys.stderr is parsing:
-            sys.stderr = stderr
-            stderr.write(parsing.getvalue())
+        held.release()
         return command(*args, **kwargs)
 
     return run
@@ -84,13 +61,12 @@ def main(argv: list[str] | None = None) -> None:
     end = args.index("--") if "--" in args else len(args)
     debug = DEBUG in args[:end]
     args = [a for i, a in enumerate(args) if i >= end or a != DEBUG]
-    stderr = sys.stderr
     commands = {"train": train_command, "backends": backends_command}
     commands |= {"profile": profile_command, "dse": dse_command}
-    sys.stderr = parsing = io.StringIO()  # tyro's parsing errors: read back, told in one line
+    held = HeldStderr().__enter__()  # tyro's refusals: read back, told in one line
     try:
         tyro.extras.subcommand_cli_from_dict(
-            {name: _parsed(command, parsing, stderr) for name, command in commands.items()},
+            {name: _parsed(command, held) for name, command in commands.items()},
             prog="drlhet",
             description=f"Deep RL with a prioritized replay buffer on heterogeneous devices. "
             f"Exit status: 0 done, {EXIT_BAD_INPUT} bad input (nothing written), {EXIT_FAILED} "
@@ -98,10 +74,10 @@ def main(argv: list[str] | None = None) -> None:
             args=args,
         )
     except SystemExit as e:
-        if sys.stderr is not parsing or e.code in (0, None):
+        why = held.refusal(e)
+        if not why:
             raise
-        sys.stderr = stderr
-        _end(False, EXIT_BAD_INPUT, f"drlhet: error: {_parse_error(parsing.getvalue())}")
+        _end(False, EXIT_BAD_INPUT, f"drlhet: error: {why}")
     except UsageError as e:
         _end(debug, EXIT_BAD_INPUT, f"drlhet: error: {_one_line(e)}")
     except KeyboardInterrupt:
@@ -109,6 +85,4 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as e:  # noqa: BLE001 - any failure while running: one line, no traceback
         _end(debug, EXIT_FAILED, f"drlhet: failed: {type(e).__name__}: {_one_line(e)}")
     finally:
-        if sys.stderr is parsing:
-            sys.stderr = stderr
-            stderr.write(parsing.getvalue())
+        held.release()

@@ -63,26 +63,24 @@ def main(argv: list[str] | None = None) -> None:
     args = [a for i, a in enumerate(args) if i >= end or a != DEBUG]
     commands = {"train": train_command, "backends": backends_command}
     commands |= {"profile": profile_command, "dse": dse_command}
-    held = HeldStderr().__enter__()  # tyro's refusals: read back, told in one line
-    try:
-        tyro.extras.subcommand_cli_from_dict(
-            {name: _parsed(command, held) for name, command in commands.items()},
-            prog="drlhet",
-            description=f"Deep RL with a prioritized replay buffer on heterogeneous devices. "
-            f"Exit status: 0 done, {EXIT_BAD_INPUT} bad input (nothing written), {EXIT_FAILED} "
-            f"failed while running; add {DEBUG} anywhere for the traceback.",
-            args=args,
-        )
-    except SystemExit as e:
-        why = held.refusal(e)
-        if not why:
-            raise
-        _end(False, EXIT_BAD_INPUT, f"drlhet: error: {why}")
-    except UsageError as e:
-        _end(debug, EXIT_BAD_INPUT, f"drlhet: error: {_one_line(e)}")
-    except KeyboardInterrupt:
-        _end(debug, 130, "drlhet: interrupted")
-    except Exception as e:  # noqa: BLE001 - any failure while running: one line, no traceback
-        _end(debug, EXIT_FAILED, f"drlhet: failed: {type(e).__name__}: {_one_line(e)}")
-    finally:
-        held.release()
+    with HeldStderr() as held:  # tyro's refusals: read back, told in one line
+        try:
+            tyro.extras.subcommand_cli_from_dict(
+                {name: _parsed(command, held) for name, command in commands.items()},
+                prog="drlhet",
+                description=f"Deep RL with a prioritized replay buffer on heterogeneous devices. "
+                f"Exit status: 0 done, {EXIT_BAD_INPUT} bad input (nothing written), "
+                f"{EXIT_FAILED} failed while running; add {DEBUG} anywhere for the traceback.",
+                args=args,
+            )
+        except SystemExit as e:
+            why = held.refusal(e)
+            if not why:
+                raise
+            _end(False, EXIT_BAD_INPUT, f"drlhet: error: {why}")
+        except UsageError as e:
+            _end(debug, EXIT_BAD_INPUT, f"drlhet: error: {_one_line(e)}")
+        except KeyboardInterrupt:
+            _end(debug, 130, "drlhet: interrupted")
+        except Exception as e:  # noqa: BLE001 - any failure while running: one line, no traceback
+            _end(debug, EXIT_FAILED, f"drlhet: failed: {type(e).__name__}: {_one_line(e)}")

@@ -415,21 +415,29 @@ def test_the_gpu_only_paths_inside_jit_equal_the_buffers_code_on_the_emulation(
             jax.clear_caches()  # no trace of this test's settings outlives it
 
 
-SPREAD_CASES = {  # place: (threads a block, batches of one tree, batch of each of 3 trees)
-    "gpu": (128, (1, 33, 1024, 1500, 4096, 5000), 1500),
-    "emulated cpu": (64, (1, 33, 300, 1000), 300),  # <= 16 blocks, 1024 threads (cuda_emu.h)
+SPREAD_CASES = {  # place: (batches of one tree, batch of each of 3 trees)
+    "gpu": ((1, 33, 1024, 1500, 4096, 5000), 1500),
+    "emulated cpu": ((1, 33, 300, 1000), 300),  # <= 16 blocks, 1024 threads (cuda_emu.h)
 }
+SPREAD_TESTS = [  # (place, K, capacity, threads a block)
+    *[("emulated cpu", k, c, 64) for k, c in ((16, 5000), (3, 777), (64, 20000))],
+    # on a GPU: every K the issue names, and at K 16 each block size `gpu_checks.sh spread`
+    # times (SPREAD_AB_THREADS), since its pick may make any of them the library's
+    *[("gpu", 16, 5000, t) for t in (64, 128, 256)],
+    *[("gpu", k, c, 128) for k, c in ((2, 3000), (3, 777), (32, 5000), (64, 20000))],
+]
 
 
 @pytest.mark.cuda_spread
-@pytest.mark.parametrize("where", cuda_places.PLACES)
-@pytest.mark.parametrize("k, capacity", [(16, 5000), (3, 777), (64, 20000)])
-def test_the_sample_spread_over_the_grid_equals_the_buffers_code(monkeypatch, where, k, capacity):
+@pytest.mark.parametrize("where, k, capacity, threads", SPREAD_TESTS)
+def test_the_sample_spread_over_the_grid_equals_the_buffers_code(
+    monkeypatch, where, k, capacity, threads
+):
     """`cuda.SPREAD_MIN_BATCH` (every batch here) through the custom calls inside jit: `weigh`
     over one tree (partial warps and blocks), `weigh_key`, and three vmapped trees with their
     own sizes and betas (one refused), bit for bit the buffer's code on the same device."""
     device = cuda_places.devices(where)[0]
-    threads, batches, each = SPREAD_CASES[where]
+    batches, each = SPREAD_CASES[where]
     monkeypatch.setattr(cuda, "SPREAD_MIN_BATCH", 1)
     monkeypatch.setattr(cuda, "SPREAD_THREADS", threads)
     reference = functools.partial(buffer_ops.weigh, st.REFERENCE.find)

@@ -24,7 +24,7 @@ import json
 import tempfile
 from pathlib import Path
 
-import tyro
+import checked_cli
 
 from drlhet.dse.devices import link_seconds, load_sheets, rmm_cycles
 from drlhet.runtime.config import TrainConfig
@@ -158,4 +158,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, {})

@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import checked_cli
 import jax
 import jax.numpy as jnp
-import tyro
 
 from drlhet import backends
 from drlhet.agents.ddpg import DDPGConfig, make_ddpg
@@ -166,4 +166,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, {})

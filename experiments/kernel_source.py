@@ -25,7 +25,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-import tyro
+import checked_cli
 from ncu_files import summarise_each, write_rows
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
@@ -180,4 +180,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, {})

@@ -22,7 +22,7 @@ import re
 import statistics
 from pathlib import Path
 
-import tyro
+import checked_cli
 from ncu_files import summarise_each, write_rows
 
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
@@ -120,4 +120,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, {})

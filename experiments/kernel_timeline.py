@@ -38,7 +38,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import tyro
+import checked_cli
 
 UNIT_TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 
@@ -290,4 +290,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, {})

@@ -19,7 +19,7 @@ import dataclasses
 import statistics
 from pathlib import Path
 
-import tyro
+import checked_cli
 from ncu_files import summarise_each, write_rows
 
 UNIT_TO_US = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
@@ -89,4 +89,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, {})

@@ -64,7 +64,7 @@ import statistics
 import sys
 from pathlib import Path
 
-import tyro
+import checked_cli
 
 
 @dataclasses.dataclass
@@ -484,4 +484,4 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, {})

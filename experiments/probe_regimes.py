@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-import tyro
+import checked_cli
 
 XLA_SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
@@ -96,4 +96,4 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
         print(json.dumps(child(int(sys.argv[2]), int(sys.argv[3]))))
     else:
-        main(tyro.cli(Args))
+        checked_cli.run(Args, main, {})

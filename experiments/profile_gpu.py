@@ -20,8 +20,8 @@ import platform
 import time
 from pathlib import Path
 
+import checked_cli
 import jax
-import tyro
 
 from drlhet import backends
 from drlhet.backends.base import GPU
@@ -100,4 +100,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, {})

@@ -24,7 +24,7 @@ import platform
 import time
 from pathlib import Path
 
-import tyro
+import checked_cli
 
 
 @dataclasses.dataclass
@@ -277,4 +277,4 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, {})

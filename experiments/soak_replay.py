@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-import tyro
+import checked_cli
 
 
 @dataclasses.dataclass
@@ -227,4 +227,4 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, {})

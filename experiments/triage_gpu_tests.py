@@ -40,7 +40,7 @@ import json
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-import tyro
+import checked_cli
 
 CLUSTER_PATH = "one cluster per tree"
 """The id of the cluster path in the GPU tests' parameters (``cuda_places.PATHS``)."""
@@ -175,4 +175,4 @@ def main(args: Args) -> Triage:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    checked_cli.run(Args, main, {})

@@ -107,8 +107,18 @@ def main(argv: list[str]) -> None:
     command = argv[split + 1 :]
     if command[0] == "-m" and len(command) < 2:
         _refuse("-m needs a module name")
+    from drlhet.parse_errors import HeldStderr
+
+    with HeldStderr() as held:  # what tyro refuses: one line too
+        try:
+            args = tyro.cli(Args, args=argv[:split])
+        except SystemExit as e:
+            why = held.refusal(e)
+            if not why:
+                raise
+            _refuse(why)
     try:
-        values = apply(tyro.cli(Args, args=argv[:split]))
+        values = apply(args)
     except ValueError as e:
         _refuse(str(e))
     print("cuda paths: " + ", ".join(f"{k.upper()} {v}" for k, v in values.items()), flush=True)

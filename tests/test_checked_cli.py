@@ -55,10 +55,22 @@ def test_counts_below_their_least_are_named(checked, change, message):
     assert checked.refused_counts(Args(**change), least) == message
 
 
-def test_every_experiment_with_counts_reads_its_command_line_through_it():
-    for name in SCRIPTS:
+def test_every_experiment_with_options_reads_its_command_line_through_it():
+    """Those with counts (`SCRIPTS`) and the GPU-side tools alike; with_cuda_paths.py, a
+    wrapper that hands the rest of its line to another command, reads its own through
+    `drlhet.parse_errors` as `checked_cli.run` does."""
+    with_args = [
+        p.stem
+        for p in (REPO / "experiments").glob("*.py")
+        if "class Args" in p.read_text() and 'if __name__ == "__main__":' in p.read_text()
+    ]
+    assert set(SCRIPTS) <= set(with_args) and len(with_args) > len(SCRIPTS)
+    for name in with_args:
         text = (REPO / "experiments" / f"{name}.py").read_text()
-        assert "checked_cli.run(Args, main" in text, name
+        if name == "with_cuda_paths":
+            assert "HeldStderr()" in text
+            continue
+        assert "checked_cli.run(" in text, name
         assert "tyro.cli(" not in text, name
 
 
@@ -71,6 +83,7 @@ def test_every_experiment_with_counts_reads_its_command_line_through_it():
         # what tyro itself refuses, read back from its box
         ("fig_delay", ["--seeds", "abc"], "fig_delay: error: --seeds: invalid literal for int()"),
         ("bench_replay", ["--bogus"], "bench_replay: error: Unrecognized options: --bogus"),
+        ("pick_cuda_paths", [], "pick_cuda_paths: error: Missing from "),  # --rows: required
     ],
 )
 def test_a_refused_script_prints_one_line_and_exits_2(tmp_path, script, args, line):

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import io
 import sys
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
 
-__all__ = ["parse_error", "HeldStderr"]
+__all__ = ["parse_error", "HeldStderr", "parse_or_refuse"]
+
+T = TypeVar("T")
 
 _RULE = set("─-")
 
@@ -64,3 +68,16 @@ class HeldStderr:
             return ""
         sys.stderr = self.stderr
         return parse_error(self.buffer.getvalue())
+
+
+def parse_or_refuse(parse: Callable[[], T], refuse: Callable[[str], NoReturn]) -> T:
+    """``parse()`` (a tyro parse, nothing run inside it) with stderr held; what tyro refuses goes
+    to ``refuse`` in one line instead of its box. ``--help`` and its exit 0 pass through."""
+    with HeldStderr() as held:
+        try:
+            return parse()
+        except SystemExit as e:
+            why = held.refusal(e)
+            if not why:
+                raise
+            refuse(why)

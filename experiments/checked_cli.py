@@ -77,16 +77,9 @@ def run(
     below its least (`refused_counts`), ``refuse(args)`` says why not, an output cannot be
     written (`unwritable_outputs`), or ``main`` raises drlhet's `ConfigError`: then one line
     and exit status 2."""
-    from drlhet.parse_errors import HeldStderr  # the standard library only: no jax yet
+    from drlhet.parse_errors import parse_or_refuse  # the standard library only: no jax yet
 
-    with HeldStderr() as held:  # what tyro refuses: one line too
-        try:
-            args = tyro.cli(args_type)
-        except SystemExit as e:
-            why = held.refusal(e)
-            if not why:
-                raise
-            _refuse(why)
+    args = parse_or_refuse(lambda: tyro.cli(args_type), _refuse)  # what tyro refuses: one line too
     why = refused_counts(args, least) or (refuse(args) if refuse is not None else "")
     why = why or unwritable_outputs(args)
     if not why:

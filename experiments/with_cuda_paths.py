@@ -107,16 +107,9 @@ def main(argv: list[str]) -> None:
     command = argv[split + 1 :]
     if command[0] == "-m" and len(command) < 2:
         _refuse("-m needs a module name")
-    from drlhet.parse_errors import HeldStderr
+    from drlhet.parse_errors import parse_or_refuse  # the standard library only: no jax yet
 
-    with HeldStderr() as held:  # what tyro refuses: one line too
-        try:
-            args = tyro.cli(Args, args=argv[:split])
-        except SystemExit as e:
-            why = held.refusal(e)
-            if not why:
-                raise
-            _refuse(why)
+    args = parse_or_refuse(lambda: tyro.cli(Args, args=argv[:split]), _refuse)  # one line
     try:
         values = apply(args)
     except ValueError as e:

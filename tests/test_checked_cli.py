@@ -58,7 +58,7 @@ def test_counts_below_their_least_are_named(checked, change, message):
 def test_every_experiment_with_options_reads_its_command_line_through_it():
     """Those with counts (`SCRIPTS`) and the GPU-side tools alike; with_cuda_paths.py, a
     wrapper that hands the rest of its line to another command, reads its own through
-    `drlhet.parse_errors` as `checked_cli.run` does."""
+    `drlhet.parse_errors.parse_or_refuse` as `checked_cli.run` does."""
     with_args = [
         p.stem
         for p in (REPO / "experiments").glob("*.py")
@@ -68,7 +68,7 @@ def test_every_experiment_with_options_reads_its_command_line_through_it():
     for name in with_args:
         text = (REPO / "experiments" / f"{name}.py").read_text()
         if name == "with_cuda_paths":
-            assert "HeldStderr()" in text
+            assert "parse_or_refuse(" in text
             continue
         assert "checked_cli.run(" in text, name
         assert "tyro.cli(" not in text, name

@@ -28,15 +28,22 @@ library (no CUDA compiler at install); without one, the host emulation."""
 
 from __future__ import annotations
 
-import ctypes
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from drlhet.backends import cuda_ffi
 from drlhet.backends.base import CPU, GPU, Backend, BackendUnavailable, register
-from drlhet.backends.native import ffi_find, ffi_update, library_path, tree_attrs
+from drlhet.backends.cuda_ffi import (
+    EMU_LIBRARY,
+    EMU_SYMBOLS,
+    FFI_SYMBOLS,
+    FFI_TARGETS,
+    GPU_LIBRARY,
+    gpu_devices,
+)
+from drlhet.backends.cuda_ffi import library as _library
+from drlhet.backends.native import ffi_find, ffi_update, tree_attrs
 from drlhet.replay import checks
 from drlhet.replay.sum_tree import SumTreeState, TreeOps
 
@@ -56,21 +63,6 @@ __all__ = [
     "accepts",
 ]
 
-FFI_TARGETS = {
-    "DrlhetCudaFind": "drlhet_cuda_find",
-    "DrlhetCudaUpdate": "drlhet_cuda_update",
-    "DrlhetCudaWeigh": "drlhet_cuda_weigh",
-    "DrlhetCudaWeighKey": "drlhet_cuda_weigh_key",
-    "DrlhetCudaUpdateChecked": "drlhet_cuda_update_checked",
-}
-"""The FFI handlers the library exports, and the custom-call targets they are registered as."""
-FFI_SYMBOLS = tuple(FFI_TARGETS)
-EMU_SYMBOLS = {symbol: symbol.replace("DrlhetCuda", "DrlhetEmu") for symbol in FFI_SYMBOLS}
-"""The host emulation's handlers (``libdrlhet_cuda_emu``, platform ``cpu``) of each GPU handler:
-the same bodies (``kernels/cuda/handlers.h``) under the same targets."""
-GPU_LIBRARY = ("drlhet_cuda", "the CUDA kernels (built where nvcc works)")
-EMU_LIBRARY = ("drlhet_cuda_emu", "the CUDA kernels' host emulation")
-"""Each library's stem and what it holds (`drlhet.backends.native.library_path`'s arguments)."""
 MAX_BRANCHING = 256  # kMaxBranching in kernels/include/drlhet/sum_tree.h
 MAX_CAPACITY = 2**31 - 1  # leaf indices are int32
 BLOCK_MAX_BATCH = 1024
@@ -115,6 +107,14 @@ workspace's winner slots. The same bits (emulation, H100). Off: slower on an H10
 K 16, ``gpu_checks.sh claims``, results/bench_replay_gpu_h100_claims.json): step 0.84x at B
 2048, 0.82x at B 4096. Read when traced."""
 
+TAGGED_CLAIMS = False
+"""Whether the cluster path's update of at most one entry per thread of its cluster (8192 per tree
+on a GPU) claims its leaves in a table kept by its custom call between calls, each slot tagged
+with the update that claimed it (``kernels/cuda/tag_table.cuh``: no reset of the workspace's
+winner slots, no barrier after it; 8 bytes a leaf a tree on the device, per call site, made at
+its first update). Takes precedence over `SHARED_CLAIMS`. The same bits (host emulation). Until a
+GPU decides (``gpu_checks.sh tagged``): off. Read when traced."""
+
 SHARED_TOP = True
 """Whether each block of the sample's kernels first copies the top levels of its tree (up to
 6144 slots: levels 0..3 at 2^20 leaves and K 16) into shared memory and descends them from
@@ -142,42 +142,6 @@ KEY_TARGETS = True
 where `draws_like_jax` allows it; False: XLA draws them and the call is `weigh`. The same bits
 (CPU, emulation, H100); the switch is for a GPU where the test comparing the two fails
 (``gpu_checks.sh`` then turns it off for its later stages). Read when traced."""
-
-
-def gpu_devices() -> list:
-    """JAX's GPU devices (empty when JAX has no GPU backend here)."""
-    try:
-        return jax.devices(GPU)
-    except RuntimeError:
-        return []
-
-
-@functools.cache
-def _register(platform: str) -> None:
-    """Registers the handlers of ``platform`` (``"CUDA"``: the GPU library's; ``cpu``: the
-    host emulation's) under `FFI_TARGETS`' names, once.
-
-    Raises:
-      BackendUnavailable: that library was not built.
-    """
-    stem, what = GPU_LIBRARY if platform == "CUDA" else EMU_LIBRARY
-    lib = ctypes.CDLL(str(library_path(stem, what)))
-    for symbol, target in FFI_TARGETS.items():
-        handler = getattr(lib, symbol if platform == "CUDA" else EMU_SYMBOLS[symbol])
-        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(handler), platform=platform)
-
-
-def _library() -> None:
-    """Registers what runs here: the GPU's handlers where JAX sees a GPU (their library is then
-    needed), the host emulation's where it is built (needed without a GPU)."""
-    if gpu_devices():
-        _register("CUDA")
-        try:
-            _register(CPU)
-        except BackendUnavailable:
-            pass  # cuda@cpu is a simulation: a GPU does without it
-    else:
-        _register(CPU)
 
 
 def accepts(capacity: int, branching: int) -> str:
@@ -218,9 +182,13 @@ def update(
     workspace is each leaf's winning entry and the tree's refused flag (C + 1 int32 per tree).
     """
     _check(tree)
-    return ffi_update(
-        "drlhet_cuda_update", tree, indices, values, keep, tree.capacity + 1, _paths()
-    )
+    target = _update_target("drlhet_cuda_update")
+    return ffi_update(target, tree, indices, values, keep, tree.capacity + 1, _paths())
+
+
+def _update_target(target: str) -> str:
+    """The update's custom-call target: its tagged handler's with `TAGGED_CLAIMS` on."""
+    return cuda_ffi.tagged(target) if TAGGED_CLAIMS else target
 
 
 def _paths() -> dict:
@@ -351,7 +319,7 @@ def update_checked(
     # the tree, the running maximum and the error word in place: in a loop carry XLA then needs
     # no copy of the two scalars after the call (two nodes of the step's graph on an H100)
     call = jax.ffi.ffi_call(
-        "drlhet_cuda_update_checked",
+        _update_target("drlhet_cuda_update_checked"),
         out,
         vmap_method="broadcast_all",
         input_output_aliases={0: 0, 6: 1, 7: 2},

@@ -122,6 +122,8 @@ struct SharedClaims {
     return first;
   }
 
+  __device__ void Settle(const UpdateArgs&, const ClusterPlace&) const {}  // nothing kept
+
   // Whether the thread's entry `e` won its leaf, after the claims' barrier (ClusterUpdate).
   __device__ bool Won(const UpdateArgs&, const ClusterPlace& c, const EntryClaim& e,
                       bool refused) const {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -89,13 +90,34 @@ inline UpdateArgs PlainArgs(float* nodes, int64_t capacity, int64_t branching,
   return a;
 }
 
-inline ffi::Error UpdateImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
-                      ffi::Buffer<ffi::S32> indices, ffi::Buffer<ffi::F32> values,
-                      ffi::Buffer<ffi::PRED> keep, ffi::ResultBuffer<ffi::F32> out,
-                      ffi::ResultBuffer<ffi::S32> work, int64_t branching, int64_t capacity,
-                      int64_t block_max_batch, int64_t narrow_max_nodes,
-                      int64_t cluster_max_batch, int64_t region_max_batch,
-                      int64_t shared_claims) {
+// The update's claims table kept by one custom call of the tagged update handlers (tag_table.cuh):
+// made empty when XLA makes the executable (the handlers' instantiate stage, TagTableInstantiate),
+// its memory at the call's first update, freed with the executable. Each library registers the
+// type under its own name (drlhet/backends/cuda.py).
+struct TagTableState : TagTableMemory {
+  inline static ffi::TypeId id = {};
+};
+inline const ffi::TypeInfo kTagTableInfo = ffi::MakeTypeInfo<TagTableState>();
+
+inline ffi::ErrorOr<std::unique_ptr<TagTableState>> TagTableInstantiate() {
+  return std::make_unique<TagTableState>();
+}
+
+// An update handler's body (UpdateImpl, UpdateCheckedImpl) without a claims table: the
+// untagged handlers', whose bindings have no state.
+template <auto& Impl>
+constexpr auto WithoutTags = [](cudaStream_t stream, auto&&... args) {
+  return Impl(stream, nullptr, std::forward<decltype(args)>(args)...);
+};
+
+// `tags`: the call's claims table (the tagged handlers), or nullptr (the workspace's claims).
+inline ffi::Error UpdateImpl(cudaStream_t stream, TagTableMemory* tags,
+                             ffi::Buffer<ffi::F32> nodes, ffi::Buffer<ffi::S32> indices,
+                             ffi::Buffer<ffi::F32> values, ffi::Buffer<ffi::PRED> keep,
+                             ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::S32> work,
+                             int64_t branching, int64_t capacity, int64_t block_max_batch,
+                             int64_t narrow_max_nodes, int64_t cluster_max_batch,
+                             int64_t region_max_batch, int64_t shared_claims) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
   if (auto err = Trees(branching, capacity, nodes.element_count(), &lay, &trees); err.failure()) {
@@ -112,12 +134,13 @@ inline ffi::Error UpdateImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
   const UpdateArgs a =
       PlainArgs(out->typed_data(), capacity, branching, indices, values, keep, trees, work);
   LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes, cluster_max_batch,
-               region_max_batch, shared_claims != 0);
+               region_max_batch, shared_claims != 0, tags);
   return LastError("drlhet_cuda_update");
 }
 
-inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
-                             ffi::Buffer<ffi::S32> indices, ffi::Buffer<ffi::F32> raw,
+inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, TagTableMemory* tags,
+                             ffi::Buffer<ffi::F32> nodes, ffi::Buffer<ffi::S32> indices,
+                             ffi::Buffer<ffi::F32> raw,
                              ffi::Buffer<ffi::F32> values, ffi::Buffer<ffi::PRED> keep,
                              ffi::Buffer<ffi::S32> size, ffi::Buffer<ffi::F32> max_in,
                              ffi::Buffer<ffi::S32> err_in, ffi::ResultBuffer<ffi::F32> out,
@@ -157,7 +180,7 @@ inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> n
   a.max_out = max_out->typed_data();
   a.err_out = err_out->typed_data();
   LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes, cluster_max_batch,
-               region_max_batch, shared_claims != 0);
+               region_max_batch, shared_claims != 0, tags);
   return LastError("drlhet_cuda_update_checked");
 }
 
@@ -250,7 +273,8 @@ inline ffi::Error WeighKeyImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
 }
 
 // Each handler's operands, results and attributes after its context (`bind`: the stream on a
-// GPU, nothing on the host), in the order of its Impl's parameters.
+// GPU, nothing on the host; for a tagged update, then its TagTableState), in the order of its
+// Impl's parameters.
 template <typename B>
 auto FindBinding(B bind) {
   return std::move(bind).template Arg<ffi::Buffer<ffi::F32>>()  // nodes

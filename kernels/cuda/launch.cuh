@@ -2,8 +2,8 @@
 // handlers (sum_tree.cu, on XLA's stream) and the host emulation of the CUDA execution model
 // (emu/cuda_emu.h, which defines DRLHET_LAUNCH and the runtime calls before including this), so
 // that the emulation runs the same launches in the same order as a GPU.
-// Include after sample_kernels.cuh, sample_spread.cuh, sum_tree_kernels.cuh, region_update.cuh
-// and cluster_claims.cuh.
+// Include after sample_kernels.cuh, sample_spread.cuh, sum_tree_kernels.cuh, region_update.cuh,
+// cluster_claims.cuh and tag_table.cuh.
 #pragma once
 
 #include <cstdint>
@@ -185,10 +185,24 @@ inline bool InSharedClaims(int64_t batch, bool shared_claims) {
          ClusterFits(drlhet_cuda_update_cluster_shared, ClusterThreads(batch));
 }
 
+// The table of `tags` (nullptr: none) where a batch of `batch` entries per tree that takes the
+// cluster path takes its variant with the claims in a table kept between calls (tag_table.cuh):
+// at most one entry per thread of the cluster, clusters of that kernel fit the GPU, and the
+// table is there for these trees (made at its first use); else nullptr.
+inline const TagTable* InTaggedClaims(TagTableMemory* tags, int64_t trees, int64_t capacity,
+                                      int64_t batch) {
+  if (tags == nullptr || batch > kClaimMaxBatch ||
+      !ClusterFits(drlhet_cuda_update_cluster_tagged, ClusterThreads(batch))) {
+    return nullptr;
+  }
+  return tags->For(trees, capacity);
+}
+
 // The update's launches: one block per tree up to block_max_batch entries per tree; else one
 // cluster per tree, each block a region of the tree, up to region_max_batch where the GPU has
-// clusters; else one cluster per tree up to cluster_max_batch (its claims in the cluster's
-// shared memory with shared_claims, where the batch allows); else reset, claim,
+// clusters; else one cluster per tree up to cluster_max_batch (its claims in the table of `tags`
+// where given, else in the cluster's shared memory with shared_claims, where the batch allows,
+// else in the workspace); else reset, claim,
 // leaves, then one launch per level from the leaves' parents up: a thread per entry (its
 // ancestor) at the levels wider than the batch, a thread per node at the levels no wider than
 // the batch but wider than narrow_max_nodes, and one block per tree for the rest (the narrow
@@ -196,7 +210,7 @@ inline bool InSharedClaims(int64_t batch, bool shared_claims) {
 inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet::TreeLayout& lay,
                          int64_t trees, int64_t block_max_batch, int64_t narrow_max_nodes,
                          int64_t cluster_max_batch, int64_t region_max_batch,
-                         bool shared_claims) {
+                         bool shared_claims, TagTableMemory* tags) {
   if (a.batch <= block_max_batch) {
     DRLHET_LAUNCH(drlhet_cuda_update_block, trees, kBlockThreads, stream, a);
     return;
@@ -208,6 +222,12 @@ inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet:
     return;
   }
   if (InClusters(drlhet_cuda_update_cluster, a.batch, cluster_max_batch)) {
+    if (const TagTable* table = InTaggedClaims(tags, trees, a.capacity, a.batch)) {
+      DRLHET_LAUNCH_CLUSTER(drlhet_cuda_update_cluster_tagged, trees * kClusterBlocks,
+                            ClusterThreads(a.batch), kClusterBlocks, stream, a, kClusterBlocks,
+                            *table);
+      return;
+    }
     if (InSharedClaims(a.batch, shared_claims)) {
       DRLHET_LAUNCH_CLUSTER(drlhet_cuda_update_cluster_shared, trees * kClusterBlocks,
                             ClusterThreads(a.batch), kClusterBlocks, stream, a, kClusterBlocks,

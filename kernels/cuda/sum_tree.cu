@@ -18,6 +18,10 @@
 //                      values f32[V, B], keep pred[V, B], size s32[V], max_priority f32[V],
 //                      error s32[V]) -> (nodes aliased, max_priority f32[V], error s32[V],
 //                      workspace s32[V, C + 2])
+//   drlhet_cuda_update_tagged, drlhet_cuda_update_checked_tagged: the two updates, each call
+//                      with a claims table of its own (u64[V, C + 1], its state: made when XLA
+//                      makes the executable, allocated at its first update) that the cluster
+//                      path's batches claim in instead of the workspace (tag_table.cuh)
 //
 // The last three are the prioritized buffer's whole sample (after its targets, or from its key)
 // and whole priority update after its leaf values (drlhet/replay/buffer_ops.py), in one call each.
@@ -54,6 +58,7 @@
 #include "sum_tree_kernels.cuh"
 #include "region_update.cuh"
 #include "cluster_claims.cuh"
+#include "tag_table.cuh"
 // after the kernels they launch
 #include "launch.cuh"
 #include "handlers.h"
@@ -65,12 +70,26 @@ namespace ffi = xla::ffi;
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetCudaFind, drlhet_cuda::FindImpl,
                               drlhet_cuda::FindBinding(DRLHET_GPU_BIND),
                               {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetCudaUpdate, drlhet_cuda::UpdateImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetCudaUpdate, drlhet_cuda::WithoutTags<drlhet_cuda::UpdateImpl>,
                               drlhet_cuda::UpdateBinding(DRLHET_GPU_BIND),
                               {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetCudaUpdateChecked, drlhet_cuda::UpdateCheckedImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetCudaUpdateChecked,
+                              drlhet_cuda::WithoutTags<drlhet_cuda::UpdateCheckedImpl>,
                               drlhet_cuda::UpdateCheckedBinding(DRLHET_GPU_BIND),
                               {ffi::Traits::kCmdBufferCompatible});
+// The tagged updates (tag_table.cuh): each custom call keeps a claims table (its state, made by
+// DrlhetCudaTagTableInstantiate; the type's id and info for jax.ffi.register_ffi_type).
+#define DRLHET_GPU_TAGGED DRLHET_GPU_BIND.Ctx<ffi::State<drlhet_cuda::TagTableState>>()
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetCudaUpdateTagged, drlhet_cuda::UpdateImpl,
+                              drlhet_cuda::UpdateBinding(DRLHET_GPU_TAGGED),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetCudaUpdateCheckedTagged, drlhet_cuda::UpdateCheckedImpl,
+                              drlhet_cuda::UpdateCheckedBinding(DRLHET_GPU_TAGGED),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetCudaTagTableInstantiate, drlhet_cuda::TagTableInstantiate,
+                              ffi::Ffi::BindInstantiate());
+extern "C" void* DrlhetCudaTagTableTypeId() { return &drlhet_cuda::TagTableState::id; }
+extern "C" const void* DrlhetCudaTagTableTypeInfo() { return &drlhet_cuda::kTagTableInfo; }
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetCudaWeigh, drlhet_cuda::WeighImpl,
                               drlhet_cuda::WeighBinding(DRLHET_GPU_BIND),
                               {ffi::Traits::kCmdBufferCompatible});

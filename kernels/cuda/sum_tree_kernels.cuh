@@ -472,6 +472,8 @@ struct WorkspaceClaims {
     return first;
   }
 
+  __device__ void Settle(const UpdateArgs&, const ClusterPlace&) const {}  // nothing kept
+
   // Whether the thread's one entry `e` won its leaf, after the claims' barrier; false when the
   // tree's batch was `refused` (it has no winner) or the entry was not taken.
   __device__ bool Won(const UpdateArgs& a, const ClusterPlace& c, const EntryClaim& e,
@@ -489,13 +491,14 @@ struct WorkspaceClaims {
 // min(batch, blockDim) nodes by the cluster's first block alone, after the last cluster
 // barrier, as drlhet_cuda_update_top does, and meanwhile Finish by the last block. No thread
 // returns before that barrier. The duplicates are resolved by `claims` (WorkspaceClaims, or
-// SharedClaims in cluster_claims.cuh: a batch of at most one entry per thread). The tree's
+// SharedClaims in cluster_claims.cuh or TaggedClaims in tag_table.cuh: a batch of at most one
+// entry per thread; each thread's copy, Settle'd after the claims' barrier). The tree's
 // error bits and largest kept raw priority are merged per block in shared memory and read
 // across the cluster after the claims' barrier (ClusterWords), then written to the tree's
 // words by the last block. The same writes as the per-level path, so the same bits; plain or
 // checked (a.raw).
 template <typename Claims>
-__device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs, const Claims& claims) {
+__device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs, Claims claims) {
   __shared__ int32_t block_bad[kClusterBlocks], block_most[kClusterBlocks];  // slot: the rank
   const unsigned rank = blockIdx.x % cs;
   if (threadIdx.x == 0) block_bad[rank] = block_most[rank] = 0;
@@ -509,6 +512,7 @@ __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs, const Clai
   c.top = drlhet::NarrowTop(lay, a.batch, blockDim.x);
   const EntryClaim first = claims.Claim(a, c, rank, block_bad + rank, block_most + rank);
   ClusterSync();
+  claims.Settle(a, c);
   // the claims are in: the tree's words from the blocks' shared memory, kept in registers
   int32_t bad = 0, most = 0;
   ClusterWords(block_bad, block_most, cs, &bad, &most);

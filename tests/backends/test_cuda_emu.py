@@ -61,6 +61,7 @@ P = ctypes.POINTER
 
 C_TYPES = {np.float32: ctypes.c_float, np.int32: ctypes.c_int32, np.bool_: ctypes.c_bool}
 C_TYPES[np.uint32] = ctypes.c_uint32
+C_TYPES[np.uint64] = ctypes.c_uint64
 
 
 def ptr(a):
@@ -102,10 +103,12 @@ def placed(a, offset: int):
     return out
 
 
-def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, offset=0):
+def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, offset=0,
+               tags=None):  # fmt: skip
     """One update of V = len(nodes) trees on ``path`` (block_max_batch, narrow_max_nodes,
     cluster_max_batch, region_max_batch, shared_claims), the nodes ``offset`` bytes past a
-    16-byte boundary: (nodes [V, T], bad [V], max [V], err [V])."""
+    16-byte boundary, with the claims table ``tags`` (uint64 [V * (C + 1)], kept by the
+    caller; None: none): (nodes [V, T], bad [V], max [V], err [V])."""
     block_max, narrow_max, cluster_max, region_max, shared_claims = path
     out = placed(np.array(nodes, F32, ndmin=2), offset)
     trees, batch = out.shape[0], np.asarray(idx).reshape(out.shape[0], -1).shape[1]
@@ -126,7 +129,7 @@ def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, o
         ctypes.c_int64(shared_claims), ptr(raw),
         ptr(size), ctypes.c_float(checks.PRIORITY_MAX), ctypes.c_int32(checks.ERR_INDEX),
         ctypes.c_int32(checks.ERR_PRIORITY), ptr(max_in), ptr(err_in), ptr(max_out),
-        ptr(err_out), ptr(bad),
+        ptr(err_out), ptr(bad), ptr(tags),
     )  # fmt: skip
     assert rc == 0
     return out, bad, max_out, err_out
@@ -217,11 +220,13 @@ def cluster_update_is_the_oracles(emu, trees, capacity, k, idx, vals, keep):
         np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"tree {v}")
 
 
-def written_then_one_tree_refused(emu, path, trees, capacity, k, idx, vals, keep, refuse):
-    """The update of every tree on ``path``, bit for bit the oracle's, none refused; then the
-    same batch with ``refuse`` = (tree, entry, a bad index) planted: that tree comes back
-    refused and unchanged, the others written."""
-    got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, path)
+def written_then_one_tree_refused(
+    emu, path, trees, capacity, k, idx, vals, keep, refuse, tags=None
+):  # fmt: skip
+    """The update of every tree on ``path`` (with the claims table ``tags``, `emu_update`),
+    bit for bit the oracle's, none refused; then the same batch with ``refuse`` = (tree, entry,
+    a bad index) planted: that tree comes back refused and unchanged, the others written."""
+    got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, path, tags=tags)
     assert not bad.any()
     for v in range(len(trees)):
         want = oracle.write(trees[v], capacity, k, idx[v], vals[v], keep[v])
@@ -229,7 +234,7 @@ def written_then_one_tree_refused(emu, path, trees, capacity, k, idx, vals, keep
     tree, at, index = refuse
     idx, keep = idx.copy(), keep.copy()
     idx[tree, at], keep[tree, at] = index, True
-    got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, path)
+    got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, path, tags=tags)
     assert [bool(b) for b in bad] == [v == tree for v in range(len(trees))]
     np.testing.assert_array_equal(bits(got[tree]), bits(trees[tree]))
     for v in set(range(len(trees))) - {tree}:

@@ -15,6 +15,7 @@
 #include "../sum_tree_kernels.cuh"
 #include "../region_update.cuh"
 #include "../cluster_claims.cuh"
+#include "../tag_table.cuh"
 #include "../launch.cuh"
 
 namespace {
@@ -169,7 +170,9 @@ DRLHET_EMU_EXPORT int drlhet_emu_weigh(const float* nodes, int64_t capacity, int
 // cluster per tree, a region of the tree a block, when batch <= region_max_batch, else one
 // cluster per tree when batch <= cluster_max_batch (its claims in the cluster's shared memory
 // with shared_claims, where the batch allows), else the per-level launches with levels of
-// at most narrow_max_nodes nodes in one block per tree. The
+// at most narrow_max_nodes nodes in one block per tree. With `tags` ([trees * (capacity + 1)]
+// words, the caller's, kept between calls: a claims table's slots, then each tree's last tag;
+// tag_table.cuh), the cluster path's batches of at most one entry per thread claim in it. The
 // checked update's outputs are max_out and err_out; bad_out [trees] is each tree's refusal word.
 // Returns 0, or -1 for a bad (capacity, k), -2 for a failed launch.
 DRLHET_EMU_EXPORT int drlhet_emu_update(float* nodes, int64_t capacity, int k,
@@ -181,7 +184,8 @@ DRLHET_EMU_EXPORT int drlhet_emu_update(float* nodes, int64_t capacity, int k,
                                         const int32_t* size, float priority_max,
                                         int32_t err_index, int32_t err_priority,
                                         const float* max_in, const int32_t* err_in,
-                                        float* max_out, int32_t* err_out, int32_t* bad_out) {
+                                        float* max_out, int32_t* err_out, int32_t* bad_out,
+                                        unsigned long long* tags) {
   drlhet::TreeLayout lay;
   if (!drlhet::MakeLayout(capacity, k, &lay) || trees < 1 || batch < 1) return -1;
   const std::lock_guard<std::mutex> lock(emu::Lock());
@@ -209,8 +213,11 @@ DRLHET_EMU_EXPORT int drlhet_emu_update(float* nodes, int64_t capacity, int k,
     a.max_out = max_out;
     a.err_out = err_out;
   }
+  drlhet_cuda::TagTableMemory table;
+  if (tags != nullptr) table.Borrow(tags, trees, capacity);
   drlhet_cuda::LaunchUpdate(nullptr, a, lay, trees, block_max_batch, narrow_max_nodes,
-                            cluster_max_batch, region_max_batch, shared_claims != 0);
+                            cluster_max_batch, region_max_batch, shared_claims != 0,
+                            tags != nullptr ? &table : nullptr);
   for (int64_t v = 0; v < trees; ++v) bad_out[v] = a.bad[v];
   return Status();
 }

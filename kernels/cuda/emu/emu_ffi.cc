@@ -14,6 +14,7 @@
 #include "../sum_tree_kernels.cuh"
 #include "../region_update.cuh"
 #include "../cluster_claims.cuh"
+#include "../tag_table.cuh"
 #include "../launch.cuh"
 #include "../handlers.h"
 
@@ -36,14 +37,33 @@ DRLHET_EMU_EXPORT XLA_FFI_Error* DrlhetEmuUpdate(XLA_FFI_CallFrame* call_frame);
 DRLHET_EMU_EXPORT XLA_FFI_Error* DrlhetEmuUpdateChecked(XLA_FFI_CallFrame* call_frame);
 DRLHET_EMU_EXPORT XLA_FFI_Error* DrlhetEmuWeigh(XLA_FFI_CallFrame* call_frame);
 DRLHET_EMU_EXPORT XLA_FFI_Error* DrlhetEmuWeighKey(XLA_FFI_CallFrame* call_frame);
+DRLHET_EMU_EXPORT XLA_FFI_Error* DrlhetEmuUpdateTagged(XLA_FFI_CallFrame* call_frame);
+DRLHET_EMU_EXPORT XLA_FFI_Error* DrlhetEmuUpdateCheckedTagged(XLA_FFI_CallFrame* call_frame);
+DRLHET_EMU_EXPORT XLA_FFI_Error* DrlhetEmuTagTableInstantiate(XLA_FFI_CallFrame* call_frame);
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuFind, OnHost<drlhet_cuda::FindImpl>,
                               drlhet_cuda::FindBinding(ffi::Ffi::Bind()));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuUpdate, OnHost<drlhet_cuda::UpdateImpl>,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuUpdate,
+                              OnHost<drlhet_cuda::WithoutTags<drlhet_cuda::UpdateImpl>>,
                               drlhet_cuda::UpdateBinding(ffi::Ffi::Bind()));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuUpdateChecked, OnHost<drlhet_cuda::UpdateCheckedImpl>,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuUpdateChecked,
+                              OnHost<drlhet_cuda::WithoutTags<drlhet_cuda::UpdateCheckedImpl>>,
                               drlhet_cuda::UpdateCheckedBinding(ffi::Ffi::Bind()));
+#define DRLHET_EMU_TAGGED ffi::Ffi::Bind().Ctx<ffi::State<drlhet_cuda::TagTableState>>()
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuUpdateTagged, OnHost<drlhet_cuda::UpdateImpl>,
+                              drlhet_cuda::UpdateBinding(DRLHET_EMU_TAGGED));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuUpdateCheckedTagged,
+                              OnHost<drlhet_cuda::UpdateCheckedImpl>,
+                              drlhet_cuda::UpdateCheckedBinding(DRLHET_EMU_TAGGED));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuTagTableInstantiate, drlhet_cuda::TagTableInstantiate,
+                              ffi::Ffi::BindInstantiate());
+extern "C" {
+DRLHET_EMU_EXPORT void* DrlhetEmuTagTableTypeId() { return &drlhet_cuda::TagTableState::id; }
+DRLHET_EMU_EXPORT const void* DrlhetEmuTagTableTypeInfo() {
+  return &drlhet_cuda::kTagTableInfo;
+}
+}
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuWeigh, OnHost<drlhet_cuda::WeighImpl>,
                               drlhet_cuda::WeighBinding(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DrlhetEmuWeighKey, OnHost<drlhet_cuda::WeighKeyImpl>,

@@ -1,0 +1,167 @@
+"""The cluster update's claims in a table kept between calls, each slot tagged with the update
+that claimed it (kernels/cuda/tag_table.cuh; `drlhet.backends.cuda.TAGGED_CLAIMS`), under the
+host emulation: first the kernel on a table this test keeps (its slots and each tree's last tag
+set as earlier updates would have left them, the wrap of the tags included), then the tagged
+custom calls inside jit on the emulated CPU device, where each call keeps its own table (the
+FFI handler's state) across the calls of its executable. Bit for bit the oracle's or the
+reference's.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import oracle
+import pytest
+import test_cuda_emu
+from conformance import random_tree
+from cuda_places import devices
+from test_cuda_buffer import bits, leaf_values
+from test_cuda_emu import PATHS, emu_update, two_trees_and_batches, written_then_one_tree_refused
+
+from drlhet import backends
+from drlhet.backends import cuda
+from drlhet.replay import sum_tree as st
+
+emu, schedule = test_cuda_emu.emu, test_cuda_emu.schedule  # the emulation's fixtures
+F32 = np.float32
+POS_BITS = 20  # kTagPosBits: a slot is tag << 20 | position
+TAG_MAX = 2 ** (64 - POS_BITS) - 1  # kTagMax: past it a tree's slots are cleared, tags from 1
+CLUSTER = PATHS["one cluster per tree"]
+
+
+def table(trees: int, capacity: int, last: int) -> np.ndarray:
+    """A claims table (uint64 [V * (C + 1)]: the slots, then each tree's last tag) as ``last``
+    updates would leave it at worst: every slot that update's, at the largest position."""
+    t = np.full(trees * (capacity + 1), last << POS_BITS | (2**POS_BITS - 1), np.uint64)
+    t[trees * capacity :] = last
+    return t
+
+
+def slots_and_lasts(t: np.ndarray, trees: int, capacity: int):
+    return t[: trees * capacity].reshape(trees, capacity), t[trees * capacity :]
+
+
+def claimed(idx, keep, capacity) -> dict[int, int]:
+    """Each leaf a batch's kept valid entries claim, and its last such entry's position."""
+    pairs = enumerate(zip(idx, keep, strict=True))
+    return {int(i): p for p, (i, k) in pairs if k and 0 <= i < capacity}
+
+
+@pytest.mark.parametrize(
+    "k, capacity, batch",
+    [(16, 2**16, 1024), (2, 3000, 700), (3, 5000, 1024), (64, 777, 300), (32, 4097, 513)],
+)
+def test_tagged_claims_beat_every_slot_an_earlier_update_left(emu, schedule, k, capacity, batch):
+    """Two trees, a table whose every slot holds the last update's tag at the largest position:
+    the cluster update (duplicates across its blocks, dropped entries) equals the oracle, then
+    the same batch with one tree refused; each tree's last tag counts both updates, and each
+    claimed leaf's slot holds the second update's tag and its last kept entry's position."""
+    trees, idx, vals, keep = two_trees_and_batches(capacity, k, batch, seed=70)
+    tags = table(2, capacity, last=41)
+    refuse = (1, 0, capacity)
+    written_then_one_tree_refused(emu, CLUSTER, trees, capacity, k, idx, vals, keep, refuse, tags)
+    slots, lasts = slots_and_lasts(tags, 2, capacity)
+    assert lasts.tolist() == [43, 43]
+    idx[1, 0], keep[1, 0] = capacity, True  # the refused tree's batch: its other entries claim
+    for v in range(2):
+        for leaf, pos in claimed(idx[v], keep[v], capacity).items():
+            assert int(slots[v, leaf]) == 43 << POS_BITS | pos, (v, leaf)
+
+
+def test_the_tags_wrap_once_with_every_slot_cleared(emu, schedule):
+    """A tree whose last tag is one short of the largest: the first update claims with the
+    largest tag, the next clears the tree's slots and claims with tag 1 (a slot left with the
+    largest tag would beat every claim of it, and the oracle would disagree); then a checked
+    update that wraps, its maximum and error word as the oracle's."""
+    k, capacity, batch = 16, 2**14, 1000
+    trees, idx, vals, keep = two_trees_and_batches(capacity, k, batch, seed=71)
+    tags = table(2, capacity, last=TAG_MAX - 1)
+    nodes = trees
+    for step, last in enumerate((TAG_MAX, 1)):
+        step_vals = (vals + F32(step)).astype(F32)
+        got, bad, _, _ = emu_update(emu, nodes, capacity, k, idx, step_vals, keep, CLUSTER,
+                                    tags=tags)  # fmt: skip
+        assert not bad.any()
+        for v in range(2):
+            want = oracle.write(nodes[v], capacity, k, idx[v], step_vals[v], keep[v])
+            np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"{step}, {v}")
+        slots, lasts = slots_and_lasts(tags, 2, capacity)
+        assert lasts.tolist() == [last, last]
+        nodes = got
+    untouched = np.setdiff1d(np.arange(capacity), idx[0][keep[0]])
+    assert (slots[0, untouched] == 0).all()
+    raw = np.random.default_rng(72).random(batch).astype(F32) + F32(0.5)
+    values = np.asarray(leaf_values(jnp.asarray(raw)))
+    checked = (raw, [capacity], [F32(1.0)], [0])
+    one = table(1, capacity, last=TAG_MAX)  # this update wraps: every stale slot the largest
+    got, bad, got_max, got_err = emu_update(
+        emu, nodes[:1], capacity, k, idx[0], values, keep[0], CLUSTER, checked, tags=one
+    )
+    assert slots_and_lasts(one, 1, capacity)[1].tolist() == [1]
+    assert not bad.any() and got_err[0] == 0
+    assert got_max[0] == max(F32(1.0), raw[keep[0]].max())
+    want = oracle.write(nodes[0], capacity, k, idx[0], values, keep[0])
+    np.testing.assert_array_equal(bits(got[0]), bits(want))
+
+
+def test_a_batch_past_one_entry_per_thread_claims_in_the_workspace(emu, schedule):
+    """B 1025, past the emulation's 8 x 128 threads a cluster: the workspace's claims take it,
+    bit for bit the oracle's, the table untouched."""
+    k, capacity, batch = 4, 9000, 1025
+    trees, idx, vals, keep = two_trees_and_batches(capacity, k, batch, seed=73)
+    tags = table(2, capacity, last=5)
+    before = tags.copy()
+    written_then_one_tree_refused(emu, CLUSTER, trees, capacity, k, idx, vals, keep, (0, 3, -1),
+                                  tags)  # fmt: skip
+    np.testing.assert_array_equal(tags, before)
+
+
+@pytest.fixture
+def tagged(monkeypatch):
+    """The cuda backend's ops with every update on the cluster path's tagged claims, on the
+    emulated CPU device."""
+    with jax.default_device(devices("emulated cpu")[0]):
+        for name, value in {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40,
+                            "TAGGED_CLAIMS": True}.items():  # fmt: skip
+            monkeypatch.setattr(cuda, name, value)
+        jax.clear_caches()  # the paths are read when a function is traced
+        yield backends.tree_ops("cuda")
+    jax.clear_caches()
+
+
+def scanned_writes(write, tree, idx, vals, keep):
+    """Each step's nodes of a jitted scan of ``write`` over the batches (one call site, called
+    at every step)."""
+
+    def body(t, batch):
+        t = write(t, *batch)
+        return t, t.nodes
+
+    return jax.jit(lambda t: jax.lax.scan(body, t, (idx, vals, keep))[1])(tree)
+
+
+def test_a_tagged_call_keeps_its_table_across_the_steps_of_a_scan(tagged):
+    """Six steps of a jitted scan, each a batch of 512 over 40 leaves (every leaf claimed again
+    at every step, by entries at other positions), K 16, 5000 leaves; then the same batches
+    vmapped over two trees, and the jitted call called six times: the same bits as the
+    reference at every step."""
+    k, capacity, steps, batch = 16, 5000, 6, 512
+    rng = np.random.default_rng(74)
+    idx = rng.integers(0, 40, (steps, batch)).astype(np.int32)
+    vals = rng.random((steps, batch)).astype(F32)
+    keep = rng.random((steps, batch)) < 0.8
+    tree = random_tree(capacity, k, seed=75)
+    got = scanned_writes(tagged.write, tree, idx, vals, keep)
+    want = scanned_writes(st.REFERENCE.write, tree, idx, vals, keep)
+    np.testing.assert_array_equal(bits(got), bits(want))
+    two = jax.tree.map(lambda x: jnp.stack([x, x[::-1]]), (idx, vals, keep))
+    write = jax.vmap(tagged.write, in_axes=(None, 0, 0, 0))
+    got = jax.jit(write)(tree, *(x[:, 0] for x in two)).nodes
+    want = jax.vmap(st.REFERENCE.write, in_axes=(None, 0, 0, 0))(tree, *(x[:, 0] for x in two))
+    np.testing.assert_array_equal(bits(got), bits(want.nodes))
+    call, t, r = jax.jit(tagged.write), tree, tree
+    for s in range(steps):
+        t, r = call(t, idx[s], vals[s], keep[s]), st.REFERENCE.write(r, idx[s], vals[s], keep[s])
+        np.testing.assert_array_equal(bits(t.nodes), bits(r.nodes), err_msg=f"call {s}")

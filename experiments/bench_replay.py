@@ -135,6 +135,12 @@ class Args:
     """Also time ``drlhet-cuda-claims``: the cuda backend with ``SHARED_CLAIMS`` on, beside
     ``drlhet-cuda`` with it as this run sets it, alternating in every repeat (an A/B in one
     process). Rows record it (``cuda_shared_claims``)."""
+    cuda_tagged_claims: bool | None = None
+    """``drlhet.backends.cuda.TAGGED_CLAIMS`` for this run (None: the library's): the cluster
+    path's update claims its leaves in a table kept by its custom call."""
+    cuda_tagged_ab: bool = False
+    """Also time ``drlhet-cuda-tagged``: the cuda backend with ``TAGGED_CLAIMS`` on, beside
+    ``drlhet-cuda``, as ``--cuda-claims-ab`` does. Rows record it (``cuda_tagged_claims``)."""
     cuda_find_ab: bool = False
     """Also time ``drlhet-cuda-find``: the buffer's sample under XLA's code around the cuda
     backend's ``find`` (XLA draws the targets and computes probabilities and weights), the
@@ -181,6 +187,12 @@ class Args:
 
 
 TRACE_COMMAND_BUFFERS = "--xla_enable_command_buffers_during_profiling=true"
+CLAIMS_ARMS = {
+    "drlhet-cuda-claims": ("cuda_claims_ab", "SHARED_CLAIMS"),
+    "drlhet-cuda-tagged": ("cuda_tagged_ab", "TAGGED_CLAIMS"),
+}
+"""The cuda claims A/Bs: each arm's row name, the option that adds it, and the switch of
+`drlhet.backends.cuda` it turns on (its rows' ``cuda_<switch>`` is 1)."""
 
 
 def apply_threading(mode: str) -> None:
@@ -506,6 +518,10 @@ def main(args: Args) -> list[dict]:
         from drlhet.backends import cuda
 
         cuda.SHARED_CLAIMS = args.cuda_shared_claims
+    if args.cuda_tagged_claims is not None:
+        from drlhet.backends import cuda
+
+        cuda.TAGGED_CLAIMS = args.cuda_tagged_claims
     if args.cuda_own_sample_max_batch is not None:
         from drlhet.backends import cuda
 
@@ -603,11 +619,13 @@ def main(args: Args) -> list[dict]:
                 impls[f"drlhet-{name}-plain"] = drlhet_ops(
                     capacity, batch, k, steps_of[f"drlhet-{name}"], name, plain=True
                 )
-        if args.cuda_claims_ab and "drlhet-cuda" in impls:
-            steps_of["drlhet-cuda-claims"] = steps_of["drlhet-cuda"]
-            impls["drlhet-cuda-claims"] = with_cuda(
-                drlhet_ops(capacity, batch, k, steps_of["drlhet-cuda"], "cuda"), SHARED_CLAIMS=True
-            )
+        for impl, (flag, setting) in CLAIMS_ARMS.items():  # --cuda-claims-ab, --cuda-tagged-ab
+            if getattr(args, flag) and "drlhet-cuda" in impls:
+                steps_of[impl] = steps_of["drlhet-cuda"]
+                impls[impl] = with_cuda(
+                    drlhet_ops(capacity, batch, k, steps_of["drlhet-cuda"], "cuda"),
+                    **{setting: True},
+                )
         if args.cuda_find_ab and "drlhet-cuda" in impls:
             steps_of["drlhet-cuda-find"] = steps_of["drlhet-cuda"]
             impls["drlhet-cuda-find"] = drlhet_ops(
@@ -672,7 +690,8 @@ def main(args: Args) -> list[dict]:
         def cuda_path(impl: str, batch: int) -> dict:
             """The update-path settings a cuda row ran with (None for other backends)."""
             names = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "REGION_MAX_BATCH",
-                     "SHARED_CLAIMS", "SPREAD_MIN_BATCH", "SPREAD_THREADS")  # fmt: skip
+                     "SHARED_CLAIMS", "TAGGED_CLAIMS", "SPREAD_MIN_BATCH",
+                     "SPREAD_THREADS")  # fmt: skip
             if not impl.startswith("drlhet-cuda"):
                 return {f"cuda_{n.lower()}": None for n in names} | {
                     "cuda_key_targets": None, "cuda_shared_top": None, "cuda_own_sample": None
@@ -681,11 +700,13 @@ def main(args: Args) -> list[dict]:
 
             # the sample call (weigh) is the backend's
             spread = re.fullmatch(r"drlhet-cuda-spread(\d+)", impl)
-            own_sample = impl in ("drlhet-cuda", "drlhet-cuda-claims") or spread is not None
+            own_sample = impl == "drlhet-cuda" or impl in CLAIMS_ARMS or spread is not None
             own_sample = own_sample and args.cuda_own_sample and batch <= cuda.OWN_SAMPLE_MAX_BATCH
             key_targets = args.cuda_key_targets and cuda.KEY_TARGETS and own_sample
             shared_top = bool(cuda.SHARED_TOP) and own_sample
-            arm = {"cuda_shared_claims": 1} if impl == "drlhet-cuda-claims" else {}
+            arm = {}
+            if impl in CLAIMS_ARMS:
+                arm = {f"cuda_{CLAIMS_ARMS[impl][1].lower()}": 1}
             if spread is not None:
                 arm = {"cuda_spread_min_batch": 1, "cuda_spread_threads": int(spread[1])}
             return {f"cuda_{n.lower()}": int(getattr(cuda, n)) for n in names} | arm | {
@@ -790,7 +811,7 @@ def peer_failure(name: str, capacity: int, batch: int):
 def backend_of(impl: str) -> str:
     """The drlhet backend of a row's implementation (``drlhet-cuda-plain`` -> ``cuda``)."""
     name = re.sub(r"-spread\d+$", "", impl.removeprefix("drlhet-"))
-    for variant in ("-1t", "-plain", "-claims", "-find"):
+    for variant in ("-1t", "-plain", "-claims", "-tagged", "-find"):
         name = name.removesuffix(variant)
     return name
 
@@ -860,10 +881,11 @@ def print_ratios(rows: list[dict], capacity: int, batch: int, k: int, depth: int
         plain = rate(impl + "-plain", "step", "fused")
         if ours and plain:
             print(f"step: {impl} own sample/update calls / {impl}-plain = {ours / plain:.2f}x")
-    for op in ("update", "step"):  # the A/B of --cuda-claims-ab, in one run
-        a, b = rate("drlhet-cuda-claims", op, "fused"), rate("drlhet-cuda", op, "fused")
-        if a and b and "drlhet-cuda" in names:
-            print(f"{op}: drlhet-cuda-claims fused / drlhet-cuda fused = {a / b:.2f}x")
+    for arm in CLAIMS_ARMS:  # the A/Bs of --cuda-claims-ab and --cuda-tagged-ab, in one run
+        for op in ("update", "step"):
+            a, b = rate(arm, op, "fused"), rate("drlhet-cuda", op, "fused")
+            if a and b and "drlhet-cuda" in names:
+                print(f"{op}: {arm} fused / drlhet-cuda fused = {a / b:.2f}x")
     arms = ["drlhet-cuda-find", *(n for n in names if re.fullmatch(r"drlhet-cuda-spread\d+", n))]
     for arm in arms:  # the A/Bs of --cuda-find-ab and --cuda-spread-ab, in one run
         for op in ("sample", "step"):

@@ -78,6 +78,15 @@
 #             Its GPU tests run apart after the region path's (stage tests_claims, marked
 #             cuda_claims); a failure there skips this stage. After a kernel change: build
 #             tests claims
+#   tagged    the cluster update's claims in a table kept by its custom call, each slot tagged
+#             with the update that claimed it (kernels/cuda/tag_table.cuh;
+#             drlhet.backends.cuda.TAGGED_CLAIMS, off until measured: no reset of the winner
+#             slots and no barrier after it) against the workspace's, in one run as claims does
+#             (bench_replay --cuda-tagged-ab: drlhet-cuda-tagged beside drlhet-cuda; TAGGED_
+#             BATCHES, TAGGED_REPEATS, TAGGED_ARGS as CLAIMS_*; rows to $OUT/tagged.json; not
+#             in the default list; about 60 s). Its GPU tests run apart (stage tests_tagged,
+#             marked cuda_tagged); a failure there skips this stage. After a kernel change:
+#             build tests tagged pick quick
 #   targets   the sample's targets drawn in the cuda sample call from the key (the default,
 #             TreeOps.weigh_key) against XLA's kernel drawing them (--no-cuda-key-targets), and
 #             against the whole sample under XLA's code around cuda's find, the update still
@@ -111,7 +120,7 @@
 #             thresholds in force (rows to $OUT/top_on.json, $OUT/top_off.json; not in the
 #             default list; about 40 s)
 #   pick      the path thresholds from the rows of the cluster, narrow, top, region, claims,
-#             find and spread stages
+#             tagged, find and spread stages
 #             (experiments/pick_cuda_paths.py: $OUT/cuda_paths.json, the evidence, and
 #             $OUT/cuda_paths.env); the stages after it run with them (not in the default list;
 #             skipped when the tests stage of the same run failed in a way that no setting
@@ -174,9 +183,10 @@
 #             graphs too (flags_carry_while); FLAGS_VARIANTS picks; rows to $OUT/flags_<v>.json
 #             (not in the default list; about 100 s)
 #   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
-# CUDA_CLUSTER_MAX_BATCH, CUDA_NARROW_MAX_NODES, CUDA_SHARED_TOP (0: off) and
-# CUDA_SHARED_CLAIMS (1: on), set in the environment or by the pick stage, are the settings
-# (drlhet.backends.cuda's CLUSTER_MAX_BATCH, NARROW_MAX_NODES, SHARED_TOP, SHARED_CLAIMS) that the
+# CUDA_CLUSTER_MAX_BATCH, CUDA_NARROW_MAX_NODES, CUDA_SHARED_TOP (0: off), CUDA_SHARED_CLAIMS
+# and CUDA_TAGGED_CLAIMS (1: on), set in the environment or by the pick stage, are the settings
+# (drlhet.backends.cuda's CLUSTER_MAX_BATCH, NARROW_MAX_NODES, SHARED_TOP, SHARED_CLAIMS,
+# TAGGED_CLAIMS) that the
 # quick, train, bench, profile, split and kernels stages run with (train, profile and split
 # through experiments/with_cuda_paths.py); unset, the library's own. CUDA_KEY_TARGETS=0 (set
 # by hand or by the tests stage's triage) turns off drlhet.backends.cuda.KEY_TARGETS there too
@@ -238,6 +248,10 @@ paths() {  # PATH_FLAGS for bench_replay.py and RUN for the other commands, from
     PATH_FLAGS+=" --cuda-shared-claims"
     wrap+=" --shared-claims"
   fi
+  if [ "${CUDA_TAGGED_CLAIMS:-0}" = 1 ] && [ "${TRIAGE_NO_TAGGED:-0}" != 1 ]; then
+    PATH_FLAGS+=" --cuda-tagged-claims"
+    wrap+=" --tagged-claims"
+  fi
   KEY_FLAG=""  # for the stages that set the path thresholds themselves (cluster, narrow)
   if [ "${CUDA_KEY_TARGETS:-1}" = 0 ]; then
     KEY_FLAG=" --no-cuda-key-targets"
@@ -261,9 +275,9 @@ if $PY -c "import pytest_timeout" 2>/dev/null; then
   TIMEOUT_FLAGS="--timeout ${TEST_TIMEOUT:-60} --timeout-method thread"
 fi
 
-apart_tests() {  # apart_tests cluster|region|claims|spread: that path's GPU tests (marked
-  # cuda_<path>), after the others, in a stage of their own (tests_<path>). Only the cluster,
-  # region, claims and spread kernels
+apart_tests() {  # apart_tests cluster|region|claims|tagged|spread: that path's GPU tests
+  # (marked cuda_<path>), after the others, in a stage of their own (tests_<path>). Only the
+  # cluster, region, claims, tagged and spread kernels
   # wait on other blocks, so a hang is theirs; apart, it costs this stage's limit (with
   # pytest-timeout: a worker killed after TEST_TIMEOUT, its case an error, the other cases still
   # run: --dist load, as loadfile reruns a crashed case), not the other tests. Any failure, a
@@ -319,12 +333,12 @@ for s in "${stages[@]}"; do
         -Ccmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH" -Cbuild-dir=build/gpu ;;
     tests)
       rm -f "$OUT/tests.xml" "$OUT/tests_cluster.xml" "$OUT/tests_region.xml" \
-        "$OUT/tests_claims.xml" "$OUT/tests_spread.xml"
+        "$OUT/tests_claims.xml" "$OUT/tests_tagged.xml" "$OUT/tests_spread.xml"
       # test by test over 8 workers: by file, one worker held test_cuda_buffer.py's 104 cases
       # (of 191) while another idled (189 cases in 170 s with 4 workers, fifth H100 session)
       stage tests 300 $PY -m pytest -q -p no:cacheprovider -rfEs --tb=short -n "${TEST_WORKERS:-8}" \
         --dist "${TEST_DIST:-load}" --junitxml "$OUT/tests.xml" $GPU_TESTS -k "$GPU_K" \
-        -m "not slow and not cuda_cluster and not cuda_region and not cuda_claims and not cuda_spread"
+        -m "not slow and not cuda_cluster and not cuda_region and not cuda_claims and not cuda_tagged and not cuda_spread"
       if [ "${STAGE_RC[tests]:-0}" != 0 ]; then  # turn off what failed, for the later stages
         $PY experiments/triage_gpu_tests.py --junit "$OUT/tests.xml" --env-out "$OUT/triage.env" \
           --out "$OUT/triage.json" --rerun-out "$OUT/rerun.txt" 2>&1 | tee "$OUT/triage.log"
@@ -357,6 +371,7 @@ for s in "${stages[@]}"; do
       apart_tests cluster
       apart_tests region
       apart_tests claims
+      apart_tests tagged
       apart_tests spread
       paths
       echo "== the later stages run with:$PATH_FLAGS" ;;
@@ -431,16 +446,18 @@ for s in "${stages[@]}"; do
           --out "$OUT/region_$rb.json"
         backends=cuda
       done ;;
-    claims)  # the cluster update's claims in shared memory against the workspace's, one run
-      if [ "${TRIAGE_NO_CLAIMS:-0}" = 1 ]; then
-        echo "== claims: skipped, the claims path failed the tests stage (tests_claims.log)"
+    claims|tagged)  # the cluster update's claims in shared memory or in a tagged table against
+      # the workspace's, one run
+      no="TRIAGE_NO_${s^^}" batches="${s^^}_BATCHES" repeats="${s^^}_REPEATS" more="${s^^}_ARGS"
+      if [ "${!no:-0}" = 1 ]; then
+        echo "== $s: skipped, the $s path failed the tests stage (tests_$s.log)"
         continue
       fi
-      stage claims 150 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
-        --batches ${CLAIMS_BATCHES:-2048 4096} --branchings 16 --backends cuda jax \
+      stage "$s" 150 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
+        --batches ${!batches:-2048 4096} --branchings 16 --backends cuda jax \
         --ops update step --modes fused --no-peers --no-plain --no-thread-scaling --no-limits \
-        --repeats "${CLAIMS_REPEATS:-7}" $PATH_FLAGS --cuda-claims-ab ${CLAIMS_ARGS:-} \
-        --out "$OUT/claims.json" ;;
+        --repeats "${!repeats:-7}" $PATH_FLAGS "--cuda-$s-ab" ${!more:-} \
+        --out "$OUT/$s.json" ;;
     targets)  # the targets drawn in the sample's kernel from the key, or by XLA before it
       for t in key xla find; do
         flag=--cuda-key-targets
@@ -488,10 +505,10 @@ for s in "${stages[@]}"; do
         continue
       fi
       files=$(ls "$OUT"/cluster_*.json "$OUT"/narrow_*.json "$OUT"/top_*.json \
-        "$OUT"/region_*.json "$OUT"/claims.json "$OUT"/find.json "$OUT"/spread.json \
-        2>/dev/null)
+        "$OUT"/region_*.json "$OUT"/claims.json "$OUT"/tagged.json "$OUT"/find.json \
+        "$OUT"/spread.json 2>/dev/null)
       [ -z "$files" ] && { echo "== pick: skipped, no cluster, narrow, top, region, claims," \
-        "find or spread rows in $OUT"; continue; }
+        "tagged, find or spread rows in $OUT"; continue; }
       stage pick 30 $PY experiments/pick_cuda_paths.py --rows $files \
         --out "$OUT/cuda_paths.json" --env-out "$OUT/cuda_paths.env"
       if [ -f "$OUT/cuda_paths.env" ]; then
@@ -500,6 +517,7 @@ for s in "${stages[@]}"; do
         [ "${TRIAGE_NO_TOP:-0}" = 1 ] && CUDA_SHARED_TOP=0
         [ "${TRIAGE_NO_REGION:-0}" = 1 ] && CUDA_REGION_MAX_BATCH=0
         [ "${TRIAGE_NO_CLAIMS:-0}" = 1 ] && CUDA_SHARED_CLAIMS=0
+        [ "${TRIAGE_NO_TAGGED:-0}" = 1 ] && CUDA_TAGGED_CLAIMS=0
         [ "${TRIAGE_NO_SPREAD:-0}" = 1 ] && unset CUDA_SPREAD_MIN_BATCH
         paths
         echo "== the later stages run with:$PATH_FLAGS"

@@ -26,6 +26,9 @@ the step with the cluster path off (``CLUSTER_SWEEP`` 0) and on, ``narrow`` with
 - ``SHARED_CLAIMS`` (the cluster update's claims in the cluster's shared memory, or in the
   workspace; ``gpu_checks.sh claims`` times the step both ways in one run, the rows with them
   as ``drlhet-cuda-claims``): the same rule.
+- ``TAGGED_CLAIMS`` (the cluster update's claims in a table kept by its custom call, or in the
+  workspace; ``gpu_checks.sh tagged``, the rows as ``drlhet-cuda-tagged``): the same rule. Each
+  claims switch is picked over the rows with the other one as it is now.
 - ``OWN_SAMPLE_MAX_BATCH`` (above it the sample is XLA's code around cuda's ``find``, not
   cuda's own call; ``gpu_checks.sh find`` times the step both ways in one run, the rows as
   ``drlhet-cuda-find``): one below the smallest measured batch from which the sample around
@@ -42,15 +45,15 @@ the step with the cluster path off (``CLUSTER_SWEEP`` 0) and on, ``narrow`` with
 Where the rows cannot decide, the current value stays, and the reason is printed. The choice is
 *measured* (on the GPU that wrote the rows), for those shapes only (capacity, K). It prints the
 evidence, writes it as JSON, and writes ``CUDA_CLUSTER_MAX_BATCH=...``,
-``CUDA_NARROW_MAX_NODES=...``, ``CUDA_REGION_MAX_BATCH=...``, ``CUDA_SHARED_TOP=0|1`` and
-``CUDA_SHARED_CLAIMS=0|1``, ``CUDA_OWN_SAMPLE_MAX_BATCH=...``, ``CUDA_SPREAD_MIN_BATCH=...``
-and ``CUDA_SPREAD_THREADS=...`` lines
-for ``gpu_checks.sh`` to read before its later stages (``experiments/with_cuda_paths.py`` runs a
-command with them). The current values are the library's unless given.
+``CUDA_NARROW_MAX_NODES=...``, ``CUDA_REGION_MAX_BATCH=...``, ``CUDA_SHARED_TOP=0|1``,
+``CUDA_SHARED_CLAIMS=0|1``, ``CUDA_TAGGED_CLAIMS=0|1``, ``CUDA_OWN_SAMPLE_MAX_BATCH=...``,
+``CUDA_SPREAD_MIN_BATCH=...`` and ``CUDA_SPREAD_THREADS=...`` lines for ``gpu_checks.sh`` to
+read before its later stages (``experiments/with_cuda_paths.py`` runs a command with them).
+The current values are the library's unless given.
 
 Usage:
   python experiments/pick_cuda_paths.py --rows cluster_*.json narrow_*.json top_*.json \\
-      region_*.json claims.json find.json spread.json \\
+      region_*.json claims.json tagged.json find.json spread.json \\
       --env-out cuda_paths.env --out cuda_paths.json
 """
 
@@ -90,6 +93,8 @@ class Args:
     other stages' runs use it)."""
     shared_claims: bool | None = None
     """The current ``SHARED_CLAIMS`` (None: the library's), kept where the rows cannot decide."""
+    tagged_claims: bool | None = None
+    """The current ``TAGGED_CLAIMS`` (None: the library's), kept where the rows cannot decide."""
     own_sample_max_batch: int | None = None
     """The current ``OWN_SAMPLE_MAX_BATCH`` (None: the library's), kept where the rows cannot
     decide."""
@@ -117,6 +122,7 @@ class Step:
     top: bool | None = None  # SHARED_TOP, where the row says (rows from before it: None)
     region: int = 0  # REGION_MAX_BATCH (rows from before it: 0, the path did not exist)
     claims: bool = False  # SHARED_CLAIMS (rows from before it: False)
+    tagged: bool = False  # TAGGED_CLAIMS (rows from before it: False)
     own: bool | None = None  # the sample was cuda's own call (rows from before it: None)
     spread: int = 0  # the spread sample's threads a block where it took the batch, else 0
 
@@ -145,9 +151,11 @@ def cuda_steps(rows: list[dict], capacity: int, branching: int) -> list[Step]:
     return [
         Step(r["batch"], int(r[block]), int(r[narrow]), int(r[cluster]), float(r["items_per_s"]),
              r.get("cuda_shared_top"), int(r.get("cuda_region_max_batch") or 0),
-             bool(r.get("cuda_shared_claims")), r.get("cuda_own_sample"), _spread_of(r))
+             bool(r.get("cuda_shared_claims")), bool(r.get("cuda_tagged_claims")),
+             r.get("cuda_own_sample"), _spread_of(r))
         for r in rows
-        if (r.get("impl") in ("drlhet-cuda", "drlhet-cuda-claims", "drlhet-cuda-find")
+        if (r.get("impl") in ("drlhet-cuda", "drlhet-cuda-claims", "drlhet-cuda-tagged",
+                              "drlhet-cuda-find")
             or re.fullmatch(r"drlhet-cuda-spread\d+", str(r.get("impl"))))
         and r.get("op") == "step"
         and r.get("mode") == "fused"
@@ -297,7 +305,14 @@ def pick_top(steps: list[Step], args: Args) -> tuple[bool, list[dict], str]:
 
 def pick_claims(steps: list[Step], args: Args) -> tuple[bool, list[dict], str]:
     """``SHARED_CLAIMS``: `pick_switch` over the cluster update's claims in shared memory."""
+    steps = [s for s in steps if s.tagged == bool(args.tagged_claims)]
     return pick_switch(steps, "claims", bool(args.shared_claims), args, ("claims", "workspace"))
+
+
+def pick_tagged(steps: list[Step], args: Args) -> tuple[bool, list[dict], str]:
+    """``TAGGED_CLAIMS``: `pick_switch` over the cluster update's claims in a tagged table."""
+    steps = [s for s in steps if s.claims == bool(args.shared_claims)]
+    return pick_switch(steps, "tagged", bool(args.tagged_claims), args, ("tagged", "workspace"))
 
 
 def pick_own_sample(steps: list[Step], args: Args) -> tuple[int, list[dict], str]:
@@ -398,6 +413,7 @@ def library_defaults(args: Args) -> Args:
         ),
         shared_top=cuda.SHARED_TOP if args.shared_top is None else args.shared_top,
         shared_claims=cuda.SHARED_CLAIMS if args.shared_claims is None else args.shared_claims,
+        tagged_claims=cuda.TAGGED_CLAIMS if args.tagged_claims is None else args.tagged_claims,
         own_sample_max_batch=(
             cuda.OWN_SAMPLE_MAX_BATCH
             if args.own_sample_max_batch is None
@@ -418,6 +434,10 @@ def main(args: Args) -> dict:
         sys.exit(f"error: {err}")
     if not steps:
         sys.exit(f"error: no fused cuda step rows at capacity {args.capacity}, K {args.branching}")
+    claims, claims_evidence, claims_why = pick_claims(steps, args)
+    tagged, tagged_evidence, tagged_why = pick_tagged(steps, args)
+    # the other picks over the rows with both claims switches as they are now
+    steps = [s for s in steps if (s.claims, s.tagged) == (args.shared_claims, args.tagged_claims)]
     least, threads, spread_evidence, spread_why = pick_spread(steps, args)
     # the sample around find against the own call as picked: spread from `least`, or not
     as_picked = [s for s in steps if s.spread == (threads if s.batch >= least else 0)]
@@ -426,8 +446,6 @@ def main(args: Args) -> dict:
     )
     # the other picks: cuda's own sample call, not spread
     steps = [s for s in steps if s.own is not False and s.spread == 0]
-    claims, claims_evidence, claims_why = pick_claims(steps, args)
-    steps = [s for s in steps if s.claims == bool(args.shared_claims)]
     top, top_evidence, top_why = pick_top(steps, args)
     same_top = [s for s in steps if s.top is None or s.top == args.shared_top]
     region, region_evidence, region_why = pick_region(same_top, args)
@@ -450,6 +468,8 @@ def main(args: Args) -> dict:
     print(f"REGION_MAX_BATCH = {region} ({region_why})")
     show(claims_evidence, "claims in shared memory ", "claims", "workspace")
     print(f"SHARED_CLAIMS = {claims} ({claims_why})")
+    show(tagged_evidence, "claims in a tagged table ", "tagged", "workspace")
+    print(f"TAGGED_CLAIMS = {tagged} ({tagged_why})")
     show(own_evidence, "sample around find, against the own call ", "find", "own")
     print(f"OWN_SAMPLE_MAX_BATCH = {own} ({own_why})")
     show(spread_evidence, "spread, {threads} threads a block, against the own call ", "spread",
@@ -464,6 +484,8 @@ def main(args: Args) -> dict:
         "region_evidence": region_evidence,
         "shared_claims": claims, "shared_claims_why": claims_why,
         "shared_claims_evidence": claims_evidence,
+        "tagged_claims": tagged, "tagged_claims_why": tagged_why,
+        "tagged_claims_evidence": tagged_evidence,
         "own_sample_max_batch": own, "own_sample_why": own_why,
         "own_sample_evidence": own_evidence,
         "spread_min_batch": least, "spread_threads": threads, "spread_why": spread_why,
@@ -477,7 +499,8 @@ def main(args: Args) -> dict:
         args.env_out.write_text(
             f"CUDA_CLUSTER_MAX_BATCH={cluster}\nCUDA_NARROW_MAX_NODES={narrow}\n"
             f"CUDA_SHARED_TOP={int(top)}\nCUDA_REGION_MAX_BATCH={region}\n"
-            f"CUDA_SHARED_CLAIMS={int(claims)}\nCUDA_OWN_SAMPLE_MAX_BATCH={own}\n"
+            f"CUDA_SHARED_CLAIMS={int(claims)}\nCUDA_TAGGED_CLAIMS={int(tagged)}\n"
+            f"CUDA_OWN_SAMPLE_MAX_BATCH={own}\n"
             f"CUDA_SPREAD_MIN_BATCH={least}\nCUDA_SPREAD_THREADS={threads}\n"
         )
     return result

@@ -2,12 +2,12 @@
 
 ``drlhet.backends.cuda`` reads ``BLOCK_MAX_BATCH``, ``CLUSTER_MAX_BATCH``, ``REGION_MAX_BATCH``,
 ``OWN_SAMPLE_MAX_BATCH``, ``SPREAD_MIN_BATCH``, ``SPREAD_THREADS``,
-``NARROW_MAX_NODES``, ``KEY_TARGETS``, ``SHARED_TOP`` and ``SHARED_CLAIMS`` when a program is
-traced; ``bench_replay.py`` has flags for them, the other commands do not. This wrapper sets them,
-then runs the command in the same process, so that ``experiments/gpu_checks.sh`` can train and
-profile with the thresholds its ``pick`` stage chose (``experiments/pick_cuda_paths.py``) before
-they become the library's defaults, and without a part that its ``tests`` stage found wrong on
-that GPU (``experiments/triage_gpu_tests.py``).
+``NARROW_MAX_NODES``, ``KEY_TARGETS``, ``SHARED_TOP``, ``SHARED_CLAIMS`` and ``TAGGED_CLAIMS``
+when a program is traced; ``bench_replay.py`` has flags for them, the other commands do not. This
+wrapper sets them, then runs the command in the same process, so that ``experiments/gpu_checks.sh``
+can train and profile with the thresholds its ``pick`` stage chose
+(``experiments/pick_cuda_paths.py``) before they become the library's defaults, and without a
+part that its ``tests`` stage found wrong on that GPU (``experiments/triage_gpu_tests.py``).
 
 Usage:
   python experiments/with_cuda_paths.py --cluster-max-batch 16384 -- -m drlhet train ...
@@ -15,6 +15,7 @@ Usage:
   python experiments/with_cuda_paths.py --no-key-targets -- -m drlhet train ...
   python experiments/with_cuda_paths.py --no-shared-top -- experiments/profile_gpu.py
   python experiments/with_cuda_paths.py --shared-claims -- -m drlhet train ...
+  python experiments/with_cuda_paths.py --tagged-claims -- -m drlhet train ...
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ class Args:
     shared_claims: bool = False
     """Turn ``drlhet.backends.cuda.SHARED_CLAIMS`` on: the cluster path's update resolves its
     duplicates in the cluster's shared memory (without the flag: the library's setting)."""
+    tagged_claims: bool = False
+    """Turn ``drlhet.backends.cuda.TAGGED_CLAIMS`` on: the cluster path's update claims its
+    leaves in a table kept by its custom call (without the flag: the library's setting)."""
 
 
 def apply(args: Args) -> dict[str, int]:
@@ -88,7 +92,9 @@ def apply(args: Args) -> dict[str, int]:
         cuda.SHARED_TOP = False
     if args.shared_claims:
         cuda.SHARED_CLAIMS = True
-    switches = ("key_targets", "shared_top", "shared_claims")
+    if args.tagged_claims:
+        cuda.TAGGED_CLAIMS = True
+    switches = ("key_targets", "shared_top", "shared_claims", "tagged_claims")
     return {name: int(getattr(cuda, name.upper())) for name in (*NAMES, *switches)}
 
 

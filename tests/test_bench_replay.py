@@ -60,11 +60,12 @@ def test_a_simulated_backend_is_compared_with_no_one(bench, capsys):
     # the in-process A/Bs of a GPU run, each against drlhet-cuda
     gpu = "this GPU (H100)"
     ab = [row("drlhet-cuda", 8e6, gpu), row("drlhet-cuda-find", 8.8e6, gpu)]
-    ab += [row("drlhet-cuda-claims", 6e6, gpu)]
+    ab += [row("drlhet-cuda-claims", 6e6, gpu), row("drlhet-cuda-tagged", 9.6e6, gpu)]
     bench.print_ratios([*rows, *ab], 1024, 32, 16, 3)
     printed = capsys.readouterr().out
     assert "step: drlhet-cuda-find fused / drlhet-cuda fused = 1.10x" in printed
     assert "step: drlhet-cuda-claims fused / drlhet-cuda fused = 0.75x" in printed
+    assert "step: drlhet-cuda-tagged fused / drlhet-cuda fused = 1.20x" in printed
 
 
 @pytest.mark.parametrize("where", ["built", "first run"])
@@ -209,31 +210,36 @@ def test_the_find_ab_times_cudas_own_sample_beside_the_sample_around_find(
     assert "drlhet-cuda-find fused / drlhet-cuda fused" not in capsys.readouterr().out
 
 
-def test_the_claims_ab_traces_one_program_with_shared_claims_and_restores_the_setting(
-    bench, tmp_path, monkeypatch, emulated_cuda
+@pytest.mark.parametrize("arm, setting", [("claims", "SHARED_CLAIMS"), ("tagged", "TAGGED_CLAIMS")])
+def test_a_claims_ab_traces_one_program_with_its_switch_on_and_restores_it(
+    bench, tmp_path, monkeypatch, emulated_cuda, arm, setting
 ):
-    """``--cuda-claims-ab``: ``drlhet-cuda-claims`` beside ``drlhet-cuda`` in one run (cuda under
-    the host emulation here), its program traced with `cuda.SHARED_CLAIMS` on and the other's
-    off, the rows saying which, and the library's setting as it was after the run."""
+    """``--cuda-claims-ab`` / ``--cuda-tagged-ab``: ``drlhet-cuda-claims`` (or ``-tagged``)
+    beside ``drlhet-cuda`` in one run (cuda under the host emulation here), its program traced
+    with `cuda.SHARED_CLAIMS` (or `TAGGED_CLAIMS`) on and the other's off, the rows saying
+    which, and the library's setting as it was after the run."""
     cuda = emulated_cuda
     traced = []
-    paths = cuda._paths
-    monkeypatch.setattr(cuda, "_paths", lambda: traced.append(paths()) or paths())
+    target = cuda._update_target
+    monkeypatch.setattr(
+        cuda, "_update_target", lambda t: traced.append(getattr(cuda, setting)) or target(t)
+    )
     args = dataclasses.replace(
         tiny_run(bench, tmp_path),
         backends=("cuda",),
         batches=(256,),
         peers=False,
-        cuda_claims_ab=True,
+        **{f"cuda_{arm}_ab": True},
     )
     rows = bench.main(args)
-    assert [(r["impl"], r["cuda_shared_claims"]) for r in rows] == [
-        ("drlhet-cuda", 0), ("drlhet-cuda-claims", 1)
+    column = f"cuda_{setting.lower()}"
+    assert [(r["impl"], r[column]) for r in rows] == [
+        ("drlhet-cuda", 0), (f"drlhet-cuda-{arm}", 1)
     ]  # fmt: skip
     # each program traces the update (the scan may trace its body more than once), in order
-    seen = [int(p["shared_claims"]) for p in traced]
+    seen = [int(on) for on in traced]
     assert 0 in seen and seen[seen.index(1) :] == [1] * (len(seen) - seen.index(1))
-    assert cuda.SHARED_CLAIMS is False
+    assert getattr(cuda, setting) is False
     assert all(r["items_per_s"] > 0 for r in rows)
 
 

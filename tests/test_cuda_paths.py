@@ -126,35 +126,40 @@ def test_the_top_copy_is_turned_off_only_where_its_absence_wins_by_the_margin(
     assert result["shared_top"] is True and "does not win" in result["shared_top_why"]
 
 
-def test_the_claims_in_shared_memory_are_turned_on_only_where_they_win_by_the_margin(
-    experiments, tmp_path
+@pytest.mark.parametrize("arm, switch", [("claims", "shared_claims"), ("tagged", "tagged_claims")])
+def test_each_claims_switch_is_turned_on_only_where_it_wins_by_the_margin(
+    experiments, tmp_path, arm, switch
 ):
-    """pick_claims: the `claims` stage's one run (drlhet-cuda-claims beside drlhet-cuda); its
-    claims rows never count for the other picks, its workspace rows do."""
+    """pick_claims, pick_tagged: the `claims` or `tagged` stage's one run (drlhet-cuda-claims
+    or -tagged beside drlhet-cuda); its switched rows never count for the other picks (the
+    other claims switch's included), its workspace rows do."""
 
-    def claims_file(gain):
+    def ab_file(gain, name=arm, column=switch):
         rows = []
         for b, r in ((2048, 70e6), (4096, 120e6)):
-            rows.append(row(b, r, cluster=4096) | {"cuda_shared_claims": 0})
+            rows.append(row(b, r, cluster=4096) | {f"cuda_{column}": 0})
             rows.append(
-                row(b, r * gain, cluster=4096, impl="drlhet-cuda-claims")
-                | {"cuda_shared_claims": 1}
+                row(b, r * gain, cluster=4096, impl=f"drlhet-cuda-{name}")
+                | {f"cuda_{column}": 1}
             )  # fmt: skip
-        return write(tmp_path, "claims.json", rows)
+        return write(tmp_path, f"{name}.json", rows)
 
-    files = [claims_file(1.10), *cluster_rows(tmp_path, {4096: 1e6}, {4096: 2e6})]
+    other = ("tagged", "tagged_claims") if arm == "claims" else ("claims", "shared_claims")
+    files = [ab_file(1.10), ab_file(0.5, *other)]
+    files += cluster_rows(tmp_path, {4096: 1e6}, {4096: 2e6})
     result, env = pick(experiments, tmp_path, files)
-    assert result["shared_claims"] is True and "CUDA_SHARED_CLAIMS=1\n" in env
-    assert [e["batch"] for e in result["shared_claims_evidence"]] == [2048, 4096]
-    assert result["shared_claims_evidence"][0]["ratio"] == pytest.approx(1.10)
-    # the claims rows (132M at B 4096) are not the cluster path's: its mean there is the
-    # cluster file's 1M and the claims run's workspace row
+    assert result[switch] is True and f"CUDA_{switch.upper()}=1\n" in env
+    assert result[other[1]] is False and f"CUDA_{other[1].upper()}=0\n" in env
+    assert [e["batch"] for e in result[f"{switch}_evidence"]] == [2048, 4096]
+    assert result[f"{switch}_evidence"][0]["ratio"] == pytest.approx(1.10)
+    # the switched rows (132M at B 4096) are not the cluster path's: its mean there is the
+    # cluster file's 1M and the two runs' workspace rows
     (at_4096,) = [e for e in result["cluster_evidence"] if e["batch"] == 4096]
-    assert at_4096["cluster_items_per_s"] == pytest.approx((1e6 + 120e6) / 2)
-    files[0] = claims_file(1.02)
+    assert at_4096["cluster_items_per_s"] == pytest.approx((1e6 + 120e6 + 120e6) / 3)
+    files[0] = ab_file(1.02)
     result, env = pick(experiments, tmp_path, files)
-    assert result["shared_claims"] is False and "CUDA_SHARED_CLAIMS=0\n" in env
-    assert "does not win" in result["shared_claims_why"]
+    assert result[switch] is False and f"CUDA_{switch.upper()}=0\n" in env
+    assert "does not win" in result[f"{switch}_why"]
 
 
 def test_the_region_path_is_picked_up_to_the_last_batch_of_an_unbroken_run_of_wins(

@@ -20,6 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 REGION_PATH = "a region of the tree per block"  # tests/backends/cuda_places.py
 CLAIMS_PATH = "claims in the cluster's shared memory"  # idem
+TAGGED_PATH = "claims in a table kept by the call"  # idem
 KERNEL_REGEX = "--kernel-name regex:drlhet_cuda_(update|sample)_(cluster|block|region|spread).*"
 
 STAND_INS = """
@@ -35,15 +36,17 @@ REGION = pytest.param("a region of the tree per block", marks=pytest.mark.cuda_r
 CLAIMS = pytest.param(
     "claims in the cluster's shared memory", marks=pytest.mark.cuda_claims
 )
+TAGGED = pytest.param("claims in a table kept by the call", marks=pytest.mark.cuda_tagged)
 
 def hang():
     time.sleep(600)
 
-@pytest.mark.parametrize("path", ["one block per tree", CLUSTER, REGION, CLAIMS])
+@pytest.mark.parametrize("path", ["one block per tree", CLUSTER, REGION, CLAIMS, TAGGED])
 def test_weigh_and_checked_update_equal_the_buffers_code(path):
     assert path != "one cluster per tree" or {cluster_ok}
     assert path != "a region of the tree per block" or {region_ok}
     assert path != "claims in the cluster's shared memory" or {claims_ok}
+    assert path != "claims in a table kept by the call" or {tagged_ok}
 
 @pytest.mark.cuda_key_targets
 @pytest.mark.parametrize("path", ["one block per tree", CLUSTER])
@@ -70,7 +73,7 @@ def triage(monkeypatch):
     return importlib.import_module("triage_gpu_tests")
 
 
-PARTS = ("cluster", "key", "other", "top", "region", "claims", "spread")
+PARTS = ("cluster", "key", "other", "top", "region", "claims", "tagged", "spread")
 """The stand-ins' parts, each passing unless its ``<part>_ok`` says otherwise."""
 
 
@@ -148,6 +151,7 @@ def test_the_triage_names_the_real_tests_and_paths(triage):
     assert places.PATHS[triage.CLUSTER_PATH].get("CLUSTER_MAX_BATCH", 0) > 0
     assert places.REGION_PATH == REGION_PATH and places.PATHS[REGION_PATH]["REGION_MAX_BATCH"] > 0
     assert places.CLAIMS_PATH == CLAIMS_PATH and places.PATHS[CLAIMS_PATH]["SHARED_CLAIMS"]
+    assert places.TAGGED_PATH == TAGGED_PATH and places.PATHS[TAGGED_PATH]["TAGGED_CLAIMS"]
     defined = set(
         re.findall(r"^def (test_\w+)", (REPO / "tests/backends/test_cuda_buffer.py").read_text(),
                    re.M)
@@ -221,7 +225,7 @@ def run_checks(
         "TEST_WORKERS": "1", "TEST_TIMEOUT": "3",
     }  # fmt: skip
     for name in ("CUDA_CLUSTER_MAX_BATCH", "CUDA_NARROW_MAX_NODES", "CUDA_KEY_TARGETS",
-                 "CUDA_REGION_MAX_BATCH", "CUDA_SHARED_CLAIMS",
+                 "CUDA_REGION_MAX_BATCH", "CUDA_SHARED_CLAIMS", "CUDA_TAGGED_CLAIMS",
                  "CUDA_OWN_SAMPLE_MAX_BATCH", "CUDA_SPREAD_MIN_BATCH",
                  "CUDA_SPREAD_THREADS"):  # fmt: skip
         env.pop(name, None)
@@ -263,7 +267,7 @@ def test_the_later_stages_run_without_the_parts_that_failed(tmp_path):
         for c in train
     )
     assert (
-        "pick: skipped, no cluster, narrow, top, region, claims, find or spread rows" in out
+        "pick: skipped, no cluster, narrow, top, region, claims, tagged, find or spread rows" in out
     )  # not for a failure
 
 
@@ -319,7 +323,9 @@ def test_a_failure_that_passes_alone_without_the_failed_part_is_explained(tmp_pa
     assert len(rerun) == 1 and "::test_scan_of_sample_and_update_equals_jax" in rerun[0]
     assert "::test_the_sample_from_the_key" not in rerun[0]  # only the unexplained ones
     assert "0 failure(s) left unexplained after the rerun" in out
-    assert "pick: skipped, no cluster, narrow, top, region, claims, find or spread rows" in out
+    assert (
+        "pick: skipped, no cluster, narrow, top, region, claims, tagged, find or spread rows" in out
+    )
 
 
 def test_a_failure_that_fails_again_alone_stays_unexplained(tmp_path):
@@ -420,28 +426,32 @@ def test_a_failing_region_case_turns_the_region_path_off_and_keeps_the_cluster_p
     assert list(cases) == [name] and cases[name] == ["failure"]
 
 
-def test_the_claims_stage_is_an_ab_in_one_run_and_a_failing_claims_case_turns_it_off(tmp_path):
-    """`claims`: one bench_replay run with --cuda-claims-ab (the update and step of cuda with its
-    claims in shared memory beside cuda without, and jax); with CUDA_SHARED_CLAIMS=1 the later
-    stages run with them, unless their GPU tests (tests_claims) failed."""
-    env = {"CUDA_SHARED_CLAIMS": "1"}
-    out, calls = run_checks(tmp_path, ["tests", "claims", "quick", "train"], extra_env=env)
-    assert "== tests_claims: exit 0" in out
+@pytest.mark.parametrize("arm, switch", [("claims", "shared-claims"), ("tagged", "tagged-claims")])
+def test_each_claims_stage_is_an_ab_in_one_run_and_a_failing_case_of_it_turns_it_off(
+    tmp_path, arm, switch
+):
+    """`claims` / `tagged`: one bench_replay run with --cuda-claims-ab / --cuda-tagged-ab (the
+    update and step of cuda with its claims in shared memory / a tagged table beside cuda
+    without, and jax); with CUDA_SHARED_CLAIMS=1 / CUDA_TAGGED_CLAIMS=1 the later stages run
+    with them, unless their GPU tests (tests_claims / tests_tagged) failed."""
+    env = {f"CUDA_{switch.upper().replace('-', '_')}": "1"}
+    out, calls = run_checks(tmp_path, ["tests", arm, "quick", "train"], extra_env=env)
+    assert f"== tests_{arm}: exit 0" in out
     main = next(c for c in calls if "tests.xml" in c)
-    assert "and not cuda_claims" in main
-    assert "not slow and cuda_claims" in next(c for c in calls if "tests_claims.xml" in c)
-    (ab,) = [c for c in calls if "/claims.json" in c]
-    assert "--cuda-claims-ab" in ab and "--backends cuda jax" in ab and "--ops update step" in ab
-    assert "--cuda-shared-claims" in next(c for c in calls if "bench_quick.json" in c)
+    assert f"and not cuda_{arm}" in main
+    assert f"not slow and cuda_{arm}" in next(c for c in calls if f"tests_{arm}.xml" in c)
+    (ab,) = [c for c in calls if f"/{arm}.json" in c]
+    assert f"--cuda-{arm}-ab" in ab and "--backends cuda jax" in ab and "--ops update step" in ab
+    assert f"--cuda-{switch}" in next(c for c in calls if "bench_quick.json" in c)
     train = [c for c in calls if " train " in c]
-    assert len(train) == 2 and all(" --shared-claims --" in c for c in train)
+    assert len(train) == 2 and all(f" --{switch} --" in c for c in train)
     again = tmp_path / "again"
     again.mkdir()
-    out, calls = run_checks(again, ["tests", "claims", "quick"], extra_env=env, claims_ok=False)
-    assert "== tests_claims: 1; the claims path off" in out and "== claims: skipped" in out
-    assert not any("/claims.json" in c for c in calls)
+    out, calls = run_checks(again, ["tests", arm, "quick"], extra_env=env, **{f"{arm}_ok": False})
+    assert f"== tests_{arm}: 1; the {arm} path off" in out and f"== {arm}: skipped" in out
+    assert not any(f"/{arm}.json" in c for c in calls)
     quick = next(c for c in calls if "bench_quick.json" in c)
-    assert "--cuda-shared-claims" not in quick and "--cuda-region-max-batch 0" not in quick
+    assert f"--cuda-{switch}" not in quick and "--cuda-region-max-batch 0" not in quick
 
 
 def test_the_find_stage_is_an_ab_of_the_sample_in_one_run(tmp_path):
@@ -514,25 +524,29 @@ def test_the_own_sample_limit_reaches_the_benchmarks_and_the_wrapped_commands(tm
     assert train and all(" --own-sample-max-batch 1024 --" in c for c in train)
 
 
-def test_pick_reads_the_claims_rows_and_the_later_stages_run_with_its_choice(tmp_path):
-    """`pick` with only the claims stage's rows (written here as the stage would): where the
-    claims in shared memory win, the later stages run with them."""
+@pytest.mark.parametrize("arm, switch", [("claims", "shared_claims"), ("tagged", "tagged_claims")])
+def test_pick_reads_a_claims_stages_rows_and_the_later_stages_run_with_its_choice(
+    tmp_path, arm, switch
+):
+    """`pick` with only the claims or tagged stage's rows (written here as the stage would):
+    where its claims win, the later stages run with them."""
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     rows = [
         {"impl": impl, "op": "step", "mode": "fused", "capacity": 2**20, "batch": b,
          "branching": 16, "cuda_block_max_batch": 1024, "cuda_narrow_max_nodes": 1024,
          "cuda_cluster_max_batch": 4096, "cuda_region_max_batch": 0,
-         "cuda_shared_claims": int(impl.endswith("claims")),
-         "items_per_s": 130e6 if impl.endswith("claims") else 120e6}
+         f"cuda_{switch}": int(impl.endswith(arm)),
+         "items_per_s": 130e6 if impl.endswith(arm) else 120e6}
         for b in (2048, 4096)
-        for impl in ("drlhet-cuda", "drlhet-cuda-claims")
+        for impl in ("drlhet-cuda", f"drlhet-cuda-{arm}")
     ]  # fmt: skip
-    (out_dir / "claims.json").write_text(json.dumps(rows))
+    (out_dir / f"{arm}.json").write_text(json.dumps(rows))
     out, calls = run_checks(tmp_path, ["pick", "quick"])
-    assert "SHARED_CLAIMS = True" in out
-    assert "CUDA_SHARED_CLAIMS=1" in (out_dir / "cuda_paths.env").read_text()
-    assert "--cuda-shared-claims" in next(c for c in calls if "bench_quick.json" in c)
+    assert f"{switch.upper()} = True" in out
+    assert f"CUDA_{switch.upper()}=1" in (out_dir / "cuda_paths.env").read_text()
+    flag = f"--cuda-{switch.replace('_', '-')}"
+    assert flag in next(c for c in calls if "bench_quick.json" in c)
 
 
 def test_pick_reads_the_find_rows_and_the_later_stages_sample_around_find_where_it_won(

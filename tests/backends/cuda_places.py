@@ -9,8 +9,9 @@ that the levels of 17 to B nodes take the launches of a thread per node; or, wit
 cluster per tree whose blocks each own a region of the tree, on a GPU only: the emulation runs
 that kernel directly in test_cuda_emu.py and inside jit in test_cuda.py, where the fixture's
 tests on one more path would cost about 45 s of the default suite; the same for the cluster
-path with its claims in the cluster's shared memory, `cuda.SHARED_CLAIMS`), everything in the
-test on that place's device: the reference too.
+path with its claims in the cluster's shared memory, `cuda.SHARED_CLAIMS`, and in a table kept by
+its custom call, `cuda.TAGGED_CLAIMS`: test_cuda_tagged.py), everything in the test on that
+place's device: the reference too.
 """
 
 from __future__ import annotations
@@ -26,17 +27,20 @@ NO_GPU = "missing device: no GPU (JAX sees no CUDA device here)"
 CLUSTER_PATH = "one cluster per tree"
 REGION_PATH = "a region of the tree per block"
 CLAIMS_PATH = "claims in the cluster's shared memory"
+TAGGED_PATH = "claims in a table kept by the call"
 PATHS = {
     "one block per tree": {"BLOCK_MAX_BATCH": 2**40},
     "one launch per level": {"BLOCK_MAX_BATCH": 0, "NARROW_MAX_NODES": 16},
     CLUSTER_PATH: {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40},
     REGION_PATH: {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40, "REGION_MAX_BATCH": 2**40},
     CLAIMS_PATH: {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40, "SHARED_CLAIMS": True},
+    TAGGED_PATH: {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40, "TAGGED_CLAIMS": True},
 }
 """Each update path's settings of `drlhet.backends.cuda`. The region path's batches that it
 does not take (more than 4096 entries, trees without a level of 8 nodes above the leaves) go to
-the cluster path, as the shared claims' do (more entries than the cluster has threads)."""
-GPU_ONLY = (REGION_PATH, CLAIMS_PATH)
+the cluster path, as the shared and tagged claims' do (more entries than the cluster has
+threads)."""
+GPU_ONLY = (REGION_PATH, CLAIMS_PATH, TAGGED_PATH)
 """The paths the fixtures run on a GPU only (the emulation's tests of them: see above)."""
 PLACES = ("gpu", "emulated cpu")
 
@@ -56,5 +60,5 @@ def devices(place: str) -> list:
 
 __all__ = [
     "CLAIMS_PATH", "CLUSTER_PATH", "GPU_ONLY", "NO_GPU", "PATHS", "PLACES", "REGION_PATH",
-    "devices",
+    "TAGGED_PATH", "devices",
 ]  # fmt: skip

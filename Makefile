@@ -75,7 +75,8 @@ SANITIZE_CXX ?= g++
 SANITIZE_TESTS := tests/backends/test_native.py tests/backends/conformance.py \
 	tests/backends/test_cuda_emu.py tests/backends/test_fpga.py tests/backends/test_channel.py \
 	tests/backends/test_kernel_header.py tests/backends/test_fpga_learner.py \
-	tests/backends/test_fpga_learner_ddpg.py tests/backends/test_fuzz.py
+	tests/backends/test_fpga_learner_ddpg.py tests/backends/test_fuzz.py \
+	tests/backends/test_cuda_tagged.py
 SANITIZE_RT = $(shell $(SANITIZE_CXX) -print-file-name=libasan.so) \
 	$(shell $(SANITIZE_CXX) -print-file-name=libubsan.so)
 SANITIZE_SUPP = $(abspath $(SANITIZE_DIR))/ubsan.supp

@@ -69,6 +69,7 @@ def one_error_line(capsys) -> str:
         (["--mapping", "actors=cpu:0,replay=bogus@cpu:1,learner=cpu:1"], "no backend 'bogus'"),
         (["--mapping", "actors=cpu:0,replay=python@cpu:0,learner=cpu:0"], "modeled only"),
         (["--backend", "nope"], "--backend 'nope' is not registered"),
+        (["--backend", "python"], "--backend 'python' is modeled only: the DSE costs it"),
         (["--buffer-size", "3000000000"], "--buffer-size must be <= 2147483647"),
         (["--buffer-size", str(2**31 - 1)], "needs 2290649248 tree nodes, more than int32"),
         (["--backend", "fpga", "--branching", "2"], "--branching 2: the FPGA replay module"),

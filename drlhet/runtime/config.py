@@ -184,6 +184,10 @@ def _check_backends(cfg: TrainConfig) -> None:
             raise ConfigError(f"{name} {value!r} is not registered (for {does}: {offer})", name)
         if value is not None and group not in get(value).provides:
             raise ConfigError(f"{name} {value!r} does not implement {does} ({offer} do)", name)
+        if value is not None and get(value).loader is None:
+            run = ", ".join(n for n in names() if group in get(n).provides and get(n).loader)
+            why = f"is modeled only: the DSE costs it, nothing runs it ({run} run)"
+            raise ConfigError(f"{name} {value!r} {why}", name)
     why = get(cfg.backend).refuses(tree_shape(cfg)) if cfg.backend is not None else ""
     if why:
         raise ConfigError(

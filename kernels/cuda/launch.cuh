@@ -185,17 +185,18 @@ inline bool InSharedClaims(int64_t batch, bool shared_claims) {
          ClusterFits(drlhet_cuda_update_cluster_shared, ClusterThreads(batch));
 }
 
-// The table of `tags` (nullptr: none) where a batch of `batch` entries per tree that takes the
-// cluster path takes its variant with the claims in a table kept between calls (tag_table.cuh):
-// at most one entry per thread of the cluster, clusters of that kernel fit the GPU, and the
-// table is there for these trees (made at its first use); else nullptr.
-inline const TagTable* InTaggedClaims(TagTableMemory* tags, int64_t trees, int64_t capacity,
-                                      int64_t batch) {
+// The table of `tags` (nullptr: none) on the device of `nodes` where a batch of `batch` entries
+// per tree that takes the cluster path takes its variant with the claims in a table kept
+// between calls (tag_table.cuh): at most one entry per thread of the cluster, clusters of that
+// kernel fit the GPU, and the table is there for these trees (made at its first use); else
+// nullptr.
+inline const TagTable* InTaggedClaims(TagTableMemory* tags, const float* nodes, int64_t trees,
+                                      int64_t capacity, int64_t batch) {
   if (tags == nullptr || batch > kClaimMaxBatch ||
       !ClusterFits(drlhet_cuda_update_cluster_tagged, ClusterThreads(batch))) {
     return nullptr;
   }
-  return tags->For(trees, capacity);
+  return tags->For(trees, capacity, nodes);
 }
 
 // The update's launches: one block per tree up to block_max_batch entries per tree; else one
@@ -222,7 +223,7 @@ inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet:
     return;
   }
   if (InClusters(drlhet_cuda_update_cluster, a.batch, cluster_max_batch)) {
-    if (const TagTable* table = InTaggedClaims(tags, trees, a.capacity, a.batch)) {
+    if (const TagTable* table = InTaggedClaims(tags, a.nodes, trees, a.capacity, a.batch)) {
       DRLHET_LAUNCH_CLUSTER(drlhet_cuda_update_cluster_tagged, trees * kClusterBlocks,
                             ClusterThreads(a.batch), kClusterBlocks, stream, a, kClusterBlocks,
                             *table);

@@ -19,10 +19,8 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <mutex>
-#if defined(__CUDACC__)
-#include <vector>
-#endif
 
 namespace drlhet_cuda {
 
@@ -80,77 +78,118 @@ struct TaggedClaims {
   }
 };
 
-// A table's memory on the host's side, for `trees` trees of `capacity` leaves, made at its
-// first use (For) and kept until this object goes: on a GPU allocated with cudaMalloc and
-// cleared, on the emulation with calloc; or borrowed (Borrow: the caller's, which it keeps).
+// A table's memory on the host's side, for `trees` trees of `capacity` leaves, one per device
+// (XLA may run one executable, and so one handler's state, on several GPUs): made at its first
+// use on that device (For) and kept until this object goes; on a GPU allocated with cudaMalloc
+// and cleared, on the emulation with calloc (its one device: 0); or borrowed (Borrow: the
+// caller's, which it keeps).
 class TagTableMemory {
  public:
   TagTableMemory() = default;
   TagTableMemory(const TagTableMemory&) = delete;
   TagTableMemory& operator=(const TagTableMemory&) = delete;
   ~TagTableMemory() {
-    if (owned_) Free(base_);
-  }
-
-  // `base` ([trees * (capacity + 1)] words: the slots, then each tree's last tag) as the table.
-  void Borrow(unsigned long long* base, int64_t trees, int64_t capacity) {
-    base_ = base;
-    trees_ = trees;
-    capacity_ = capacity;
-  }
-
-  // The table of `trees` trees of `capacity` leaves (made at the first call), or nullptr where
-  // it could not be allocated or is another shape's (the caller then claims in its workspace).
-  const TagTable* For(int64_t trees, int64_t capacity) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    if (base_ == nullptr && !failed_) {
-      base_ = Allocate(static_cast<size_t>(trees) * (capacity + 1));
-      failed_ = base_ == nullptr;
-      owned_ = !failed_;
-      trees_ = trees;
-      capacity_ = capacity;
+    for (auto& [device, t] : tables_) {
+      if (t.owned) Free(device, t.base);
     }
-    if (base_ == nullptr || trees != trees_ || capacity != capacity_) return nullptr;
-    table_ = TagTable{base_, base_ + trees * capacity};
-    return &table_;
+  }
+
+  // `base` ([trees * (capacity + 1)] words: the slots, then each tree's last tag) as the
+  // emulation's table.
+  void Borrow(unsigned long long* base, int64_t trees, int64_t capacity) {
+    tables_[0] = Table{base, trees, capacity, false, {}};
+  }
+
+  // The table of `trees` trees of `capacity` leaves on the device that holds `near` (a device
+  // pointer of the call: its tree), made at the first call there, or nullptr where it could not
+  // be allocated or is another shape's (the caller then claims in its workspace).
+  const TagTable* For(int64_t trees, int64_t capacity, const void* near) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const int device = DeviceOf(near);
+    if (device < 0) return nullptr;
+    auto [it, made] = tables_.try_emplace(device);
+    Table& t = it->second;
+    if (made) {
+      t = Table{Allocate(device, static_cast<size_t>(trees) * (capacity + 1)), trees, capacity,
+                true, {}};
+      t.owned = t.base != nullptr;
+    }
+    if (t.base == nullptr || trees != t.trees || capacity != t.capacity) return nullptr;
+    t.view = TagTable{t.base, t.base + trees * capacity};
+    return &t.view;
   }
 
  private:
+  struct Table {
+    unsigned long long* base = nullptr;  // nullptr: its allocation failed (not tried again)
+    int64_t trees = 0, capacity = 0;
+    bool owned = false;
+    TagTable view{};
+  };
+
 #if defined(__CUDACC__)
-  // `words` zeros in the current device's memory, or nullptr (any error cleared). Called while
-  // XLA may be recording a command buffer from this thread's stream: in CUDA's relaxed capture
-  // mode, on a stream of its own (never the one captured), waited for before it returns.
-  static unsigned long long* Allocate(size_t words) {
+  // Runs `body` in CUDA's relaxed capture mode: XLA may be recording a command buffer from
+  // this thread's stream, and these calls are not part of it.
+  template <typename Body>
+  static auto Relaxed(Body body) {
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     const bool relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
-    void* p = nullptr;
-    cudaStream_t own = nullptr;
-    bool ok = cudaMalloc(&p, words * sizeof(unsigned long long)) == cudaSuccess &&
-              cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking) == cudaSuccess &&
-              cudaMemsetAsync(p, 0, words * sizeof(unsigned long long), own) == cudaSuccess &&
-              cudaStreamSynchronize(own) == cudaSuccess;
-    if (own != nullptr) cudaStreamDestroy(own);
-    if (!ok && p != nullptr) cudaFree(p);
-    (void)cudaGetLastError();  // a refused allocation is an answer: the workspace's claims
+    auto result = body();
+    (void)cudaGetLastError();  // a refused query or allocation is an answer, not the call's error
     if (relaxed) (void)cudaThreadExchangeStreamCaptureMode(&mode);
-    return ok ? static_cast<unsigned long long*>(p) : nullptr;
+    return result;
   }
-  static void Free(unsigned long long* p) {
-    cudaFree(p);
+
+  // The device of the device pointer `p`, or -1.
+  static int DeviceOf(const void* p) {
+    return Relaxed([p] {
+      cudaPointerAttributes attributes{};
+      const bool ok = cudaPointerGetAttributes(&attributes, p) == cudaSuccess &&
+                      attributes.type == cudaMemoryTypeDevice;
+      return ok ? attributes.device : -1;
+    });
+  }
+
+  // `words` zeros in `device`'s memory, or nullptr: allocated, then cleared on a stream of its
+  // own (never the one XLA may be capturing) and waited for, the current device restored.
+  static unsigned long long* Allocate(int device, size_t words) {
+    return Relaxed([device, words]() -> unsigned long long* {
+      int current = 0;
+      if (cudaGetDevice(&current) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+        return nullptr;
+      }
+      void* p = nullptr;
+      cudaStream_t own = nullptr;
+      const size_t bytes = words * sizeof(unsigned long long);
+      const bool ok = cudaMalloc(&p, bytes) == cudaSuccess &&
+                      cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking) == cudaSuccess &&
+                      cudaMemsetAsync(p, 0, bytes, own) == cudaSuccess &&
+                      cudaStreamSynchronize(own) == cudaSuccess;
+      if (own != nullptr) cudaStreamDestroy(own);
+      if (!ok && p != nullptr) cudaFree(p);
+      cudaSetDevice(current);
+      return ok ? static_cast<unsigned long long*>(p) : nullptr;
+    });
+  }
+
+  static void Free(int device, unsigned long long* p) {
+    int current = 0;
+    if (cudaGetDevice(&current) == cudaSuccess && cudaSetDevice(device) == cudaSuccess) {
+      cudaFree(p);
+      cudaSetDevice(current);
+    }
     (void)cudaGetLastError();
   }
 #else
-  static unsigned long long* Allocate(size_t words) {
+  static int DeviceOf(const void*) { return 0; }
+  static unsigned long long* Allocate(int, size_t words) {
     return static_cast<unsigned long long*>(std::calloc(words, sizeof(unsigned long long)));
   }
-  static void Free(unsigned long long* p) { std::free(p); }
+  static void Free(int, unsigned long long* p) { std::free(p); }
 #endif
 
   std::mutex mutex_;
-  unsigned long long* base_ = nullptr;
-  int64_t trees_ = 0, capacity_ = 0;
-  bool owned_ = false, failed_ = false;
-  TagTable table_{};
+  std::map<int, Table> tables_;  // by device (nodes stay put: the views' addresses too)
 };
 
 }  // namespace drlhet_cuda

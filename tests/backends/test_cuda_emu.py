@@ -14,6 +14,7 @@ complete fails instead of hanging.
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -397,24 +398,47 @@ def test_a_bad_kept_entry_refuses_its_tree_only(emu, path):
     np.testing.assert_array_equal(bits(got[0]), bits(want))
 
 
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("k, capacity", CASES)
-def test_the_checked_update_equals_the_buffers_update(emu, schedule, k, capacity, path):
+def frozen(*arrays):
+    """NumPy copies that cannot be written: a case cached for many tests stays as made."""
+    out = tuple(np.array(a) for a in arrays)
+    for a in out:
+        a.setflags(write=False)
+    return out
+
+
+@functools.cache
+def checked_update_cases(k: int, capacity: int) -> tuple:
+    """`update_batches` at (K, C), each with the tree, maximum and error word it starts from
+    (the buffer's own update of the batch before) and the buffer's update of it: computed once,
+    for every path and schedule. Each: (case, nodes, idx, raw, values, keep, size, max, err,
+    want nodes, want max, want err)."""
     tree, max_p, err = random_tree(capacity, k, seed=2), F32(1.5), checks.ERR_EMPTY
     reference = jax.jit(lambda *a: buffer_ops.update(st.REFERENCE.write, *a))
+    cases = []
     for case, idx, raw, keep, size in update_batches(capacity, 300, seed=k):
         values = np.asarray(leaf_values(jnp.asarray(raw)))
-        checked = (raw, [size], [max_p], [err])
-        got, _, got_max, got_err = emu_update(
-            emu, tree.nodes, capacity, k, idx, values, keep, PATHS[path], checked
-        )
         want = reference(
             tree, jnp.asarray(idx), jnp.asarray(raw), jnp.asarray(values), jnp.asarray(keep),
             jnp.int32(size), jnp.float32(max_p), jnp.int32(err),
         )  # fmt: skip
-        np.testing.assert_array_equal(bits(got[0]), bits(want[0].nodes), err_msg=case)
-        assert bits(got_max[0]) == bits(want[1]) and got_err[0] == int(want[2]), case
+        arrays = frozen(tree.nodes, idx, raw, values, keep, want[0].nodes)
+        cases.append((case, *arrays[:5], size, max_p, err, arrays[5], F32(want[1]), int(want[2])))
         tree, max_p = want[0], F32(want[1])
+    return tuple(cases)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("k, capacity", CASES)
+def test_the_checked_update_equals_the_buffers_update(emu, schedule, k, capacity, path):
+    for case, nodes, idx, raw, values, keep, size, max_p, err, *want in checked_update_cases(
+        k, capacity
+    ):
+        checked = (raw, [size], [max_p], [err])
+        got, _, got_max, got_err = emu_update(
+            emu, nodes, capacity, k, idx, values, keep, PATHS[path], checked
+        )
+        np.testing.assert_array_equal(bits(got[0]), bits(want[0]), err_msg=case)
+        assert bits(got_max[0]) == bits(want[1]) and got_err[0] == want[2], case
 
 
 @pytest.mark.parametrize("top", [True, False], ids=["top copied", "no copy"])
@@ -434,21 +458,34 @@ def test_the_sample_call_equals_the_buffers_sample_over_three_trees(
     assert spread(emu, 3, batch, k, SAMPLE_PATHS[path].get("spread_min", NEVER)) == (
         path == "spread over the grid"
     )
+    nodes, targets, sizes, betas, wants = sample_case(k, capacity, batch)
+    got = emu_weigh(emu, nodes, capacity, k, targets, sizes, betas, top=top, **SAMPLE_PATHS[path])
+    for v, want in enumerate(wants):
+        np.testing.assert_array_equal(got[0][v], want[0])
+        np.testing.assert_array_equal(bits(got[1][v]), bits(want[1]))
+        np.testing.assert_allclose(got[2][v], want[2], rtol=5e-7, atol=0)  # host powf
+        assert got[3][v] == want[3], v
+    assert list(got[3]) == [0, 0, checks.ERR_BETA] and not got[2][2].any()
+
+
+@functools.cache
+def sample_case(k: int, capacity: int, batch: int) -> tuple:
+    """Three random trees, ``batch`` stratified targets each (the first tree's first two not >
+    0), their sizes and betas (the last out of [0, 1]), and the buffer's sample of each
+    (indices, probabilities, weights, error): computed once, for every path, copy and schedule.
+    (nodes [3, T], targets [3, B], sizes, betas, wants)."""
     trees = [random_tree(capacity, k, seed=s) for s in range(3)]
     targets = np.stack([stratified_targets(t, batch, seed=s) for s, t in enumerate(trees)])
     targets[0, :2] = [np.nan, -1.0]
     sizes, betas = [capacity, max(1, capacity // 2), 1], [0.4, 1.0, 1.5]
-    nodes = np.stack([np.asarray(t.nodes) for t in trees])
-    got = emu_weigh(emu, nodes, capacity, k, targets, sizes, betas, top=top, **SAMPLE_PATHS[path])
+    wants = []
     for v, tree in enumerate(trees):
         want = buffer_ops.weigh(
             st.REFERENCE.find, tree, jnp.asarray(targets[v]), jnp.int32(sizes[v]), betas[v]
         )
-        np.testing.assert_array_equal(got[0][v], want[0])
-        np.testing.assert_array_equal(bits(got[1][v]), bits(want[1]))
-        np.testing.assert_allclose(got[2][v], want[2], rtol=5e-7, atol=0)  # host powf
-        assert got[3][v] == int(want[3]), v
-    assert list(got[3]) == [0, 0, checks.ERR_BETA] and not got[2][2].any()
+        wants.append((*frozen(*want[:3]), int(want[3])))
+    nodes, targets = frozen(np.stack([np.asarray(t.nodes) for t in trees]), targets)
+    return nodes, targets, sizes, betas, tuple(wants)
 
 
 @pytest.mark.parametrize("path", SAMPLE_PATHS)

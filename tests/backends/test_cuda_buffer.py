@@ -136,6 +136,12 @@ def leaf_values(raw):
     return checks.leaf_values(raw, 0.6, jnp.float32, raw.shape)[0]
 
 
+REFERENCE_WEIGH = jax.jit(lambda *a: buffer_ops.weigh(st.REFERENCE.find, *a))
+REFERENCE_UPDATE = jax.jit(lambda *a: buffer_ops.update(st.REFERENCE.write, *a))
+"""The buffer's sample and priority update around the reference tree, jitted once for the
+module (and test_cuda_emu.py): each shape compiles once on a device, not once per test."""
+
+
 def update_batches(capacity, b, seed):
     """Batches of a checked update: duplicates and zero priorities, then each refusal."""
     rng = np.random.default_rng(seed)
@@ -167,7 +173,7 @@ def test_the_checked_update_phases_equal_the_buffers_update(probe, k, capacity, 
     depth = st.layout(capacity, k).depth
     tree, max_p = random_tree(capacity, k, seed=1), F32(1.5)
     err = checks.ERR_EMPTY  # an earlier refusal's bit: kept, and the batch's own are added
-    reference = jax.jit(lambda *a: buffer_ops.update(st.REFERENCE.write, *a), donate_argnums=())
+    reference = REFERENCE_UPDATE
     for n, (case, idx, raw, keep, size) in enumerate(update_batches(capacity, 300, seed=k)):
         values = leaf_values(jnp.asarray(raw))
         top = {"none": -1, "narrow": narrow_top(capacity, k, 300, NARROW_MAX_NODES)}
@@ -352,7 +358,7 @@ def test_weigh_and_checked_update_equal_the_buffers_code(place, k, capacity):
     for beta in (0.4, 1.0, 1.5):
         args = (tree, targets, jnp.int32(capacity), jnp.float32(beta))
         got = jax.jit(place.weigh)(*args)
-        want = jax.jit(lambda *a: buffer_ops.weigh(st.REFERENCE.find, *a))(*args)
+        want = REFERENCE_WEIGH(*args)
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
     max_p, err = jnp.float32(1.5), jnp.int32(0)
@@ -360,9 +366,7 @@ def test_weigh_and_checked_update_equal_the_buffers_code(place, k, capacity):
         values = leaf_values(jnp.asarray(raw))
         args = (jnp.asarray(idx), jnp.asarray(raw), values, jnp.asarray(keep), jnp.int32(size))
         got = jax.jit(place.update)(tree, *args, max_p, err)
-        want = jax.jit(lambda *a: buffer_ops.update(st.REFERENCE.write, *a))(
-            tree, *args, max_p, err
-        )
+        want = REFERENCE_UPDATE(tree, *args, max_p, err)
         np.testing.assert_array_equal(bits(got[0].nodes), bits(want[0].nodes), err_msg=case)
         assert bits(got[1]) == bits(want[1]) and int(got[2]) == int(want[2]), case
         tree, max_p, err = want
@@ -394,7 +398,7 @@ def test_the_gpu_only_paths_inside_jit_equal_the_buffers_code_on_the_emulation(
         try:
             ops = cuda_ops()
             tree, max_p, err = random_tree(capacity, k, seed=5), jnp.float32(1.5), jnp.int32(0)
-            reference = jax.jit(lambda *a: buffer_ops.update(st.REFERENCE.write, *a))
+            reference = REFERENCE_UPDATE
             for case, idx, raw, keep, size in update_batches(capacity, b, seed=5):
                 values = leaf_values(jnp.asarray(raw))
                 args = (tree, jnp.asarray(idx), jnp.asarray(raw), values, jnp.asarray(keep),
@@ -517,7 +521,7 @@ def test_weigh_of_batches_no_larger_than_a_block_equals_the_buffers_code(place, 
         targets = jnp.asarray(stratified_targets(tree, b, seed=b))
         args = (tree, targets, jnp.int32(capacity), jnp.float32(beta))
         got = jax.jit(place.weigh)(*args)
-        want = jax.jit(lambda *a: buffer_ops.weigh(st.REFERENCE.find, *a))(*args)
+        want = REFERENCE_WEIGH(*args)
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=f"B {b}")
 
@@ -577,9 +581,7 @@ def test_the_sample_from_the_key_equals_the_sample_from_xlas_targets(place, stra
                 tree, key, size, beta, b, stratified
             )
             targets = sample_targets(key, st.total(tree), b, stratified)
-            want = jax.jit(lambda *a: buffer_ops.weigh(st.REFERENCE.find, *a))(
-                tree, targets, size, beta
-            )
+            want = REFERENCE_WEIGH(tree, targets, size, beta)
             for g, w in zip(got, want, strict=True):
                 np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=f"B {b}")
     trees = jnp.stack([random_tree(capacity, k, seed=s).nodes for s in range(3)])

@@ -22,7 +22,13 @@ import numpy as np
 import oracle
 import pytest
 from conformance import random_tree, random_updates
-from test_cuda_buffer import bits, leaf_values, stratified_targets, update_batches
+from test_cuda_buffer import (
+    REFERENCE_UPDATE,
+    bits,
+    leaf_values,
+    stratified_targets,
+    update_batches,
+)
 
 from drlhet.backends import BackendUnavailable
 from drlhet.backends.native import library_path
@@ -413,7 +419,7 @@ def checked_update_cases(k: int, capacity: int) -> tuple:
     for every path and schedule. Each: (case, nodes, idx, raw, values, keep, size, max, err,
     want nodes, want max, want err)."""
     tree, max_p, err = random_tree(capacity, k, seed=2), F32(1.5), checks.ERR_EMPTY
-    reference = jax.jit(lambda *a: buffer_ops.update(st.REFERENCE.write, *a))
+    reference = REFERENCE_UPDATE
     cases = []
     for case, idx, raw, keep, size in update_batches(capacity, 300, seed=k):
         values = np.asarray(leaf_values(jnp.asarray(raw)))

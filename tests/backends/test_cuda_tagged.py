@@ -9,6 +9,8 @@ reference's.
 
 from __future__ import annotations
 
+import ctypes
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -165,3 +167,32 @@ def test_a_tagged_call_keeps_its_table_across_the_steps_of_a_scan(tagged):
     for s in range(steps):
         t, r = call(t, idx[s], vals[s], keep[s]), st.REFERENCE.write(r, idx[s], vals[s], keep[s])
         np.testing.assert_array_equal(bits(t.nodes), bits(r.nodes), err_msg=f"call {s}")
+
+
+@pytest.mark.slow
+def test_random_runs_of_tagged_updates_on_one_table_equal_the_oracle(emu):
+    """40 random (K, capacity, trees, thread order), each five updates in a row on one table
+    whose last tags start at 0, anywhere, or two short of the wrap: batches of 1 to 1024 over
+    few or many leaves (duplicates across the cluster's blocks), kept and dropped entries, each
+    update starting from the last one's tree. About a minute."""
+    rng = np.random.default_rng(77)
+    for case in range(40):
+        k = int(rng.choice([2, 3, 4, 5, 8, 16, 17, 32, 64]))
+        capacity, trees = int(rng.integers(1, 20000)), int(rng.integers(1, 4))
+        emu.drlhet_emu_schedule(ctypes.c_int64(int(rng.integers(0, 1000))))
+        tags = table(trees, capacity, int(rng.choice([0, rng.integers(1, 2**40), TAG_MAX - 2])))
+        nodes = np.stack([random_tree(capacity, k, seed=s + case).nodes for s in range(trees)])
+        for step in range(5):
+            batch = int(rng.integers(1, 1025))
+            leaves = int(rng.choice([min(capacity, 8), capacity]))
+            idx = rng.integers(0, leaves, (trees, batch)).astype(np.int32)
+            vals = (rng.random((trees, batch)) * 3).astype(F32)
+            keep = rng.random((trees, batch)) < 0.8
+            got, bad, _, _ = emu_update(emu, nodes, capacity, k, idx, vals, keep, CLUSTER,
+                                        tags=tags)  # fmt: skip
+            assert not bad.any(), (case, step)
+            for v in range(trees):
+                want = oracle.write(nodes[v], capacity, k, idx[v], vals[v], keep[v])
+                np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"{case} {v}")
+            nodes = got
+    emu.drlhet_emu_schedule(ctypes.c_int64(0))

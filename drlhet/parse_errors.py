@@ -21,7 +21,8 @@ def parse_error(text: str) -> str:
     """The message of a tyro parsing error (``text``: what tyro wrote to stderr), one line: the
     first section after its title (``--x: invalid literal ...``, ``Unrecognized options: ...``)
     without the box, the rules and the wrapping; the title put first where the section does not
-    say it (``missing subcommand: Expected one of ...``)."""
+    say it (``missing subcommand: Expected one of ...``); missing required options by their
+    flags only (``missing required options: --rows, --out``)."""
     lines = [ln.strip().strip("│|╭╮╰╯+").strip() for ln in text.splitlines()]
     lines = [ln for ln in lines if ln]
     title = lines[0].strip("─- ") if lines else ""
@@ -32,6 +33,10 @@ def parse_error(text: str) -> str:
                 break
             continue
         section.append(ln)
+    if section and section[0].startswith("Missing from"):  # each option's flag, its help
+        flags = [ln.split()[0] for ln in section[1:] if ln.startswith("--")]
+        if flags:
+            return f"missing required option{'s' * (len(flags) > 1)}: {', '.join(flags)}"
     message = " ".join(section) or title or "(no message)"
     if title and not title.endswith("error") and title.split()[0].lower() not in message.lower():
         message = f"{title.lower()}: {message}"

@@ -83,7 +83,7 @@ def test_every_experiment_with_options_reads_its_command_line_through_it():
         # what tyro itself refuses, read back from its box
         ("fig_delay", ["--seeds", "abc"], "fig_delay: error: --seeds: invalid literal for int()"),
         ("bench_replay", ["--bogus"], "bench_replay: error: Unrecognized options: --bogus"),
-        ("pick_cuda_paths", [], "pick_cuda_paths: error: Missing from "),  # --rows: required
+        ("pick_cuda_paths", [], "pick_cuda_paths: error: missing required option: --rows"),
     ],
 )
 def test_a_refused_script_prints_one_line_and_exits_2(tmp_path, script, args, line):

@@ -149,6 +149,20 @@ def test_a_tyro_error_is_read_back_as_its_message(text):
     assert parse_error(text) == "--batch-size: bad 'abc'"
 
 
+def test_missing_required_options_are_named_by_their_flags():
+    from drlhet.parse_errors import parse_error
+
+    box = (
+        "╭─ Required options ──────╮\n│ Missing from x.py:      │\n"
+        "│     --rows [STR [STR ...]] │\n│         row files. (required) │\n"
+        "│     --out STR           │\n│         where. (required) │\n│ ────────── │\n"
+        "│ For full helptext, run: │\n╰─────────────────────────╯\n"
+    )
+    assert parse_error(box) == "missing required options: --rows, --out"
+    one = box.replace("│     --out STR           │\n│         where. (required) │\n", "")
+    assert parse_error(one) == "missing required option: --rows"
+
+
 def test_help_and_what_a_command_writes_to_stderr_still_come_through(capsys, monkeypatch):
     with pytest.raises(SystemExit) as exit_info:
         main(["--help"])

@@ -196,3 +196,24 @@ def test_random_runs_of_tagged_updates_on_one_table_equal_the_oracle(emu):
                 np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"{case} {v}")
             nodes = got
     emu.drlhet_emu_schedule(ctypes.c_int64(0))
+
+
+def test_a_jax_that_refuses_the_stateful_handlers_costs_the_switch_not_the_backend(
+    tagged, monkeypatch
+):
+    """Where registering the tagged updates fails (a jax whose FFI has no such stage, say), a
+    tagged trace raises `BackendUnavailable` naming why; with the switch off the same update
+    runs."""
+    from drlhet.backends import BackendUnavailable, cuda_ffi
+
+    def refuse(platform):
+        raise ValueError(f"no instantiate stage on {platform}")
+
+    monkeypatch.setattr(cuda_ffi, "_register_tagged", refuse)
+    tree = random_tree(100, 4, seed=78)
+    idx, vals = jnp.arange(8, dtype=jnp.int32), jnp.ones(8, jnp.float32)
+    with pytest.raises(BackendUnavailable, match="tagged updates: no instantiate stage on cpu"):
+        tagged.write(tree, idx, vals)
+    monkeypatch.setattr(cuda, "TAGGED_CLAIMS", False)
+    got = tagged.write(tree, idx, vals)
+    np.testing.assert_array_equal(bits(got.nodes), bits(st.REFERENCE.write(tree, idx, vals).nodes))

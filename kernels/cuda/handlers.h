@@ -90,10 +90,10 @@ inline UpdateArgs PlainArgs(float* nodes, int64_t capacity, int64_t branching,
   return a;
 }
 
-// The update's claims table kept by one custom call of the tagged update handlers (tag_table.cuh):
-// made empty when XLA makes the executable (the handlers' instantiate stage, TagTableInstantiate),
-// its memory at the call's first update, freed with the executable. Each library registers the
-// type under its own name (drlhet/backends/cuda.py).
+// The claims table kept by one custom call of the tagged update handlers (tag_table.cuh): made
+// empty when XLA makes the executable (the handlers' instantiate stage, TagTableInstantiate), its
+// memory at the call's first update, freed with the executable. Each library's type is
+// registered under its own name (drlhet/backends/cuda_ffi.py).
 struct TagTableState : TagTableMemory {
   inline static ffi::TypeId id = {};
 };

@@ -138,9 +138,14 @@ class Args:
     cuda_tagged_claims: bool | None = None
     """``drlhet.backends.cuda.TAGGED_CLAIMS`` for this run (None: the library's): the cluster
     path's update claims its leaves in a table kept by its custom call."""
+    cuda_tagged_siblings: bool | None = None
+    """``drlhet.backends.cuda.TAGGED_SIBLINGS`` for this run (None: the library's): with the
+    tagged claims, the winners sum their leaves' parents from the table."""
     cuda_tagged_ab: bool = False
-    """Also time ``drlhet-cuda-tagged``: the cuda backend with ``TAGGED_CLAIMS`` on, beside
-    ``drlhet-cuda``, as ``--cuda-claims-ab`` does. Rows record it (``cuda_tagged_claims``)."""
+    """Also time ``drlhet-cuda-tagged`` and ``drlhet-cuda-siblings``: the cuda backend with
+    ``TAGGED_CLAIMS`` on, ``TAGGED_SIBLINGS`` off and on, beside ``drlhet-cuda``, as
+    ``--cuda-claims-ab`` does. Rows record them (``cuda_tagged_claims``,
+    ``cuda_tagged_siblings``)."""
     cuda_find_ab: bool = False
     """Also time ``drlhet-cuda-find``: the buffer's sample under XLA's code around the cuda
     backend's ``find`` (XLA draws the targets and computes probabilities and weights), the
@@ -188,11 +193,12 @@ class Args:
 
 TRACE_COMMAND_BUFFERS = "--xla_enable_command_buffers_during_profiling=true"
 CLAIMS_ARMS = {
-    "drlhet-cuda-claims": ("cuda_claims_ab", "SHARED_CLAIMS"),
-    "drlhet-cuda-tagged": ("cuda_tagged_ab", "TAGGED_CLAIMS"),
+    "drlhet-cuda-claims": ("cuda_claims_ab", {"SHARED_CLAIMS": True}),
+    "drlhet-cuda-tagged": ("cuda_tagged_ab", {"TAGGED_CLAIMS": True, "TAGGED_SIBLINGS": False}),
+    "drlhet-cuda-siblings": ("cuda_tagged_ab", {"TAGGED_CLAIMS": True, "TAGGED_SIBLINGS": True}),
 }
-"""The cuda claims A/Bs: each arm's row name, the option that adds it, and the switch of
-`drlhet.backends.cuda` it turns on (its rows' ``cuda_<switch>`` is 1)."""
+"""The cuda claims A/Bs: each arm's row name, the option that adds it, and the switches of
+`drlhet.backends.cuda` it sets (its rows' ``cuda_<switch>`` say so)."""
 
 
 def apply_threading(mode: str) -> None:
@@ -522,6 +528,10 @@ def main(args: Args) -> list[dict]:
         from drlhet.backends import cuda
 
         cuda.TAGGED_CLAIMS = args.cuda_tagged_claims
+    if args.cuda_tagged_siblings is not None:
+        from drlhet.backends import cuda
+
+        cuda.TAGGED_SIBLINGS = args.cuda_tagged_siblings
     if args.cuda_own_sample_max_batch is not None:
         from drlhet.backends import cuda
 
@@ -619,12 +629,11 @@ def main(args: Args) -> list[dict]:
                 impls[f"drlhet-{name}-plain"] = drlhet_ops(
                     capacity, batch, k, steps_of[f"drlhet-{name}"], name, plain=True
                 )
-        for impl, (flag, setting) in CLAIMS_ARMS.items():  # --cuda-claims-ab, --cuda-tagged-ab
+        for impl, (flag, settings) in CLAIMS_ARMS.items():  # --cuda-claims-ab, --cuda-tagged-ab
             if getattr(args, flag) and "drlhet-cuda" in impls:
                 steps_of[impl] = steps_of["drlhet-cuda"]
                 impls[impl] = with_cuda(
-                    drlhet_ops(capacity, batch, k, steps_of["drlhet-cuda"], "cuda"),
-                    **{setting: True},
+                    drlhet_ops(capacity, batch, k, steps_of["drlhet-cuda"], "cuda"), **settings
                 )
         if args.cuda_find_ab and "drlhet-cuda" in impls:
             steps_of["drlhet-cuda-find"] = steps_of["drlhet-cuda"]
@@ -690,7 +699,7 @@ def main(args: Args) -> list[dict]:
         def cuda_path(impl: str, batch: int) -> dict:
             """The update-path settings a cuda row ran with (None for other backends)."""
             names = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "REGION_MAX_BATCH",
-                     "SHARED_CLAIMS", "TAGGED_CLAIMS", "SPREAD_MIN_BATCH",
+                     "SHARED_CLAIMS", "TAGGED_CLAIMS", "TAGGED_SIBLINGS", "SPREAD_MIN_BATCH",
                      "SPREAD_THREADS")  # fmt: skip
             if not impl.startswith("drlhet-cuda"):
                 return {f"cuda_{n.lower()}": None for n in names} | {
@@ -706,7 +715,7 @@ def main(args: Args) -> list[dict]:
             shared_top = bool(cuda.SHARED_TOP) and own_sample
             arm = {}
             if impl in CLAIMS_ARMS:
-                arm = {f"cuda_{CLAIMS_ARMS[impl][1].lower()}": 1}
+                arm = {f"cuda_{n.lower()}": int(on) for n, on in CLAIMS_ARMS[impl][1].items()}
             if spread is not None:
                 arm = {"cuda_spread_min_batch": 1, "cuda_spread_threads": int(spread[1])}
             return {f"cuda_{n.lower()}": int(getattr(cuda, n)) for n in names} | arm | {
@@ -811,7 +820,7 @@ def peer_failure(name: str, capacity: int, batch: int):
 def backend_of(impl: str) -> str:
     """The drlhet backend of a row's implementation (``drlhet-cuda-plain`` -> ``cuda``)."""
     name = re.sub(r"-spread\d+$", "", impl.removeprefix("drlhet-"))
-    for variant in ("-1t", "-plain", "-claims", "-tagged", "-find"):
+    for variant in ("-1t", "-plain", "-claims", "-tagged", "-siblings", "-find"):
         name = name.removesuffix(variant)
     return name
 

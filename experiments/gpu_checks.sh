@@ -82,10 +82,13 @@
 #             with the update that claimed it (kernels/cuda/tag_table.cuh;
 #             drlhet.backends.cuda.TAGGED_CLAIMS, off until measured: no reset of the winner
 #             slots and no barrier after it) against the workspace's, in one run as claims does
-#             (bench_replay --cuda-tagged-ab: drlhet-cuda-tagged beside drlhet-cuda; TAGGED_
-#             BATCHES, TAGGED_REPEATS, TAGGED_ARGS as CLAIMS_*; rows to $OUT/tagged.json; not
-#             in the default list; about 60 s). Its GPU tests run apart (stage tests_tagged,
-#             marked cuda_tagged); a failure there skips this stage. After a kernel change:
+#             (bench_replay --cuda-tagged-ab: drlhet-cuda-tagged, and drlhet-cuda-siblings with
+#             TAGGED_SIBLINGS on too, the leaves' parents summed from the table without the
+#             barrier after the leaves, beside drlhet-cuda; TAGGED_BATCHES, TAGGED_REPEATS,
+#             TAGGED_ARGS as CLAIMS_*; rows to $OUT/tagged.json; not in the default list; about
+#             80 s). Its GPU tests (the path with TAGGED_SIBLINGS on) run apart (stage
+#             tests_tagged, marked cuda_tagged); a failure there skips this stage and leaves
+#             both switches off. After a kernel change:
 #             build tests tagged pick quick
 #   targets   the sample's targets drawn in the cuda sample call from the key (the default,
 #             TreeOps.weigh_key) against XLA's kernel drawing them (--no-cuda-key-targets), and
@@ -183,10 +186,10 @@
 #             graphs too (flags_carry_while); FLAGS_VARIANTS picks; rows to $OUT/flags_<v>.json
 #             (not in the default list; about 100 s)
 #   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
-# CUDA_CLUSTER_MAX_BATCH, CUDA_NARROW_MAX_NODES, CUDA_SHARED_TOP (0: off), CUDA_SHARED_CLAIMS
-# and CUDA_TAGGED_CLAIMS (1: on), set in the environment or by the pick stage, are the settings
-# (drlhet.backends.cuda's CLUSTER_MAX_BATCH, NARROW_MAX_NODES, SHARED_TOP, SHARED_CLAIMS,
-# TAGGED_CLAIMS) that the
+# CUDA_CLUSTER_MAX_BATCH, CUDA_NARROW_MAX_NODES, CUDA_SHARED_TOP (0: off), CUDA_SHARED_CLAIMS,
+# CUDA_TAGGED_CLAIMS and CUDA_TAGGED_SIBLINGS (1: on), set in the environment or by the pick
+# stage, are the settings (drlhet.backends.cuda's CLUSTER_MAX_BATCH, NARROW_MAX_NODES,
+# SHARED_TOP, SHARED_CLAIMS, TAGGED_CLAIMS, TAGGED_SIBLINGS) that the
 # quick, train, bench, profile, split and kernels stages run with (train, profile and split
 # through experiments/with_cuda_paths.py); unset, the library's own. CUDA_KEY_TARGETS=0 (set
 # by hand or by the tests stage's triage) turns off drlhet.backends.cuda.KEY_TARGETS there too
@@ -251,6 +254,10 @@ paths() {  # PATH_FLAGS for bench_replay.py and RUN for the other commands, from
   if [ "${CUDA_TAGGED_CLAIMS:-0}" = 1 ] && [ "${TRIAGE_NO_TAGGED:-0}" != 1 ]; then
     PATH_FLAGS+=" --cuda-tagged-claims"
     wrap+=" --tagged-claims"
+    if [ "${CUDA_TAGGED_SIBLINGS:-0}" = 1 ]; then
+      PATH_FLAGS+=" --cuda-tagged-siblings"
+      wrap+=" --tagged-siblings"
+    fi
   fi
   KEY_FLAG=""  # for the stages that set the path thresholds themselves (cluster, narrow)
   if [ "${CUDA_KEY_TARGETS:-1}" = 0 ]; then

@@ -26,9 +26,12 @@ the step with the cluster path off (``CLUSTER_SWEEP`` 0) and on, ``narrow`` with
 - ``SHARED_CLAIMS`` (the cluster update's claims in the cluster's shared memory, or in the
   workspace; ``gpu_checks.sh claims`` times the step both ways in one run, the rows with them
   as ``drlhet-cuda-claims``): the same rule.
+- ``TAGGED_SIBLINGS`` (with the tagged table, the leaves' parents summed from it, or after a
+  barrier over the leaves; ``gpu_checks.sh tagged``, the rows as ``drlhet-cuda-siblings`` and
+  ``drlhet-cuda-tagged``): the same rule, over the tagged rows;
 - ``TAGGED_CLAIMS`` (the cluster update's claims in a table kept by its custom call, or in the
-  workspace; ``gpu_checks.sh tagged``, the rows as ``drlhet-cuda-tagged``): the same rule. Each
-  claims switch is picked over the rows with the other one as it is now.
+  workspace; the tagged rows with ``TAGGED_SIBLINGS`` as picked): the same rule. Each claims
+  switch is picked over the rows with the other one as it is now.
 - ``OWN_SAMPLE_MAX_BATCH`` (above it the sample is XLA's code around cuda's ``find``, not
   cuda's own call; ``gpu_checks.sh find`` times the step both ways in one run, the rows as
   ``drlhet-cuda-find``): one below the smallest measured batch from which the sample around
@@ -46,7 +49,8 @@ Where the rows cannot decide, the current value stays, and the reason is printed
 *measured* (on the GPU that wrote the rows), for those shapes only (capacity, K). It prints the
 evidence, writes it as JSON, and writes ``CUDA_CLUSTER_MAX_BATCH=...``,
 ``CUDA_NARROW_MAX_NODES=...``, ``CUDA_REGION_MAX_BATCH=...``, ``CUDA_SHARED_TOP=0|1``,
-``CUDA_SHARED_CLAIMS=0|1``, ``CUDA_TAGGED_CLAIMS=0|1``, ``CUDA_OWN_SAMPLE_MAX_BATCH=...``,
+``CUDA_SHARED_CLAIMS=0|1``, ``CUDA_TAGGED_CLAIMS=0|1``, ``CUDA_TAGGED_SIBLINGS=0|1``,
+``CUDA_OWN_SAMPLE_MAX_BATCH=...``,
 ``CUDA_SPREAD_MIN_BATCH=...`` and ``CUDA_SPREAD_THREADS=...`` lines for ``gpu_checks.sh`` to
 read before its later stages (``experiments/with_cuda_paths.py`` runs a command with them).
 The current values are the library's unless given.
@@ -95,6 +99,9 @@ class Args:
     """The current ``SHARED_CLAIMS`` (None: the library's), kept where the rows cannot decide."""
     tagged_claims: bool | None = None
     """The current ``TAGGED_CLAIMS`` (None: the library's), kept where the rows cannot decide."""
+    tagged_siblings: bool | None = None
+    """The current ``TAGGED_SIBLINGS`` (None: the library's), kept where the rows cannot
+    decide."""
     own_sample_max_batch: int | None = None
     """The current ``OWN_SAMPLE_MAX_BATCH`` (None: the library's), kept where the rows cannot
     decide."""
@@ -125,6 +132,7 @@ class Step:
     tagged: bool = False  # TAGGED_CLAIMS (rows from before it: False)
     own: bool | None = None  # the sample was cuda's own call (rows from before it: None)
     spread: int = 0  # the spread sample's threads a block where it took the batch, else 0
+    siblings: bool = False  # TAGGED_SIBLINGS (rows from before it: False)
 
 
 def load(paths: tuple[Path, ...]) -> list[dict]:
@@ -152,10 +160,10 @@ def cuda_steps(rows: list[dict], capacity: int, branching: int) -> list[Step]:
         Step(r["batch"], int(r[block]), int(r[narrow]), int(r[cluster]), float(r["items_per_s"]),
              r.get("cuda_shared_top"), int(r.get("cuda_region_max_batch") or 0),
              bool(r.get("cuda_shared_claims")), bool(r.get("cuda_tagged_claims")),
-             r.get("cuda_own_sample"), _spread_of(r))
+             r.get("cuda_own_sample"), _spread_of(r), bool(r.get("cuda_tagged_siblings")))
         for r in rows
         if (r.get("impl") in ("drlhet-cuda", "drlhet-cuda-claims", "drlhet-cuda-tagged",
-                              "drlhet-cuda-find")
+                              "drlhet-cuda-siblings", "drlhet-cuda-find")
             or re.fullmatch(r"drlhet-cuda-spread\d+", str(r.get("impl"))))
         and r.get("op") == "step"
         and r.get("mode") == "fused"
@@ -309,9 +317,21 @@ def pick_claims(steps: list[Step], args: Args) -> tuple[bool, list[dict], str]:
     return pick_switch(steps, "claims", bool(args.shared_claims), args, ("claims", "workspace"))
 
 
-def pick_tagged(steps: list[Step], args: Args) -> tuple[bool, list[dict], str]:
-    """``TAGGED_CLAIMS``: `pick_switch` over the cluster update's claims in a tagged table."""
-    steps = [s for s in steps if s.claims == bool(args.shared_claims)]
+def pick_siblings(steps: list[Step], args: Args) -> tuple[bool, list[dict], str]:
+    """``TAGGED_SIBLINGS``: `pick_switch` over the tagged rows, the leaves' parents from the
+    table or not."""
+    steps = [s for s in steps if s.tagged and s.claims == bool(args.shared_claims)]
+    current = bool(args.tagged_siblings)
+    return pick_switch(steps, "siblings", current, args, ("siblings", "after_leaves"))
+
+
+def pick_tagged(steps: list[Step], siblings: bool, args: Args) -> tuple[bool, list[dict], str]:
+    """``TAGGED_CLAIMS``: `pick_switch` over the cluster update's claims in a tagged table (its
+    rows with ``siblings`` as picked) or in the workspace."""
+    steps = [
+        s for s in steps
+        if s.claims == bool(args.shared_claims) and (not s.tagged or s.siblings == siblings)
+    ]  # fmt: skip
     return pick_switch(steps, "tagged", bool(args.tagged_claims), args, ("tagged", "workspace"))
 
 
@@ -414,6 +434,9 @@ def library_defaults(args: Args) -> Args:
         shared_top=cuda.SHARED_TOP if args.shared_top is None else args.shared_top,
         shared_claims=cuda.SHARED_CLAIMS if args.shared_claims is None else args.shared_claims,
         tagged_claims=cuda.TAGGED_CLAIMS if args.tagged_claims is None else args.tagged_claims,
+        tagged_siblings=(
+            cuda.TAGGED_SIBLINGS if args.tagged_siblings is None else args.tagged_siblings
+        ),
         own_sample_max_batch=(
             cuda.OWN_SAMPLE_MAX_BATCH
             if args.own_sample_max_batch is None
@@ -435,9 +458,11 @@ def main(args: Args) -> dict:
     if not steps:
         sys.exit(f"error: no fused cuda step rows at capacity {args.capacity}, K {args.branching}")
     claims, claims_evidence, claims_why = pick_claims(steps, args)
-    tagged, tagged_evidence, tagged_why = pick_tagged(steps, args)
-    # the other picks over the rows with both claims switches as they are now
-    steps = [s for s in steps if (s.claims, s.tagged) == (args.shared_claims, args.tagged_claims)]
+    siblings, siblings_evidence, siblings_why = pick_siblings(steps, args)
+    tagged, tagged_evidence, tagged_why = pick_tagged(steps, siblings, args)
+    # the other picks over the rows with the claims switches as they are now
+    now = (args.shared_claims, args.tagged_claims, args.tagged_claims and args.tagged_siblings)
+    steps = [s for s in steps if (s.claims, s.tagged, s.tagged and s.siblings) == now]
     least, threads, spread_evidence, spread_why = pick_spread(steps, args)
     # the sample around find against the own call as picked: spread from `least`, or not
     as_picked = [s for s in steps if s.spread == (threads if s.batch >= least else 0)]
@@ -468,6 +493,8 @@ def main(args: Args) -> dict:
     print(f"REGION_MAX_BATCH = {region} ({region_why})")
     show(claims_evidence, "claims in shared memory ", "claims", "workspace")
     print(f"SHARED_CLAIMS = {claims} ({claims_why})")
+    show(siblings_evidence, "tagged, parents from the table ", "siblings", "after_leaves")
+    print(f"TAGGED_SIBLINGS = {siblings} ({siblings_why})")
     show(tagged_evidence, "claims in a tagged table ", "tagged", "workspace")
     print(f"TAGGED_CLAIMS = {tagged} ({tagged_why})")
     show(own_evidence, "sample around find, against the own call ", "find", "own")
@@ -486,6 +513,8 @@ def main(args: Args) -> dict:
         "shared_claims_evidence": claims_evidence,
         "tagged_claims": tagged, "tagged_claims_why": tagged_why,
         "tagged_claims_evidence": tagged_evidence,
+        "tagged_siblings": siblings, "tagged_siblings_why": siblings_why,
+        "tagged_siblings_evidence": siblings_evidence,
         "own_sample_max_batch": own, "own_sample_why": own_why,
         "own_sample_evidence": own_evidence,
         "spread_min_batch": least, "spread_threads": threads, "spread_why": spread_why,
@@ -500,6 +529,7 @@ def main(args: Args) -> dict:
             f"CUDA_CLUSTER_MAX_BATCH={cluster}\nCUDA_NARROW_MAX_NODES={narrow}\n"
             f"CUDA_SHARED_TOP={int(top)}\nCUDA_REGION_MAX_BATCH={region}\n"
             f"CUDA_SHARED_CLAIMS={int(claims)}\nCUDA_TAGGED_CLAIMS={int(tagged)}\n"
+            f"CUDA_TAGGED_SIBLINGS={int(siblings)}\n"
             f"CUDA_OWN_SAMPLE_MAX_BATCH={own}\n"
             f"CUDA_SPREAD_MIN_BATCH={least}\nCUDA_SPREAD_THREADS={threads}\n"
         )

@@ -68,6 +68,9 @@ class Args:
     tagged_claims: bool = False
     """Turn ``drlhet.backends.cuda.TAGGED_CLAIMS`` on: the cluster path's update claims its
     leaves in a table kept by its custom call (without the flag: the library's setting)."""
+    tagged_siblings: bool = False
+    """Turn ``drlhet.backends.cuda.TAGGED_SIBLINGS`` on: with the tagged claims, the winners sum
+    their leaves' parents from the table (without the flag: the library's setting)."""
 
 
 def apply(args: Args) -> dict[str, int]:
@@ -94,7 +97,9 @@ def apply(args: Args) -> dict[str, int]:
         cuda.SHARED_CLAIMS = True
     if args.tagged_claims:
         cuda.TAGGED_CLAIMS = True
-    switches = ("key_targets", "shared_top", "shared_claims", "tagged_claims")
+    if args.tagged_siblings:
+        cuda.TAGGED_SIBLINGS = True
+    switches = ("key_targets", "shared_top", "shared_claims", "tagged_claims", "tagged_siblings")
     return {name: int(getattr(cuda, name.upper())) for name in (*NAMES, *switches)}
 
 

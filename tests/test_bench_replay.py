@@ -210,19 +210,32 @@ def test_the_find_ab_times_cudas_own_sample_beside_the_sample_around_find(
     assert "drlhet-cuda-find fused / drlhet-cuda fused" not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("arm, setting", [("claims", "SHARED_CLAIMS"), ("tagged", "TAGGED_CLAIMS")])
-def test_a_claims_ab_traces_one_program_with_its_switch_on_and_restores_it(
-    bench, tmp_path, monkeypatch, emulated_cuda, arm, setting
+ARMS = {  # each A/B option's arms: their rows' names and switches (TAGGED_SIBLINGS: the last)
+    "claims": [("drlhet-cuda-claims", {"SHARED_CLAIMS": 1})],
+    "tagged": [
+        ("drlhet-cuda-tagged", {"TAGGED_CLAIMS": 1, "TAGGED_SIBLINGS": 0}),
+        ("drlhet-cuda-siblings", {"TAGGED_CLAIMS": 1, "TAGGED_SIBLINGS": 1}),
+    ],
+}
+
+
+@pytest.mark.parametrize("arm", ["claims", "tagged"])
+def test_a_claims_ab_traces_one_program_per_arm_with_its_switches_and_restores_them(
+    bench, tmp_path, monkeypatch, emulated_cuda, arm
 ):
-    """``--cuda-claims-ab`` / ``--cuda-tagged-ab``: ``drlhet-cuda-claims`` (or ``-tagged``)
-    beside ``drlhet-cuda`` in one run (cuda under the host emulation here), its program traced
-    with `cuda.SHARED_CLAIMS` (or `TAGGED_CLAIMS`) on and the other's off, the rows saying
-    which, and the library's setting as it was after the run."""
+    """``--cuda-claims-ab`` / ``--cuda-tagged-ab``: ``drlhet-cuda-claims`` (or ``-tagged`` and
+    ``-siblings``) beside ``drlhet-cuda`` in one run (cuda under the host emulation here), each
+    program traced with `cuda.SHARED_CLAIMS` (or `TAGGED_CLAIMS`, and `TAGGED_SIBLINGS` off,
+    then on) and ``drlhet-cuda``'s with them off, the rows saying which, and the library's
+    settings as they were after the run."""
     cuda = emulated_cuda
+    names = list(ARMS[arm][-1][1])
     traced = []
     target = cuda._update_target
     monkeypatch.setattr(
-        cuda, "_update_target", lambda t: traced.append(getattr(cuda, setting)) or target(t)
+        cuda,
+        "_update_target",
+        lambda t: traced.append(tuple(int(getattr(cuda, n)) for n in names)) or target(t),
     )
     args = dataclasses.replace(
         tiny_run(bench, tmp_path),
@@ -232,14 +245,14 @@ def test_a_claims_ab_traces_one_program_with_its_switch_on_and_restores_it(
         **{f"cuda_{arm}_ab": True},
     )
     rows = bench.main(args)
-    column = f"cuda_{setting.lower()}"
-    assert [(r["impl"], r[column]) for r in rows] == [
-        ("drlhet-cuda", 0), (f"drlhet-cuda-{arm}", 1)
-    ]  # fmt: skip
+    columns = [f"cuda_{n.lower()}" for n in names]
+    want = [("drlhet-cuda", (0,) * len(names))]
+    want += [(impl, tuple(s.get(n, 0) for n in names)) for impl, s in ARMS[arm]]
+    assert [(r["impl"], tuple(r[c] for c in columns)) for r in rows] == want
     # each program traces the update (the scan may trace its body more than once), in order
-    seen = [int(on) for on in traced]
-    assert 0 in seen and seen[seen.index(1) :] == [1] * (len(seen) - seen.index(1))
-    assert getattr(cuda, setting) is False
+    seen = [settings for i, settings in enumerate(traced) if i == 0 or traced[i - 1] != settings]
+    assert seen == [w[1] for w in want]
+    assert not any(getattr(cuda, n) for n in names)
     assert all(r["items_per_s"] > 0 for r in rows)
 
 

@@ -162,6 +162,38 @@ def test_each_claims_switch_is_turned_on_only_where_it_wins_by_the_margin(
     assert "does not win" in result[f"{switch}_why"]
 
 
+@pytest.mark.parametrize(
+    "tagged_rate, siblings_rate, want",
+    [(101e6, 112e6, (True, True)), (104e6, 102e6, (False, True)), (90e6, 101e6, (True, False))],
+    ids=["both win", "the table without its parents", "the parents, not the table"],
+)
+def test_the_tagged_stage_picks_the_parents_from_the_table_then_the_table(
+    experiments, tmp_path, tagged_rate, siblings_rate, want
+):
+    """pick_siblings, then pick_tagged: the `tagged` stage's one run (drlhet-cuda-tagged and
+    drlhet-cuda-siblings beside drlhet-cuda at 100M items/s): `TAGGED_SIBLINGS` from the two
+    tagged arms, then `TAGGED_CLAIMS` from the arm so picked against the workspace; both by the
+    margin, both in the env file."""
+    rows = []
+    for b in (2048, 4096):
+        rows.append(row(b, 100e6, cluster=4096))
+        for impl, rate, siblings in (("tagged", tagged_rate, 0), ("siblings", siblings_rate, 1)):
+            rows.append(
+                row(b, rate, cluster=4096, impl=f"drlhet-cuda-{impl}")
+                | {"cuda_tagged_claims": 1, "cuda_tagged_siblings": siblings}
+            )  # fmt: skip
+    files = [write(tmp_path, "tagged.json", rows), *cluster_rows(tmp_path, {4096: 1e6}, {})]
+    result, env = pick(experiments, tmp_path, files)
+    siblings, tagged = want
+    assert (result["tagged_siblings"], result["tagged_claims"]) == want
+    assert f"CUDA_TAGGED_SIBLINGS={int(siblings)}\n" in env
+    assert f"CUDA_TAGGED_CLAIMS={int(tagged)}\n" in env
+    ratio = siblings_rate / tagged_rate
+    assert result["tagged_siblings_evidence"][0]["ratio"] == pytest.approx(ratio)
+    chosen = siblings_rate if siblings else tagged_rate
+    assert result["tagged_claims_evidence"][0]["ratio"] == pytest.approx(chosen / 100e6)
+
+
 def test_the_region_path_is_picked_up_to_the_last_batch_of_an_unbroken_run_of_wins(
     experiments, tmp_path
 ):

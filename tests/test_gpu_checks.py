@@ -438,10 +438,15 @@ def test_each_claims_stage_is_an_ab_in_one_run_and_a_failing_case_of_it_turns_it
     tmp_path, arm, switch
 ):
     """`claims` / `tagged`: one bench_replay run with --cuda-claims-ab / --cuda-tagged-ab (the
-    update and step of cuda with its claims in shared memory / a tagged table beside cuda
-    without, and jax); with CUDA_SHARED_CLAIMS=1 / CUDA_TAGGED_CLAIMS=1 the later stages run
-    with them, unless their GPU tests (tests_claims / tests_tagged) failed."""
+    update and step of cuda with its claims in shared memory / a tagged table, its parents from
+    it or not, beside cuda without, and jax); with CUDA_SHARED_CLAIMS=1 / CUDA_TAGGED_CLAIMS=1
+    (and CUDA_TAGGED_SIBLINGS=1) the later stages run with them, unless their GPU tests
+    (tests_claims / tests_tagged) failed."""
     env = {f"CUDA_{switch.upper().replace('-', '_')}": "1"}
+    wrapped = f" --{switch} --"
+    if arm == "tagged":
+        env["CUDA_TAGGED_SIBLINGS"] = "1"
+        wrapped = " --tagged-claims --tagged-siblings --"
     out, calls = run_checks(tmp_path, ["tests", arm, "quick", "train"], extra_env=env)
     assert f"== tests_{arm}: exit 0" in out
     main = next(c for c in calls if "tests.xml" in c)
@@ -449,9 +454,11 @@ def test_each_claims_stage_is_an_ab_in_one_run_and_a_failing_case_of_it_turns_it
     assert f"not slow and cuda_{arm}" in next(c for c in calls if f"tests_{arm}.xml" in c)
     (ab,) = [c for c in calls if f"/{arm}.json" in c]
     assert f"--cuda-{arm}-ab" in ab and "--backends cuda jax" in ab and "--ops update step" in ab
-    assert f"--cuda-{switch}" in next(c for c in calls if "bench_quick.json" in c)
+    quick = next(c for c in calls if "bench_quick.json" in c)
+    assert f"--cuda-{switch}" in quick
+    assert ("--cuda-tagged-siblings" in quick) == (arm == "tagged")
     train = [c for c in calls if " train " in c]
-    assert len(train) == 2 and all(f" --{switch} --" in c for c in train)
+    assert len(train) == 2 and all(wrapped in c for c in train)
     again = tmp_path / "again"
     again.mkdir()
     out, calls = run_checks(again, ["tests", arm, "quick"], extra_env=env, **{f"{arm}_ok": False})
@@ -459,6 +466,7 @@ def test_each_claims_stage_is_an_ab_in_one_run_and_a_failing_case_of_it_turns_it
     assert not any(f"/{arm}.json" in c for c in calls)
     quick = next(c for c in calls if "bench_quick.json" in c)
     assert f"--cuda-{switch}" not in quick and "--cuda-region-max-batch 0" not in quick
+    assert "--cuda-tagged-siblings" not in quick
 
 
 def test_the_find_stage_is_an_ab_of_the_sample_in_one_run(tmp_path):

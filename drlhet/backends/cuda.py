@@ -108,12 +108,18 @@ K 16, ``gpu_checks.sh claims``, results/bench_replay_gpu_h100_claims.json): step
 2048, 0.82x at B 4096. Read when traced."""
 
 TAGGED_CLAIMS = False
-"""Whether the cluster path's update of at most one entry per thread of its cluster (8192 per tree
-on a GPU) claims its leaves in a table kept by its custom call between calls, each slot tagged
-with the update that claimed it (``kernels/cuda/tag_table.cuh``: no reset of the workspace's
-winner slots, no barrier after it; 8 bytes a leaf a tree on the device, per call site, made at
-its first update). Takes precedence over `SHARED_CLAIMS`. The same bits (host emulation). Until a
-GPU decides (``gpu_checks.sh tagged``): off. Read when traced."""
+"""Whether the cluster path's update of at most one entry per thread of its cluster (4096 per tree
+on a GPU: 8 blocks of at most 512) claims its leaves in a table kept by its custom call between
+calls, each slot tagged with the update that claimed it (``kernels/cuda/tag_table.cuh``: no reset
+of the workspace's winner slots, no barrier after it; 8 bytes a leaf a tree on the device, per
+call site, made at its first update). Takes precedence over `SHARED_CLAIMS`. The same bits (host
+emulation). Until a GPU decides (``gpu_checks.sh tagged``): off. Read when traced."""
+TAGGED_SIBLINGS = False
+"""With `TAGGED_CLAIMS`, whether the winners also sum their leaves' parents from the table (each
+slot carries its winner's value) instead of from the tree after a barrier over the leaves: one
+cluster barrier and one round trip to memory fewer, where the leaves' parents are a level wider
+than the batch (2^20 leaves, K 16, B 4096). The same bits (host emulation). Until a GPU decides
+(``gpu_checks.sh tagged``): off. Read when traced."""
 
 SHARED_TOP = True
 """Whether each block of the sample's kernels first copies the top levels of its tree (up to
@@ -195,7 +201,7 @@ def _paths() -> dict:
     """The update handlers' path attributes, as the module's settings say now."""
     return {name.lower(): np.int64(globals()[name]) for name in (
         "BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "REGION_MAX_BATCH",
-        "SHARED_CLAIMS")}  # fmt: skip
+        "SHARED_CLAIMS", "TAGGED_SIBLINGS")}  # fmt: skip
 
 
 def weigh(

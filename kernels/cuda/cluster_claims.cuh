@@ -101,6 +101,7 @@ struct ClaimTable {
 // thread of the cluster.
 struct SharedClaims {
   static constexpr bool kAnyBatch = false;
+  static constexpr bool kSiblings = false;  // no LeafAndParent
   ClaimTable table;
 
   // The block's part cleared, a cluster barrier (its release waits for shared stores only),

@@ -117,7 +117,8 @@ inline ffi::Error UpdateImpl(cudaStream_t stream, TagTableMemory* tags,
                              ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::S32> work,
                              int64_t branching, int64_t capacity, int64_t block_max_batch,
                              int64_t narrow_max_nodes, int64_t cluster_max_batch,
-                             int64_t region_max_batch, int64_t shared_claims) {
+                             int64_t region_max_batch, int64_t shared_claims,
+                             int64_t tagged_siblings) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
   if (auto err = Trees(branching, capacity, nodes.element_count(), &lay, &trees); err.failure()) {
@@ -134,7 +135,7 @@ inline ffi::Error UpdateImpl(cudaStream_t stream, TagTableMemory* tags,
   const UpdateArgs a =
       PlainArgs(out->typed_data(), capacity, branching, indices, values, keep, trees, work);
   LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes, cluster_max_batch,
-               region_max_batch, shared_claims != 0, tags);
+               region_max_batch, shared_claims != 0, tags, tagged_siblings != 0);
   return LastError("drlhet_cuda_update");
 }
 
@@ -150,7 +151,8 @@ inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, TagTableMemory* tags,
                              int64_t capacity, int64_t block_max_batch,
                              int64_t narrow_max_nodes, int64_t cluster_max_batch,
                              int64_t region_max_batch, int64_t shared_claims,
-                             float priority_max, int64_t err_index, int64_t err_priority) {
+                             int64_t tagged_siblings, float priority_max,
+                             int64_t err_index, int64_t err_priority) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
   if (auto err = Trees(branching, capacity, nodes.element_count(), &lay, &trees); err.failure()) {
@@ -180,7 +182,7 @@ inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, TagTableMemory* tags,
   a.max_out = max_out->typed_data();
   a.err_out = err_out->typed_data();
   LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes, cluster_max_batch,
-               region_max_batch, shared_claims != 0, tags);
+               region_max_batch, shared_claims != 0, tags, tagged_siblings != 0);
   return LastError("drlhet_cuda_update_checked");
 }
 
@@ -300,7 +302,8 @@ auto UpdateBinding(B bind) {
       .template Attr<int64_t>("narrow_max_nodes")
       .template Attr<int64_t>("cluster_max_batch")
       .template Attr<int64_t>("region_max_batch")
-      .template Attr<int64_t>("shared_claims");
+      .template Attr<int64_t>("shared_claims")
+      .template Attr<int64_t>("tagged_siblings");
 }
 
 template <typename B>
@@ -324,6 +327,7 @@ auto UpdateCheckedBinding(B bind) {
       .template Attr<int64_t>("cluster_max_batch")
       .template Attr<int64_t>("region_max_batch")
       .template Attr<int64_t>("shared_claims")
+      .template Attr<int64_t>("tagged_siblings")
       .template Attr<float>("priority_max")
       .template Attr<int64_t>("err_index")
       .template Attr<int64_t>("err_priority");

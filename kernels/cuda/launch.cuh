@@ -187,12 +187,12 @@ inline bool InSharedClaims(int64_t batch, bool shared_claims) {
 
 // The table of `tags` (nullptr: none) on the device of `nodes` where a batch of `batch` entries
 // per tree that takes the cluster path takes its variant with the claims in a table kept
-// between calls (tag_table.cuh): at most one entry per thread of the cluster, clusters of that
-// kernel fit the GPU, and the table is there for these trees (made at its first use); else
-// nullptr.
+// between calls (tag_table.cuh): at most one entry per thread of the cluster, blocks of at most
+// kTaggedMaxThreads, clusters of that kernel fit the GPU, and the table is there for these
+// trees (made at its first use); else nullptr.
 inline const TagTable* InTaggedClaims(TagTableMemory* tags, const float* nodes, int64_t trees,
                                       int64_t capacity, int64_t batch) {
-  if (tags == nullptr || batch > kClaimMaxBatch ||
+  if (tags == nullptr || batch > kClusterBlocks * int64_t{kTaggedMaxThreads} ||
       !ClusterFits(drlhet_cuda_update_cluster_tagged, ClusterThreads(batch))) {
     return nullptr;
   }
@@ -202,7 +202,7 @@ inline const TagTable* InTaggedClaims(TagTableMemory* tags, const float* nodes, 
 // The update's launches: one block per tree up to block_max_batch entries per tree; else one
 // cluster per tree, each block a region of the tree, up to region_max_batch where the GPU has
 // clusters; else one cluster per tree up to cluster_max_batch (its claims in the table of `tags`
-// where given, else in the cluster's shared memory with shared_claims, where the batch allows,
+// where given, its leaves' parents summed from it with tagged_siblings, else in the cluster's shared memory with shared_claims, where the batch allows,
 // else in the workspace); else reset, claim,
 // leaves, then one launch per level from the leaves' parents up: a thread per entry (its
 // ancestor) at the levels wider than the batch, a thread per node at the levels no wider than
@@ -211,7 +211,7 @@ inline const TagTable* InTaggedClaims(TagTableMemory* tags, const float* nodes, 
 inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet::TreeLayout& lay,
                          int64_t trees, int64_t block_max_batch, int64_t narrow_max_nodes,
                          int64_t cluster_max_batch, int64_t region_max_batch,
-                         bool shared_claims, TagTableMemory* tags) {
+                         bool shared_claims, TagTableMemory* tags, bool tagged_siblings) {
   if (a.batch <= block_max_batch) {
     DRLHET_LAUNCH(drlhet_cuda_update_block, trees, kBlockThreads, stream, a);
     return;
@@ -224,9 +224,11 @@ inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet:
   }
   if (InClusters(drlhet_cuda_update_cluster, a.batch, cluster_max_batch)) {
     if (const TagTable* table = InTaggedClaims(tags, a.nodes, trees, a.capacity, a.batch)) {
+      TagTable view = *table;
+      view.siblings = tagged_siblings;
       DRLHET_LAUNCH_CLUSTER(drlhet_cuda_update_cluster_tagged, trees * kClusterBlocks,
                             ClusterThreads(a.batch), kClusterBlocks, stream, a, kClusterBlocks,
-                            *table);
+                            view);
       return;
     }
     if (InSharedClaims(a.batch, shared_claims)) {

@@ -39,7 +39,9 @@
 // tree (drlhet_cuda_update_region, region_update.cuh; 0: never), before the cluster path;
 // the updates also shared_claims (0 or 1): the cluster path's batches of at most one entry per
 // thread resolve their duplicates in the cluster's shared memory (drlhet_cuda_update_cluster_
-// shared, cluster_claims.cuh) instead of the workspace's winner slots; the samples also
+// shared, cluster_claims.cuh) instead of the workspace's winner slots; the updates also
+// tagged_siblings (0 or 1): the tagged handlers' cluster path sums the leaves' parents from its
+// claims table, without a barrier after the leaves (the untagged handlers ignore it); the samples also
 // spread_min_batch and spread_threads: a batch of at least that many targets per tree runs as
 // one cooperative launch over the GPU, blocks of spread_threads (drlhet_cuda_sample_spread,
 // sample_spread.cuh), where the GPU holds its blocks at once;

@@ -352,6 +352,31 @@ struct ClusterPlace {
   int whole, top;
 };
 
+// Whether `claims` sum the leaves' parents themselves (Claims::kSiblings, switched on in its
+// table) where the cluster takes the leaves' parents one entry at a time (a level wider than
+// the batch).
+template <typename Claims>
+__device__ inline bool ParentsFromClaims(const Claims& claims, const drlhet::TreeLayout& lay,
+                                         const ClusterPlace& c) {
+  if constexpr (Claims::kSiblings) {
+    return claims.table.siblings && lay.depth - 1 > c.whole;
+  } else {
+    return false;
+  }
+}
+
+// claims.LeafAndParent where the claims have it (ParentsFromClaims said so), else false.
+template <typename Claims>
+__device__ inline bool LeafAndParentOf(const Claims& claims, const UpdateArgs& a,
+                                       const ClusterPlace& c, const drlhet::TreeLayout& lay,
+                                       const EntryClaim& e, bool refused, float* tree) {
+  if constexpr (Claims::kSiblings) {
+    return claims.LeafAndParent(a, c, lay, e, refused, tree);
+  } else {
+    return false;
+  }
+}
+
 // Levels whole + 1 .. depth - 1 of the cluster's tree: a cluster barrier, then each winner's
 // ancestor at the level.
 __device__ inline void ClusterEntryLevels(const UpdateArgs& a, const drlhet::TreeLayout& lay,
@@ -364,17 +389,30 @@ __device__ inline void ClusterEntryLevels(const UpdateArgs& a, const drlhet::Tre
 
 // The same for a batch of at most `all` entries: each thread's one entry (its claim, read
 // before the claims: its index, value and whether it was taken) is kept in registers, not read
-// again at every level (BlockLevelsOneEach's reasoning). `won`: the entry won its leaf in a
-// batch that was not refused (the claims' Won).
+// again at every level (BlockLevelsOneEach's reasoning). After the claims' barrier: whether the
+// entry won its leaf in a batch that was not `refused` (the claims' Won), its leaf written; then
+// a barrier before each level. Where the claims sum the leaves' parents themselves
+// (ParentsFromClaims: TaggedClaims::LeafAndParent) the winners write their leaves and parents
+// at once and the barrier after the leaves goes.
+template <typename Claims>
 __device__ inline void ClusterEntryLevelsOneEach(const UpdateArgs& a,
                                                  const drlhet::TreeLayout& lay,
                                                  const ClusterPlace& c, const EntryClaim& e,
-                                                 bool won) {
+                                                 const Claims& claims, bool refused) {
   const int32_t leaf = e.take ? e.leaf : 0;  // a taken entry's leaf is in [0, C) (no error)
   float* tree = a.nodes + c.v * lay.size;
-  if (won) tree[lay.offsets[lay.depth] + leaf] = e.value;
   uint32_t node = static_cast<uint32_t>(leaf);  // a won leaf is in [0, C), C < 2^31
-  for (int level = lay.depth - 1; level > c.whole; --level) {
+  int level = lay.depth - 1;
+  bool won = false;
+  if (ParentsFromClaims(claims, lay, c)) {  // the same in every thread of the cluster
+    won = LeafAndParentOf(claims, a, c, lay, e, refused, tree);
+    node /= static_cast<uint32_t>(lay.k);
+    --level;
+  } else {
+    won = claims.Won(a, c, e, refused);
+    if (won) tree[lay.offsets[lay.depth] + leaf] = e.value;
+  }
+  for (; level > c.whole; --level) {
     ClusterSync();  // the level below is written (the leaves, at the first level)
     node /= static_cast<uint32_t>(lay.k);  // AncestorAt(leaf, lay, level), a level at a time
     if (won) RecomputeNodeWide(tree, lay, level, node);
@@ -454,6 +492,7 @@ __device__ inline void ClusterLevels(const UpdateArgs& a, const drlhet::TreeLayo
 // each taken entry's position by atomicMax (the largest wins: WinnerMerge); any batch.
 struct WorkspaceClaims {
   static constexpr bool kAnyBatch = true;  // also more entries than the cluster has threads
+  static constexpr bool kSiblings = false;  // no LeafAndParent
 
   // The reset and the claims; the thread's first entry's claim read meanwhile, returned. The
   // tree's words merged into the block's (`bad`, `most`). Every thread of the cluster calls it.
@@ -518,7 +557,7 @@ __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs, Claims cla
   ClusterWords(block_bad, block_most, cs, &bad, &most);
   const bool refused = bad != 0;
   if (!Claims::kAnyBatch || a.batch <= c.all) {  // the same in every thread of the cluster
-    ClusterEntryLevelsOneEach(a, lay, c, first, claims.Won(a, c, first, refused));
+    ClusterEntryLevelsOneEach(a, lay, c, first, claims, refused);
   } else {  // Leaf and Ancestor read the tree's word in global memory: written, then a barrier
     if (c.t == 0) a.bad[c.v] = bad;
     ClusterSync();

@@ -10,8 +10,9 @@ cluster per tree whose blocks each own a region of the tree, on a GPU only: the 
 that kernel directly in test_cuda_emu.py and inside jit in test_cuda.py, where the fixture's
 tests on one more path would cost about 45 s of the default suite; the same for the cluster
 path with its claims in the cluster's shared memory, `cuda.SHARED_CLAIMS`, and in a table kept by
-its custom call, `cuda.TAGGED_CLAIMS`: test_cuda_tagged.py), everything in the test on that
-place's device: the reference too.
+its custom call, `cuda.TAGGED_CLAIMS`, with the leaves' parents summed from it,
+`cuda.TAGGED_SIBLINGS`: test_cuda_tagged.py, both ways), everything in the test on that place's
+device: the reference too.
 """
 
 from __future__ import annotations
@@ -34,7 +35,12 @@ PATHS = {
     CLUSTER_PATH: {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40},
     REGION_PATH: {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40, "REGION_MAX_BATCH": 2**40},
     CLAIMS_PATH: {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40, "SHARED_CLAIMS": True},
-    TAGGED_PATH: {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40, "TAGGED_CLAIMS": True},
+    TAGGED_PATH: {
+        "BLOCK_MAX_BATCH": 0,
+        "CLUSTER_MAX_BATCH": 2**40,
+        "TAGGED_CLAIMS": True,
+        "TAGGED_SIBLINGS": True,
+    },
 }
 """Each update path's settings of `drlhet.backends.cuda`. The region path's batches that it
 does not take (more than 4096 entries, trees without a level of 8 nodes above the leaves) go to

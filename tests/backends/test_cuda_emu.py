@@ -111,11 +111,12 @@ def placed(a, offset: int):
 
 
 def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, offset=0,
-               tags=None):  # fmt: skip
+               tags=None, siblings=False):  # fmt: skip
     """One update of V = len(nodes) trees on ``path`` (block_max_batch, narrow_max_nodes,
     cluster_max_batch, region_max_batch, shared_claims), the nodes ``offset`` bytes past a
     16-byte boundary, with the claims table ``tags`` (uint64 [V * (C + 1)], kept by the
-    caller; None: none): (nodes [V, T], bad [V], max [V], err [V])."""
+    caller; None: none), whose winners sum their leaves' parents from it with ``siblings``:
+    (nodes [V, T], bad [V], max [V], err [V])."""
     block_max, narrow_max, cluster_max, region_max, shared_claims = path
     out = placed(np.array(nodes, F32, ndmin=2), offset)
     trees, batch = out.shape[0], np.asarray(idx).reshape(out.shape[0], -1).shape[1]
@@ -136,7 +137,7 @@ def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, o
         ctypes.c_int64(shared_claims), ptr(raw),
         ptr(size), ctypes.c_float(checks.PRIORITY_MAX), ctypes.c_int32(checks.ERR_INDEX),
         ctypes.c_int32(checks.ERR_PRIORITY), ptr(max_in), ptr(err_in), ptr(max_out),
-        ptr(err_out), ptr(bad), ptr(tags),
+        ptr(err_out), ptr(bad), ptr(tags), ctypes.c_int64(siblings),
     )  # fmt: skip
     assert rc == 0
     return out, bad, max_out, err_out
@@ -228,12 +229,15 @@ def cluster_update_is_the_oracles(emu, trees, capacity, k, idx, vals, keep):
 
 
 def written_then_one_tree_refused(
-    emu, path, trees, capacity, k, idx, vals, keep, refuse, tags=None
+    emu, path, trees, capacity, k, idx, vals, keep, refuse, tags=None, siblings=False
 ):  # fmt: skip
-    """The update of every tree on ``path`` (with the claims table ``tags``, `emu_update`),
-    bit for bit the oracle's, none refused; then the same batch with ``refuse`` = (tree, entry,
-    a bad index) planted: that tree comes back refused and unchanged, the others written."""
-    got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, path, tags=tags)
+    """The update of every tree on ``path`` (with the claims table ``tags`` and ``siblings``,
+    `emu_update`), bit for bit the oracle's, none refused; then the same batch with ``refuse`` =
+    (tree, entry, a bad index) planted: that tree comes back refused and unchanged, the others
+    written."""
+    got, bad, _, _ = emu_update(
+        emu, trees, capacity, k, idx, vals, keep, path, tags=tags, siblings=siblings
+    )
     assert not bad.any()
     for v in range(len(trees)):
         want = oracle.write(trees[v], capacity, k, idx[v], vals[v], keep[v])
@@ -241,7 +245,9 @@ def written_then_one_tree_refused(
     tree, at, index = refuse
     idx, keep = idx.copy(), keep.copy()
     idx[tree, at], keep[tree, at] = index, True
-    got, bad, _, _ = emu_update(emu, trees, capacity, k, idx, vals, keep, path, tags=tags)
+    got, bad, _, _ = emu_update(
+        emu, trees, capacity, k, idx, vals, keep, path, tags=tags, siblings=siblings
+    )
     assert [bool(b) for b in bad] == [v == tree for v in range(len(trees))]
     np.testing.assert_array_equal(bits(got[tree]), bits(trees[tree]))
     for v in set(range(len(trees))) - {tree}:

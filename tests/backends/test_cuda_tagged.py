@@ -28,17 +28,30 @@ from drlhet.replay import sum_tree as st
 
 emu, schedule = test_cuda_emu.emu, test_cuda_emu.schedule  # the emulation's fixtures
 F32 = np.float32
-POS_BITS = 20  # kTagPosBits: a slot is tag << 20 | position
-TAG_MAX = 2 ** (64 - POS_BITS) - 1  # kTagMax: past it a tree's slots are cleared, tags from 1
+POS_BITS = 13  # kTagPosBits: a slot is (tag << 13 | position) << 32 | the value's bits
+TAG_MAX = 2 ** (32 - POS_BITS) - 1  # kTagMax: past it a tree's slots are cleared, tags from 1
 CLUSTER = PATHS["one cluster per tree"]
+STALE = F32(1e30)  # the value in an earlier update's slots: a sum that took it would show
+
+
+def slot(tag: int, pos: int, value) -> int:
+    """A claim's slot (TagSlot)."""
+    return (tag << POS_BITS | pos) << 32 | int(np.asarray(value, F32).view(np.uint32))
 
 
 def table(trees: int, capacity: int, last: int) -> np.ndarray:
     """A claims table (uint64 [V * (C + 1)]: the slots, then each tree's last tag) as ``last``
-    updates would leave it at worst: every slot that update's, at the largest position."""
-    t = np.full(trees * (capacity + 1), last << POS_BITS | (2**POS_BITS - 1), np.uint64)
+    updates would leave it at worst: every slot that update's, at the largest position, with a
+    value no update of these tests writes (`STALE`)."""
+    t = np.full(trees * (capacity + 1), slot(last, 2**POS_BITS - 1, STALE), np.uint64)
     t[trees * capacity :] = last
     return t
+
+
+@pytest.fixture(params=[False, True], ids=["parents after a barrier", "parents from the slots"])
+def siblings(request) -> bool:
+    """Whether the winners sum their leaves' parents from the table (TAGGED_SIBLINGS)."""
+    return request.param
 
 
 def slots_and_lasts(t: np.ndarray, trees: int, capacity: int):
@@ -55,24 +68,28 @@ def claimed(idx, keep, capacity) -> dict[int, int]:
     "k, capacity, batch",
     [(16, 2**16, 1024), (2, 3000, 700), (3, 5000, 1024), (64, 777, 300), (32, 4097, 513)],
 )
-def test_tagged_claims_beat_every_slot_an_earlier_update_left(emu, schedule, k, capacity, batch):
+def test_tagged_claims_beat_every_slot_an_earlier_update_left(
+    emu, schedule, siblings, k, capacity, batch
+):
     """Two trees, a table whose every slot holds the last update's tag at the largest position:
     the cluster update (duplicates across its blocks, dropped entries) equals the oracle, then
     the same batch with one tree refused; each tree's last tag counts both updates, and each
-    claimed leaf's slot holds the second update's tag and its last kept entry's position."""
+    claimed leaf's slot holds the second update's tag, its last kept entry's position and
+    value."""
     trees, idx, vals, keep = two_trees_and_batches(capacity, k, batch, seed=70)
     tags = table(2, capacity, last=41)
     refuse = (1, 0, capacity)
-    written_then_one_tree_refused(emu, CLUSTER, trees, capacity, k, idx, vals, keep, refuse, tags)
+    written_then_one_tree_refused(emu, CLUSTER, trees, capacity, k, idx, vals, keep, refuse, tags,
+                                  siblings)  # fmt: skip
     slots, lasts = slots_and_lasts(tags, 2, capacity)
     assert lasts.tolist() == [43, 43]
     idx[1, 0], keep[1, 0] = capacity, True  # the refused tree's batch: its other entries claim
     for v in range(2):
         for leaf, pos in claimed(idx[v], keep[v], capacity).items():
-            assert int(slots[v, leaf]) == 43 << POS_BITS | pos, (v, leaf)
+            assert int(slots[v, leaf]) == slot(43, pos, vals[v, pos]), (v, leaf)
 
 
-def test_the_tags_wrap_once_with_every_slot_cleared(emu, schedule):
+def test_the_tags_wrap_once_with_every_slot_cleared(emu, schedule, siblings):
     """A tree whose last tag is one short of the largest: the first update claims with the
     largest tag, the next clears the tree's slots and claims with tag 1 (a slot left with the
     largest tag would beat every claim of it, and the oracle would disagree); then a checked
@@ -84,7 +101,7 @@ def test_the_tags_wrap_once_with_every_slot_cleared(emu, schedule):
     for step, last in enumerate((TAG_MAX, 1)):
         step_vals = (vals + F32(step)).astype(F32)
         got, bad, _, _ = emu_update(emu, nodes, capacity, k, idx, step_vals, keep, CLUSTER,
-                                    tags=tags)  # fmt: skip
+                                    tags=tags, siblings=siblings)  # fmt: skip
         assert not bad.any()
         for v in range(2):
             want = oracle.write(nodes[v], capacity, k, idx[v], step_vals[v], keep[v])
@@ -98,9 +115,8 @@ def test_the_tags_wrap_once_with_every_slot_cleared(emu, schedule):
     values = np.asarray(leaf_values(jnp.asarray(raw)))
     checked = (raw, [capacity], [F32(1.0)], [0])
     one = table(1, capacity, last=TAG_MAX)  # this update wraps: every stale slot the largest
-    got, bad, got_max, got_err = emu_update(
-        emu, nodes[:1], capacity, k, idx[0], values, keep[0], CLUSTER, checked, tags=one
-    )
+    args = (emu, nodes[:1], capacity, k, idx[0], values, keep[0], CLUSTER, checked)
+    got, bad, got_max, got_err = emu_update(*args, tags=one, siblings=siblings)
     assert slots_and_lasts(one, 1, capacity)[1].tolist() == [1]
     assert not bad.any() and got_err[0] == 0
     assert got_max[0] == max(F32(1.0), raw[keep[0]].max())
@@ -108,7 +124,22 @@ def test_the_tags_wrap_once_with_every_slot_cleared(emu, schedule):
     np.testing.assert_array_equal(bits(got[0]), bits(want))
 
 
-def test_a_batch_past_one_entry_per_thread_claims_in_the_workspace(emu, schedule):
+def test_parents_from_the_slots_at_the_last_parent_and_between_siblings(emu, schedule):
+    """The leaves' parents summed from the table where the last parent has padding leaves (4805
+    leaves, K 16: five leaves and eleven of padding, whose slots the table does not have; the
+    next tree's first slots, claimed by the same update, lie right after them) and where every
+    leaf of a parent is written by the update, some several times: the oracle's bits."""
+    k, capacity, batch = 16, 16 * 300 + 5, 200
+    trees, idx, vals, keep = two_trees_and_batches(capacity, k, batch, seed=79)
+    idx[0, :24] = np.repeat(np.arange(capacity - 5, capacity), 5)[:24]  # the last parent's leaves
+    idx[1, :32] = np.tile(np.arange(16), 2)  # the next tree's first parent, each leaf twice
+    keep[:, :32] = True
+    tags = table(2, capacity, last=9)
+    written_then_one_tree_refused(emu, CLUSTER, trees, capacity, k, idx, vals, keep,
+                                  (1, 40, -1), tags, siblings=True)  # fmt: skip
+
+
+def test_a_batch_past_one_entry_per_thread_claims_in_the_workspace(emu, schedule, siblings):
     """B 1025, past the emulation's 8 x 128 threads a cluster: the workspace's claims take it,
     bit for bit the oracle's, the table untouched."""
     k, capacity, batch = 4, 9000, 1025
@@ -116,17 +147,17 @@ def test_a_batch_past_one_entry_per_thread_claims_in_the_workspace(emu, schedule
     tags = table(2, capacity, last=5)
     before = tags.copy()
     written_then_one_tree_refused(emu, CLUSTER, trees, capacity, k, idx, vals, keep, (0, 3, -1),
-                                  tags)  # fmt: skip
+                                  tags, siblings)  # fmt: skip
     np.testing.assert_array_equal(tags, before)
 
 
 @pytest.fixture
-def tagged(monkeypatch):
-    """The cuda backend's ops with every update on the cluster path's tagged claims, on the
-    emulated CPU device."""
+def tagged(monkeypatch, siblings):
+    """The cuda backend's ops with every update on the cluster path's tagged claims (the leaves'
+    parents from the table or not), on the emulated CPU device."""
     with jax.default_device(devices("emulated cpu")[0]):
-        for name, value in {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40,
-                            "TAGGED_CLAIMS": True}.items():  # fmt: skip
+        settings = {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40, "TAGGED_CLAIMS": True}
+        for name, value in (settings | {"TAGGED_SIBLINGS": siblings}).items():
             monkeypatch.setattr(cuda, name, value)
         jax.clear_caches()  # the paths are read when a function is traced
         yield backends.tree_ops("cuda")
@@ -180,7 +211,8 @@ def test_random_runs_of_tagged_updates_on_one_table_equal_the_oracle(emu):
         k = int(rng.choice([2, 3, 4, 5, 8, 16, 17, 32, 64]))
         capacity, trees = int(rng.integers(1, 20000)), int(rng.integers(1, 4))
         emu.drlhet_emu_schedule(ctypes.c_int64(int(rng.integers(0, 1000))))
-        tags = table(trees, capacity, int(rng.choice([0, rng.integers(1, 2**40), TAG_MAX - 2])))
+        tags = table(trees, capacity, int(rng.choice([0, rng.integers(1, TAG_MAX), TAG_MAX - 2])))
+        siblings = bool(rng.integers(0, 2))
         nodes = np.stack([random_tree(capacity, k, seed=s + case).nodes for s in range(trees)])
         for step in range(5):
             batch = int(rng.integers(1, 1025))
@@ -189,7 +221,7 @@ def test_random_runs_of_tagged_updates_on_one_table_equal_the_oracle(emu):
             vals = (rng.random((trees, batch)) * 3).astype(F32)
             keep = rng.random((trees, batch)) < 0.8
             got, bad, _, _ = emu_update(emu, nodes, capacity, k, idx, vals, keep, CLUSTER,
-                                        tags=tags)  # fmt: skip
+                                        tags=tags, siblings=siblings)  # fmt: skip
             assert not bad.any(), (case, step)
             for v in range(trees):
                 want = oracle.write(nodes[v], capacity, k, idx[v], vals[v], keep[v])

@@ -172,7 +172,8 @@ DRLHET_EMU_EXPORT int drlhet_emu_weigh(const float* nodes, int64_t capacity, int
 // with shared_claims, where the batch allows), else the per-level launches with levels of
 // at most narrow_max_nodes nodes in one block per tree. With `tags` ([trees * (capacity + 1)]
 // words, the caller's, kept between calls: a claims table's slots, then each tree's last tag;
-// tag_table.cuh), the cluster path's batches of at most one entry per thread claim in it. The
+// tag_table.cuh), the cluster path's batches of at most one entry per thread claim in it (and
+// with tagged_siblings sum their leaves' parents from it). The
 // checked update's outputs are max_out and err_out; bad_out [trees] is each tree's refusal word.
 // Returns 0, or -1 for a bad (capacity, k), -2 for a failed launch.
 DRLHET_EMU_EXPORT int drlhet_emu_update(float* nodes, int64_t capacity, int k,
@@ -185,7 +186,7 @@ DRLHET_EMU_EXPORT int drlhet_emu_update(float* nodes, int64_t capacity, int k,
                                         int32_t err_index, int32_t err_priority,
                                         const float* max_in, const int32_t* err_in,
                                         float* max_out, int32_t* err_out, int32_t* bad_out,
-                                        unsigned long long* tags) {
+                                        unsigned long long* tags, int64_t tagged_siblings) {
   drlhet::TreeLayout lay;
   if (!drlhet::MakeLayout(capacity, k, &lay) || trees < 1 || batch < 1) return -1;
   const std::lock_guard<std::mutex> lock(emu::Lock());
@@ -217,7 +218,7 @@ DRLHET_EMU_EXPORT int drlhet_emu_update(float* nodes, int64_t capacity, int k,
   if (tags != nullptr) table.Borrow(tags, trees, capacity);
   drlhet_cuda::LaunchUpdate(nullptr, a, lay, trees, block_max_batch, narrow_max_nodes,
                             cluster_max_batch, region_max_batch, shared_claims != 0,
-                            tags != nullptr ? &table : nullptr);
+                            tags != nullptr ? &table : nullptr, tagged_siblings != 0);
   for (int64_t v = 0; v < trees; ++v) bad_out[v] = a.bad[v];
   return Status();
 }

@@ -136,4 +136,30 @@ __device__ inline T* ClusterPeer(T* p, unsigned rank) {
 #endif
 }
 
+// The cluster's merged words (ClusterPeer): the OR of the blocks' `bad` and the largest of
+// their `most` (each >= 0), each array one slot per block rank, cs <= kClusterBlocks (the
+// update's error bits and largest raw priority; the sample's any-positive flag and largest
+// weight). After a cluster barrier that follows the merges; before the next one, which no block
+// passes before every thread has read them. Every rank's words are loaded before any is used:
+// one round trip over the cluster's network, where a loop over a runtime cs waited for one per
+// four ranks (nvcc's unrolling).
+__device__ inline void ClusterWords(int32_t* bad, int32_t* most, int32_t cs, int32_t* bad_out,
+                                    int32_t* most_out) {
+  int32_t b[kClusterBlocks], m[kClusterBlocks];
+#pragma unroll
+  for (int r = 0; r < kClusterBlocks; ++r) {
+    const unsigned rank = static_cast<unsigned>(r);
+    b[r] = r < cs ? *ClusterPeer(bad + r, rank) : 0;
+    m[r] = r < cs ? *ClusterPeer(most + r, rank) : 0;
+  }
+  int32_t bits = 0, largest = 0;
+#pragma unroll
+  for (int r = 0; r < kClusterBlocks; ++r) {
+    bits |= b[r];
+    largest = m[r] > largest ? m[r] : largest;
+  }
+  *bad_out = bits;
+  *most_out = largest;
+}
+
 }  // namespace drlhet_cuda

@@ -286,13 +286,9 @@ __device__ inline void SampleCluster(const SampleArgs& a, int32_t cs) {
   // every block's words are final, and seen by the cluster; a hand-off in shared memory only
   // (each thread reads after it only the weights it wrote itself)
   ClusterSyncShared();
-  int32_t largest_bits = 0;
-  bool any_positive = false;
-  for (unsigned r = 0; r < static_cast<unsigned>(cs); ++r) {
-    const int32_t m = *ClusterPeer(block_most + r, r);
-    largest_bits = m > largest_bits ? m : largest_bits;
-    any_positive = any_positive || *ClusterPeer(block_any + r, r) != 0;
-  }
+  int32_t largest_bits = 0, any_words = 0;
+  ClusterWords(block_any, block_most, cs, &any_words, &largest_bits);  // OR, and the largest
+  const bool any_positive = any_words != 0;
   ClusterArrive();  // done with the other blocks' shared memory
   const float beta = words.beta;
   const float largest = drlhet::FromOrderedBits(largest_bits);

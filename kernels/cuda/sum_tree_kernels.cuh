@@ -177,21 +177,6 @@ __device__ inline void CommitClaimInBlock(const UpdateArgs& a, const EntryClaim&
   MergeWordsInBlock(e, bad, most);
 }
 
-// The cluster's merged words (ClusterPeer): the OR of the blocks' `bad` and the largest of
-// their `most`, each array one slot per block rank. After a cluster barrier that follows the
-// merges; before the next one, which no block passes before every thread has read them.
-__device__ inline void ClusterWords(int32_t* bad, int32_t* most, int32_t cs, int32_t* bad_out,
-                                    int32_t* most_out) {
-  int32_t b = 0, m = 0;
-  for (unsigned r = 0; r < static_cast<unsigned>(cs); ++r) {
-    b |= *ClusterPeer(bad + r, r);
-    const int32_t x = *ClusterPeer(most + r, r);
-    m = x > m ? x : m;
-  }
-  *bad_out = b;
-  *most_out = m;
-}
-
 // Phase 1 over the whole batch of every tree: thread i, entry i if there is one.
 __device__ inline void Claim(const UpdateArgs& a, int64_t i) { ClaimEntry(a, i, i < a.n); }
 

@@ -137,7 +137,8 @@ struct TaggedClaims {
   __device__ bool LeafAndParent(const UpdateArgs& a, const ClusterPlace& c,
                                 const drlhet::TreeLayout& lay, const EntryClaim& e, bool refused,
                                 float* tree) const {
-    if (!e.take || refused) return false;
+    if (!e.take) return false;  // `refused` only before the writes: its words' reads from
+                                // the cluster's blocks then overlap the loads below
     const int64_t parent = e.leaf / lay.k, first = parent * lay.k;
     const unsigned long long* slots = table.slots + c.v * a.capacity + first;
     const float* leaves = tree + lay.offsets[lay.depth] + first;
@@ -166,6 +167,7 @@ struct TaggedClaims {
         acc = base + j == 0 ? child : drlhet::SumChild(acc, child);
       }
     }
+    won = won && !refused;
     if (won) tree[lay.offsets[lay.depth] + e.leaf] = e.value;
     if (won && !after) tree[lay.offsets[lay.depth - 1] + parent] = acc;
     return won;

@@ -449,6 +449,35 @@ def library_defaults(args: Args) -> Args:
     )
 
 
+def report(r: dict) -> None:
+    """Prints each pick of `main`'s result ``r``: its evidence, then the setting and why."""
+    print(
+        f"== the cluster path against the per-level path, step items/s (measured), "
+        f"margin {r['margin']}"
+    )
+    show(r["cluster_evidence"], "", "cluster", "per_level")
+    print(f"CLUSTER_MAX_BATCH = {r['cluster_max_batch']} ({r['cluster_why']})")
+    for e in r["narrow_evidence"]:
+        print(f"NARROW_MAX_NODES {e['narrow_max_nodes']:6d}: geometric mean "
+              f"{e['gmean_items_per_s'] / 1e6:9.1f}M over B {e['batches']}")  # fmt: skip
+    print(f"NARROW_MAX_NODES = {r['narrow_max_nodes']} ({r['narrow_why']})")
+    for key, label, ours, theirs in (
+        ("shared_top", "top copied ", "top", "no_top"),
+        ("region", "by region ", "region", "without"),
+        ("shared_claims", "claims in shared memory ", "claims", "workspace"),
+        ("tagged_siblings", "tagged, parents from the table ", "siblings", "after_leaves"),
+        ("tagged_claims", "claims in a tagged table ", "tagged", "workspace"),
+        ("own_sample", "sample around find, against the own call ", "find", "own"),
+    ):
+        show(r[f"{key}_evidence"], label, ours, theirs)
+        setting = key if key in r else f"{key}_max_batch"
+        print(f"{setting.upper()} = {r[setting]} ({r[f'{key}_why']})")
+    show(r["spread_evidence"], "spread, {threads} threads a block, against the own call ",
+         "spread", "own")  # fmt: skip
+    print(f"SPREAD_MIN_BATCH = {r['spread_min_batch']}, SPREAD_THREADS = {r['spread_threads']} "
+          f"({r['spread_why']})")  # fmt: skip
+
+
 def main(args: Args) -> dict:
     args = library_defaults(args)
     try:
@@ -477,31 +506,6 @@ def main(args: Args) -> dict:
     same_top = [s for s in same_top if s.region < s.batch]  # the region path not taken
     cluster, cluster_evidence, cluster_why = pick_cluster(same_top, args)
     narrow, narrow_evidence, narrow_why = pick_narrow(same_top, cluster, args)
-    print(
-        f"== the cluster path against the per-level path, step items/s (measured), "
-        f"margin {args.margin}"
-    )
-    show(cluster_evidence, "", "cluster", "per_level")
-    print(f"CLUSTER_MAX_BATCH = {cluster} ({cluster_why})")
-    for e in narrow_evidence:
-        print(f"NARROW_MAX_NODES {e['narrow_max_nodes']:6d}: geometric mean "
-              f"{e['gmean_items_per_s'] / 1e6:9.1f}M over B {e['batches']}")  # fmt: skip
-    print(f"NARROW_MAX_NODES = {narrow} ({narrow_why})")
-    show(top_evidence, "top copied ", "top", "no_top")
-    print(f"SHARED_TOP = {top} ({top_why})")
-    show(region_evidence, "by region ", "region", "without")
-    print(f"REGION_MAX_BATCH = {region} ({region_why})")
-    show(claims_evidence, "claims in shared memory ", "claims", "workspace")
-    print(f"SHARED_CLAIMS = {claims} ({claims_why})")
-    show(siblings_evidence, "tagged, parents from the table ", "siblings", "after_leaves")
-    print(f"TAGGED_SIBLINGS = {siblings} ({siblings_why})")
-    show(tagged_evidence, "claims in a tagged table ", "tagged", "workspace")
-    print(f"TAGGED_CLAIMS = {tagged} ({tagged_why})")
-    show(own_evidence, "sample around find, against the own call ", "find", "own")
-    print(f"OWN_SAMPLE_MAX_BATCH = {own} ({own_why})")
-    show(spread_evidence, "spread, {threads} threads a block, against the own call ", "spread",
-         "own")  # fmt: skip
-    print(f"SPREAD_MIN_BATCH = {least}, SPREAD_THREADS = {threads} ({spread_why})")
     result = {
         "cluster_max_batch": cluster, "cluster_why": cluster_why,
         "cluster_evidence": cluster_evidence,
@@ -522,6 +526,7 @@ def main(args: Args) -> dict:
         "capacity": args.capacity, "branching": args.branching, "margin": args.margin,
         "measured": "picked from the rows' items/s, measured where they were written",
     }  # fmt: skip
+    report(result)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     if args.env_out is not None:

@@ -202,12 +202,12 @@ inline const TagTable* InTaggedClaims(TagTableMemory* tags, const float* nodes, 
 // The update's launches: one block per tree up to block_max_batch entries per tree; else one
 // cluster per tree, each block a region of the tree, up to region_max_batch where the GPU has
 // clusters; else one cluster per tree up to cluster_max_batch (its claims in the table of `tags`
-// where given, its leaves' parents summed from it with tagged_siblings, else in the cluster's shared memory with shared_claims, where the batch allows,
-// else in the workspace); else reset, claim,
-// leaves, then one launch per level from the leaves' parents up: a thread per entry (its
-// ancestor) at the levels wider than the batch, a thread per node at the levels no wider than
-// the batch but wider than narrow_max_nodes, and one block per tree for the rest (the narrow
-// levels, whole, and Finish).
+// where given, its leaves' parents summed from it with tagged_siblings; else in the cluster's
+// shared memory with shared_claims, where the batch allows; else in the workspace); else
+// reset, claim, leaves, then one launch per level from the leaves' parents up: a thread per
+// entry (its ancestor) at the levels wider than the batch, a thread per node at the levels no
+// wider than the batch but wider than narrow_max_nodes, and one block per tree for the rest
+// (the narrow levels, whole, and Finish).
 inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet::TreeLayout& lay,
                          int64_t trees, int64_t block_max_batch, int64_t narrow_max_nodes,
                          int64_t cluster_max_batch, int64_t region_max_batch,

@@ -41,10 +41,10 @@
 // thread resolve their duplicates in the cluster's shared memory (drlhet_cuda_update_cluster_
 // shared, cluster_claims.cuh) instead of the workspace's winner slots; the updates also
 // tagged_siblings (0 or 1): the tagged handlers' cluster path sums the leaves' parents from its
-// claims table, without a barrier after the leaves (the untagged handlers ignore it); the samples also
-// spread_min_batch and spread_threads: a batch of at least that many targets per tree runs as
-// one cooperative launch over the GPU, blocks of spread_threads (drlhet_cuda_sample_spread,
-// sample_spread.cuh), where the GPU holds its blocks at once;
+// claims table, without a barrier after the leaves (the untagged handlers ignore it); the
+// samples also spread_min_batch and spread_threads: a batch of at least that many targets per
+// tree runs as one cooperative launch over the GPU, blocks of spread_threads
+// (drlhet_cuda_sample_spread, sample_spread.cuh), where the GPU holds its blocks at once;
 // the checked update also priority_max (f32), err_index and err_priority, the sample err_empty
 // and err_beta (int64). Every handler is command-buffer compatible (XLA records it into the
 // step's CUDA graph).

@@ -2,10 +2,10 @@
 
 ``drlhet.backends.cuda`` reads ``BLOCK_MAX_BATCH``, ``CLUSTER_MAX_BATCH``, ``REGION_MAX_BATCH``,
 ``OWN_SAMPLE_MAX_BATCH``, ``SPREAD_MIN_BATCH``, ``SPREAD_THREADS``,
-``NARROW_MAX_NODES``, ``KEY_TARGETS``, ``SHARED_TOP``, ``SHARED_CLAIMS`` and ``TAGGED_CLAIMS``
-when a program is traced; ``bench_replay.py`` has flags for them, the other commands do not. This
-wrapper sets them, then runs the command in the same process, so that ``experiments/gpu_checks.sh``
-can train and profile with the thresholds its ``pick`` stage chose
+``NARROW_MAX_NODES``, ``KEY_TARGETS``, ``SHARED_TOP``, ``SHARED_CLAIMS``, ``TAGGED_CLAIMS`` and
+``TAGGED_SIBLINGS`` when a program is traced; ``bench_replay.py`` has flags for them, the other
+commands do not. This wrapper sets them, then runs the command in the same process, so that
+``experiments/gpu_checks.sh`` can train and profile with the thresholds its ``pick`` stage chose
 (``experiments/pick_cuda_paths.py``) before they become the library's defaults, and without a
 part that its ``tests`` stage found wrong on that GPU (``experiments/triage_gpu_tests.py``).
 
@@ -16,6 +16,7 @@ Usage:
   python experiments/with_cuda_paths.py --no-shared-top -- experiments/profile_gpu.py
   python experiments/with_cuda_paths.py --shared-claims -- -m drlhet train ...
   python experiments/with_cuda_paths.py --tagged-claims -- -m drlhet train ...
+  python experiments/with_cuda_paths.py --tagged-claims --tagged-siblings -- -m drlhet train ...
 """
 
 from __future__ import annotations

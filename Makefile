@@ -43,8 +43,8 @@ test-slow: $(STAMP)
 # Offline, with jax[cuda] already installed: experiments/gpu_checks.sh (build, these tests,
 # training, benchmarks and GPU profiles, each stage logged; on an H100, 2026-11-27, its 215 GPU
 # tests passed).
-# A test that hangs (only the cluster and region paths' kernels wait on other blocks) stops after 5
-# minutes with every thread's stack (pytest-timeout), not left to hang the run.
+# A test that hangs (only the cluster, tagged and spread paths' kernels wait on other blocks) stops
+# after 5 minutes with every thread's stack (pytest-timeout), not left to hang the run.
 gpu-test: $(STAMP)
 	$(BIN)/pip install --quiet "jax[cuda13]" "cupy-cuda13x>=14.0"
 	$(BIN)/python -m pytest -q --timeout 300 --timeout-method thread tests/backends/test_cuda.py \

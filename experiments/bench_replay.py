@@ -121,20 +121,9 @@ class Args:
     """``drlhet.backends.cuda.CLUSTER_MAX_BATCH`` for this run (None: the library's, 0 = off): the
     largest batch per tree the cuda backend's update and sample run in one cluster of blocks per
     tree (GPUs of compute capability 9.0 and up)."""
-    cuda_region_max_batch: int | None = None
-    """``drlhet.backends.cuda.REGION_MAX_BATCH`` for this run (None: the library's, 0 = off): the
-    largest update batch per tree the cuda backend writes in one cluster per tree whose blocks
-    each own a region of the tree (GPUs of compute capability 9.0 and up, at most 4096)."""
     cuda_own_sample_max_batch: int | None = None
     """``drlhet.backends.cuda.OWN_SAMPLE_MAX_BATCH`` for this run (None: the library's): the
     largest batch per tree sampled by cuda's own call; above it, XLA's code around ``find``."""
-    cuda_shared_claims: bool | None = None
-    """``drlhet.backends.cuda.SHARED_CLAIMS`` for this run (None: the library's): the cluster
-    path's update resolves its duplicates in the cluster's shared memory."""
-    cuda_claims_ab: bool = False
-    """Also time ``drlhet-cuda-claims``: the cuda backend with ``SHARED_CLAIMS`` on, beside
-    ``drlhet-cuda`` with it as this run sets it, alternating in every repeat (an A/B in one
-    process). Rows record it (``cuda_shared_claims``)."""
     cuda_tagged_claims: bool | None = None
     """``drlhet.backends.cuda.TAGGED_CLAIMS`` for this run (None: the library's): the cluster
     path's update claims its leaves in a table kept by its custom call."""
@@ -143,9 +132,9 @@ class Args:
     tagged claims, the winners sum their leaves' parents from the table."""
     cuda_tagged_ab: bool = False
     """Also time ``drlhet-cuda-tagged`` and ``drlhet-cuda-siblings``: the cuda backend with
-    ``TAGGED_CLAIMS`` on, ``TAGGED_SIBLINGS`` off and on, beside ``drlhet-cuda``, as
-    ``--cuda-claims-ab`` does. Rows record them (``cuda_tagged_claims``,
-    ``cuda_tagged_siblings``)."""
+    ``TAGGED_CLAIMS`` on, ``TAGGED_SIBLINGS`` off and on, beside ``drlhet-cuda`` with them as
+    this run sets them, alternating in every repeat (an A/B in one process). Rows record them
+    (``cuda_tagged_claims``, ``cuda_tagged_siblings``)."""
     cuda_find_ab: bool = False
     """Also time ``drlhet-cuda-find``: the buffer's sample under XLA's code around the cuda
     backend's ``find`` (XLA draws the targets and computes probabilities and weights), the
@@ -193,7 +182,6 @@ class Args:
 
 TRACE_COMMAND_BUFFERS = "--xla_enable_command_buffers_during_profiling=true"
 CLAIMS_ARMS = {
-    "drlhet-cuda-claims": ("cuda_claims_ab", {"SHARED_CLAIMS": True}),
     "drlhet-cuda-tagged": ("cuda_tagged_ab", {"TAGGED_CLAIMS": True, "TAGGED_SIBLINGS": False}),
     "drlhet-cuda-siblings": ("cuda_tagged_ab", {"TAGGED_CLAIMS": True, "TAGGED_SIBLINGS": True}),
 }
@@ -512,18 +500,10 @@ def main(args: Args) -> list[dict]:
         from drlhet.backends import cuda
 
         cuda.CLUSTER_MAX_BATCH = args.cuda_cluster_max_batch
-    if args.cuda_region_max_batch is not None:
-        from drlhet.backends import cuda
-
-        cuda.REGION_MAX_BATCH = args.cuda_region_max_batch
     if not args.cuda_shared_top:
         from drlhet.backends import cuda
 
         cuda.SHARED_TOP = False
-    if args.cuda_shared_claims is not None:
-        from drlhet.backends import cuda
-
-        cuda.SHARED_CLAIMS = args.cuda_shared_claims
     if args.cuda_tagged_claims is not None:
         from drlhet.backends import cuda
 
@@ -629,7 +609,7 @@ def main(args: Args) -> list[dict]:
                 impls[f"drlhet-{name}-plain"] = drlhet_ops(
                     capacity, batch, k, steps_of[f"drlhet-{name}"], name, plain=True
                 )
-        for impl, (flag, settings) in CLAIMS_ARMS.items():  # --cuda-claims-ab, --cuda-tagged-ab
+        for impl, (flag, settings) in CLAIMS_ARMS.items():  # --cuda-tagged-ab
             if getattr(args, flag) and "drlhet-cuda" in impls:
                 steps_of[impl] = steps_of["drlhet-cuda"]
                 impls[impl] = with_cuda(
@@ -698,9 +678,8 @@ def main(args: Args) -> list[dict]:
 
         def cuda_path(impl: str, batch: int) -> dict:
             """The update-path settings a cuda row ran with (None for other backends)."""
-            names = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "REGION_MAX_BATCH",
-                     "SHARED_CLAIMS", "TAGGED_CLAIMS", "TAGGED_SIBLINGS", "SPREAD_MIN_BATCH",
-                     "SPREAD_THREADS")  # fmt: skip
+            names = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "TAGGED_CLAIMS",
+                     "TAGGED_SIBLINGS", "SPREAD_MIN_BATCH", "SPREAD_THREADS")  # fmt: skip
             if not impl.startswith("drlhet-cuda"):
                 return {f"cuda_{n.lower()}": None for n in names} | {
                     "cuda_key_targets": None, "cuda_shared_top": None, "cuda_own_sample": None
@@ -820,7 +799,7 @@ def peer_failure(name: str, capacity: int, batch: int):
 def backend_of(impl: str) -> str:
     """The drlhet backend of a row's implementation (``drlhet-cuda-plain`` -> ``cuda``)."""
     name = re.sub(r"-spread\d+$", "", impl.removeprefix("drlhet-"))
-    for variant in ("-1t", "-plain", "-claims", "-tagged", "-siblings", "-find"):
+    for variant in ("-1t", "-plain", "-tagged", "-siblings", "-find"):
         name = name.removesuffix(variant)
     return name
 
@@ -890,7 +869,7 @@ def print_ratios(rows: list[dict], capacity: int, batch: int, k: int, depth: int
         plain = rate(impl + "-plain", "step", "fused")
         if ours and plain:
             print(f"step: {impl} own sample/update calls / {impl}-plain = {ours / plain:.2f}x")
-    for arm in CLAIMS_ARMS:  # the A/Bs of --cuda-claims-ab and --cuda-tagged-ab, in one run
+    for arm in CLAIMS_ARMS:  # the A/Bs of --cuda-tagged-ab, in one run
         for op in ("update", "step"):
             a, b = rate(arm, op, "fused"), rate("drlhet-cuda", op, "fused")
             if a and b and "drlhet-cuda" in names:

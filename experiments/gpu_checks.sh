@@ -56,37 +56,16 @@
 #             to 1024), jax in the first run (rows to $OUT/cluster_<N>.json; not in the default
 #             list; about 30 s each). The GPU tests run the cluster path too
 #             (tests/backends/cuda_places.py)
-#   region    the update in one cluster per tree whose blocks each own a region of the tree
-#             (kernels/cuda/region_update.cuh; drlhet.backends.cuda.REGION_MAX_BATCH, off by
-#             default until measured): REGION_SWEEP (default "0 4096") as REGION_MAX_BATCH, the
-#             update and step of cuda at 2^20 leaves, K 16, B REGION_BATCHES (default 1024
-#             2048 4096), the other thresholds in force, jax in the first run (rows to
-#             $OUT/region_<N>.json; not in the default list; about 50 s). The runs with the
-#             path on lower BLOCK_MAX_BATCH to 512, so that B 1024 takes the region path there
-#             and the one-block path in the first run: rows to read, which pick leaves alone
-#             (it compares batches above BLOCK_MAX_BATCH only). Its GPU tests run
-#             apart after the cluster path's (stage tests_region, marked cuda_region); a
-#             failure there skips this stage. After a kernel change: build tests region
-#   claims    the cluster update's claims in a hash table over the cluster's shared memory
-#             (kernels/cuda/cluster_claims.cuh; drlhet.backends.cuda.SHARED_CLAIMS, off: 0.82x
-#             the step at B 4096 on an H100, 2026-11-27) against the workspace's winner slots in global memory, in
-#             one run (bench_replay --cuda-claims-ab: drlhet-cuda-claims beside drlhet-cuda,
-#             alternating in each of CLAIMS_REPEATS, default 7, repeats): the update and step
-#             at 2^20 leaves, K 16, B CLAIMS_BATCHES (default 2048 4096), jax too, the paths in
-#             force (rows to $OUT/claims.json; CLAIMS_ARGS: more flags, e.g.
-#             --cuda-cluster-max-batch 8192 --batches 8192; not in the default list; about 60 s).
-#             Its GPU tests run apart after the region path's (stage tests_claims, marked
-#             cuda_claims); a failure there skips this stage. After a kernel change: build
-#             tests claims
 #   tagged    the cluster update's claims in a table kept by its custom call, each slot tagged
 #             with the update that claimed it (kernels/cuda/tag_table.cuh;
 #             drlhet.backends.cuda.TAGGED_CLAIMS, off until measured: no reset of the winner
-#             slots and no barrier after it) against the workspace's, in one run as claims does
+#             slots and no barrier after it) against the workspace's, in one run
 #             (bench_replay --cuda-tagged-ab: drlhet-cuda-tagged, and drlhet-cuda-siblings with
 #             TAGGED_SIBLINGS on too, the leaves' parents summed from the table without the
-#             barrier after the leaves, beside drlhet-cuda; TAGGED_BATCHES, TAGGED_REPEATS,
-#             TAGGED_ARGS as CLAIMS_*; rows to $OUT/tagged.json; not in the default list; about
-#             80 s). Its GPU tests (the path with TAGGED_SIBLINGS on) run apart (stage
+#             barrier after the leaves, beside drlhet-cuda, alternating in each of
+#             TAGGED_REPEATS, default 7, repeats): the update and step at 2^20 leaves, K 16, B
+#             TAGGED_BATCHES (default 2048 4096), jax too, the paths in force (rows to
+#             $OUT/tagged.json; TAGGED_ARGS: more flags; not in the default list; about 80 s). Its GPU tests (the path with TAGGED_SIBLINGS on) run apart (stage
 #             tests_tagged, marked cuda_tagged); a failure there skips this stage and leaves
 #             both switches off. After a kernel change:
 #             build tests tagged pick quick
@@ -122,8 +101,8 @@
 #             leaves, K 16, B TOP_BATCHES (default 256 1024 4096 16384 65536), with the path
 #             thresholds in force (rows to $OUT/top_on.json, $OUT/top_off.json; not in the
 #             default list; about 40 s)
-#   pick      the path thresholds from the rows of the cluster, narrow, top, region, claims,
-#             tagged, find and spread stages
+#   pick      the path thresholds from the rows of the cluster, narrow, top, tagged, find and
+#             spread stages
 #             (experiments/pick_cuda_paths.py: $OUT/cuda_paths.json, the evidence, and
 #             $OUT/cuda_paths.env); the stages after it run with them (not in the default list;
 #             skipped when the tests stage of the same run failed in a way that no setting
@@ -186,10 +165,10 @@
 #             graphs too (flags_carry_while); FLAGS_VARIANTS picks; rows to $OUT/flags_<v>.json
 #             (not in the default list; about 100 s)
 #   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
-# CUDA_CLUSTER_MAX_BATCH, CUDA_NARROW_MAX_NODES, CUDA_SHARED_TOP (0: off), CUDA_SHARED_CLAIMS,
-# CUDA_TAGGED_CLAIMS and CUDA_TAGGED_SIBLINGS (1: on), set in the environment or by the pick
-# stage, are the settings (drlhet.backends.cuda's CLUSTER_MAX_BATCH, NARROW_MAX_NODES,
-# SHARED_TOP, SHARED_CLAIMS, TAGGED_CLAIMS, TAGGED_SIBLINGS) that the
+# CUDA_CLUSTER_MAX_BATCH, CUDA_NARROW_MAX_NODES, CUDA_SHARED_TOP (0: off), CUDA_TAGGED_CLAIMS
+# and CUDA_TAGGED_SIBLINGS (1: on), set in the environment or by the pick stage, are the
+# settings (drlhet.backends.cuda's CLUSTER_MAX_BATCH, NARROW_MAX_NODES, SHARED_TOP,
+# TAGGED_CLAIMS, TAGGED_SIBLINGS) that the
 # quick, train, bench, profile, split and kernels stages run with (train, profile and split
 # through experiments/with_cuda_paths.py); unset, the library's own. CUDA_KEY_TARGETS=0 (set
 # by hand or by the tests stage's triage) turns off drlhet.backends.cuda.KEY_TARGETS there too
@@ -223,10 +202,6 @@ paths() {  # PATH_FLAGS for bench_replay.py and RUN for the other commands, from
     PATH_FLAGS+=" --cuda-cluster-max-batch $CUDA_CLUSTER_MAX_BATCH"
     wrap+=" --cluster-max-batch $CUDA_CLUSTER_MAX_BATCH"
   fi
-  if [ -n "${CUDA_REGION_MAX_BATCH:-}" ]; then
-    PATH_FLAGS+=" --cuda-region-max-batch $CUDA_REGION_MAX_BATCH"
-    wrap+=" --region-max-batch $CUDA_REGION_MAX_BATCH"
-  fi
   if [ -n "${CUDA_NARROW_MAX_NODES:-}" ]; then
     PATH_FLAGS+=" --cuda-narrow-max-nodes $CUDA_NARROW_MAX_NODES"
     wrap+=" --narrow-max-nodes $CUDA_NARROW_MAX_NODES"
@@ -246,10 +221,6 @@ paths() {  # PATH_FLAGS for bench_replay.py and RUN for the other commands, from
   if [ "${CUDA_SHARED_TOP:-1}" = 0 ]; then
     PATH_FLAGS+=" --no-cuda-shared-top"
     wrap+=" --no-shared-top"
-  fi
-  if [ "${CUDA_SHARED_CLAIMS:-0}" = 1 ] && [ "${TRIAGE_NO_CLAIMS:-0}" != 1 ]; then
-    PATH_FLAGS+=" --cuda-shared-claims"
-    wrap+=" --shared-claims"
   fi
   if [ "${CUDA_TAGGED_CLAIMS:-0}" = 1 ] && [ "${TRIAGE_NO_TAGGED:-0}" != 1 ]; then
     PATH_FLAGS+=" --cuda-tagged-claims"
@@ -276,16 +247,15 @@ declare -A STAGE_RC  # each stage's exit status
 GPU_TESTS="tests/backends/test_cuda.py tests/backends/test_cuda_buffer.py"
 GPU_TESTS+=" tests/backends/conformance.py"
 GPU_K="(cuda or gpu) and not emulated"
-CUDA_KERNELS="drlhet_cuda_(update|sample)_(cluster|block|region|spread).*"  # one-launch paths (stalls, source)
+CUDA_KERNELS="drlhet_cuda_(update|sample)_(cluster|block|spread).*"  # one-launch paths (stalls, source)
 TIMEOUT_FLAGS=""  # a limit per test where pytest-timeout is installed (its wheel in WHEELS)
 if $PY -c "import pytest_timeout" 2>/dev/null; then
   TIMEOUT_FLAGS="--timeout ${TEST_TIMEOUT:-60} --timeout-method thread"
 fi
 
-apart_tests() {  # apart_tests cluster|region|claims|tagged|spread: that path's GPU tests
-  # (marked cuda_<path>), after the others, in a stage of their own (tests_<path>). Only the
-  # cluster, region, claims, tagged and spread kernels
-  # wait on other blocks, so a hang is theirs; apart, it costs this stage's limit (with
+apart_tests() {  # apart_tests cluster|tagged|spread: that path's GPU tests (marked
+  # cuda_<path>), after the others, in a stage of their own (tests_<path>). Only the cluster,
+  # tagged and spread kernels wait on other blocks, so a hang is theirs; apart, it costs this stage's limit (with
   # pytest-timeout: a worker killed after TEST_TIMEOUT, its case an error, the other cases still
   # run: --dist load, as loadfile reruns a crashed case), not the other tests. Any failure, a
   # hang, or the stage not run turns the path off for the later stages (TRIAGE_NO_<PATH>=1,
@@ -339,13 +309,13 @@ for s in "${stages[@]}"; do
       stage build 300 $PY -m pip install --no-build-isolation --no-deps -e . \
         -Ccmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH" -Cbuild-dir=build/gpu ;;
     tests)
-      rm -f "$OUT/tests.xml" "$OUT/tests_cluster.xml" "$OUT/tests_region.xml" \
-        "$OUT/tests_claims.xml" "$OUT/tests_tagged.xml" "$OUT/tests_spread.xml"
+      rm -f "$OUT/tests.xml" "$OUT/tests_cluster.xml" "$OUT/tests_tagged.xml" \
+        "$OUT/tests_spread.xml"
       # test by test over 8 workers: by file, one worker held test_cuda_buffer.py's 104 cases
       # (of 191) while another idled (189 cases in 170 s with 4 workers, fifth H100 session)
       stage tests 300 $PY -m pytest -q -p no:cacheprovider -rfEs --tb=short -n "${TEST_WORKERS:-8}" \
         --dist "${TEST_DIST:-load}" --junitxml "$OUT/tests.xml" $GPU_TESTS -k "$GPU_K" \
-        -m "not slow and not cuda_cluster and not cuda_region and not cuda_claims and not cuda_tagged and not cuda_spread"
+        -m "not slow and not cuda_cluster and not cuda_tagged and not cuda_spread"
       if [ "${STAGE_RC[tests]:-0}" != 0 ]; then  # turn off what failed, for the later stages
         $PY experiments/triage_gpu_tests.py --junit "$OUT/tests.xml" --env-out "$OUT/triage.env" \
           --out "$OUT/triage.json" --rerun-out "$OUT/rerun.txt" 2>&1 | tee "$OUT/triage.log"
@@ -376,8 +346,6 @@ for s in "${stages[@]}"; do
         fi
       fi
       apart_tests cluster
-      apart_tests region
-      apart_tests claims
       apart_tests tagged
       apart_tests spread
       paths
@@ -437,34 +405,16 @@ for s in "${stages[@]}"; do
           --cuda-cluster-max-batch "$cm" $KEY_FLAG --out "$OUT/cluster_$cm.json"
         backends=cuda
       done ;;
-    region)  # the update by regions of one cluster per tree, against the cluster path
-      if [ "${TRIAGE_NO_REGION:-0}" = 1 ]; then
-        echo "== region: skipped, the region path failed the tests stage (tests_region.log)"
+    tagged)  # the cluster update's claims in a tagged table against the workspace's, one run
+      if [ "${TRIAGE_NO_TAGGED:-0}" = 1 ]; then
+        echo "== tagged: skipped, the tagged path failed the tests stage (tests_tagged.log)"
         continue
       fi
-      backends="cuda jax"
-      for rb in ${REGION_SWEEP:-0 4096}; do
-        block=""  # with the path on, B 1024 takes it instead of the one-block path
-        [ "$rb" != 0 ] && block="--cuda-block-max-batch 512"
-        stage "region_$rb" 120 $PY experiments/bench_replay.py --device gpu \
-          --capacities 1048576 --batches ${REGION_BATCHES:-1024 2048 4096} --branchings 16 \
-          --backends $backends --ops update step --modes fused --no-plain --no-peers \
-          --no-thread-scaling --no-limits $PATH_FLAGS --cuda-region-max-batch "$rb" $block \
-          --out "$OUT/region_$rb.json"
-        backends=cuda
-      done ;;
-    claims|tagged)  # the cluster update's claims in shared memory or in a tagged table against
-      # the workspace's, one run
-      no="TRIAGE_NO_${s^^}" batches="${s^^}_BATCHES" repeats="${s^^}_REPEATS" more="${s^^}_ARGS"
-      if [ "${!no:-0}" = 1 ]; then
-        echo "== $s: skipped, the $s path failed the tests stage (tests_$s.log)"
-        continue
-      fi
-      stage "$s" 150 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
-        --batches ${!batches:-2048 4096} --branchings 16 --backends cuda jax \
+      stage tagged 150 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
+        --batches ${TAGGED_BATCHES:-2048 4096} --branchings 16 --backends cuda jax \
         --ops update step --modes fused --no-peers --no-plain --no-thread-scaling --no-limits \
-        --repeats "${!repeats:-7}" $PATH_FLAGS "--cuda-$s-ab" ${!more:-} \
-        --out "$OUT/$s.json" ;;
+        --repeats "${TAGGED_REPEATS:-7}" $PATH_FLAGS --cuda-tagged-ab ${TAGGED_ARGS:-} \
+        --out "$OUT/tagged.json" ;;
     targets)  # the targets drawn in the sample's kernel from the key, or by XLA before it
       for t in key xla find; do
         flag=--cuda-key-targets
@@ -512,18 +462,15 @@ for s in "${stages[@]}"; do
         continue
       fi
       files=$(ls "$OUT"/cluster_*.json "$OUT"/narrow_*.json "$OUT"/top_*.json \
-        "$OUT"/region_*.json "$OUT"/claims.json "$OUT"/tagged.json "$OUT"/find.json \
-        "$OUT"/spread.json 2>/dev/null)
-      [ -z "$files" ] && { echo "== pick: skipped, no cluster, narrow, top, region, claims," \
-        "tagged, find or spread rows in $OUT"; continue; }
+        "$OUT"/tagged.json "$OUT"/find.json "$OUT"/spread.json 2>/dev/null)
+      [ -z "$files" ] && { echo "== pick: skipped, no cluster, narrow, top, tagged, find or" \
+        "spread rows in $OUT"; continue; }
       stage pick 30 $PY experiments/pick_cuda_paths.py --rows $files \
         --out "$OUT/cuda_paths.json" --env-out "$OUT/cuda_paths.env"
       if [ -f "$OUT/cuda_paths.env" ]; then
         set -a; . "$OUT/cuda_paths.env"; set +a
         [ "${TRIAGE_NO_CLUSTER:-0}" = 1 ] && CUDA_CLUSTER_MAX_BATCH=0  # kept off
         [ "${TRIAGE_NO_TOP:-0}" = 1 ] && CUDA_SHARED_TOP=0
-        [ "${TRIAGE_NO_REGION:-0}" = 1 ] && CUDA_REGION_MAX_BATCH=0
-        [ "${TRIAGE_NO_CLAIMS:-0}" = 1 ] && CUDA_SHARED_CLAIMS=0
         [ "${TRIAGE_NO_TAGGED:-0}" = 1 ] && CUDA_TAGGED_CLAIMS=0
         [ "${TRIAGE_NO_SPREAD:-0}" = 1 ] && unset CUDA_SPREAD_MIN_BATCH
         paths

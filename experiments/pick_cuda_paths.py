@@ -14,24 +14,15 @@ the step with the cluster path off (``CLUSTER_SWEEP`` 0) and on, ``narrow`` with
 - ``NARROW_MAX_NODES``: over the measured batches that keep the per-level path (above the
   picked ``CLUSTER_MAX_BATCH``), the value of the best geometric mean of the step, where it beats
   the current value's by ``margin``;
-- ``REGION_MAX_BATCH`` (the update in one cluster per tree whose blocks each own a region of
-  the tree, up to 4096 entries; ``gpu_checks.sh region`` times the step with it off and on, the
-  other thresholds the same): the largest measured batch above ``BLOCK_MAX_BATCH`` up to which
-  the region path's step beats the same step without it by at least ``margin`` at every
-  measured batch (0 when it loses at the first);
 - ``SHARED_TOP`` (the sample's descents through a copy of the tree's top levels in shared
   memory, or not; ``gpu_checks.sh top`` times the step both ways): the other setting where the
   geometric mean of its step over the current one's, over the batches measured both ways with
   the same thresholds, is at least ``margin``;
-- ``SHARED_CLAIMS`` (the cluster update's claims in the cluster's shared memory, or in the
-  workspace; ``gpu_checks.sh claims`` times the step both ways in one run, the rows with them
-  as ``drlhet-cuda-claims``): the same rule.
 - ``TAGGED_SIBLINGS`` (with the tagged table, the leaves' parents summed from it, or after a
   barrier over the leaves; ``gpu_checks.sh tagged``, the rows as ``drlhet-cuda-siblings`` and
   ``drlhet-cuda-tagged``): the same rule, over the tagged rows;
 - ``TAGGED_CLAIMS`` (the cluster update's claims in a table kept by its custom call, or in the
-  workspace; the tagged rows with ``TAGGED_SIBLINGS`` as picked): the same rule. Each claims
-  switch is picked over the rows with the other one as it is now.
+  workspace; the tagged rows with ``TAGGED_SIBLINGS`` as picked): the same rule.
 - ``OWN_SAMPLE_MAX_BATCH`` (above it the sample is XLA's code around cuda's ``find``, not
   cuda's own call; ``gpu_checks.sh find`` times the step both ways in one run, the rows as
   ``drlhet-cuda-find``): one below the smallest measured batch from which the sample around
@@ -48,16 +39,18 @@ the step with the cluster path off (``CLUSTER_SWEEP`` 0) and on, ``narrow`` with
 Where the rows cannot decide, the current value stays, and the reason is printed. The choice is
 *measured* (on the GPU that wrote the rows), for those shapes only (capacity, K). It prints the
 evidence, writes it as JSON, and writes ``CUDA_CLUSTER_MAX_BATCH=...``,
-``CUDA_NARROW_MAX_NODES=...``, ``CUDA_REGION_MAX_BATCH=...``, ``CUDA_SHARED_TOP=0|1``,
-``CUDA_SHARED_CLAIMS=0|1``, ``CUDA_TAGGED_CLAIMS=0|1``, ``CUDA_TAGGED_SIBLINGS=0|1``,
+``CUDA_NARROW_MAX_NODES=...``, ``CUDA_SHARED_TOP=0|1``, ``CUDA_TAGGED_CLAIMS=0|1``,
+``CUDA_TAGGED_SIBLINGS=0|1``,
 ``CUDA_OWN_SAMPLE_MAX_BATCH=...``,
 ``CUDA_SPREAD_MIN_BATCH=...`` and ``CUDA_SPREAD_THREADS=...`` lines for ``gpu_checks.sh`` to
 read before its later stages (``experiments/with_cuda_paths.py`` runs a command with them).
-The current values are the library's unless given.
+The current values are the library's unless given. Rows of the update paths that the library
+no longer has (one cluster per tree whose blocks each own a region of the tree, the claims in
+the cluster's shared memory: measured slower or no faster on an H100 and removed) are skipped.
 
 Usage:
   python experiments/pick_cuda_paths.py --rows cluster_*.json narrow_*.json top_*.json \\
-      region_*.json claims.json tagged.json find.json spread.json \\
+      tagged.json find.json spread.json \\
       --env-out cuda_paths.env --out cuda_paths.json
 """
 
@@ -89,14 +82,9 @@ class Args:
     narrow_max_nodes: int | None = None
     """The current ``NARROW_MAX_NODES`` (None: the library's), kept where the rows cannot decide
     (the ``cluster`` stage's runs use it)."""
-    region_max_batch: int | None = None
-    """The current ``REGION_MAX_BATCH`` (None: the library's), kept where the rows cannot
-    decide."""
     shared_top: bool | None = None
     """The current ``SHARED_TOP`` (None: the library's), kept where the rows cannot decide (the
     other stages' runs use it)."""
-    shared_claims: bool | None = None
-    """The current ``SHARED_CLAIMS`` (None: the library's), kept where the rows cannot decide."""
     tagged_claims: bool | None = None
     """The current ``TAGGED_CLAIMS`` (None: the library's), kept where the rows cannot decide."""
     tagged_siblings: bool | None = None
@@ -127,8 +115,6 @@ class Step:
     cluster: int
     rate: float
     top: bool | None = None  # SHARED_TOP, where the row says (rows from before it: None)
-    region: int = 0  # REGION_MAX_BATCH (rows from before it: 0, the path did not exist)
-    claims: bool = False  # SHARED_CLAIMS (rows from before it: False)
     tagged: bool = False  # TAGGED_CLAIMS (rows from before it: False)
     own: bool | None = None  # the sample was cuda's own call (rows from before it: None)
     spread: int = 0  # the spread sample's threads a block where it took the batch, else 0
@@ -158,18 +144,30 @@ def cuda_steps(rows: list[dict], capacity: int, branching: int) -> list[Step]:
     keys = (block, narrow, cluster)
     return [
         Step(r["batch"], int(r[block]), int(r[narrow]), int(r[cluster]), float(r["items_per_s"]),
-             r.get("cuda_shared_top"), int(r.get("cuda_region_max_batch") or 0),
-             bool(r.get("cuda_shared_claims")), bool(r.get("cuda_tagged_claims")),
+             r.get("cuda_shared_top"), bool(r.get("cuda_tagged_claims")),
              r.get("cuda_own_sample"), _spread_of(r), bool(r.get("cuda_tagged_siblings")))
         for r in rows
-        if (r.get("impl") in ("drlhet-cuda", "drlhet-cuda-claims", "drlhet-cuda-tagged",
-                              "drlhet-cuda-siblings", "drlhet-cuda-find")
+        if (r.get("impl") in ("drlhet-cuda", "drlhet-cuda-tagged", "drlhet-cuda-siblings",
+                              "drlhet-cuda-find")
             or re.fullmatch(r"drlhet-cuda-spread\d+", str(r.get("impl"))))
         and r.get("op") == "step"
         and r.get("mode") == "fused"
         and r.get("capacity") == capacity and r.get("branching") == branching
         and all(r.get(k) is not None for k in keys)
+        and not _removed_path(r)
     ]  # fmt: skip
+
+
+def _removed_path(row: dict) -> bool:
+    """Whether the row's update took a path the library no longer has: the region path (its
+    batch above ``cuda_block_max_batch``, at most ``cuda_region_max_batch``) or the claims in
+    the cluster's shared memory."""
+    region = (
+        int(row["cuda_block_max_batch"])
+        < row["batch"]
+        <= int(row.get("cuda_region_max_batch") or 0)
+    )
+    return region or bool(row.get("cuda_shared_claims"))
 
 
 def _spread_of(row: dict) -> int:
@@ -214,36 +212,6 @@ def pick_cluster(steps: list[Step], args: Args) -> tuple[int, list[dict], str]:
     if not evidence:
         return args.cluster_max_batch, evidence, "no batch above BLOCK_MAX_BATCH measured both ways"
     chosen, why = _unbroken_wins(evidence, "the cluster path", args.margin)
-    return chosen, evidence, why
-
-
-def _beside_region(s: Step) -> tuple[bool, int, int]:
-    """The thresholds that choose a row's update path besides the region path's: whether the
-    one-block path takes its batch (not the exact limit: the region stage's runs with the path
-    on lower it), the narrow limit and the cluster limit."""
-    return s.block >= s.batch, s.narrow, s.cluster
-
-
-def pick_region(steps: list[Step], args: Args) -> tuple[int, list[dict], str]:
-    """``REGION_MAX_BATCH``, the evidence per batch, and why: each batch above
-    ``BLOCK_MAX_BATCH`` (and at most 4096, the path's limit) with the region path on and off
-    under the same other thresholds (the ``region`` stage's runs)."""
-    evidence: list[dict] = []
-    for batch in sorted({s.batch for s in steps if args.block_max_batch < s.batch <= 4096}):
-        for paths in sorted({_beside_region(s) for s in steps if s.batch == batch}):
-            same = [s for s in steps if s.batch == batch and _beside_region(s) == paths]
-            on = _mean([s.rate for s in same if s.region >= batch])
-            off = _mean([s.rate for s in same if s.region < batch])
-            if on is not None and off is not None:
-                evidence.append(
-                    {"batch": batch, "paths": list(paths), "region_items_per_s": on,
-                     "without_items_per_s": off, "ratio": on / off,
-                     "wins": on >= args.margin * off}
-                )  # fmt: skip
-    if not evidence:
-        why = "no batch above BLOCK_MAX_BATCH measured with the region path and without"
-        return args.region_max_batch, evidence, why
-    chosen, why = _unbroken_wins(evidence, "the region path", args.margin)
     return chosen, evidence, why
 
 
@@ -311,16 +279,10 @@ def pick_top(steps: list[Step], args: Args) -> tuple[bool, list[dict], str]:
     return pick_switch(steps, "top", bool(args.shared_top), args, ("top", "no_top"))
 
 
-def pick_claims(steps: list[Step], args: Args) -> tuple[bool, list[dict], str]:
-    """``SHARED_CLAIMS``: `pick_switch` over the cluster update's claims in shared memory."""
-    steps = [s for s in steps if s.tagged == bool(args.tagged_claims)]
-    return pick_switch(steps, "claims", bool(args.shared_claims), args, ("claims", "workspace"))
-
-
 def pick_siblings(steps: list[Step], args: Args) -> tuple[bool, list[dict], str]:
     """``TAGGED_SIBLINGS``: `pick_switch` over the tagged rows, the leaves' parents from the
     table or not."""
-    steps = [s for s in steps if s.tagged and s.claims == bool(args.shared_claims)]
+    steps = [s for s in steps if s.tagged]
     current = bool(args.tagged_siblings)
     return pick_switch(steps, "siblings", current, args, ("siblings", "after_leaves"))
 
@@ -328,10 +290,7 @@ def pick_siblings(steps: list[Step], args: Args) -> tuple[bool, list[dict], str]
 def pick_tagged(steps: list[Step], siblings: bool, args: Args) -> tuple[bool, list[dict], str]:
     """``TAGGED_CLAIMS``: `pick_switch` over the cluster update's claims in a tagged table (its
     rows with ``siblings`` as picked) or in the workspace."""
-    steps = [
-        s for s in steps
-        if s.claims == bool(args.shared_claims) and (not s.tagged or s.siblings == siblings)
-    ]  # fmt: skip
+    steps = [s for s in steps if not s.tagged or s.siblings == siblings]
     return pick_switch(steps, "tagged", bool(args.tagged_claims), args, ("tagged", "workspace"))
 
 
@@ -428,11 +387,7 @@ def library_defaults(args: Args) -> Args:
         narrow_max_nodes=(
             cuda.NARROW_MAX_NODES if args.narrow_max_nodes is None else args.narrow_max_nodes
         ),
-        region_max_batch=(
-            cuda.REGION_MAX_BATCH if args.region_max_batch is None else args.region_max_batch
-        ),
         shared_top=cuda.SHARED_TOP if args.shared_top is None else args.shared_top,
-        shared_claims=cuda.SHARED_CLAIMS if args.shared_claims is None else args.shared_claims,
         tagged_claims=cuda.TAGGED_CLAIMS if args.tagged_claims is None else args.tagged_claims,
         tagged_siblings=(
             cuda.TAGGED_SIBLINGS if args.tagged_siblings is None else args.tagged_siblings
@@ -463,8 +418,6 @@ def report(r: dict) -> None:
     print(f"NARROW_MAX_NODES = {r['narrow_max_nodes']} ({r['narrow_why']})")
     for key, label, ours, theirs in (
         ("shared_top", "top copied ", "top", "no_top"),
-        ("region", "by region ", "region", "without"),
-        ("shared_claims", "claims in shared memory ", "claims", "workspace"),
         ("tagged_siblings", "tagged, parents from the table ", "siblings", "after_leaves"),
         ("tagged_claims", "claims in a tagged table ", "tagged", "workspace"),
         ("own_sample", "sample around find, against the own call ", "find", "own"),
@@ -486,12 +439,11 @@ def main(args: Args) -> dict:
         sys.exit(f"error: {err}")
     if not steps:
         sys.exit(f"error: no fused cuda step rows at capacity {args.capacity}, K {args.branching}")
-    claims, claims_evidence, claims_why = pick_claims(steps, args)
     siblings, siblings_evidence, siblings_why = pick_siblings(steps, args)
     tagged, tagged_evidence, tagged_why = pick_tagged(steps, siblings, args)
     # the other picks over the rows with the claims switches as they are now
-    now = (args.shared_claims, args.tagged_claims, args.tagged_claims and args.tagged_siblings)
-    steps = [s for s in steps if (s.claims, s.tagged, s.tagged and s.siblings) == now]
+    now = (args.tagged_claims, args.tagged_claims and args.tagged_siblings)
+    steps = [s for s in steps if (s.tagged, s.tagged and s.siblings) == now]
     least, threads, spread_evidence, spread_why = pick_spread(steps, args)
     # the sample around find against the own call as picked: spread from `least`, or not
     as_picked = [s for s in steps if s.spread == (threads if s.batch >= least else 0)]
@@ -502,8 +454,6 @@ def main(args: Args) -> dict:
     steps = [s for s in steps if s.own is not False and s.spread == 0]
     top, top_evidence, top_why = pick_top(steps, args)
     same_top = [s for s in steps if s.top is None or s.top == args.shared_top]
-    region, region_evidence, region_why = pick_region(same_top, args)
-    same_top = [s for s in same_top if s.region < s.batch]  # the region path not taken
     cluster, cluster_evidence, cluster_why = pick_cluster(same_top, args)
     narrow, narrow_evidence, narrow_why = pick_narrow(same_top, cluster, args)
     result = {
@@ -511,10 +461,6 @@ def main(args: Args) -> dict:
         "cluster_evidence": cluster_evidence,
         "narrow_max_nodes": narrow, "narrow_why": narrow_why, "narrow_evidence": narrow_evidence,
         "shared_top": top, "shared_top_why": top_why, "shared_top_evidence": top_evidence,
-        "region_max_batch": region, "region_why": region_why,
-        "region_evidence": region_evidence,
-        "shared_claims": claims, "shared_claims_why": claims_why,
-        "shared_claims_evidence": claims_evidence,
         "tagged_claims": tagged, "tagged_claims_why": tagged_why,
         "tagged_claims_evidence": tagged_evidence,
         "tagged_siblings": siblings, "tagged_siblings_why": siblings_why,
@@ -532,8 +478,7 @@ def main(args: Args) -> dict:
     if args.env_out is not None:
         args.env_out.write_text(
             f"CUDA_CLUSTER_MAX_BATCH={cluster}\nCUDA_NARROW_MAX_NODES={narrow}\n"
-            f"CUDA_SHARED_TOP={int(top)}\nCUDA_REGION_MAX_BATCH={region}\n"
-            f"CUDA_SHARED_CLAIMS={int(claims)}\nCUDA_TAGGED_CLAIMS={int(tagged)}\n"
+            f"CUDA_SHARED_TOP={int(top)}\nCUDA_TAGGED_CLAIMS={int(tagged)}\n"
             f"CUDA_TAGGED_SIBLINGS={int(siblings)}\n"
             f"CUDA_OWN_SAMPLE_MAX_BATCH={own}\n"
             f"CUDA_SPREAD_MIN_BATCH={least}\nCUDA_SPREAD_THREADS={threads}\n"

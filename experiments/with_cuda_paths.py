@@ -1,20 +1,19 @@
 """Runs a Python module or script with the CUDA backend's path thresholds set.
 
-``drlhet.backends.cuda`` reads ``BLOCK_MAX_BATCH``, ``CLUSTER_MAX_BATCH``, ``REGION_MAX_BATCH``,
-``OWN_SAMPLE_MAX_BATCH``, ``SPREAD_MIN_BATCH``, ``SPREAD_THREADS``,
-``NARROW_MAX_NODES``, ``KEY_TARGETS``, ``SHARED_TOP``, ``SHARED_CLAIMS``, ``TAGGED_CLAIMS`` and
-``TAGGED_SIBLINGS`` when a program is traced; ``bench_replay.py`` has flags for them, the other
-commands do not. This wrapper sets them, then runs the command in the same process, so that
-``experiments/gpu_checks.sh`` can train and profile with the thresholds its ``pick`` stage chose
-(``experiments/pick_cuda_paths.py``) before they become the library's defaults, and without a
-part that its ``tests`` stage found wrong on that GPU (``experiments/triage_gpu_tests.py``).
+``drlhet.backends.cuda`` reads ``BLOCK_MAX_BATCH``, ``CLUSTER_MAX_BATCH``, ``OWN_SAMPLE_MAX_BATCH``,
+``SPREAD_MIN_BATCH``, ``SPREAD_THREADS``, ``NARROW_MAX_NODES``, ``KEY_TARGETS``, ``SHARED_TOP``,
+``TAGGED_CLAIMS`` and ``TAGGED_SIBLINGS`` when a program is traced; ``bench_replay.py`` has flags
+for them, the other commands do not. This wrapper sets them, then runs the command in the same
+process, so that ``experiments/gpu_checks.sh`` can train and profile with the thresholds its
+``pick`` stage chose (``experiments/pick_cuda_paths.py``) before they become the library's defaults,
+and without a part that its ``tests`` stage found wrong on that GPU
+(``experiments/triage_gpu_tests.py``).
 
 Usage:
   python experiments/with_cuda_paths.py --cluster-max-batch 16384 -- -m drlhet train ...
   python experiments/with_cuda_paths.py --narrow-max-nodes 1024 -- experiments/profile_gpu.py
   python experiments/with_cuda_paths.py --no-key-targets -- -m drlhet train ...
   python experiments/with_cuda_paths.py --no-shared-top -- experiments/profile_gpu.py
-  python experiments/with_cuda_paths.py --shared-claims -- -m drlhet train ...
   python experiments/with_cuda_paths.py --tagged-claims -- -m drlhet train ...
   python experiments/with_cuda_paths.py --tagged-claims --tagged-siblings -- -m drlhet train ...
 """
@@ -32,7 +31,6 @@ NAMES = (
     "block_max_batch",
     "cluster_max_batch",
     "narrow_max_nodes",
-    "region_max_batch",
     "own_sample_max_batch",
     "spread_min_batch",
     "spread_threads",
@@ -47,8 +45,6 @@ class Args:
     """``drlhet.backends.cuda.CLUSTER_MAX_BATCH`` (None: the library's; 0: off)."""
     narrow_max_nodes: int | None = None
     """``drlhet.backends.cuda.NARROW_MAX_NODES`` (None: the library's)."""
-    region_max_batch: int | None = None
-    """``drlhet.backends.cuda.REGION_MAX_BATCH`` (None: the library's; 0: off)."""
     own_sample_max_batch: int | None = None
     """``drlhet.backends.cuda.OWN_SAMPLE_MAX_BATCH`` (None: the library's): above it the sample
     is the buffer's XLA code around cuda's ``find``."""
@@ -63,9 +59,6 @@ class Args:
     no_shared_top: bool = False
     """Turn ``drlhet.backends.cuda.SHARED_TOP`` off: the sample's descents read every level from
     the tree in global memory (without the flag: the library's setting)."""
-    shared_claims: bool = False
-    """Turn ``drlhet.backends.cuda.SHARED_CLAIMS`` on: the cluster path's update resolves its
-    duplicates in the cluster's shared memory (without the flag: the library's setting)."""
     tagged_claims: bool = False
     """Turn ``drlhet.backends.cuda.TAGGED_CLAIMS`` on: the cluster path's update claims its
     leaves in a table kept by its custom call (without the flag: the library's setting)."""
@@ -94,13 +87,11 @@ def apply(args: Args) -> dict[str, int]:
         cuda.KEY_TARGETS = False
     if args.no_shared_top:
         cuda.SHARED_TOP = False
-    if args.shared_claims:
-        cuda.SHARED_CLAIMS = True
     if args.tagged_claims:
         cuda.TAGGED_CLAIMS = True
     if args.tagged_siblings:
         cuda.TAGGED_SIBLINGS = True
-    switches = ("key_targets", "shared_top", "shared_claims", "tagged_claims", "tagged_siblings")
+    switches = ("key_targets", "shared_top", "tagged_claims", "tagged_siblings")
     return {name: int(getattr(cuda, name.upper())) for name in (*NAMES, *switches)}
 
 

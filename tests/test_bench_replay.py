@@ -60,11 +60,11 @@ def test_a_simulated_backend_is_compared_with_no_one(bench, capsys):
     # the in-process A/Bs of a GPU run, each against drlhet-cuda
     gpu = "this GPU (H100)"
     ab = [row("drlhet-cuda", 8e6, gpu), row("drlhet-cuda-find", 8.8e6, gpu)]
-    ab += [row("drlhet-cuda-claims", 6e6, gpu), row("drlhet-cuda-tagged", 9.6e6, gpu)]
+    ab += [row("drlhet-cuda-siblings", 6e6, gpu), row("drlhet-cuda-tagged", 9.6e6, gpu)]
     bench.print_ratios([*rows, *ab], 1024, 32, 16, 3)
     printed = capsys.readouterr().out
     assert "step: drlhet-cuda-find fused / drlhet-cuda fused = 1.10x" in printed
-    assert "step: drlhet-cuda-claims fused / drlhet-cuda fused = 0.75x" in printed
+    assert "step: drlhet-cuda-siblings fused / drlhet-cuda fused = 0.75x" in printed
     assert "step: drlhet-cuda-tagged fused / drlhet-cuda fused = 1.20x" in printed
 
 
@@ -210,26 +210,21 @@ def test_the_find_ab_times_cudas_own_sample_beside_the_sample_around_find(
     assert "drlhet-cuda-find fused / drlhet-cuda fused" not in capsys.readouterr().out
 
 
-ARMS = {  # each A/B option's arms: their rows' names and switches (TAGGED_SIBLINGS: the last)
-    "claims": [("drlhet-cuda-claims", {"SHARED_CLAIMS": 1})],
-    "tagged": [
-        ("drlhet-cuda-tagged", {"TAGGED_CLAIMS": 1, "TAGGED_SIBLINGS": 0}),
-        ("drlhet-cuda-siblings", {"TAGGED_CLAIMS": 1, "TAGGED_SIBLINGS": 1}),
-    ],
-}
+ARMS = [  # the tagged A/B's arms: their rows' names and switches
+    ("drlhet-cuda-tagged", {"TAGGED_CLAIMS": 1, "TAGGED_SIBLINGS": 0}),
+    ("drlhet-cuda-siblings", {"TAGGED_CLAIMS": 1, "TAGGED_SIBLINGS": 1}),
+]
 
 
-@pytest.mark.parametrize("arm", ["claims", "tagged"])
-def test_a_claims_ab_traces_one_program_per_arm_with_its_switches_and_restores_them(
-    bench, tmp_path, monkeypatch, emulated_cuda, arm
+def test_the_tagged_ab_traces_one_program_per_arm_with_its_switches_and_restores_them(
+    bench, tmp_path, monkeypatch, emulated_cuda
 ):
-    """``--cuda-claims-ab`` / ``--cuda-tagged-ab``: ``drlhet-cuda-claims`` (or ``-tagged`` and
-    ``-siblings``) beside ``drlhet-cuda`` in one run (cuda under the host emulation here), each
-    program traced with `cuda.SHARED_CLAIMS` (or `TAGGED_CLAIMS`, and `TAGGED_SIBLINGS` off,
-    then on) and ``drlhet-cuda``'s with them off, the rows saying which, and the library's
-    settings as they were after the run."""
+    """``--cuda-tagged-ab``: ``drlhet-cuda-tagged`` and ``-siblings`` beside ``drlhet-cuda`` in
+    one run (cuda under the host emulation here), each program traced with `cuda.TAGGED_CLAIMS`
+    on and `TAGGED_SIBLINGS` off, then on, and ``drlhet-cuda``'s with them off, the rows saying
+    which, and the library's settings as they were after the run."""
     cuda = emulated_cuda
-    names = list(ARMS[arm][-1][1])
+    names = ["TAGGED_CLAIMS", "TAGGED_SIBLINGS"]
     traced = []
     target = cuda._update_target
     monkeypatch.setattr(
@@ -242,12 +237,12 @@ def test_a_claims_ab_traces_one_program_per_arm_with_its_switches_and_restores_t
         backends=("cuda",),
         batches=(256,),
         peers=False,
-        **{f"cuda_{arm}_ab": True},
+        cuda_tagged_ab=True,
     )
     rows = bench.main(args)
     columns = [f"cuda_{n.lower()}" for n in names]
     want = [("drlhet-cuda", (0,) * len(names))]
-    want += [(impl, tuple(s.get(n, 0) for n in names)) for impl, s in ARMS[arm]]
+    want += [(impl, tuple(s[n] for n in names)) for impl, s in ARMS]
     assert [(r["impl"], tuple(r[c] for c in columns)) for r in rows] == want
     # each program traces the update (the scan may trace its body more than once), in order
     seen = [settings for i, settings in enumerate(traced) if i == 0 or traced[i - 1] != settings]

@@ -38,7 +38,7 @@ def write(tmp_path, name, rows):
 
 # the current values these tests pick against (the library's are read where none is given)
 CURRENT = {"block_max_batch": 1024, "cluster_max_batch": 0, "narrow_max_nodes": 4096,
-           "shared_top": True, "region_max_batch": 0, "shared_claims": False,
+           "shared_top": True,
            "own_sample_max_batch": 1 << 62, "spread_min_batch": 1 << 62,
            "spread_threads": 128}  # fmt: skip
 
@@ -126,40 +126,33 @@ def test_the_top_copy_is_turned_off_only_where_its_absence_wins_by_the_margin(
     assert result["shared_top"] is True and "does not win" in result["shared_top_why"]
 
 
-@pytest.mark.parametrize("arm, switch", [("claims", "shared_claims"), ("tagged", "tagged_claims")])
-def test_each_claims_switch_is_turned_on_only_where_it_wins_by_the_margin(
-    experiments, tmp_path, arm, switch
-):
-    """pick_claims, pick_tagged: the `claims` or `tagged` stage's one run (drlhet-cuda-claims
-    or -tagged beside drlhet-cuda); its switched rows never count for the other picks (the
-    other claims switch's included), its workspace rows do."""
+def test_the_tagged_claims_are_turned_on_only_where_they_win_by_the_margin(experiments, tmp_path):
+    """pick_tagged: the `tagged` stage's one run (drlhet-cuda-tagged beside drlhet-cuda); its
+    tagged rows never count for the other picks, its workspace rows do."""
 
-    def ab_file(gain, name=arm, column=switch):
+    def ab_file(gain):
         rows = []
         for b, r in ((2048, 70e6), (4096, 120e6)):
-            rows.append(row(b, r, cluster=4096) | {f"cuda_{column}": 0})
+            rows.append(row(b, r, cluster=4096) | {"cuda_tagged_claims": 0})
             rows.append(
-                row(b, r * gain, cluster=4096, impl=f"drlhet-cuda-{name}")
-                | {f"cuda_{column}": 1}
+                row(b, r * gain, cluster=4096, impl="drlhet-cuda-tagged")
+                | {"cuda_tagged_claims": 1}
             )  # fmt: skip
-        return write(tmp_path, f"{name}.json", rows)
+        return write(tmp_path, "tagged.json", rows)
 
-    other = ("tagged", "tagged_claims") if arm == "claims" else ("claims", "shared_claims")
-    files = [ab_file(1.10), ab_file(0.5, *other)]
-    files += cluster_rows(tmp_path, {4096: 1e6}, {4096: 2e6})
+    files = [ab_file(1.10), *cluster_rows(tmp_path, {4096: 1e6}, {4096: 2e6})]
     result, env = pick(experiments, tmp_path, files)
-    assert result[switch] is True and f"CUDA_{switch.upper()}=1\n" in env
-    assert result[other[1]] is False and f"CUDA_{other[1].upper()}=0\n" in env
-    assert [e["batch"] for e in result[f"{switch}_evidence"]] == [2048, 4096]
-    assert result[f"{switch}_evidence"][0]["ratio"] == pytest.approx(1.10)
-    # the switched rows (132M at B 4096) are not the cluster path's: its mean there is the
-    # cluster file's 1M and the two runs' workspace rows
+    assert result["tagged_claims"] is True and "CUDA_TAGGED_CLAIMS=1\n" in env
+    assert [e["batch"] for e in result["tagged_claims_evidence"]] == [2048, 4096]
+    assert result["tagged_claims_evidence"][0]["ratio"] == pytest.approx(1.10)
+    # the tagged rows (132M at B 4096) are not the cluster path's: its mean there is the
+    # cluster file's 1M and the run's workspace row
     (at_4096,) = [e for e in result["cluster_evidence"] if e["batch"] == 4096]
-    assert at_4096["cluster_items_per_s"] == pytest.approx((1e6 + 120e6 + 120e6) / 3)
+    assert at_4096["cluster_items_per_s"] == pytest.approx((1e6 + 120e6) / 2)
     files[0] = ab_file(1.02)
     result, env = pick(experiments, tmp_path, files)
-    assert result[switch] is False and f"CUDA_{switch.upper()}=0\n" in env
-    assert "does not win" in result[f"{switch}_why"]
+    assert result["tagged_claims"] is False and "CUDA_TAGGED_CLAIMS=0\n" in env
+    assert "does not win" in result["tagged_claims_why"]
 
 
 @pytest.mark.parametrize(
@@ -194,37 +187,26 @@ def test_the_tagged_stage_picks_the_parents_from_the_table_then_the_table(
     assert result["tagged_claims_evidence"][0]["ratio"] == pytest.approx(chosen / 100e6)
 
 
-def test_the_region_path_is_picked_up_to_the_last_batch_of_an_unbroken_run_of_wins(
-    experiments, tmp_path
-):
-    """pick_region: the `region` stage's two runs (off; on at 4096 with BLOCK_MAX_BATCH 512,
-    so that B 1024 takes it) under the same cluster threshold; its on rows never count as the
-    cluster path's, and B 1024 (at most BLOCK_MAX_BATCH) decides nothing."""
-    batches = ((1024, 30e6, 40e6), (2048, 60e6, 80e6), (4096, 120e6, 150e6))
-    off = [row(b, r, block=1024, cluster=4096, region=0) for b, r, _ in batches]
-    on = [row(b, r, block=512, cluster=4096, region=4096) for b, _, r in batches][1:]
-    on.insert(0, row(1024, 5e6, block=512, cluster=4096, region=4096))  # a loss: not read
+def test_rows_of_the_removed_update_paths_decide_nothing(experiments, tmp_path):
+    """Rows that older runs wrote with the region path (a batch above the one-block limit, at
+    most ``cuda_region_max_batch``) or the claims in the cluster's shared memory
+    (``cuda_shared_claims``; both paths removed from the library) are skipped; a region row's
+    batch that the one-block path took still counts, as rows from before either path do."""
     per_level = [row(4096, 100e6, block=1024, cluster=0, region=0)]
-    files = [write(tmp_path, "region_0.json", off + per_level),
-             write(tmp_path, "region_4096.json", on)]  # fmt: skip
+    cluster = [row(4096, 120e6, block=1024, cluster=4096, region=0)]
+    removed = [
+        row(4096, 150e6, block=512, cluster=4096, region=4096),
+        row(4096, 160e6, cluster=4096, impl="drlhet-cuda-claims") | {"cuda_shared_claims": 1},
+        row(4096, 170e6, cluster=4096) | {"cuda_shared_claims": 1},
+    ]  # fmt: skip
+    in_block = [row(1024, 9e6, block=1024, cluster=4096, region=4096)]
+    files = [write(tmp_path, "old.json", per_level + cluster + removed + in_block)]
     result, env = pick(experiments, tmp_path, files)
-    assert result["region_max_batch"] == 4096 and "CUDA_REGION_MAX_BATCH=4096\n" in env
-    assert [e["ratio"] for e in result["region_evidence"]] == pytest.approx([80 / 60, 150 / 120])
-    # the cluster pick compares the cluster path without the region path: 120M, not 150M
     assert [e["cluster_items_per_s"] for e in result["cluster_evidence"]] == [120e6]
-    # a loss at the first batch turns it off; a loss after a win stops there
-    on[1]["items_per_s"] = 50e6
-    files[1] = write(tmp_path, "region_4096.json", on)
-    result, env = pick(experiments, tmp_path, files, region_max_batch=4096)
-    assert result["region_max_batch"] == 0 and "does not win" in result["region_why"]
-    on[1]["items_per_s"], on[2]["items_per_s"] = 80e6, 100e6
-    files[1] = write(tmp_path, "region_4096.json", on)
-    result, _ = pick(experiments, tmp_path, files)
-    assert result["region_max_batch"] == 2048
-    # rows from before the path (no cuda_region_max_batch) cannot decide: the current value
-    result, env = pick(experiments, tmp_path, cluster_rows(tmp_path, {4096: 1e6}, {4096: 2e6}),
-                       region_max_batch=33)  # fmt: skip
-    assert result["region_max_batch"] == 33 and "CUDA_REGION_MAX_BATCH=33\n" in env
+    assert "REGION" not in env and "SHARED_CLAIMS" not in env
+    picker = experiments[0]
+    steps = picker.cuda_steps(picker.load(tuple(files)), 2**20, 16)
+    assert sorted(s.rate for s in steps) == [9e6, 100e6, 120e6]
 
 
 def test_the_current_values_default_to_the_librarys(experiments, tmp_path):
@@ -233,8 +215,8 @@ def test_the_current_values_default_to_the_librarys(experiments, tmp_path):
     picker = experiments[0]
     args = picker.library_defaults(picker.Args(rows=(), narrow_max_nodes=7))
     assert (args.block_max_batch, args.cluster_max_batch, args.narrow_max_nodes,
-            args.shared_top, args.region_max_batch) == (cuda.BLOCK_MAX_BATCH,
-            cuda.CLUSTER_MAX_BATCH, 7, cuda.SHARED_TOP, cuda.REGION_MAX_BATCH)  # fmt: skip
+            args.shared_top, args.tagged_claims) == (cuda.BLOCK_MAX_BATCH,
+            cuda.CLUSTER_MAX_BATCH, 7, cuda.SHARED_TOP, cuda.TAGGED_CLAIMS)  # fmt: skip
 
 
 def find_rows(tmp_path, own: dict, find: dict):
@@ -333,13 +315,13 @@ def test_a_command_runs_with_the_thresholds_set_and_the_library_keeps_its_own(tm
     script.write_text(
         "import sys\nfrom drlhet.backends import cuda\n"
         "print(cuda.CLUSTER_MAX_BATCH, cuda.NARROW_MAX_NODES, cuda.BLOCK_MAX_BATCH,"
-        " cuda.KEY_TARGETS, cuda.SHARED_TOP, cuda.SHARED_CLAIMS, cuda.OWN_SAMPLE_MAX_BATCH,"
+        " cuda.KEY_TARGETS, cuda.SHARED_TOP, cuda.TAGGED_CLAIMS, cuda.OWN_SAMPLE_MAX_BATCH,"
         " sys.argv[1:])\n"
     )
     wrapper = [sys.executable, str(REPO / "experiments" / "with_cuda_paths.py")]
     out = subprocess.run(
         [*wrapper, "--cluster-max-batch", "16384", "--narrow-max-nodes", "0", "--no-key-targets",
-         "--no-shared-top", "--shared-claims", "--own-sample-max-batch", "1024",
+         "--no-shared-top", "--tagged-claims", "--own-sample-max-batch", "1024",
          "--spread-min-batch", "2048", "--spread-threads", "64", "--", script, "x"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
@@ -347,7 +329,7 @@ def test_a_command_runs_with_the_thresholds_set_and_the_library_keeps_its_own(tm
     assert "OWN_SAMPLE_MAX_BATCH 1024" in out.splitlines()[0]
     assert "SPREAD_MIN_BATCH 2048" in out.splitlines()[0]
     assert "SPREAD_THREADS 64" in out.splitlines()[0]
-    assert "SHARED_CLAIMS 1" in out.splitlines()[0]
+    assert "TAGGED_CLAIMS 1" in out.splitlines()[0]
     assert "KEY_TARGETS 0" in out.splitlines()[0] and "SHARED_TOP 0" in out.splitlines()[0]
     assert "CLUSTER_MAX_BATCH 16384" in out.splitlines()[0]
     module = subprocess.run(
@@ -355,7 +337,7 @@ def test_a_command_runs_with_the_thresholds_set_and_the_library_keeps_its_own(tm
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "CLUSTER_MAX_BATCH 8" in module and "KEY_TARGETS 1" in module
-    assert "SHARED_TOP 1" in module and "SHARED_CLAIMS 0" in module
+    assert "SHARED_TOP 1" in module and "TAGGED_CLAIMS 0" in module
     assert "usage" in module.lower()
     assert (cuda.BLOCK_MAX_BATCH, cuda.CLUSTER_MAX_BATCH, cuda.NARROW_MAX_NODES,
             cuda.KEY_TARGETS, cuda.SHARED_TOP) == before  # fmt: skip

@@ -18,10 +18,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-REGION_PATH = "a region of the tree per block"  # tests/backends/cuda_places.py
-CLAIMS_PATH = "claims in the cluster's shared memory"  # idem
-TAGGED_PATH = "claims in a table kept by the call"  # idem
-KERNEL_REGEX = "--kernel-name regex:drlhet_cuda_(update|sample)_(cluster|block|region|spread).*"
+TAGGED_PATH = "claims in a table kept by the call"  # tests/backends/cuda_places.py
+KERNEL_REGEX = "--kernel-name regex:drlhet_cuda_(update|sample)_(cluster|block|spread).*"
 
 STAND_INS = """
 import os
@@ -32,20 +30,14 @@ import pytest
 KEY_OFF = os.environ.get("DRLHET_TEST_CUDA_KEY_TARGETS") == "0"
 TOP_OFF = os.environ.get("DRLHET_TEST_CUDA_SHARED_TOP") == "0"
 CLUSTER = pytest.param("one cluster per tree", marks=pytest.mark.cuda_cluster)
-REGION = pytest.param("a region of the tree per block", marks=pytest.mark.cuda_region)
-CLAIMS = pytest.param(
-    "claims in the cluster's shared memory", marks=pytest.mark.cuda_claims
-)
 TAGGED = pytest.param("claims in a table kept by the call", marks=pytest.mark.cuda_tagged)
 
 def hang():
     time.sleep(600)
 
-@pytest.mark.parametrize("path", ["one block per tree", CLUSTER, REGION, CLAIMS, TAGGED])
+@pytest.mark.parametrize("path", ["one block per tree", CLUSTER, TAGGED])
 def test_weigh_and_checked_update_equal_the_buffers_code(path):
     assert path != "one cluster per tree" or {cluster_ok}
-    assert path != "a region of the tree per block" or {region_ok}
-    assert path != "claims in the cluster's shared memory" or {claims_ok}
     assert path != "claims in a table kept by the call" or {tagged_ok}
 
 @pytest.mark.cuda_key_targets
@@ -73,7 +65,7 @@ def triage(monkeypatch):
     return importlib.import_module("triage_gpu_tests")
 
 
-PARTS = ("cluster", "key", "other", "top", "region", "claims", "tagged", "spread")
+PARTS = ("cluster", "key", "other", "top", "tagged", "spread")
 """The stand-ins' parts, each passing unless its ``<part>_ok`` says otherwise."""
 
 
@@ -150,8 +142,6 @@ def test_the_triage_names_the_real_tests_and_paths(triage):
         sys.path.pop(0)
     assert triage.CLUSTER_PATH in places.PATHS
     assert places.PATHS[triage.CLUSTER_PATH].get("CLUSTER_MAX_BATCH", 0) > 0
-    assert places.REGION_PATH == REGION_PATH and places.PATHS[REGION_PATH]["REGION_MAX_BATCH"] > 0
-    assert places.CLAIMS_PATH == CLAIMS_PATH and places.PATHS[CLAIMS_PATH]["SHARED_CLAIMS"]
     assert places.TAGGED_PATH == TAGGED_PATH and places.PATHS[TAGGED_PATH]["TAGGED_CLAIMS"]
     defined = set(
         re.findall(r"^def (test_\w+)", (REPO / "tests/backends/test_cuda_buffer.py").read_text(),
@@ -232,9 +222,8 @@ def run_checks(
         "TEST_WORKERS": "1", "TEST_TIMEOUT": "3",
     }  # fmt: skip
     for name in ("CUDA_CLUSTER_MAX_BATCH", "CUDA_NARROW_MAX_NODES", "CUDA_KEY_TARGETS",
-                 "CUDA_REGION_MAX_BATCH", "CUDA_SHARED_CLAIMS", "CUDA_TAGGED_CLAIMS",
-                 "CUDA_OWN_SAMPLE_MAX_BATCH", "CUDA_SPREAD_MIN_BATCH",
-                 "CUDA_SPREAD_THREADS"):  # fmt: skip
+                 "CUDA_TAGGED_CLAIMS", "CUDA_TAGGED_SIBLINGS", "CUDA_OWN_SAMPLE_MAX_BATCH",
+                 "CUDA_SPREAD_MIN_BATCH", "CUDA_SPREAD_THREADS"):  # fmt: skip
         env.pop(name, None)
     for name in ("WHEELS", "QUICK_PEERS", "PYTEST_RC", "STAND_IN_XDIST", "STAND_IN_SLEEP"):
         env.pop(name, None)
@@ -274,7 +263,7 @@ def test_the_later_stages_run_without_the_parts_that_failed(tmp_path):
         for c in train
     )
     assert (
-        "pick: skipped, no cluster, narrow, top, region, claims, tagged, find or spread rows" in out
+        "pick: skipped, no cluster, narrow, top, tagged, find or spread rows" in out
     )  # not for a failure
 
 
@@ -330,9 +319,7 @@ def test_a_failure_that_passes_alone_without_the_failed_part_is_explained(tmp_pa
     assert len(rerun) == 1 and "::test_scan_of_sample_and_update_equals_jax" in rerun[0]
     assert "::test_the_sample_from_the_key" not in rerun[0]  # only the unexplained ones
     assert "0 failure(s) left unexplained after the rerun" in out
-    assert (
-        "pick: skipped, no cluster, narrow, top, region, claims, tagged, find or spread rows" in out
-    )
+    assert "pick: skipped, no cluster, narrow, top, tagged, find or spread rows" in out
 
 
 def test_a_failure_that_fails_again_alone_stays_unexplained(tmp_path):
@@ -418,35 +405,14 @@ def cases_of(xml: Path) -> dict[str, list[str]]:
     }
 
 
-def test_a_failing_region_case_turns_the_region_path_off_and_keeps_the_cluster_path(tmp_path):
-    out, calls = run_checks(tmp_path, ["tests", "region", "quick"], region_ok=False)
-    assert "tests_cluster: exit 0" in out
-    assert "== tests_region: 1; the region path off" in out and "== region: skipped" in out
-    main = next(c for c in calls if "tests.xml" in c)
-    assert "not slow and not cuda_cluster and not cuda_region" in main
-    region_run = next(c for c in calls if "tests_region.xml" in c)
-    assert "not slow and cuda_region" in region_run
-    quick = next(c for c in calls if "bench_quick.json" in c)
-    assert "--cuda-region-max-batch 0" in quick and "--cuda-cluster-max-batch 0" not in quick
-    cases = cases_of(tmp_path / "out" / "tests_region.xml")
-    name = "test_weigh_and_checked_update_equal_the_buffers_code[a region of the tree per block]"
-    assert list(cases) == [name] and cases[name] == ["failure"]
-
-
-@pytest.mark.parametrize("arm, switch", [("claims", "shared-claims"), ("tagged", "tagged-claims")])
-def test_each_claims_stage_is_an_ab_in_one_run_and_a_failing_case_of_it_turns_it_off(
-    tmp_path, arm, switch
-):
-    """`claims` / `tagged`: one bench_replay run with --cuda-claims-ab / --cuda-tagged-ab (the
-    update and step of cuda with its claims in shared memory / a tagged table, its parents from
-    it or not, beside cuda without, and jax); with CUDA_SHARED_CLAIMS=1 / CUDA_TAGGED_CLAIMS=1
-    (and CUDA_TAGGED_SIBLINGS=1) the later stages run with them, unless their GPU tests
-    (tests_claims / tests_tagged) failed."""
-    env = {f"CUDA_{switch.upper().replace('-', '_')}": "1"}
-    wrapped = f" --{switch} --"
-    if arm == "tagged":
-        env["CUDA_TAGGED_SIBLINGS"] = "1"
-        wrapped = " --tagged-claims --tagged-siblings --"
+def test_the_tagged_stage_is_an_ab_in_one_run_and_a_failing_case_of_it_turns_it_off(tmp_path):
+    """`tagged`: one bench_replay run with --cuda-tagged-ab (the update and step of cuda with
+    its claims in a tagged table, its parents from it or not, beside cuda without, and jax);
+    with CUDA_TAGGED_CLAIMS=1 and CUDA_TAGGED_SIBLINGS=1 the later stages run with them, unless
+    their GPU tests (tests_tagged) failed; the cluster path stays on either way."""
+    arm, switch = "tagged", "tagged-claims"
+    env = {"CUDA_TAGGED_CLAIMS": "1", "CUDA_TAGGED_SIBLINGS": "1"}
+    wrapped = " --tagged-claims --tagged-siblings --"
     out, calls = run_checks(tmp_path, ["tests", arm, "quick", "train"], extra_env=env)
     assert f"== tests_{arm}: exit 0" in out
     main = next(c for c in calls if "tests.xml" in c)
@@ -455,8 +421,7 @@ def test_each_claims_stage_is_an_ab_in_one_run_and_a_failing_case_of_it_turns_it
     (ab,) = [c for c in calls if f"/{arm}.json" in c]
     assert f"--cuda-{arm}-ab" in ab and "--backends cuda jax" in ab and "--ops update step" in ab
     quick = next(c for c in calls if "bench_quick.json" in c)
-    assert f"--cuda-{switch}" in quick
-    assert ("--cuda-tagged-siblings" in quick) == (arm == "tagged")
+    assert f"--cuda-{switch}" in quick and "--cuda-tagged-siblings" in quick
     train = [c for c in calls if " train " in c]
     assert len(train) == 2 and all(wrapped in c for c in train)
     again = tmp_path / "again"
@@ -465,7 +430,7 @@ def test_each_claims_stage_is_an_ab_in_one_run_and_a_failing_case_of_it_turns_it
     assert f"== tests_{arm}: 1; the {arm} path off" in out and f"== {arm}: skipped" in out
     assert not any(f"/{arm}.json" in c for c in calls)
     quick = next(c for c in calls if "bench_quick.json" in c)
-    assert f"--cuda-{switch}" not in quick and "--cuda-region-max-batch 0" not in quick
+    assert f"--cuda-{switch}" not in quick and "--cuda-cluster-max-batch 0" not in quick
     assert "--cuda-tagged-siblings" not in quick
 
 
@@ -509,8 +474,7 @@ def test_pick_reads_the_spread_rows_and_the_later_stages_spread_the_sample_where
     out_dir.mkdir()
     base = {"op": "step", "mode": "fused", "capacity": 2**20, "branching": 16,
             "cuda_block_max_batch": 1024, "cuda_narrow_max_nodes": 1024,
-            "cuda_cluster_max_batch": 4096, "cuda_region_max_batch": 0, "cuda_shared_claims": 0,
-            "cuda_own_sample": True}  # fmt: skip
+            "cuda_cluster_max_batch": 4096, "cuda_own_sample": True}  # fmt: skip
     arms = {"drlhet-cuda": (1 << 62, 128, 120e6), "drlhet-cuda-spread64": (1, 64, 135e6)}
     rows = [
         base | {"impl": impl, "batch": b, "cuda_spread_min_batch": least,
@@ -539,19 +503,16 @@ def test_the_own_sample_limit_reaches_the_benchmarks_and_the_wrapped_commands(tm
     assert train and all(" --own-sample-max-batch 1024 --" in c for c in train)
 
 
-@pytest.mark.parametrize("arm, switch", [("claims", "shared_claims"), ("tagged", "tagged_claims")])
-def test_pick_reads_a_claims_stages_rows_and_the_later_stages_run_with_its_choice(
-    tmp_path, arm, switch
-):
-    """`pick` with only the claims or tagged stage's rows (written here as the stage would):
-    where its claims win, the later stages run with them."""
+def test_pick_reads_the_tagged_stages_rows_and_the_later_stages_run_with_its_choice(tmp_path):
+    """`pick` with only the tagged stage's rows (written here as the stage would): where its
+    claims win, the later stages run with them."""
+    arm, switch = "tagged", "tagged_claims"
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     rows = [
         {"impl": impl, "op": "step", "mode": "fused", "capacity": 2**20, "batch": b,
          "branching": 16, "cuda_block_max_batch": 1024, "cuda_narrow_max_nodes": 1024,
-         "cuda_cluster_max_batch": 4096, "cuda_region_max_batch": 0,
-         f"cuda_{switch}": int(impl.endswith(arm)),
+         "cuda_cluster_max_batch": 4096, f"cuda_{switch}": int(impl.endswith(arm)),
          "items_per_s": 130e6 if impl.endswith(arm) else 120e6}
         for b in (2048, 4096)
         for impl in ("drlhet-cuda", f"drlhet-cuda-{arm}")
@@ -574,8 +535,7 @@ def test_pick_reads_the_find_rows_and_the_later_stages_sample_around_find_where_
     rows = [
         {"impl": impl, "op": "step", "mode": "fused", "capacity": 2**20, "batch": b,
          "branching": 16, "cuda_block_max_batch": 1024, "cuda_narrow_max_nodes": 1024,
-         "cuda_cluster_max_batch": 4096, "cuda_region_max_batch": 0, "cuda_shared_claims": 0,
-         "cuda_own_sample": impl == "drlhet-cuda",
+         "cuda_cluster_max_batch": 4096, "cuda_own_sample": impl == "drlhet-cuda",
          "items_per_s": 130e6 if impl.endswith("find") else 120e6}
         for b in (2048, 4096)
         for impl in ("drlhet-cuda", "drlhet-cuda-find")
@@ -587,58 +547,16 @@ def test_pick_reads_the_find_rows_and_the_later_stages_sample_around_find_where_
     assert "--cuda-own-sample-max-batch 2047" in next(c for c in calls if "bench_quick.json" in c)
 
 
-def test_the_region_stage_times_the_update_without_and_with_the_regions_and_pick_reads_it(
-    tmp_path,
-):
-    """`region`: the update and step with the path off and on; `pick` reads its rows (written
-    here as the stage would) and the later stages run with the path where it won."""
-    out_dir = tmp_path / "out"
-    out_dir.mkdir()
-    for region, rate in ((0, 110e6), (4096, 150e6)):
-        rows = [
-            {
-                "impl": "drlhet-cuda",
-                "op": "step",
-                "mode": "fused",
-                "capacity": 2**20,
-                "batch": b,
-                "branching": 16,
-                "cuda_block_max_batch": 512 if region else 1024,
-                "cuda_narrow_max_nodes": 1024,
-                "cuda_cluster_max_batch": 4096,
-                "cuda_region_max_batch": region,
-                "items_per_s": rate,
-            }
-            for b in (1024, 2048, 4096)
-        ]
-        (out_dir / f"region_{region}.json").write_text(json.dumps(rows))  # fmt: skip
-    out, calls = run_checks(tmp_path, ["region", "pick", "quick", "train"])
-    runs = [c for c in calls if c.startswith("experiments/bench_replay.py") and "/region_" in c]
-    assert [c.split("--out ")[1].split("/")[-1] for c in runs] == [
-        "region_0.json", "region_4096.json"
-    ]  # fmt: skip
-    assert "--backends cuda jax " in runs[0] and "--backends cuda " in runs[1]
-    assert "--cuda-region-max-batch 0 " in runs[0] and "--cuda-region-max-batch 4096 " in runs[1]
-    # with the path on, B 1024 leaves the one-block path for it
-    assert "--cuda-block-max-batch" not in runs[0] and "--cuda-block-max-batch 512 " in runs[1]
-    assert all("--batches 1024 2048 4096 " in r and "--capacities 1048576 " in r for r in runs)
-    assert "REGION_MAX_BATCH = 4096" in out
-    quick = next(c for c in calls if "bench_quick.json" in c)
-    assert "--cuda-region-max-batch 4096" in quick
-    train = [c for c in calls if " train " in c]
-    assert train and all("--region-max-batch 4096" in c.split(" -- ")[0] for c in train)
-
-
 def test_a_cluster_stage_not_run_leaves_the_cluster_path_off(tmp_path):
-    """Out of time before it (DEADLINE_S), the cluster and region paths are untested: off. The
+    """Out of time before it (DEADLINE_S), the cluster and tagged paths are untested: off. The
     tests stage takes over a second, so that the clock (whole seconds) has moved after it."""
     out, calls = run_checks(
         tmp_path, ["tests", "quick"], extra_env={"DEADLINE_S": "15", "STAND_IN_SLEEP": "1.2"}
     )
-    assert "== tests_cluster: skipped" in out and "== tests_region: skipped" in out
+    assert "== tests_cluster: skipped" in out and "== tests_tagged: skipped" in out
     assert "== tests_cluster: not run; the cluster path off" in out
-    assert "== tests_region: not run; the region path off" in out
-    assert not any("tests_cluster.xml" in c or "tests_region.xml" in c for c in calls)
+    assert "== tests_tagged: not run; the tagged path off" in out
+    assert not any("tests_cluster.xml" in c or "tests_tagged.xml" in c for c in calls)
 
 
 def test_the_gpu_stages_select_the_cluster_and_key_cases_by_their_marks(triage, tmp_path):
@@ -664,12 +582,9 @@ def test_the_gpu_stages_select_the_cluster_and_key_cases_by_their_marks(triage, 
     cluster = [i for i, m in marks.items() if "cuda_cluster" in m]
     assert len(cluster) >= 40 and all(triage.CLUSTER_PATH in i for i in cluster)  # GPU + emulated
     assert not any(triage.CLUSTER_PATH in i for i, m in marks.items() if "cuda_cluster" not in m)
-    region = [i for i, m in marks.items() if "cuda_region" in m]  # on a GPU only
-    assert len(region) >= 20 and all(REGION_PATH in i and "[gpu, " in i for i in region)
-    assert not any(REGION_PATH in i for i, m in marks.items() if "cuda_region" not in m)
-    claims = [i for i, m in marks.items() if "cuda_claims" in m]  # on a GPU only
-    assert len(claims) >= 20 and all(CLAIMS_PATH in i and "[gpu, " in i for i in claims)
-    assert not any(CLAIMS_PATH in i for i, m in marks.items() if "cuda_claims" not in m)
+    tagged = [i for i, m in marks.items() if "cuda_tagged" in m]  # on a GPU only
+    assert len(tagged) >= 20 and all(TAGGED_PATH in i and "[gpu, " in i for i in tagged)
+    assert not any(TAGGED_PATH in i for i, m in marks.items() if "cuda_tagged" not in m)
     key = {i.split("::")[-1].split("[")[0] for i, m in marks.items() if "cuda_key_targets" in m}
     assert key == set(triage.KEY_TESTS)
 
@@ -728,7 +643,7 @@ FAKE_NCU_SOURCE = """#!/usr/bin/env bash
 # kernel: a load (8 samples), a cluster wait (2)
 echo "$*" >> "$NCU_CALLS"
 [ "$1" = --import ] || { echo '==PROF== Report: /tmp/source_cuda.ncu-rep'; exit 0; }
-echo '"Kernel Name","drlhet_cuda_update_region",'
+echo '"Kernel Name","drlhet_cuda_update_cluster_tagged",'
 echo '"Address","Source","Warp Stall Sampling (All Samples)","stall_long_sb","stall_barrier"'
 echo '"0x7f00","      LDG.E R2, desc[UR8][R4.64]","8","8","0"'
 echo '"0x7f10","      UCGABAR_WAIT","2","0","2"'
@@ -736,16 +651,16 @@ echo '"0x7f10","      UCGABAR_WAIT","2","0","2"'
 
 
 def test_the_source_stage_samples_the_cuda_kernels_and_sums_them_per_phase(tmp_path):
-    extra = {**stand_in(tmp_path, "ncu", FAKE_NCU_SOURCE), "CUDA_REGION_MAX_BATCH": "4096"}
+    extra = {**stand_in(tmp_path, "ncu", FAKE_NCU_SOURCE), "CUDA_CLUSTER_MAX_BATCH": "2048"}
     out, calls = run_checks(tmp_path, ["source"], extra_env=extra)
     profile, page = (tmp_path / "ncu.log").read_text().splitlines()
     assert KERNEL_REGEX in profile
     assert "--section SourceCounters" in profile and "--warp-sampling-interval 0" in profile
     assert "-o /tmp/source_cuda " in profile and "--batches 4096" in profile
-    assert "--cuda-region-max-batch 4096" in profile  # the stage runs with the paths in force
+    assert "--cuda-cluster-max-batch 2048" in profile  # the stage runs with the paths in force
     assert page == "--import /tmp/source_cuda.ncu-rep --page source --csv --print-source sass"
     (entry,) = json.loads((tmp_path / "out" / "kernel_source.json").read_text())
-    assert entry["kernel"] == "drlhet_cuda_update_region" and entry["samples"] == 10
+    assert entry["kernel"] == "drlhet_cuda_update_cluster_tagged" and entry["samples"] == 10
     (phase,) = entry["phases"]
     assert phase["ends_with"] == "UCGABAR_WAIT" and phase["stalls"] == {"long_sb": 8, "barrier": 2}
     assert "LDG.E R2" not in out.split("== kernel_source")[0]  # the page is not echoed

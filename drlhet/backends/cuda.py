@@ -7,10 +7,10 @@ thread descends per target; an update resolves duplicates (the last kept entry w
 winners' leaves, then recomputes their ancestors level by level, each node the sequential sum of
 its K children as the reference sums it: in one block per tree (one launch) for a batch of at most
 `BLOCK_MAX_BATCH`, in one cluster of blocks per tree (one launch, GPUs of compute capability 9.0
-and up) for a batch of at most `REGION_MAX_BATCH` (each block a region of the tree) or
-`CLUSTER_MAX_BATCH` (the blocks over the whole batch, phase by phase), else one launch per phase
-and level over the whole batch. The buffer's sample is one call too (`weigh`; its targets drawn
-inside it where the kernels reproduce jax's draw bit for bit: `weigh_key`, `draws_like_jax`).
+and up) for a batch of at most `CLUSTER_MAX_BATCH` (the blocks over the whole batch, phase by
+phase), else one launch per phase and level over the whole batch. The buffer's sample is one
+call too (`weigh`; its targets drawn inside it where the kernels reproduce jax's draw bit for
+bit: `weigh_key`, `draws_like_jax`).
 Every handler is recorded into XLA's command buffers (CUDA graphs) with the rest of the step.
 ``update`` writes the tree in place (``input_output_aliases``; donate the buffer state) and never
 waits on the host: a batch with a bad index or priority is refused whole on the device, as the
@@ -91,29 +91,13 @@ step in a fused scan; ``experiments/gpu_checks.sh cluster pick``, results/cuda_p
 121.5M against the per-level path's 107.1M items/s at B 4096 (1.13x), 282M against 424M at
 B 16384; one cluster of 8 SMs per tree runs out of memory parallelism above that."""
 
-REGION_MAX_BATCH = 0
-"""An update of more than `BLOCK_MAX_BATCH` entries per tree but of at most this many (and
-4096) runs as one cluster of 8 blocks per tree, each block a region of the tree
-(``kernels/cuda/region_update.cuh``: its leaves' duplicates resolved in shared memory, barriers
-of the block), on GPUs of compute capability 9.0 and up and trees with a level of 8 nodes
-above the leaves; else the next path. The same bits (emulation, H100). Off: on an H100 (2^20
-leaves, K 16, results/bench_replay_gpu_h100_region_on.json) its step was 0.92x the cluster
-path's at B 2048, 1.02x at B 4096. Read when traced."""
-
-SHARED_CLAIMS = False
-"""Whether the cluster path's update of at most 8192 entries per tree resolves its duplicates in
-a hash table over the cluster's shared memory (``kernels/cuda/cluster_claims.cuh``), not in the
-workspace's winner slots. The same bits (emulation, H100). Off: slower on an H100 (2^20 leaves,
-K 16, ``gpu_checks.sh claims``, results/bench_replay_gpu_h100_claims.json): step 0.84x at B
-2048, 0.82x at B 4096. Read when traced."""
-
 TAGGED_CLAIMS = False
 """Whether the cluster path's update of at most one entry per thread of its cluster (4096 per tree
 on a GPU: 8 blocks of at most 512) claims its leaves in a table kept by its custom call between
 calls, each slot tagged with the update that claimed it (``kernels/cuda/tag_table.cuh``: no reset
 of the workspace's winner slots, no barrier after it; 8 bytes a leaf a tree on the device, per
-call site, made at its first update). Takes precedence over `SHARED_CLAIMS`. The same bits (host
-emulation). Until a GPU decides (``gpu_checks.sh tagged``): off. Read when traced."""
+call site, made at its first update). The same bits (host emulation). Until a GPU decides
+(``gpu_checks.sh tagged``): off. Read when traced."""
 TAGGED_SIBLINGS = False
 """With `TAGGED_CLAIMS`, whether the winners also sum their leaves' parents from the table (each
 slot carries its winner's value) instead of from the tree after a barrier over the leaves: one
@@ -200,8 +184,7 @@ def _update_target(target: str) -> str:
 def _paths() -> dict:
     """The update handlers' path attributes, as the module's settings say now."""
     return {name.lower(): np.int64(globals()[name]) for name in (
-        "BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "REGION_MAX_BATCH",
-        "SHARED_CLAIMS", "TAGGED_SIBLINGS")}  # fmt: skip
+        "BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "TAGGED_SIBLINGS")}  # fmt: skip
 
 
 def weigh(

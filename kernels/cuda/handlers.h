@@ -117,7 +117,6 @@ inline ffi::Error UpdateImpl(cudaStream_t stream, TagTableMemory* tags,
                              ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::S32> work,
                              int64_t branching, int64_t capacity, int64_t block_max_batch,
                              int64_t narrow_max_nodes, int64_t cluster_max_batch,
-                             int64_t region_max_batch, int64_t shared_claims,
                              int64_t tagged_siblings) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
@@ -135,7 +134,7 @@ inline ffi::Error UpdateImpl(cudaStream_t stream, TagTableMemory* tags,
   const UpdateArgs a =
       PlainArgs(out->typed_data(), capacity, branching, indices, values, keep, trees, work);
   LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes, cluster_max_batch,
-               region_max_batch, shared_claims != 0, tags, tagged_siblings != 0);
+               tags, tagged_siblings != 0);
   return LastError("drlhet_cuda_update");
 }
 
@@ -150,7 +149,6 @@ inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, TagTableMemory* tags,
                              ffi::ResultBuffer<ffi::S32> work, int64_t branching,
                              int64_t capacity, int64_t block_max_batch,
                              int64_t narrow_max_nodes, int64_t cluster_max_batch,
-                             int64_t region_max_batch, int64_t shared_claims,
                              int64_t tagged_siblings, float priority_max,
                              int64_t err_index, int64_t err_priority) {
   drlhet::TreeLayout lay;
@@ -182,7 +180,7 @@ inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, TagTableMemory* tags,
   a.max_out = max_out->typed_data();
   a.err_out = err_out->typed_data();
   LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes, cluster_max_batch,
-               region_max_batch, shared_claims != 0, tags, tagged_siblings != 0);
+               tags, tagged_siblings != 0);
   return LastError("drlhet_cuda_update_checked");
 }
 
@@ -301,8 +299,6 @@ auto UpdateBinding(B bind) {
       .template Attr<int64_t>("block_max_batch")
       .template Attr<int64_t>("narrow_max_nodes")
       .template Attr<int64_t>("cluster_max_batch")
-      .template Attr<int64_t>("region_max_batch")
-      .template Attr<int64_t>("shared_claims")
       .template Attr<int64_t>("tagged_siblings");
 }
 
@@ -325,8 +321,6 @@ auto UpdateCheckedBinding(B bind) {
       .template Attr<int64_t>("block_max_batch")
       .template Attr<int64_t>("narrow_max_nodes")
       .template Attr<int64_t>("cluster_max_batch")
-      .template Attr<int64_t>("region_max_batch")
-      .template Attr<int64_t>("shared_claims")
       .template Attr<int64_t>("tagged_siblings")
       .template Attr<float>("priority_max")
       .template Attr<int64_t>("err_index")

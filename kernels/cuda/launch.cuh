@@ -2,8 +2,7 @@
 // handlers (sum_tree.cu, on XLA's stream) and the host emulation of the CUDA execution model
 // (emu/cuda_emu.h, which defines DRLHET_LAUNCH and the runtime calls before including this), so
 // that the emulation runs the same launches in the same order as a GPU.
-// Include after sample_kernels.cuh, sample_spread.cuh, sum_tree_kernels.cuh, region_update.cuh,
-// cluster_claims.cuh and tag_table.cuh.
+// Include after sample_kernels.cuh, sample_spread.cuh, sum_tree_kernels.cuh and tag_table.cuh.
 #pragma once
 
 #include <cstdint>
@@ -168,23 +167,6 @@ inline bool InClusters(Kernel kernel, int64_t batch, int64_t cluster_max_batch) 
 
 inline unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
-// Whether a batch of `batch` entries per tree takes the region path (region_update.cuh): at
-// most region_max_batch and kRegionSlots entries, a tree with a level of kClusterBlocks nodes
-// above the leaves, and a GPU with clusters that fit its blocks.
-inline bool InRegions(const drlhet::TreeLayout& lay, int64_t batch, int64_t region_max_batch) {
-  return batch <= region_max_batch && batch <= kRegionSlots &&
-         RegionLevel(lay, kClusterBlocks) >= 0 &&
-         ClusterFits(drlhet_cuda_update_region, RegionThreads(batch));
-}
-
-// Whether a batch of `batch` entries per tree that takes the cluster path takes its variant with
-// the claims in the cluster's shared memory (cluster_claims.cuh): asked for (shared_claims), at
-// most one entry per thread of the cluster, and clusters of that kernel fit the GPU.
-inline bool InSharedClaims(int64_t batch, bool shared_claims) {
-  return shared_claims && batch <= kClaimMaxBatch &&
-         ClusterFits(drlhet_cuda_update_cluster_shared, ClusterThreads(batch));
-}
-
 // The table of `tags` (nullptr: none) on the device of `nodes` where a batch of `batch` entries
 // per tree that takes the cluster path takes its variant with the claims in a table kept
 // between calls (tag_table.cuh): at most one entry per thread of the cluster, blocks of at most
@@ -192,7 +174,7 @@ inline bool InSharedClaims(int64_t batch, bool shared_claims) {
 // trees (made at its first use); else nullptr.
 inline const TagTable* InTaggedClaims(TagTableMemory* tags, const float* nodes, int64_t trees,
                                       int64_t capacity, int64_t batch) {
-  if (tags == nullptr || batch > kClusterBlocks * int64_t{kTaggedMaxThreads} ||
+  if (tags == nullptr || batch > kTaggedMaxBatch ||
       !ClusterFits(drlhet_cuda_update_cluster_tagged, ClusterThreads(batch))) {
     return nullptr;
   }
@@ -200,26 +182,18 @@ inline const TagTable* InTaggedClaims(TagTableMemory* tags, const float* nodes, 
 }
 
 // The update's launches: one block per tree up to block_max_batch entries per tree; else one
-// cluster per tree, each block a region of the tree, up to region_max_batch where the GPU has
-// clusters; else one cluster per tree up to cluster_max_batch (its claims in the table of `tags`
-// where given, its leaves' parents summed from it with tagged_siblings; else in the cluster's
-// shared memory with shared_claims, where the batch allows; else in the workspace); else
-// reset, claim, leaves, then one launch per level from the leaves' parents up: a thread per
-// entry (its ancestor) at the levels wider than the batch, a thread per node at the levels no
-// wider than the batch but wider than narrow_max_nodes, and one block per tree for the rest
-// (the narrow levels, whole, and Finish).
+// cluster per tree up to cluster_max_batch where the GPU has clusters (its claims in the table
+// of `tags` where given and the batch allows, its leaves' parents summed from it with
+// tagged_siblings; else in the workspace); else reset, claim, leaves, then one launch per level
+// from the leaves' parents up: a thread per entry (its ancestor) at the levels wider than the
+// batch, a thread per node at the levels no wider than the batch but wider than
+// narrow_max_nodes, and one block per tree for the rest (the narrow levels, whole, and Finish).
 inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet::TreeLayout& lay,
                          int64_t trees, int64_t block_max_batch, int64_t narrow_max_nodes,
-                         int64_t cluster_max_batch, int64_t region_max_batch,
-                         bool shared_claims, TagTableMemory* tags, bool tagged_siblings) {
+                         int64_t cluster_max_batch, TagTableMemory* tags,
+                         bool tagged_siblings) {
   if (a.batch <= block_max_batch) {
     DRLHET_LAUNCH(drlhet_cuda_update_block, trees, kBlockThreads, stream, a);
-    return;
-  }
-  if (InRegions(lay, a.batch, region_max_batch)) {
-    DRLHET_LAUNCH_CLUSTER(drlhet_cuda_update_region, trees * kClusterBlocks,
-                          RegionThreads(a.batch), kClusterBlocks, stream, a, kClusterBlocks,
-                          RegionLevel(lay, kClusterBlocks), RegionHashBits(a.batch));
     return;
   }
   if (InClusters(drlhet_cuda_update_cluster, a.batch, cluster_max_batch)) {
@@ -229,12 +203,6 @@ inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet:
       DRLHET_LAUNCH_CLUSTER(drlhet_cuda_update_cluster_tagged, trees * kClusterBlocks,
                             ClusterThreads(a.batch), kClusterBlocks, stream, a, kClusterBlocks,
                             view);
-      return;
-    }
-    if (InSharedClaims(a.batch, shared_claims)) {
-      DRLHET_LAUNCH_CLUSTER(drlhet_cuda_update_cluster_shared, trees * kClusterBlocks,
-                            ClusterThreads(a.batch), kClusterBlocks, stream, a, kClusterBlocks,
-                            ClaimBits(a.batch));
       return;
     }
     DRLHET_LAUNCH_CLUSTER(drlhet_cuda_update_cluster, trees * kClusterBlocks,

@@ -34,14 +34,8 @@
 // cluster_max_batch: a batch too large for one block but of at most that many entries per tree
 // runs in one launch of one cluster of blocks per tree where the GPU has clusters (sm_90 and
 // up: drlhet_cuda_update_cluster, drlhet_cuda_sample_cluster), else as above; the updates
-// also region_max_batch: a batch above block_max_batch and of at most that many (and 4096)
-// entries per tree is written by one cluster per tree whose blocks each own a region of the
-// tree (drlhet_cuda_update_region, region_update.cuh; 0: never), before the cluster path;
-// the updates also shared_claims (0 or 1): the cluster path's batches of at most one entry per
-// thread resolve their duplicates in the cluster's shared memory (drlhet_cuda_update_cluster_
-// shared, cluster_claims.cuh) instead of the workspace's winner slots; the updates also
-// tagged_siblings (0 or 1): the tagged handlers' cluster path sums the leaves' parents from its
-// claims table, without a barrier after the leaves (the untagged handlers ignore it); the
+// also tagged_siblings (0 or 1): the tagged handlers' cluster path sums the leaves' parents from
+// its claims table, without a barrier after the leaves (the untagged handlers ignore it); the
 // samples also spread_min_batch and spread_threads: a batch of at least that many targets per
 // tree runs as one cooperative launch over the GPU, blocks of spread_threads
 // (drlhet_cuda_sample_spread, sample_spread.cuh), where the GPU holds its blocks at once;
@@ -58,8 +52,6 @@
 #include "sample_kernels.cuh"
 #include "sample_spread.cuh"
 #include "sum_tree_kernels.cuh"
-#include "region_update.cuh"
-#include "cluster_claims.cuh"
 #include "tag_table.cuh"
 // after the kernels they launch
 #include "launch.cuh"

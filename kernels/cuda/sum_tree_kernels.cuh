@@ -515,8 +515,8 @@ struct WorkspaceClaims {
 // min(batch, blockDim) nodes by the cluster's first block alone, after the last cluster
 // barrier, as drlhet_cuda_update_top does, and meanwhile Finish by the last block. No thread
 // returns before that barrier. The duplicates are resolved by `claims` (WorkspaceClaims, or
-// SharedClaims in cluster_claims.cuh or TaggedClaims in tag_table.cuh: a batch of at most one
-// entry per thread; each thread's copy, Settle'd after the claims' barrier). The tree's
+// TaggedClaims in tag_table.cuh: a batch of at most one entry per thread; each thread's copy,
+// Settle'd after the claims' barrier). The tree's
 // error bits and largest kept raw priority are merged per block in shared memory and read
 // across the cluster after the claims' barrier (ClusterWords), then written to the tree's
 // words by the last block. The same writes as the per-level path, so the same bits; plain or

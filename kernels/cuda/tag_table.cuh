@@ -19,8 +19,8 @@
 // Where the table lives: with one custom call of XLA (an FFI handler's state, made when the
 // executable is: handlers.h's TagTableState), 8 bytes a leaf a tree, allocated and cleared at
 // its first update (TagTableMemory); the buffer's state, checkpoints and the other backends do
-// not change. A batch of at most one entry per thread of the cluster (kClaimMaxBatch).
-// Include after sum_tree_kernels.cuh and cluster_claims.cuh.
+// not change. A batch of at most one entry per thread of the cluster (kTaggedMaxBatch).
+// Include after sum_tree_kernels.cuh.
 #pragma once
 
 #include <cstdint>
@@ -36,9 +36,10 @@ namespace drlhet_cuda {
 // block, 64 registers a thread: spills). A batch past kClusterBlocks * this claims in the
 // workspace (InTaggedClaims).
 constexpr int kTaggedMaxThreads = kClusterMaxThreads < 512 ? kClusterMaxThreads : 512;
-constexpr int kTagPosBits = 13;  // a position in the tree's batch: at most kClaimMaxBatch
+constexpr int64_t kTaggedMaxBatch = int64_t{kClusterBlocks} * kTaggedMaxThreads;  // per tree
+constexpr int kTagPosBits = 13;  // a position in the tree's batch: below kTaggedMaxBatch
 constexpr unsigned long long kTagMax = (1ull << (32 - kTagPosBits)) - 1;
-static_assert(kClaimMaxBatch <= (int64_t{1} << kTagPosBits), "a position must fit its bits");
+static_assert(kTaggedMaxBatch <= (int64_t{1} << kTagPosBits), "a position must fit its bits");
 
 // A table's memory as the kernel reads it, and whether the leaves' parents are summed from it.
 struct TagTable {

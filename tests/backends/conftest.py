@@ -6,16 +6,7 @@ import os
 
 import jax
 import pytest
-from cuda_places import (
-    CLAIMS_PATH,
-    CLUSTER_PATH,
-    GPU_ONLY,
-    PATHS,
-    PLACES,
-    REGION_PATH,
-    TAGGED_PATH,
-    devices,
-)
+from cuda_places import CLUSTER_PATH, GPU_ONLY, PATHS, PLACES, TAGGED_PATH, devices
 
 from drlhet import backends
 from drlhet.backends import cuda
@@ -24,8 +15,6 @@ from drlhet.backends import cuda
 # on a GPU in a stage of its own
 MARKS = {
     CLUSTER_PATH: [pytest.mark.cuda_cluster],
-    REGION_PATH: [pytest.mark.cuda_region],
-    CLAIMS_PATH: [pytest.mark.cuda_claims],
     TAGGED_PATH: [pytest.mark.cuda_tagged],
 }
 
@@ -41,11 +30,10 @@ MARKS = {
 )
 def place(request):
     """The cuda backend's ops (`TreeOps`, its own buffer calls included), run on one place's
-    first device with one update path. The cluster, region, shared claims and tagged claims
-    paths' cases are marked ``cuda_cluster``, ``cuda_region``, ``cuda_claims`` and
-    ``cuda_tagged``: ``experiments/gpu_checks.sh``
-    runs each on a GPU in a stage of its own, since only their kernels wait on other blocks (a
-    hang there costs that stage, not the other tests)."""
+    first device with one update path. The cluster and tagged claims paths' cases are marked
+    ``cuda_cluster`` and ``cuda_tagged``: ``experiments/gpu_checks.sh`` runs each on a GPU in a
+    stage of its own, since only their kernels wait on other blocks (a hang there costs that
+    stage, not the other tests)."""
     where, path = request.param.split(", ")
     device = devices(where)[0]
     ops = backends.tree_ops("cuda")

@@ -5,14 +5,11 @@ each place on the three update paths (`cuda.BLOCK_MAX_BATCH`: every batch in one
 or every batch over the whole grid, a launch per level, there with `cuda.NARROW_MAX_NODES` 16 so
 that the levels of 17 to B nodes take the launches of a thread per node; or, with
 `cuda.CLUSTER_MAX_BATCH`, every batch in one cluster of blocks per tree, the sample's too above
-1024 targets; or, with `cuda.REGION_MAX_BATCH` too, the update's batches of up to 4096 in one
-cluster per tree whose blocks each own a region of the tree, on a GPU only: the emulation runs
-that kernel directly in test_cuda_emu.py and inside jit in test_cuda.py, where the fixture's
-tests on one more path would cost about 45 s of the default suite; the same for the cluster
-path with its claims in the cluster's shared memory, `cuda.SHARED_CLAIMS`, and in a table kept by
-its custom call, `cuda.TAGGED_CLAIMS`, with the leaves' parents summed from it,
-`cuda.TAGGED_SIBLINGS`: test_cuda_tagged.py, both ways), everything in the test on that place's
-device: the reference too.
+1024 targets; or, with `cuda.TAGGED_CLAIMS` too, the cluster path with its claims in a table
+kept by its custom call and the leaves' parents summed from it, `cuda.TAGGED_SIBLINGS`, on a GPU
+only: the emulation runs that path in test_cuda_tagged.py, both ways, where the fixture's tests
+on one more path would cost about 45 s of the default suite), everything in the test on that
+place's device: the reference too.
 """
 
 from __future__ import annotations
@@ -26,15 +23,11 @@ from drlhet.backends.native import library_path
 
 NO_GPU = "missing device: no GPU (JAX sees no CUDA device here)"
 CLUSTER_PATH = "one cluster per tree"
-REGION_PATH = "a region of the tree per block"
-CLAIMS_PATH = "claims in the cluster's shared memory"
 TAGGED_PATH = "claims in a table kept by the call"
 PATHS = {
     "one block per tree": {"BLOCK_MAX_BATCH": 2**40},
     "one launch per level": {"BLOCK_MAX_BATCH": 0, "NARROW_MAX_NODES": 16},
     CLUSTER_PATH: {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40},
-    REGION_PATH: {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40, "REGION_MAX_BATCH": 2**40},
-    CLAIMS_PATH: {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40, "SHARED_CLAIMS": True},
     TAGGED_PATH: {
         "BLOCK_MAX_BATCH": 0,
         "CLUSTER_MAX_BATCH": 2**40,
@@ -42,11 +35,10 @@ PATHS = {
         "TAGGED_SIBLINGS": True,
     },
 }
-"""Each update path's settings of `drlhet.backends.cuda`. The region path's batches that it
-does not take (more than 4096 entries, trees without a level of 8 nodes above the leaves) go to
-the cluster path, as the shared and tagged claims' do (more entries than the cluster has
-threads)."""
-GPU_ONLY = (REGION_PATH, CLAIMS_PATH, TAGGED_PATH)
+"""Each update path's settings of `drlhet.backends.cuda`. The tagged claims' batches that they do
+not take (more entries than the tagged kernel's cluster has threads) go to the cluster path's
+workspace claims."""
+GPU_ONLY = (TAGGED_PATH,)
 """The paths the fixtures run on a GPU only (the emulation's tests of them: see above)."""
 PLACES = ("gpu", "emulated cpu")
 
@@ -65,6 +57,5 @@ def devices(place: str) -> list:
 
 
 __all__ = [
-    "CLAIMS_PATH", "CLUSTER_PATH", "GPU_ONLY", "NO_GPU", "PATHS", "PLACES", "REGION_PATH",
-    "TAGGED_PATH", "devices",
+    "CLUSTER_PATH", "GPU_ONLY", "NO_GPU", "PATHS", "PLACES", "TAGGED_PATH", "devices",
 ]  # fmt: skip

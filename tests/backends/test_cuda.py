@@ -135,18 +135,16 @@ def _missing_emulation():
 
 def test_the_update_names_its_path_and_writes_the_tree_in_place(monkeypatch):
     """The custom call as JAX lowers it (no GPU needed): the update-path thresholds
-    `cuda.BLOCK_MAX_BATCH`, `cuda.CLUSTER_MAX_BATCH` and `cuda.REGION_MAX_BATCH` and the narrow
-    levels' limit
+    `cuda.BLOCK_MAX_BATCH` and `cuda.CLUSTER_MAX_BATCH` and the narrow levels' limit
     `cuda.NARROW_MAX_NODES` read at trace time, and the tree aliased to the first result."""
     path = library_path("drlhet_cuda", "the CUDA kernels") if shutil.which("nvcc") else None
     if path is None:
         pytest.skip("missing library: the CUDA toolkit (nvcc is not on PATH)")
     tree = random_tree(100, 4)
-    for block_max, narrow_max, cluster_max, region_max in ((77, 5, 0, 0), (0, 4096, 9000, 33)):
+    for block_max, narrow_max, cluster_max in ((77, 5, 0), (0, 4096, 9000)):
         monkeypatch.setattr(cuda, "BLOCK_MAX_BATCH", block_max)
         monkeypatch.setattr(cuda, "NARROW_MAX_NODES", narrow_max)
         monkeypatch.setattr(cuda, "CLUSTER_MAX_BATCH", cluster_max)
-        monkeypatch.setattr(cuda, "REGION_MAX_BATCH", region_max)
         fresh = lambda t, i, v: cuda.update(t, i, v)  # noqa: E731 - a new trace each time
         text = (
             jax.jit(fresh, donate_argnums=0)
@@ -157,7 +155,6 @@ def test_the_update_names_its_path_and_writes_the_tree_in_place(monkeypatch):
         assert f"block_max_batch = {block_max} : i64" in call
         assert f"narrow_max_nodes = {narrow_max} : i64" in call
         assert f"cluster_max_batch = {cluster_max} : i64" in call
-        assert f"region_max_batch = {region_max} : i64" in call
         assert "output_operand_aliases" in call and "operand_index = 0" in call
 
 

@@ -374,22 +374,18 @@ def test_weigh_and_checked_update_equal_the_buffers_code(place, k, capacity):
 
 @pytest.mark.parametrize(
     "path, b",
-    [
-        (cuda_places.REGION_PATH, 2048),
-        (cuda_places.CLAIMS_PATH, 1024),
-        (cuda_places.TAGGED_PATH, 1024),
-    ],
-    ids=["regions", "shared claims", "tagged claims"],  # not the paths' names (GPU stages')
+    [(cuda_places.TAGGED_PATH, 1024)],
+    ids=["tagged claims"],  # not the paths' names (GPU stages')
 )
 def test_the_gpu_only_paths_inside_jit_equal_the_buffers_code_on_the_emulation(
     monkeypatch, path, b
 ):
-    """The paths the `place` fixture runs on a GPU only (cuda_places.GPU_ONLY: the region path,
-    `cuda.REGION_MAX_BATCH`, at B 2048, the region level 1; the cluster path's claims in shared
-    memory, `cuda.SHARED_CLAIMS`, and in a tagged table, `cuda.TAGGED_CLAIMS`, at B 1024, one
-    entry per thread of the emulation's cluster) through the custom calls on the emulated CPU
-    device: the checked update's batches (duplicates, drops, refusals) at K 16, 2^16 leaves,
-    and a jitted scan of vmapped plain writes over two trees, bit for bit the reference's."""
+    """The paths the `place` fixture runs on a GPU only (cuda_places.GPU_ONLY: the cluster
+    path's claims in a tagged table, `cuda.TAGGED_CLAIMS`, with `cuda.TAGGED_SIBLINGS`, at B
+    1024, one entry per thread of the emulation's cluster) through the custom calls on the
+    emulated CPU device: the checked update's batches (duplicates, drops, refusals) at K 16,
+    2^16 leaves, and a jitted scan of vmapped plain writes over two trees, bit for bit the
+    reference's."""
     k, capacity = 16, 2**16
     with jax.default_device(cuda_places.devices("emulated cpu")[0]):
         for name, value in cuda_places.PATHS[path].items():

@@ -38,19 +38,14 @@ from drlhet.replay.prioritized import sample_targets
 
 F32 = np.float32
 CASES = [(2, 1000), (3, 100), (16, 5000), (64, 777), (16, 1), (3, 7)]
-# the update's paths: (block_max_batch, narrow_max_nodes, cluster_max_batch, region_max_batch,
-# shared_claims). Per level with 16: a level of 17 to `batch` nodes is recomputed a thread per
-# node (drlhet_cuda_update_whole_level_args). By region: up to 4096 entries (kRegionSlots), on
-# trees with a level of 8 nodes above the leaves; else the cluster path takes the batch. Claims
-# in shared memory: up to one entry per thread of the cluster (1024 on the emulation); else the
-# cluster path's workspace claims take it.
+# the update's paths: (block_max_batch, narrow_max_nodes, cluster_max_batch). Per level with
+# 16: a level of 17 to `batch` nodes is recomputed a thread per node
+# (drlhet_cuda_update_whole_level_args).
 PATHS = {
-    "one block per tree": (2**40, 4096, 0, 0, 0),
-    "one launch per level": (0, 4096, 0, 0, 0),
-    "a thread per node": (0, 16, 0, 0, 0),
-    "one cluster per tree": (0, 4096, 2**40, 0, 0),
-    "one cluster per tree, by region": (0, 4096, 2**40, 2**40, 0),
-    "one cluster per tree, claims in shared memory": (0, 4096, 2**40, 0, 1),
+    "one block per tree": (2**40, 4096, 0),
+    "one launch per level": (0, 4096, 0),
+    "a thread per node": (0, 16, 0),
+    "one cluster per tree": (0, 4096, 2**40),
 }
 # the sample's: cluster_max_batch (a batch of at most 1024 per tree takes one block either way)
 # or spread_min_batch (every batch spread over the grid, where the emulation's cooperative
@@ -113,11 +108,11 @@ def placed(a, offset: int):
 def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, offset=0,
                tags=None, siblings=False):  # fmt: skip
     """One update of V = len(nodes) trees on ``path`` (block_max_batch, narrow_max_nodes,
-    cluster_max_batch, region_max_batch, shared_claims), the nodes ``offset`` bytes past a
+    cluster_max_batch), the nodes ``offset`` bytes past a
     16-byte boundary, with the claims table ``tags`` (uint64 [V * (C + 1)], kept by the
     caller; None: none), whose winners sum their leaves' parents from it with ``siblings``:
     (nodes [V, T], bad [V], max [V], err [V])."""
-    block_max, narrow_max, cluster_max, region_max, shared_claims = path
+    block_max, narrow_max, cluster_max = path
     out = placed(np.array(nodes, F32, ndmin=2), offset)
     trees, batch = out.shape[0], np.asarray(idx).reshape(out.shape[0], -1).shape[1]
     idx, values = (np.ascontiguousarray(x, d) for x, d in ((idx, np.int32), (values, F32)))
@@ -133,8 +128,7 @@ def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, o
     rc = lib.drlhet_emu_update(
         ptr(out), ctypes.c_int64(capacity), ctypes.c_int(k), ptr(idx), ptr(values), ptr(keep),
         ctypes.c_int64(trees), ctypes.c_int64(batch), ctypes.c_int64(block_max),
-        ctypes.c_int64(narrow_max), ctypes.c_int64(cluster_max), ctypes.c_int64(region_max),
-        ctypes.c_int64(shared_claims), ptr(raw),
+        ctypes.c_int64(narrow_max), ctypes.c_int64(cluster_max), ptr(raw),
         ptr(size), ctypes.c_float(checks.PRIORITY_MAX), ctypes.c_int32(checks.ERR_INDEX),
         ctypes.c_int32(checks.ERR_PRIORITY), ptr(max_in), ptr(err_in), ptr(max_out),
         ptr(err_out), ptr(bad), ptr(tags), ctypes.c_int64(siblings),
@@ -268,106 +262,6 @@ def test_a_cluster_hands_its_last_wide_level_to_its_first_block_in_shared_memory
     trees, idx, vals, keep = two_trees_and_batches(capacity, k, batch, seed=20)
     path = PATHS["one cluster per tree"]
     written_then_one_tree_refused(emu, path, trees, capacity, k, idx, vals, keep, (1, 7, capacity))
-
-
-REGION = PATHS["one cluster per tree, by region"]
-
-
-@pytest.mark.parametrize(
-    "k, capacity, batch",
-    [(16, 2**20, 4096), (16, 2**16, 2000), (2, 3000, 700), (3, 5000, 1500), (64, 777, 300),
-     (4, 9000, 4097)],
-)  # fmt: skip
-def test_the_region_path_equals_the_oracle(emu, schedule, k, capacity, batch):
-    """RegionUpdate (kernels/cuda/region_update.cuh) on two trees: each block's region from the
-    shallowest level of at least 8 nodes (K 16: level 1; K 2 at 3000 leaves: level 3; K 64 at
-    777: level 1, the leaves' parents), levels wider than 512 nodes a block as the winners'
-    ancestors (2^20 leaves: level 4, 8192 a block) and the rest whole, duplicates across blocks
-    and dropped entries; then a batch whose one tree is refused. B 4097 is past the path's
-    table: the cluster path takes it."""
-    trees, idx, vals, keep = two_trees_and_batches(capacity, k, batch, seed=30)
-    written_then_one_tree_refused(emu, REGION, trees, capacity, k, idx, vals, keep, (0, -1, -1))
-
-
-def test_a_region_that_owns_the_whole_batch_fills_its_table_and_keeps_the_last_duplicate(emu):
-    """At 2^20 leaves, K 16, every one of 4096 entries in the first block's region (leaves
-    below 2^17): 4096 distinct leaves fill its table of 4096 slots (the longest probe runs);
-    then 4096 entries on 5 leaves, the last kept entry of each winning (WinnerMerge)."""
-    k, capacity = 16, 2**20
-    nodes = np.asarray(random_tree(capacity, k, seed=40).nodes)
-    rng = np.random.default_rng(41)
-    idx = rng.permutation(2**17)[:4096].astype(np.int32)
-    vals = rng.random(4096).astype(F32)
-    keep = np.ones(4096, bool)
-    got, bad, _, _ = emu_update(emu, nodes, capacity, k, idx, vals, keep, REGION)
-    assert not bad.any()
-    np.testing.assert_array_equal(bits(got[0]), bits(oracle.write(nodes, capacity, k, idx, vals)))
-    few = rng.choice([3, 2**17 - 1, 2**19, 999_999, 2**20 - 1], 4096).astype(np.int32)
-    keep = rng.random(4096) < 0.5
-    got, bad, _, _ = emu_update(emu, nodes, capacity, k, few, vals, keep, REGION)
-    assert not bad.any()
-    want = oracle.write(nodes, capacity, k, few, vals, keep)
-    np.testing.assert_array_equal(bits(got[0]), bits(want))
-
-
-SHARED_CLAIMS = PATHS["one cluster per tree, claims in shared memory"]
-
-
-def claim_bits(batch: int) -> int:
-    """ClaimBits (kernels/cuda/cluster_claims.cuh): slots for at least twice the batch, 32 a
-    block."""
-    return max(8, (2 * batch - 1).bit_length())
-
-
-def first_slot(leaves, bits: int):
-    """LeafSlot (kernels/cuda/region_update.cuh) of each leaf in a table of 1 << bits slots."""
-    return (np.asarray(leaves, np.uint64) * 0x9E3779B1 % 2**32) >> (32 - bits)
-
-
-@pytest.mark.parametrize(
-    "k, capacity, batch",
-    [(16, 2**20, 1024), (16, 2**16, 1000), (2, 3000, 700), (3, 5000, 1024), (64, 777, 300),
-     (4, 9000, 1025)],
-)  # fmt: skip
-def test_claims_in_the_clusters_shared_memory_equal_the_oracle(emu, schedule, k, capacity, batch):
-    """ClusterUpdate with SharedClaims (kernels/cuda/cluster_claims.cuh) on two trees: each
-    taken entry claims its leaf in a table spread over the 8 blocks' shared memory (duplicates
-    across blocks, dropped entries), then a batch whose one tree is refused. B 1025 is past one
-    entry per thread of the emulation's cluster (8 x 128): the workspace's claims take it."""
-    trees, idx, vals, keep = two_trees_and_batches(capacity, k, batch, seed=50)
-    refuse = (1, 0, capacity)
-    written_then_one_tree_refused(emu, SHARED_CLAIMS, trees, capacity, k, idx, vals, keep, refuse)
-
-
-def test_claims_that_all_hash_into_one_blocks_part_probe_into_the_next_ones(emu, schedule):
-    """1024 distinct leaves whose first slots all lie in the first block's part of the table
-    (2048 slots, 256 a block): the probes run past its end into the other blocks' parts; then
-    1024 entries on 6 such leaves (the last kept entry of each winning), checked."""
-    k, capacity, batch = 16, 2**20, 1024
-    bits_ = claim_bits(batch)
-    leaves = np.arange(capacity)
-    owned = leaves[first_slot(leaves, bits_) >> (bits_ - 3) == 0]
-    rng = np.random.default_rng(51)
-    idx = rng.permutation(owned)[:batch].astype(np.int32)
-    assert len(idx) == batch and (first_slot(idx, bits_) < 2 ** (bits_ - 3)).all()
-    nodes = np.asarray(random_tree(capacity, k, seed=52).nodes)
-    vals = rng.random(batch).astype(F32)
-    got, bad, _, _ = emu_update(emu, nodes, capacity, k, idx, vals, np.ones(batch, bool),
-                                SHARED_CLAIMS)  # fmt: skip
-    assert not bad.any()
-    np.testing.assert_array_equal(bits(got[0]), bits(oracle.write(nodes, capacity, k, idx, vals)))
-    few = rng.choice(idx[:6], batch).astype(np.int32)
-    keep = rng.random(batch) < 0.5
-    raw = rng.random(batch).astype(F32) + F32(0.5)
-    values = np.asarray(leaf_values(jnp.asarray(raw)))
-    checked = (raw, [capacity], [F32(1.0)], [0])
-    got, bad, got_max, got_err = emu_update(
-        emu, nodes, capacity, k, few, values, keep, SHARED_CLAIMS, checked
-    )
-    assert not bad.any() and got_err[0] == 0
-    assert got_max[0] == max(F32(1.0), raw[keep].max())
-    want = oracle.write(nodes, capacity, k, few, values, keep)
-    np.testing.assert_array_equal(bits(got[0]), bits(want))
 
 
 @pytest.mark.parametrize("path", ["one block per tree", "one launch per level"])
@@ -612,7 +506,7 @@ def test_a_launch_whose_barriers_never_complete_fails_instead_of_hanging(emu):
     # the emulation is usable after it
     tree = random_tree(50, 4)
     got, bad, _, _ = emu_update(
-        emu, tree.nodes, 50, 4, np.arange(3), np.ones(3, F32), [1] * 3, (0, 4096, 0, 0, 0)
+        emu, tree.nodes, 50, 4, np.arange(3), np.ones(3, F32), [1] * 3, (0, 4096, 0)
     )
     np.testing.assert_array_equal(
         bits(got[0]), bits(oracle.write(tree.nodes, 50, 4, [0, 1, 2], [1.0] * 3))

@@ -13,8 +13,6 @@
 #include "../sample_kernels.cuh"
 #include "../sample_spread.cuh"
 #include "../sum_tree_kernels.cuh"
-#include "../region_update.cuh"
-#include "../cluster_claims.cuh"
 #include "../tag_table.cuh"
 #include "../launch.cuh"
 
@@ -167,9 +165,7 @@ DRLHET_EMU_EXPORT int drlhet_emu_weigh(const float* nodes, int64_t capacity, int
 
 // drlhet_cuda_update (raw == nullptr) or drlhet_cuda_update_checked on `trees` trees of `batch`
 // entries each, the nodes in place; one block per tree when batch <= block_max_batch, else one
-// cluster per tree, a region of the tree a block, when batch <= region_max_batch, else one
-// cluster per tree when batch <= cluster_max_batch (its claims in the cluster's shared memory
-// with shared_claims, where the batch allows), else the per-level launches with levels of
+// cluster per tree when batch <= cluster_max_batch, else the per-level launches with levels of
 // at most narrow_max_nodes nodes in one block per tree. With `tags` ([trees * (capacity + 1)]
 // words, the caller's, kept between calls: a claims table's slots, then each tree's last tag;
 // tag_table.cuh), the cluster path's batches of at most one entry per thread claim in it (and
@@ -180,8 +176,7 @@ DRLHET_EMU_EXPORT int drlhet_emu_update(float* nodes, int64_t capacity, int k,
                                         const int32_t* indices, const float* values,
                                         const bool* keep, int64_t trees, int64_t batch,
                                         int64_t block_max_batch, int64_t narrow_max_nodes,
-                                        int64_t cluster_max_batch, int64_t region_max_batch,
-                                        int64_t shared_claims, const float* raw,
+                                        int64_t cluster_max_batch, const float* raw,
                                         const int32_t* size, float priority_max,
                                         int32_t err_index, int32_t err_priority,
                                         const float* max_in, const int32_t* err_in,
@@ -217,8 +212,8 @@ DRLHET_EMU_EXPORT int drlhet_emu_update(float* nodes, int64_t capacity, int k,
   drlhet_cuda::TagTableMemory table;
   if (tags != nullptr) table.Borrow(tags, trees, capacity);
   drlhet_cuda::LaunchUpdate(nullptr, a, lay, trees, block_max_batch, narrow_max_nodes,
-                            cluster_max_batch, region_max_batch, shared_claims != 0,
-                            tags != nullptr ? &table : nullptr, tagged_siblings != 0);
+                            cluster_max_batch, tags != nullptr ? &table : nullptr,
+                            tagged_siblings != 0);
   for (int64_t v = 0; v < trees; ++v) bad_out[v] = a.bad[v];
   return Status();
 }

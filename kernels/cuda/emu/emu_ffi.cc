@@ -12,8 +12,6 @@
 #include "../sample_kernels.cuh"
 #include "../sample_spread.cuh"
 #include "../sum_tree_kernels.cuh"
-#include "../region_update.cuh"
-#include "../cluster_claims.cuh"
 #include "../tag_table.cuh"
 #include "../launch.cuh"
 #include "../handlers.h"

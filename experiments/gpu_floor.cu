@@ -75,8 +75,8 @@ __device__ __forceinline__ void WaitAcquire() {
 // n dependent atomicCAS by each thread on its slot in the next block's shared memory (`cell`:
 // this block's copy), between two cluster barriers: the first so that every block runs before
 // another touches its shared memory, the last so that none exits while another still does.
-// 32-bit, as the cluster update's claims (cluster_claims.cuh): a 64-bit atomic on shared memory
-// is not the hardware's (nvcc's fallback for it is neither remote nor atomic).
+// 32-bit, as the cluster update's claims in shared memory were (a path since removed): a 64-bit
+// atomic on shared memory is not the hardware's (nvcc's fallback is neither remote nor atomic).
 __device__ void RemoteCas(int n, unsigned t, unsigned* cell, unsigned* scratch) {
   cell[threadIdx.x] = 0;
   ArriveRelease();

@@ -171,11 +171,12 @@ inline unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads -
 // per tree that takes the cluster path takes its variant with the claims in a table kept
 // between calls (tag_table.cuh): at most one entry per thread of the cluster, blocks of at most
 // kTaggedMaxThreads, clusters of that kernel fit the GPU, and the table is there for these
-// trees (made at its first use); else nullptr.
-inline const TagTable* InTaggedClaims(TagTableMemory* tags, const float* nodes, int64_t trees,
-                                      int64_t capacity, int64_t batch) {
+// trees (made at its first use); else nullptr. `kernel`: the tagged kernel for the trees' K.
+template <typename Kernel>
+inline const TagTable* InTaggedClaims(Kernel kernel, TagTableMemory* tags, const float* nodes,
+                                      int64_t trees, int64_t capacity, int64_t batch) {
   if (tags == nullptr || batch > kTaggedMaxBatch ||
-      !ClusterFits(drlhet_cuda_update_cluster_tagged, ClusterThreads(batch))) {
+      !ClusterFits(kernel, ClusterThreads(batch))) {
     return nullptr;
   }
   return tags->For(trees, capacity, nodes);
@@ -188,25 +189,32 @@ inline const TagTable* InTaggedClaims(TagTableMemory* tags, const float* nodes, 
 // from the leaves' parents up: a thread per entry (its ancestor) at the levels wider than the
 // batch, a thread per node at the levels no wider than the batch but wider than
 // narrow_max_nodes, and one block per tree for the rest (the narrow levels, whole, and Finish).
+// The one-block and cluster kernels compiled for K 16 (the _k16 kernels) take K 16's trees.
 inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet::TreeLayout& lay,
                          int64_t trees, int64_t block_max_batch, int64_t narrow_max_nodes,
                          int64_t cluster_max_batch, TagTableMemory* tags,
                          bool tagged_siblings) {
+  const bool k16 = a.k == 16;
   if (a.batch <= block_max_batch) {
-    DRLHET_LAUNCH(drlhet_cuda_update_block, trees, kBlockThreads, stream, a);
+    if (k16) {
+      DRLHET_LAUNCH(drlhet_cuda_update_block_k16, trees, kBlockThreads, stream, a);
+    } else {
+      DRLHET_LAUNCH(drlhet_cuda_update_block, trees, kBlockThreads, stream, a);
+    }
     return;
   }
-  if (InClusters(drlhet_cuda_update_cluster, a.batch, cluster_max_batch)) {
-    if (const TagTable* table = InTaggedClaims(tags, a.nodes, trees, a.capacity, a.batch)) {
+  auto in_cluster = k16 ? drlhet_cuda_update_cluster_k16 : drlhet_cuda_update_cluster;
+  if (InClusters(in_cluster, a.batch, cluster_max_batch)) {
+    auto tagged = k16 ? drlhet_cuda_update_cluster_tagged_k16 : drlhet_cuda_update_cluster_tagged;
+    if (const TagTable* table = InTaggedClaims(tagged, tags, a.nodes, trees, a.capacity, a.batch)) {
       TagTable view = *table;
       view.siblings = tagged_siblings;
-      DRLHET_LAUNCH_CLUSTER(drlhet_cuda_update_cluster_tagged, trees * kClusterBlocks,
-                            ClusterThreads(a.batch), kClusterBlocks, stream, a, kClusterBlocks,
-                            view);
+      DRLHET_LAUNCH_CLUSTER(tagged, trees * kClusterBlocks, ClusterThreads(a.batch),
+                            kClusterBlocks, stream, a, kClusterBlocks, view);
       return;
     }
-    DRLHET_LAUNCH_CLUSTER(drlhet_cuda_update_cluster, trees * kClusterBlocks,
-                          ClusterThreads(a.batch), kClusterBlocks, stream, a, kClusterBlocks);
+    DRLHET_LAUNCH_CLUSTER(in_cluster, trees * kClusterBlocks, ClusterThreads(a.batch),
+                          kClusterBlocks, stream, a, kClusterBlocks);
     return;
   }
   DRLHET_LAUNCH(drlhet_cuda_update_reset_args, Blocks(a.n), kThreads, stream, a);

@@ -188,12 +188,13 @@ __device__ inline void Leaf(const UpdateArgs& a, int64_t i, const drlhet::TreeLa
 }
 
 // Phase 3 at one level: the winner's ancestor, recomputed from its children.
+template <int KStatic = 0>
 __device__ inline void Ancestor(const UpdateArgs& a, int64_t i, const drlhet::TreeLayout& lay,
                                 int level) {
   int64_t v = 0;
   if (!Wins(a, i, &v)) return;
-  RecomputeNodeWide(a.nodes + v * lay.size, lay, level,
-                    drlhet::AncestorAt(a.indices[i], lay, level));
+  RecomputeNodeWide<KStatic>(a.nodes + v * lay.size, lay, level,
+                             drlhet::AncestorAt(a.indices[i], lay, level));
 }
 
 // Phase 3 at a level no wider than the batch, but wider than the narrow levels' one block
@@ -242,10 +243,12 @@ __device__ inline const float* HandChildren(const HandRows& hand, int64_t j, int
 // memory (padding as +0, as in the tree) where its padded width fits kRowFloats: the same
 // values in the same order, so the same bits, without a round trip to memory per level. Every
 // node is written to the tree. A barrier of the block between levels (every thread of the
-// block calls it), none after level 0.
+// block calls it), none after level 0. KStatic > 0: K fixed at compile time (KOf).
+template <int KStatic = 0>
 __device__ inline void BlockTopLevels(float* tree, const drlhet::TreeLayout& lay, int top,
                                       HandRows hand = HandRows{nullptr, 0}) {
   __shared__ __align__(16) float rows[2][kRowFloats];
+  const int k = KOf<KStatic>(lay);
   const float* below = nullptr;  // level + 1 in shared memory, or nullptr: read the tree
   for (int level = top; level >= 0; --level) {
     const int64_t count = drlhet::NodesAt(lay, level);
@@ -256,8 +259,7 @@ __device__ inline void BlockTopLevels(float* tree, const drlhet::TreeLayout& lay
     for (int64_t j = threadIdx.x; j < (row != nullptr ? width : count); j += blockDim.x) {
       float sum = 0.0f;  // a padding slot
       if (j < count) {
-        sum = SumChildrenWide(handed ? HandChildren(hand, j, lay.k) : children + j * lay.k,
-                              lay.k);
+        sum = SumChildrenWide<KStatic>(handed ? HandChildren(hand, j, k) : children + j * k, k);
         tree[lay.offsets[level] + j] = sum;
       }
       if (row != nullptr) row[j] = sum;
@@ -281,6 +283,7 @@ __device__ inline void TopLevels(const UpdateArgs& a, int top) {
 // The one-block update's leaves and levels of tree blockIdx.x, once its claims are in (win:
 // the tree's winner slots, base: its first entry); levels 0..top have every node recomputed.
 // A dropped entry's index is never read: a plain update may drop one outside [0, C).
+template <int KStatic = 0>
 __device__ inline void BlockLevels(const UpdateArgs& a, const drlhet::TreeLayout& lay, float* tree,
                                    const int32_t* win, int64_t base, int top) {
   const int32_t* idx = a.indices + base;
@@ -293,12 +296,12 @@ __device__ inline void BlockLevels(const UpdateArgs& a, const drlhet::TreeLayout
   for (int level = lay.depth - 1; level >= 0; --level) {
     __syncthreads();  // the level below is written
     if (level <= top) {  // level == top: the narrow levels, whole
-      BlockTopLevels(tree, lay, level);
+      BlockTopLevels<KStatic>(tree, lay, level);
       return;
     }
     for (int64_t b = threadIdx.x; b < a.batch; b += blockDim.x) {
       if (kp[b] && drlhet::IsWinner(win[idx[b]], static_cast<int32_t>(b), true)) {
-        RecomputeNodeWide(tree, lay, level, drlhet::AncestorAt(idx[b], lay, level));
+        RecomputeNodeWide<KStatic>(tree, lay, level, drlhet::AncestorAt(idx[b], lay, level));
       }
     }
   }
@@ -306,6 +309,7 @@ __device__ inline void BlockLevels(const UpdateArgs& a, const drlhet::TreeLayout
 
 // BlockLevels for a batch of at most blockDim entries (the default threshold): each thread's
 // one entry (its index, value and whether it won) is read once, not again at every level.
+template <int KStatic = 0>
 __device__ inline void BlockLevelsOneEach(const UpdateArgs& a, const drlhet::TreeLayout& lay,
                                           float* tree, const int32_t* win, int64_t base,
                                           int top) {
@@ -319,12 +323,12 @@ __device__ inline void BlockLevelsOneEach(const UpdateArgs& a, const drlhet::Tre
   for (int level = lay.depth - 1; level >= 0; --level) {
     __syncthreads();  // the level below is written
     if (level <= top) {  // level == top: the narrow levels, whole
-      BlockTopLevels(tree, lay, level);
+      BlockTopLevels<KStatic>(tree, lay, level);
       return;
     }
     if (won) {
-      node /= static_cast<uint32_t>(lay.k);  // AncestorAt(leaf, lay, level), a level at a time
-      RecomputeNodeWide(tree, lay, level, node);
+      node /= static_cast<uint32_t>(KOf<KStatic>(lay));  // AncestorAt, a level at a time
+      RecomputeNodeWide<KStatic>(tree, lay, level, node);
     }
   }
 }
@@ -351,12 +355,12 @@ __device__ inline bool ParentsFromClaims(const Claims& claims, const drlhet::Tre
 }
 
 // claims.LeafAndParent where the claims have it (ParentsFromClaims said so), else false.
-template <typename Claims>
+template <int KStatic, typename Claims>
 __device__ inline bool LeafAndParentOf(const Claims& claims, const UpdateArgs& a,
                                        const ClusterPlace& c, const drlhet::TreeLayout& lay,
                                        const EntryClaim& e, bool refused, float* tree) {
   if constexpr (Claims::kSiblings) {
-    return claims.LeafAndParent(a, c, lay, e, refused, tree);
+    return claims.template LeafAndParent<KStatic>(a, c, lay, e, refused, tree);
   } else {
     return false;
   }
@@ -364,11 +368,12 @@ __device__ inline bool LeafAndParentOf(const Claims& claims, const UpdateArgs& a
 
 // Levels whole + 1 .. depth - 1 of the cluster's tree: a cluster barrier, then each winner's
 // ancestor at the level.
+template <int KStatic>
 __device__ inline void ClusterEntryLevels(const UpdateArgs& a, const drlhet::TreeLayout& lay,
                                           const ClusterPlace& c) {
   for (int level = lay.depth - 1; level > c.whole; --level) {
     ClusterSync();  // the level below is written (the leaves, at the first level)
-    for (int64_t b = c.t; b < a.batch; b += c.all) Ancestor(a, c.base + b, lay, level);
+    for (int64_t b = c.t; b < a.batch; b += c.all) Ancestor<KStatic>(a, c.base + b, lay, level);
   }
 }
 
@@ -379,7 +384,7 @@ __device__ inline void ClusterEntryLevels(const UpdateArgs& a, const drlhet::Tre
 // a barrier before each level. Where the claims sum the leaves' parents themselves
 // (ParentsFromClaims: TaggedClaims::LeafAndParent) the winners write their leaves and parents
 // at once and the barrier after the leaves goes.
-template <typename Claims>
+template <int KStatic, typename Claims>
 __device__ inline void ClusterEntryLevelsOneEach(const UpdateArgs& a,
                                                  const drlhet::TreeLayout& lay,
                                                  const ClusterPlace& c, const EntryClaim& e,
@@ -389,9 +394,10 @@ __device__ inline void ClusterEntryLevelsOneEach(const UpdateArgs& a,
   uint32_t node = static_cast<uint32_t>(leaf);  // a won leaf is in [0, C), C < 2^31
   int level = lay.depth - 1;
   bool won = false;
+  const auto k = static_cast<uint32_t>(KOf<KStatic>(lay));
   if (ParentsFromClaims(claims, lay, c)) {  // the same in every thread of the cluster
-    won = LeafAndParentOf(claims, a, c, lay, e, refused, tree);
-    node /= static_cast<uint32_t>(lay.k);
+    won = LeafAndParentOf<KStatic>(claims, a, c, lay, e, refused, tree);
+    node /= k;
     --level;
   } else {
     won = claims.Won(a, c, e, refused);
@@ -399,8 +405,8 @@ __device__ inline void ClusterEntryLevelsOneEach(const UpdateArgs& a,
   }
   for (; level > c.whole; --level) {
     ClusterSync();  // the level below is written (the leaves, at the first level)
-    node /= static_cast<uint32_t>(lay.k);  // AncestorAt(leaf, lay, level), a level at a time
-    if (won) RecomputeNodeWide(tree, lay, level, node);
+    node /= k;  // AncestorAt(leaf, lay, level), a level at a time
+    if (won) RecomputeNodeWide<KStatic>(tree, lay, level, node);
   }
 }
 
@@ -411,13 +417,15 @@ __device__ inline void ClusterEntryLevelsOneEach(const UpdateArgs& a,
 // memory (BlockTopLevels), and each thread writes its node to the tree after the barrier, so
 // that the barrier's release waits for no store to global memory. Returns the node (0 when
 // refused or past the level).
+template <int KStatic>
 __device__ inline float HandLevel(const float* tree, const drlhet::TreeLayout& lay,
                                   const ClusterPlace& c, bool refused, float* own) {
   const int level = c.top + 1;
+  const int k = KOf<KStatic>(lay);
   float sum = 0.0f;
   if (refused) return sum;
   if (c.t < drlhet::NodesAt(lay, level)) {
-    sum = SumChildrenWide(tree + lay.offsets[level + 1] + c.t * lay.k, lay.k);
+    sum = SumChildrenWide<KStatic>(tree + lay.offsets[level + 1] + c.t * k, k);
   }
   if (c.t < lay.offsets[level + 1] - lay.offsets[level]) own[threadIdx.x] = sum;
   return sum;
@@ -426,6 +434,7 @@ __device__ inline float HandLevel(const float* tree, const drlhet::TreeLayout& l
 // ClusterUpdate after the leaves and the levels wider than the batch: the levels of at most
 // `batch` nodes, then those of at most blockDim by the first block; the tree's words and
 // Finish by the last block. `bad`, `most`: the cluster's merged words.
+template <int KStatic>
 __device__ inline void ClusterLevels(const UpdateArgs& a, const drlhet::TreeLayout& lay,
                                      const ClusterPlace& c, bool refused, int32_t bad,
                                      int32_t most, unsigned rank) {
@@ -434,18 +443,18 @@ __device__ inline void ClusterLevels(const UpdateArgs& a, const drlhet::TreeLayo
   // level top + 1 handed to the first block in shared memory (HandLevel), where one block
   // holds every node's children: the same in every thread of the cluster
   const bool hand = a.batch <= c.all && c.whole > c.top && c.top >= 0 &&
-                    blockDim.x % static_cast<unsigned>(lay.k) == 0;
+                    blockDim.x % static_cast<unsigned>(KOf<KStatic>(lay)) == 0;
   for (int level = c.whole; level > c.top + (hand ? 1 : 0); --level) {  // whole < depth
     ClusterSync();  // the level below is written
     if (refused) continue;
     for (int64_t j = c.t; j < drlhet::NodesAt(lay, level); j += c.all) {
-      RecomputeNodeWide(tree, lay, level, j);
+      RecomputeNodeWide<KStatic>(tree, lay, level, j);
     }
   }
   float handed = 0.0f;
   if (hand) {
     ClusterSync();  // the level below is written
-    handed = HandLevel(tree, lay, c, refused, RankSlot(hand_rows, rank, blockDim.x));
+    handed = HandLevel<KStatic>(tree, lay, c, refused, RankSlot(hand_rows, rank, blockDim.x));
     ClusterSyncShared();  // the rows are written: since the last barrier only they were
   } else {
     ClusterSync();  // level top + 1 is in the tree, which the first block reads
@@ -467,8 +476,8 @@ __device__ inline void ClusterLevels(const UpdateArgs& a, const drlhet::TreeLayo
     return;
   }
   // with hand: the first block arrives at the cluster's barrier after level top
-  BlockTopLevels(tree, lay, c.top,
-                 HandRows{hand ? hand_rows : nullptr, static_cast<int64_t>(blockDim.x)});
+  BlockTopLevels<KStatic>(tree, lay, c.top,
+                          HandRows{hand ? hand_rows : nullptr, static_cast<int64_t>(blockDim.x)});
   if (hand) ClusterWait();
 }
 
@@ -520,8 +529,8 @@ struct WorkspaceClaims {
 // error bits and largest kept raw priority are merged per block in shared memory and read
 // across the cluster after the claims' barrier (ClusterWords), then written to the tree's
 // words by the last block. The same writes as the per-level path, so the same bits; plain or
-// checked (a.raw).
-template <typename Claims>
+// checked (a.raw). KStatic > 0: K fixed at compile time (a.k must equal it; KOf).
+template <int KStatic, typename Claims>
 __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs, Claims claims) {
   __shared__ int32_t block_bad[kClusterBlocks], block_most[kClusterBlocks];  // slot: the rank
   const unsigned rank = blockIdx.x % cs;
@@ -542,14 +551,66 @@ __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs, Claims cla
   ClusterWords(block_bad, block_most, cs, &bad, &most);
   const bool refused = bad != 0;
   if (!Claims::kAnyBatch || a.batch <= c.all) {  // the same in every thread of the cluster
-    ClusterEntryLevelsOneEach(a, lay, c, first, claims, refused);
+    ClusterEntryLevelsOneEach<KStatic>(a, lay, c, first, claims, refused);
   } else {  // Leaf and Ancestor read the tree's word in global memory: written, then a barrier
     if (c.t == 0) a.bad[c.v] = bad;
     ClusterSync();
     for (int64_t b = c.t; b < a.batch; b += c.all) Leaf(a, c.base + b, lay);
-    ClusterEntryLevels(a, lay, c);
+    ClusterEntryLevels<KStatic>(a, lay, c);
   }
-  ClusterLevels(a, lay, c, refused, bad, most, rank);
+  ClusterLevels<KStatic>(a, lay, c, refused, bad, most, rank);
+}
+
+// The whole update of one tree in one block (grid = V trees, one block each): the phases
+// above, separated by __syncthreads instead of launches, each thread taking every blockDim-th
+// entry. For batches small enough that one block keeps up: one graph node instead of 4 + depth
+// launches. Levels no wider than the batch have every node recomputed once (NarrowTop). A
+// refused batch writes no node. Plain or checked (a.raw), as the per-level path. KStatic > 0:
+// K fixed at compile time (a.k must equal it; KOf).
+template <int KStatic>
+__device__ inline void UpdateBlock(const UpdateArgs& a) {
+  __shared__ int32_t refused, most;
+  const int64_t v = blockIdx.x, base = v * a.batch;
+  const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);
+  float* tree = a.nodes + v * lay.size;
+  int32_t* win = a.winner + v * a.capacity;
+  const int32_t* idx = a.indices + base;
+  const bool* kp = a.keep + base;
+  if (threadIdx.x == 0) refused = most = 0;
+  __syncthreads();
+  for (int64_t b = threadIdx.x; b < a.batch; b += blockDim.x) {
+    const int32_t err = EntryErrors(a, base + b, v);
+    if (err) {
+      atomicOr(&refused, err);
+    } else if (kp[b]) {
+      win[idx[b]] = -1;
+    }
+  }
+  __syncthreads();
+  if (refused) {  // the same value in every thread after the barrier
+    if (threadIdx.x == 0) {
+      a.bad[v] = refused;
+      Finish(a, v);
+    }
+    return;
+  }
+  for (int64_t b = threadIdx.x; b < a.batch; b += blockDim.x) {
+    if (!kp[b]) continue;
+    atomicMax(win + idx[b], static_cast<int32_t>(b));
+    if (a.raw != nullptr) atomicMax(&most, drlhet::OrderedBits(a.raw[base + b]));
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    a.bad[v] = 0;
+    if (a.max_bits != nullptr) a.max_bits[v] = most;
+    Finish(a, v);
+  }
+  const int top = drlhet::NarrowTop(lay, a.batch, a.batch);  // levels 0..top: every node once
+  if (a.batch <= blockDim.x) {
+    BlockLevelsOneEach<KStatic>(a, lay, tree, win, base, top);
+  } else {
+    BlockLevels<KStatic>(a, lay, tree, win, base, top);
+  }
 }
 
 }  // namespace drlhet_cuda
@@ -658,60 +719,23 @@ __global__ void __launch_bounds__(1024)
   drlhet_cuda::TopLevels(a, top);
 }
 
-// The whole update of one tree in one block (grid = V trees, one block each): the phases
-// above, separated by __syncthreads instead of launches, each thread taking every blockDim-th
-// entry. For batches small enough that one block keeps up: one graph node instead of 4 + depth
-// launches. Levels no wider than the batch have every node recomputed once (NarrowTop). A
-// refused batch writes no node. Plain or checked (a.raw), as the per-level path.
+// grid = V trees, one block each (UpdateBlock); the _k16 kernel for K 16 only.
 __global__ void __launch_bounds__(1024) drlhet_cuda_update_block(drlhet_cuda::UpdateArgs a) {
-  __shared__ int32_t refused, most;
-  const int64_t v = blockIdx.x, base = v * a.batch;
-  const drlhet::TreeLayout& lay = drlhet_cuda::BlockLayout(a.capacity, a.k);
-  float* tree = a.nodes + v * lay.size;
-  int32_t* win = a.winner + v * a.capacity;
-  const int32_t* idx = a.indices + base;
-  const bool* kp = a.keep + base;
-  if (threadIdx.x == 0) refused = most = 0;
-  __syncthreads();
-  for (int64_t b = threadIdx.x; b < a.batch; b += blockDim.x) {
-    const int32_t err = drlhet_cuda::EntryErrors(a, base + b, v);
-    if (err) {
-      atomicOr(&refused, err);
-    } else if (kp[b]) {
-      win[idx[b]] = -1;
-    }
-  }
-  __syncthreads();
-  if (refused) {  // the same value in every thread after the barrier
-    if (threadIdx.x == 0) {
-      a.bad[v] = refused;
-      drlhet_cuda::Finish(a, v);
-    }
-    return;
-  }
-  for (int64_t b = threadIdx.x; b < a.batch; b += blockDim.x) {
-    if (!kp[b]) continue;
-    atomicMax(win + idx[b], static_cast<int32_t>(b));
-    if (a.raw != nullptr) atomicMax(&most, drlhet::OrderedBits(a.raw[base + b]));
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    a.bad[v] = 0;
-    if (a.max_bits != nullptr) a.max_bits[v] = most;
-    drlhet_cuda::Finish(a, v);
-  }
-  const int top = drlhet::NarrowTop(lay, a.batch, a.batch);  // levels 0..top: every node once
-  if (a.batch <= blockDim.x) {
-    drlhet_cuda::BlockLevelsOneEach(a, lay, tree, win, base, top);
-  } else {
-    drlhet_cuda::BlockLevels(a, lay, tree, win, base, top);
-  }
+  drlhet_cuda::UpdateBlock<0>(a);
+}
+__global__ void __launch_bounds__(1024) drlhet_cuda_update_block_k16(drlhet_cuda::UpdateArgs a) {
+  drlhet_cuda::UpdateBlock<16>(a);
 }
 
-// grid = V trees * cs blocks, in clusters of cs (ClusterUpdate); sm_90 and up.
+// grid = V trees * cs blocks, in clusters of cs (ClusterUpdate); sm_90 and up. The _k16
+// kernel for K 16 only.
 __global__ void __launch_bounds__(1024)
     drlhet_cuda_update_cluster(drlhet_cuda::UpdateArgs a, int32_t cs) {
-  drlhet_cuda::ClusterUpdate(a, cs, drlhet_cuda::WorkspaceClaims{});
+  drlhet_cuda::ClusterUpdate<0>(a, cs, drlhet_cuda::WorkspaceClaims{});
+}
+__global__ void __launch_bounds__(1024)
+    drlhet_cuda_update_cluster_k16(drlhet_cuda::UpdateArgs a, int32_t cs) {
+  drlhet_cuda::ClusterUpdate<16>(a, cs, drlhet_cuda::WorkspaceClaims{});
 }
 
 #undef DRLHET_PLAIN_UPDATE

@@ -135,20 +135,23 @@ struct TaggedClaims {
   // as RecomputeNodeWide after the leaves' barrier, so the same bits. A sibling leaf that
   // another winner writes meanwhile is read from its slot, never from the tree; leaves past the
   // capacity are the tree's padding (+0), never claimed.
+  // KStatic > 0: K fixed at compile time (KOf).
+  template <int KStatic>
   __device__ bool LeafAndParent(const UpdateArgs& a, const ClusterPlace& c,
                                 const drlhet::TreeLayout& lay, const EntryClaim& e, bool refused,
                                 float* tree) const {
     if (!e.take) return false;  // `refused` only before the writes: its words' reads from
                                 // the cluster's blocks then overlap the loads below
-    const int64_t parent = e.leaf / lay.k, first = parent * lay.k;
+    const int k = KOf<KStatic>(lay);
+    const int64_t parent = e.leaf / k, first = parent * k;
     const unsigned long long* slots = table.slots + c.v * a.capacity + first;
     const float* leaves = tree + lay.offsets[lay.depth] + first;
     const int64_t claimable = a.capacity - first;  // children with a slot
     const uint32_t mine = TagHigh(tag, c.t);
     bool won = false, after = false;  // after: a child before the leaf is written too
     float acc = 0.0f;
-    for (int base = 0; base < lay.k; base += kLoadChunk) {
-      const int count = lay.k - base < kLoadChunk ? lay.k - base : kLoadChunk;
+    for (int base = 0; base < k; base += kLoadChunk) {
+      const int count = k - base < kLoadChunk ? k - base : kLoadChunk;
       const int64_t with_slot = claimable - base < count ? claimable - base : count;
       float chunk[kLoadChunk];
       unsigned long long slot[kLoadChunk];
@@ -298,7 +301,13 @@ extern "C" {
 __global__ void __launch_bounds__(drlhet_cuda::kTaggedMaxThreads)
     drlhet_cuda_update_cluster_tagged(drlhet_cuda::UpdateArgs a, int32_t cs,
                                       drlhet_cuda::TagTable table) {
-  drlhet_cuda::ClusterUpdate(a, cs, drlhet_cuda::TaggedClaims{table});
+  drlhet_cuda::ClusterUpdate<0>(a, cs, drlhet_cuda::TaggedClaims{table});
+}
+// The same for K 16 only.
+__global__ void __launch_bounds__(drlhet_cuda::kTaggedMaxThreads)
+    drlhet_cuda_update_cluster_tagged_k16(drlhet_cuda::UpdateArgs a, int32_t cs,
+                                          drlhet_cuda::TagTable table) {
+  drlhet_cuda::ClusterUpdate<16>(a, cs, drlhet_cuda::TaggedClaims{table});
 }
 
 }  // extern "C"

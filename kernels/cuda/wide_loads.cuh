@@ -23,6 +23,13 @@ namespace drlhet_cuda {
 
 constexpr int kLoadChunk = 16;
 
+// A tree's K: KStatic where it is > 0 (a kernel compiled for that K: nvcc then unrolls the node
+// sums and divides by a constant), else the layout's.
+template <int KStatic>
+__device__ inline int KOf(const drlhet::TreeLayout& lay) {
+  return KStatic > 0 ? KStatic : lay.k;
+}
+
 // chunk[j] = c[j] for j < count (count <= kLoadChunk), else 0: four at a time where c is 16-byte
 // aligned and count a multiple of 4, else one at a time. The same values either way.
 __device__ inline void LoadChunk(const float* c, int count, float (&chunk)[kLoadChunk]) {
@@ -99,8 +106,10 @@ __device__ inline int32_t DescendOneWide(const float* tree, const float* top, in
 }
 
 // drlhet::SeqSum of the K children at c (child 0 as it is, then SumChild in order), read a
-// chunk at a time.
-__device__ inline float SumChildrenWide(const float* c, int k) {
+// chunk at a time. KStatic > 0 fixes K at compile time (k_dynamic is then ignored).
+template <int KStatic = 0>
+__device__ inline float SumChildrenWide(const float* c, int k_dynamic) {
+  const int k = KStatic > 0 ? KStatic : k_dynamic;
   float acc = 0.0f;
   for (int base = 0; base < k; base += kLoadChunk) {
     float chunk[kLoadChunk];
@@ -118,10 +127,12 @@ __device__ inline float SumChildrenWide(const float* c, int k) {
 }
 
 // drlhet::RecomputeNode: parents[node] = SeqSum of its K children (SumChildrenWide).
+template <int KStatic = 0>
 __device__ inline void RecomputeNodeWide(float* tree, const drlhet::TreeLayout& lay, int level,
                                          int64_t node) {
+  const int k = KOf<KStatic>(lay);
   tree[lay.offsets[level] + node] =
-      SumChildrenWide(tree + lay.offsets[level + 1] + node * lay.k, lay.k);
+      SumChildrenWide<KStatic>(tree + lay.offsets[level + 1] + node * k, k);
 }
 
 }  // namespace drlhet_cuda

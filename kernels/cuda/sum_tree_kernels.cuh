@@ -394,10 +394,9 @@ __device__ inline void ClusterEntryLevelsOneEach(const UpdateArgs& a,
   uint32_t node = static_cast<uint32_t>(leaf);  // a won leaf is in [0, C), C < 2^31
   int level = lay.depth - 1;
   bool won = false;
-  const auto k = static_cast<uint32_t>(KOf<KStatic>(lay));
   if (ParentsFromClaims(claims, lay, c)) {  // the same in every thread of the cluster
     won = LeafAndParentOf<KStatic>(claims, a, c, lay, e, refused, tree);
-    node /= k;
+    node /= static_cast<uint32_t>(KOf<KStatic>(lay));
     --level;
   } else {
     won = claims.Won(a, c, e, refused);
@@ -405,7 +404,7 @@ __device__ inline void ClusterEntryLevelsOneEach(const UpdateArgs& a,
   }
   for (; level > c.whole; --level) {
     ClusterSync();  // the level below is written (the leaves, at the first level)
-    node /= k;  // AncestorAt(leaf, lay, level), a level at a time
+    node /= static_cast<uint32_t>(KOf<KStatic>(lay));  // AncestorAt, a level at a time
     if (won) RecomputeNodeWide<KStatic>(tree, lay, level, node);
   }
 }

@@ -223,10 +223,10 @@ paths() {  # PATH_FLAGS for bench_replay.py and RUN for the other commands, from
     wrap+=" --no-shared-top"
   fi
   if [ "${CUDA_TAGGED_CLAIMS:-0}" = 1 ] && [ "${TRIAGE_NO_TAGGED:-0}" != 1 ]; then
-    PATH_FLAGS+=" --cuda-tagged-claims"
+    PATH_FLAGS+=" --cuda-tagged-claims True"  # bench_replay's None | bool options take a value
     wrap+=" --tagged-claims"
     if [ "${CUDA_TAGGED_SIBLINGS:-0}" = 1 ]; then
-      PATH_FLAGS+=" --cuda-tagged-siblings"
+      PATH_FLAGS+=" --cuda-tagged-siblings True"
       wrap+=" --tagged-siblings"
     fi
   fi

@@ -493,6 +493,42 @@ def test_pick_reads_the_spread_rows_and_the_later_stages_spread_the_sample_where
     assert train and all(" --spread-min-batch 2048 --spread-threads 64" in c for c in train)
 
 
+EVERY_PATH_SETTING = {
+    "CUDA_CLUSTER_MAX_BATCH": "2048", "CUDA_NARROW_MAX_NODES": "512", "CUDA_SHARED_TOP": "0",
+    "CUDA_KEY_TARGETS": "0", "CUDA_TAGGED_CLAIMS": "1", "CUDA_TAGGED_SIBLINGS": "1",
+    "CUDA_OWN_SAMPLE_MAX_BATCH": "1024", "CUDA_SPREAD_MIN_BATCH": "2048",
+    "CUDA_SPREAD_THREADS": "64",
+}  # fmt: skip
+
+
+def test_every_command_the_stages_run_with_every_setting_parses(tmp_path, monkeypatch):
+    """With every CUDA_* setting given (as `pick` or a person would), each bench_replay.py and
+    with_cuda_paths.py command line the stages build parses with the scripts' own options (the
+    stand-in Python runs none of them): a flag the scripts spell otherwise would cost a GPU
+    call its stage, as `--cuda-tagged-claims` without its value once would have."""
+    import tyro
+
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))
+    bench = importlib.import_module("bench_replay")
+    wrapper = importlib.import_module("with_cuda_paths")
+    stages = ["quick", "train", "bench", "profile", "tagged", "spread", "find", "top", "probe",
+              "narrow", "cluster", "targets", "flags", "split"]  # fmt: skip
+    _, calls = run_checks(tmp_path, stages, extra_env=EVERY_PATH_SETTING)
+    benches = [c.split() for c in calls if c.startswith("experiments/bench_replay.py")]
+    wrapped = [c.split() for c in calls if c.startswith("experiments/with_cuda_paths.py")]
+    assert len(benches) >= 15 and len(wrapped) >= 5
+    for argv in benches:
+        tyro.cli(bench.Args, args=argv[1:])  # the stages that set a path themselves: parse only
+    for argv in [b for b in benches if "bench_quick.json" in b[-1]]:
+        args = tyro.cli(bench.Args, args=argv[1:])
+        assert args.cuda_tagged_claims is True and args.cuda_tagged_siblings is True
+        assert args.cuda_cluster_max_batch == 2048 and args.cuda_spread_threads == 64
+    for argv in wrapped:
+        args = tyro.cli(wrapper.Args, args=argv[1 : argv.index("--")])
+        assert args.tagged_claims and args.tagged_siblings and args.no_shared_top
+        assert (args.cluster_max_batch, args.spread_min_batch) == (2048, 2048)
+
+
 def test_the_own_sample_limit_reaches_the_benchmarks_and_the_wrapped_commands(tmp_path):
     """CUDA_OWN_SAMPLE_MAX_BATCH (set by hand after `find`): bench_replay's flag in quick, the
     wrapper's in train."""

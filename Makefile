@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.drlhet-installed
 
-.PHONY: run test test-slow gpu-test bench lint install clean sanitize peers figures
+.PHONY: run test test-slow gpu-test gpu-dry-run bench lint install clean sanitize peers figures
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,14 @@ gpu-test: $(STAMP)
 	$(BIN)/python -m pytest -q --timeout 300 --timeout-method thread tests/backends/test_cuda.py \
 	  tests/backends/test_cuda_buffer.py tests/backends/conformance.py \
 	  -k "(cuda or gpu) and not emulated"
+
+# Before a GPU call, on any machine: the same GPU tests with their GPU place pointed at the
+# emulated CPU device (tests/backends/emulated_gpu.py), so that the tests' own code has run
+# before device time is spent on it; the kernels' behaviour on a GPU it cannot show.
+gpu-dry-run: $(STAMP)
+	PYTHONPATH=tests/backends $(BIN)/python -m pytest -p emulated_gpu -q -n $(PYTEST_WORKERS) \
+	  --dist load tests/backends/test_cuda.py tests/backends/test_cuda_buffer.py \
+	  tests/backends/conformance.py -k "(cuda or gpu) and not emulated" -m "not slow" -rs
 
 # Benchmarks write under results/raw/ (not committed), never over the committed, pinned results.
 bench: $(STAMP)

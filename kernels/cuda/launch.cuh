@@ -222,16 +222,19 @@ inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet:
   DRLHET_LAUNCH(drlhet_cuda_update_leaves_args, Blocks(a.n), kThreads, stream, a);
   const int whole = drlhet::NarrowTop(lay, a.batch, a.batch);  // levels 0..whole: <= batch
   const int top = drlhet::NarrowTop(lay, a.batch, narrow_max_nodes);
+  auto ancestors = k16 ? drlhet_cuda_update_level_args_k16 : drlhet_cuda_update_level_args;
   for (int level = lay.depth - 1; level > whole; --level) {
-    DRLHET_LAUNCH(drlhet_cuda_update_level_args, Blocks(a.n), kThreads, stream, a, level);
+    DRLHET_LAUNCH(ancestors, Blocks(a.n), kThreads, stream, a, level);
   }
+  auto whole_level =
+      k16 ? drlhet_cuda_update_whole_level_args_k16 : drlhet_cuda_update_whole_level_args;
   for (int level = whole; level > top; --level) {
     const int64_t nodes = trees * drlhet::NodesAt(lay, level);
-    DRLHET_LAUNCH(drlhet_cuda_update_whole_level_args, Blocks(nodes), kThreads, stream, a, level,
-                  nodes);
+    DRLHET_LAUNCH(whole_level, Blocks(nodes), kThreads, stream, a, level, nodes);
   }
   // always launched: it also writes a checked update's outputs (top -1: no level recomputed)
-  DRLHET_LAUNCH(drlhet_cuda_update_top_args, trees, kBlockThreads, stream, a, top);
+  auto top_levels = k16 ? drlhet_cuda_update_top_args_k16 : drlhet_cuda_update_top_args;
+  DRLHET_LAUNCH(top_levels, trees, kBlockThreads, stream, a, top);
 }
 
 // How the sample's launches spread a batch over the GPU (sample_spread.cuh): batches of at least

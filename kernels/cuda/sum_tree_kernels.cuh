@@ -202,11 +202,12 @@ __device__ inline void Ancestor(const UpdateArgs& a, int64_t i, const drlhet::Tr
 // recomputed from its children, whether an entry's ancestor or not (the same bits: NarrowTop).
 // A warp reads the 32 K contiguous children of 32 neighbouring nodes, where one thread per entry
 // would read the scattered ancestors of the batch, several times over. A refused tree is skipped.
+template <int KStatic = 0>
 __device__ inline void WholeLevelNode(const UpdateArgs& a, const drlhet::TreeLayout& lay,
                                       int level, int64_t j) {
   const Slot s = SlotOf(j, drlhet::NodesAt(lay, level));
   if (a.bad[s.tree]) return;
-  RecomputeNodeWide(a.nodes + s.tree * lay.size, lay, level, s.pos);
+  RecomputeNodeWide<KStatic>(a.nodes + s.tree * lay.size, lay, level, s.pos);
 }
 
 // A checked update's outputs for tree v, once its claims are all in: the running maximum
@@ -272,12 +273,13 @@ __device__ inline void BlockTopLevels(float* tree, const drlhet::TreeLayout& lay
 
 // Levels top .. 0 of tree blockIdx.x, every node, by one block (after every level below is
 // written); also the tree's Finish. A refused tree writes no node.
+template <int KStatic = 0>
 __device__ inline void TopLevels(const UpdateArgs& a, int top) {
   const int64_t v = blockIdx.x;
   const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);
   if (threadIdx.x == 0) Finish(a, v);
   if (a.bad[v]) return;  // the same in every thread of the block
-  BlockTopLevels(a.nodes + v * lay.size, lay, top);
+  BlockTopLevels<KStatic>(a.nodes + v * lay.size, lay, top);
 }
 
 // The one-block update's leaves and levels of tree blockIdx.x, once its claims are in (win:
@@ -699,24 +701,28 @@ __global__ void drlhet_cuda_update_leaves_args(drlhet_cuda::UpdateArgs a) {
   if (i < a.n) drlhet_cuda::Leaf(a, i, lay);
 }
 
-__global__ void drlhet_cuda_update_level_args(drlhet_cuda::UpdateArgs a, int32_t level) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const drlhet::TreeLayout& lay = drlhet_cuda::BlockLayout(a.capacity, a.k);
-  if (i < a.n) drlhet_cuda::Ancestor(a, i, lay, level);
-}
-
-// grid: trees * NodesAt(level) threads in all (`nodes`), one node each
-__global__ void drlhet_cuda_update_whole_level_args(drlhet_cuda::UpdateArgs a, int32_t level,
-                                                    int64_t nodes) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const drlhet::TreeLayout& lay = drlhet_cuda::BlockLayout(a.capacity, a.k);
-  if (j < nodes) drlhet_cuda::WholeLevelNode(a, lay, level, j);
-}
-
-__global__ void __launch_bounds__(1024)
-    drlhet_cuda_update_top_args(drlhet_cuda::UpdateArgs a, int32_t top) {
-  drlhet_cuda::TopLevels(a, top);
-}
+// The per-level path's level launches (LaunchUpdate), each with a _k16 kernel for K 16 only.
+#define DRLHET_LEVEL_KERNELS(SUFFIX, K)                                                          \
+  __global__ void drlhet_cuda_update_level_args##SUFFIX(drlhet_cuda::UpdateArgs a,              \
+                                                        int32_t level) {                        \
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;             \
+    const drlhet::TreeLayout& lay = drlhet_cuda::BlockLayout(a.capacity, a.k);                  \
+    if (i < a.n) drlhet_cuda::Ancestor<K>(a, i, lay, level);                                    \
+  }                                                                                             \
+  /* grid: trees * NodesAt(level) threads in all (`nodes`), one node each */                    \
+  __global__ void drlhet_cuda_update_whole_level_args##SUFFIX(drlhet_cuda::UpdateArgs a,        \
+                                                              int32_t level, int64_t nodes) {   \
+    const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;             \
+    const drlhet::TreeLayout& lay = drlhet_cuda::BlockLayout(a.capacity, a.k);                  \
+    if (j < nodes) drlhet_cuda::WholeLevelNode<K>(a, lay, level, j);                            \
+  }                                                                                             \
+  __global__ void __launch_bounds__(1024)                                                       \
+      drlhet_cuda_update_top_args##SUFFIX(drlhet_cuda::UpdateArgs a, int32_t top) {             \
+    drlhet_cuda::TopLevels<K>(a, top);                                                          \
+  }
+DRLHET_LEVEL_KERNELS(, 0)
+DRLHET_LEVEL_KERNELS(_k16, 16)
+#undef DRLHET_LEVEL_KERNELS
 
 // grid = V trees, one block each (UpdateBlock); the _k16 kernel for K 16 only.
 __global__ void __launch_bounds__(1024) drlhet_cuda_update_block(drlhet_cuda::UpdateArgs a) {

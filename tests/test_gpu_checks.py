@@ -4,6 +4,7 @@ same call. The GPU tests' report is made here by pytest itself, from stand-in te
 the real tests' names and ids; the shell runs its stages with a stand-in Python that records
 each command instead of building, benchmarking or training."""
 
+import functools
 import gzip
 import importlib
 import json
@@ -503,10 +504,12 @@ EVERY_PATH_SETTING = {
 
 def test_every_command_the_stages_run_with_every_setting_parses(tmp_path, monkeypatch):
     """With every CUDA_* setting given (as `pick` or a person would), each bench_replay.py and
-    with_cuda_paths.py command line the stages build parses with the scripts' own options (the
-    stand-in Python runs none of them): a flag the scripts spell otherwise would cost a GPU
+    with_cuda_paths.py command line the stages build, and the drlhet or profile_gpu.py command
+    each wraps, parses with the scripts' own options (the stand-in Python runs none of them): a flag the scripts spell otherwise would cost a GPU
     call its stage, as `--cuda-tagged-claims` without its value once would have."""
     import tyro
+
+    from drlhet import cli
 
     monkeypatch.syspath_prepend(str(REPO / "experiments"))
     bench = importlib.import_module("bench_replay")
@@ -523,10 +526,23 @@ def test_every_command_the_stages_run_with_every_setting_parses(tmp_path, monkey
         args = tyro.cli(bench.Args, args=argv[1:])
         assert args.cuda_tagged_claims is True and args.cuda_tagged_siblings is True
         assert args.cuda_cluster_max_batch == 2048 and args.cuda_spread_threads == 64
+    profile = importlib.import_module("profile_gpu")
+    ran = []
+    for name in ("train_command", "backends_command", "profile_command", "dse_command"):
+        real = getattr(cli, name)
+        monkeypatch.setattr(cli, name, functools.wraps(real)(lambda *a, **k: ran.append(k)))
     for argv in wrapped:
-        args = tyro.cli(wrapper.Args, args=argv[1 : argv.index("--")])
+        split = argv.index("--")
+        args = tyro.cli(wrapper.Args, args=argv[1:split])
         assert args.tagged_claims and args.tagged_siblings and args.no_shared_top
         assert (args.cluster_max_batch, args.spread_min_batch) == (2048, 2048)
+        command = argv[split + 1 :]
+        if command[:2] == ["-m", "drlhet"]:
+            cli.main(command[2:])  # parsed by drlhet's own CLI; the command itself stubbed
+        else:
+            assert command[0] == "experiments/profile_gpu.py", command
+            tyro.cli(profile.Args, args=command[1:])
+    assert len(ran) == len(wrapped) - 1  # every drlhet command (train, split) parsed and "run"
 
 
 def test_the_own_sample_limit_reaches_the_benchmarks_and_the_wrapped_commands(tmp_path):

@@ -505,8 +505,9 @@ EVERY_PATH_SETTING = {
 def test_every_command_the_stages_run_with_every_setting_parses(tmp_path, monkeypatch):
     """With every CUDA_* setting given (as `pick` or a person would), each bench_replay.py and
     with_cuda_paths.py command line the stages build, and the drlhet or profile_gpu.py command
-    each wraps, parses with the scripts' own options (the stand-in Python runs none of them): a flag the scripts spell otherwise would cost a GPU
-    call its stage, as `--cuda-tagged-claims` without its value once would have."""
+    each wraps, parses with the scripts' own options (the stand-in Python runs none of them): a
+    flag the scripts spell otherwise would cost a GPU call its stage, as `--cuda-tagged-claims`
+    without its value once would have."""
     import tyro
 
     from drlhet import cli

@@ -244,15 +244,23 @@ def cuda_ops() -> st.TreeOps:
     )  # fmt: skip
 
 
+def sample_call() -> str:
+    """The custom call of the buffer's sample as `cuda.KEY_TARGETS` says now: the targets drawn
+    in it (`weigh_key`), or by XLA before it (`weigh`; how ``gpu_checks.sh`` reruns these tests
+    after a failure of the key's draw on a GPU)."""
+    return "@drlhet_cuda_weigh_key" if cuda.KEY_TARGETS else "@drlhet_cuda_weigh("
+
+
 def test_the_buffer_on_cuda_samples_and_updates_in_one_custom_call_each():
     fns = make_prioritized_replay(1000, 64, branching=16, tree_ops=cuda_ops())
     state = fns.init({"x": jnp.float32(0)})
     text = lowered(fns.sample, state, jax.random.key(0))
-    # the targets drawn in the call: no XLA random bits before it
-    assert text.count("@drlhet_cuda_weigh_key") == 1 and "@drlhet_cuda_find" not in text
-    assert "@drlhet_cuda_weigh(" not in text and "threefry" not in text
+    # one sample call; the targets drawn in it: no XLA random bits before it
+    other = "@drlhet_cuda_weigh(" if cuda.KEY_TARGETS else "@drlhet_cuda_weigh_key"
+    assert text.count(sample_call()) == 1 and "@drlhet_cuda_find" not in text
+    assert other not in text and ("threefry" in text) != cuda.KEY_TARGETS
     assert f"cluster_max_batch = {cuda.CLUSTER_MAX_BATCH} : i64" in text
-    assert "stratified = 1 : i64" in text
+    assert ("stratified = 1 : i64" in text) == cuda.KEY_TARGETS  # weigh_key's attribute
     idx, pr = jnp.arange(64), jnp.ones(64)
     text = lowered(lambda s: fns.update_priorities(s, idx, pr, jnp.zeros(64, jnp.int32)), state)
     calls = [ln for ln in text.splitlines() if "@drlhet_cuda_update" in ln]
@@ -271,9 +279,10 @@ def test_vmapped_buffers_pass_one_row_per_tree():
     states = jax.vmap(lambda _: fns.init({"x": jnp.float32(0)}))(jnp.arange(3))
     keys = jax.random.split(jax.random.key(0), 3)
     text = lowered(jax.vmap(fns.sample), states, keys)
-    call = next(ln for ln in text.splitlines() if "@drlhet_cuda_weigh_key" in ln)
-    assert "tensor<3x2xui32>" in call and "tensor<3xi32>" in call  # key words, size
-    assert "tensor<3x8xf32>" in call  # probabilities, weights
+    call = next(ln for ln in text.splitlines() if sample_call() in ln)
+    # the key's words (or the targets), the size; probabilities, weights
+    assert ("tensor<3x2xui32>" in call) == cuda.KEY_TARGETS and "tensor<3xi32>" in call
+    assert "tensor<3x8xf32>" in call
 
 
 @pytest.mark.cuda_key_targets
@@ -315,8 +324,9 @@ def test_batches_above_the_own_sample_limit_are_sampled_around_find(monkeypatch,
     fns = make_prioritized_replay(1000, 256, branching=16, tree_ops=cuda_ops())
     state = fns.init({"x": jnp.float32(0)})
     text = lowered(fns.sample, state, jax.random.key(0))
-    assert ("@drlhet_cuda_weigh_key" in text) == (call == "key")
-    assert ("@drlhet_cuda_find" in text) == (call == "find") and "@drlhet_cuda_weigh(" not in text
+    assert (sample_call() in text) == (call == "key")
+    assert ("@drlhet_cuda_find" in text) == (call == "find")
+    assert text.count("@drlhet_cuda_weigh") == (call == "key")  # weigh or weigh_key, not both
     monkeypatch.setattr(cuda, "KEY_TARGETS", False)  # a fresh buffer: a new trace
     fns = make_prioritized_replay(1000, 256, branching=16, tree_ops=cuda_ops())
     text = lowered(fns.sample, state, jax.random.key(0))
@@ -457,11 +467,14 @@ def test_the_sample_spread_over_the_grid_equals_the_buffers_code(
                 for g, w in zip(got, want, strict=True):
                     np.testing.assert_array_equal(np.asarray(g), np.asarray(w), f"B {b}")
             key = jax.random.key(3)
-            got = jax.jit(cuda.weigh_key, static_argnums=(4, 5))(tree, key, size, beta, 256, True)
-            want = jax.jit(reference)(tree, sample_targets(key, st.total(tree), 256, True),
-                                      size, beta)  # fmt: skip
-            for g, w in zip(got, want, strict=True):
-                np.testing.assert_array_equal(np.asarray(g), np.asarray(w), "weigh_key")
+            if cuda.KEY_TARGETS:  # off: `weigh_key` declines (gpu_checks.sh's reruns)
+                got = jax.jit(cuda.weigh_key, static_argnums=(4, 5))(
+                    tree, key, size, beta, 256, True
+                )
+                want = jax.jit(reference)(tree, sample_targets(key, st.total(tree), 256, True),
+                                          size, beta)  # fmt: skip
+                for g, w in zip(got, want, strict=True):
+                    np.testing.assert_array_equal(np.asarray(g), np.asarray(w), "weigh_key")
             trees = [random_tree(capacity, k, seed=s) for s in range(3)]
             nodes = jnp.stack([t.nodes for t in trees])
             targets = jnp.asarray(

@@ -830,3 +830,48 @@ def test_the_targets_stage_times_the_key_xlas_targets_and_the_sample_around_find
         "targets_key.json", "targets_xla.json", "targets_find.json"
     ]  # fmt: skip
     assert "--no-cuda-own-sample" in runs[2] and "--no-cuda-key-targets" in runs[1]
+
+
+BROKEN_KEY = """
+import emulated_gpu  # the GPU place on the emulated CPU device
+
+from drlhet.backends import cuda
+
+_draw = cuda.weigh_key
+
+
+def broken(*args, **kwargs):  # the key's draw, its weights wrong (a GPU-only fault stand-in)
+    out = _draw(*args, **kwargs)
+    return out if out is None else (out[0], out[1], out[2] * 2.0, out[3])
+
+
+cuda.weigh_key = broken
+"""
+
+
+@pytest.mark.slow
+def test_the_tests_stage_turns_a_broken_key_draw_off_and_explains_the_rest(tmp_path):
+    """The `tests` stage for real (pytest, the triage, its rerun, the apart stages) on the
+    emulated 'GPU' (tests/backends/emulated_gpu.py) whose key draw gives wrong weights: the key
+    tests fail, the triage turns the key's draw off, the other failures pass when rerun with it
+    off, and the cluster, tagged and spread stages pass with it off, so nothing is left
+    unexplained and every path stays on. Before their tests followed `cuda.KEY_TARGETS`, the
+    spread stage failed here and the rerun's failures stayed unexplained."""
+    (tmp_path / "broken_key.py").write_text(BROKEN_KEY)
+    env = {
+        **os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable,
+        "TEST_WORKERS": "2", "TAIL": "2", "PYTEST_ADDOPTS": "-p broken_key",
+        "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "backends"), str(tmp_path)]),
+    }  # fmt: skip
+    for name in ("WHEELS", "DEADLINE_S", "CUDA_KEY_TARGETS", "CUDA_CLUSTER_MAX_BATCH"):
+        env.pop(name, None)
+    done = subprocess.run(
+        ["bash", str(REPO / "experiments" / "gpu_checks.sh"), "tests"],
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=900,
+    )  # fmt: skip
+    out = done.stdout
+    assert "== tests: exit 1" in out and "turned off: key" in out, out[-3000:]
+    assert "== tests: 0 failure(s) left unexplained after the rerun" in out, out[-3000:]
+    for path in ("cluster", "tagged", "spread"):
+        assert f"== tests_{path}: exit 0" in out, out[-3000:]
+    assert "== the later stages run with: --no-cuda-key-targets" in out

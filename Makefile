@@ -32,8 +32,9 @@ test: $(STAMP)
 	  --durations=20
 
 # The tests marked `slow`, which `make test` leaves out (long fuzzing, random shapes through
-# every CUDA path under the emulation, runs of tagged updates, the longest host loops): 9:00 in
-# two workers on the 2-core VM (2026-11-28, 27 passed, 3 skipped, 9:06). Run it when a change touches
+# every CUDA path under the emulation, runs of tagged updates, the longest host loops, the GPU
+# tests stage's triage on the emulated GPU): 9:06 in two workers on the 2-core VM (2026-11-28,
+# 27 passed, 3 skipped). Run it when a change touches
 # what they cover; a slow test nobody runs rots (one had, after its helper's arguments grew).
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m slow --durations=10

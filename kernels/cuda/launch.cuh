@@ -189,7 +189,7 @@ inline const TagTable* InTaggedClaims(Kernel kernel, TagTableMemory* tags, const
 // from the leaves' parents up: a thread per entry (its ancestor) at the levels wider than the
 // batch, a thread per node at the levels no wider than the batch but wider than
 // narrow_max_nodes, and one block per tree for the rest (the narrow levels, whole, and Finish).
-// The one-block and cluster kernels compiled for K 16 (the _k16 kernels) take K 16's trees.
+// Each kernel here that sums nodes has a build for K 16 (the _k16 kernels) for K 16's trees.
 inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet::TreeLayout& lay,
                          int64_t trees, int64_t block_max_batch, int64_t narrow_max_nodes,
                          int64_t cluster_max_batch, TagTableMemory* tags,

@@ -29,13 +29,14 @@ Usage:
 Threading (``--threading``): ``default`` (XLA's own thread pool over all cores), ``pin1`` (the
 process pinned to core 0, like ``taskset -c 0``), ``xla1`` (XLA intra-op threading off).
 Results: JSON rows in ``--out`` and a printed table. Every number is measured on this machine.
+The implementations timed (drlhet's buffer on each backend, the peers) are built by
+``replay_impls.py``; this script picks them, times them and writes the rows.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import os
 import platform
@@ -46,7 +47,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import checked_cli
 
@@ -244,226 +245,58 @@ def main(args: Args) -> list[dict]:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TRACE_COMMAND_BUFFERS}"
 
     import jax
-    import jax.numpy as jnp
-    import numpy as np
+    import replay_impls
 
-    from drlhet import backends as backends_api
-    from drlhet.backends import BackendUnavailable
-    from drlhet.replay.prioritized import make_prioritized_replay
+    h = replay_impls.Harness(
+        device=args.device, loop=args.loop, unroll=args.unroll,
+        own_sample=args.cuda_own_sample, key_targets=args.cuda_key_targets,
+    )  # fmt: skip
+    grid = grid_of(args)
+    peer_names = installed_peers(args)
+    set_cuda_switches(args)
+    backends = available_backends(args.backends)
+    rows: list[dict] = []
+    print(f"machine: {machine()}; threading: {args.threading}; jax {jax.__version__}")
+    if args.limits and "native" in backends:
+        rows.append(limits_row(args))
+    for cell in grid:
+        capacity, batch, k = cell
+        if batch > capacity:  # an insert of B > C transitions is refused
+            print(f"note: batch {batch} > capacity {capacity}: skipped")
+            continue
+        t0 = time.perf_counter()
+        impls, steps_of = build_impls(args, h, cell, backends, peer_names)
+        rows += measure(args, h, cell, impls, steps_of, peer_names)
+        print_table(
+            [r for r in rows if r.get("capacity") == capacity and r.get("batch") == batch
+             and r.get("branching") in (k, None)],
+            f"capacity 2^{capacity.bit_length() - 1}, "
+            f"batch {batch}, K {k}  ({time.perf_counter() - t0:.0f} s)",
+        )  # fmt: skip
+        print_ratios(rows, capacity, batch, k, depth_of(capacity, k))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(rows, indent=1))
+    print(f"wrote {len(rows)} rows to {args.out}")
+    return rows
+
+
+class Cell(NamedTuple):
+    """One point of the grid: the buffer's capacity, the batch B and the tree's branching K."""
+
+    capacity: int
+    batch: int
+    k: int
+
+
+def depth_of(capacity: int, k: int) -> int:
     from drlhet.replay.sum_tree import layout
 
-    def transitions(n: int, seed: int = 0) -> dict:
-        rng = np.random.default_rng(seed)
-        return {
-            "obs": rng.random((n, 4), np.float32),
-            "act": rng.integers(0, 2, n).astype(np.int32),
-            "rew": rng.random(n).astype(np.float32),
-            "next_obs": rng.random((n, 4), np.float32),
-            "done": np.zeros(n, np.float32),
-        }
+    return layout(capacity, k).depth
 
-    # Priorities for `update` come from a fixed table (cycled), as cpprb's do, so that no
-    # implementation pays for random number generation inside the timed op; `step` derives its
-    # new priorities from the sampled data, as a TD error would.
-    tables: dict[int, tuple] = {}
 
-    def update_batch(key):
-        capacity, batch = current["capacity"], current["batch"]
-        if (capacity, batch) not in tables:
-            rng = np.random.default_rng(5)
-            tables[(capacity, batch)] = (
-                rng.integers(0, capacity, (16, batch)).astype(np.int32),
-                rng.random((16, batch), np.float32) + np.float32(1e-3),
-            )
-        idx_t, pr_t = tables[(capacity, batch)]
-        row = jax.random.bits(key, (), jnp.uint32) % 16  # cheap: one word, not B
-        return jnp.asarray(idx_t)[row], jnp.asarray(pr_t)[row]
-
-    def td_like(data):
-        return jnp.abs(data["rew"] - 0.5) + 1e-3
-
-    current: dict[str, int] = {}
-
-    def fused_loop(body, steps: int, s, key):
-        """``steps`` calls of ``body`` ``(state, key) -> (state, out)`` in one scan, fed as
-        ``--loop`` says: (state, the outputs stacked [steps] or summed [])."""
-        if args.loop == "xs":
-            return jax.lax.scan(body, s, jax.random.split(key, steps), unroll=args.unroll)
-
-        def carried(c, _):
-            state, k, total = c
-            k, sub = jax.random.split(k)
-            state, out = body(state, sub)
-            return (state, k, total + out), None
-
-        init = (s, key, jnp.float32(0))
-        (s, _, total), _ = jax.lax.scan(carried, init, None, length=steps, unroll=args.unroll)
-        return s, total
-
-    def jitted_runners(bodies: dict, state, steps: int) -> dict:
-        """For each op body ``(state, key) -> (state, out)``: a fused and a per-call runner."""
-        holder = {"state": state}
-        runners = {}
-        for op, body in bodies.items():
-            fused = jax.jit(functools.partial(fused_loop, body, steps), donate_argnums=0)
-            single = jax.jit(body, donate_argnums=0)
-
-            def run_fused(fused=fused, seed=[0]):  # noqa: B006 - a counter
-                seed[0] += 1
-                s, ys = fused(holder["state"], jax.random.key(seed[0]))
-                holder["state"] = s
-                jax.block_until_ready((s, ys))
-
-            def run_percall(single=single):
-                keys = jax.random.split(jax.random.key(7), steps)
-                s = holder["state"]
-                for i in range(steps):
-                    s, _ = single(s, keys[i])
-                holder["state"] = s
-                jax.block_until_ready(s)
-
-            runners[(op, "fused")] = run_fused
-            runners[(op, "percall")] = run_percall
-        return runners
-
-    def device_of(backend: str):
-        """Where a backend's buffer lives: the GPU for XLA backends with ``--device gpu``."""
-        on_gpu = args.device == "gpu" and backends_api.GPU in backends_api.get(backend).platforms
-        return jax.devices(backends_api.GPU if on_gpu else backends_api.CPU)[0]
-
-    # ---------------------------------------------------------------- drlhet
-    def drlhet_ops(
-        capacity: int,
-        batch: int,
-        k: int,
-        steps: int,
-        backend: str,
-        plain: bool = False,
-        own_sample: bool = True,
-    ) -> dict:
-        ops = backends_api.tree_ops(backend)
-        if plain:  # the backend's find and write only, the rest in XLA
-            ops = ops._replace(weigh=None, update=None, weigh_key=None)
-        elif not (args.cuda_own_sample and own_sample):  # the sample in XLA around find
-            ops = ops._replace(weigh=None, weigh_key=None)
-        elif not args.cuda_key_targets:
-            ops = ops._replace(weigh_key=None)
-        fns = make_prioritized_replay(capacity, batch, branching=k, tree_ops=ops)
-        example = jax.tree.map(lambda x: x[0], transitions(1))
-        with jax.default_device(device_of(backend)):  # built where the backend runs
-            state = fns.init(example)
-            state = jax.jit(fns.add, donate_argnums=0)(
-                state,
-                transitions(capacity),
-                jnp.asarray(np.random.default_rng(1).random(capacity, np.float32) + 1e-3),
-            )
-            new = jax.tree.map(jnp.asarray, transitions(batch, 2))
-        state, new = jax.device_put((state, new), device_of(backend))  # the jits run there
-
-        def insert(s, key):
-            return fns.add(s, new), jnp.float32(0)
-
-        def sample(s, key):
-            b = fns.sample(s, key)
-            return s, b.weights.sum() + b.data["obs"].sum()
-
-        def update(s, key):
-            idx, pr = update_batch(key)
-            return fns.update_priorities(s, idx, pr), 0.0
-
-        def step(s, key):
-            b = fns.sample(s, key)
-            return fns.update_priorities(s, b.indices, td_like(b.data), b.stamps), b.weights.sum()
-
-        bodies = {"insert": insert, "sample": sample, "update": update, "step": step}
-        return jitted_runners(bodies, state, steps)
-
-    # ---------------------------------------------------------------- flashbax
-    def flashbax_ops(capacity: int, batch: int, steps: int, device) -> dict:
-        """flashbax's prioritised flat buffer, built and run on ``device`` (the ``jax``
-        backend's: with ``--device gpu``, the same GPU)."""
-        import flashbax as fbx
-
-        buf = fbx.make_prioritised_flat_buffer(
-            max_length=capacity,
-            min_length=batch,
-            sample_batch_size=batch,
-            add_batch_size=batch,
-            priority_exponent=0.6,
-            device=flashbax_device(device.platform),
-        )
-        with jax.default_device(device):
-            example = jax.tree.map(lambda x: jnp.asarray(x[0]), transitions(1))
-            state = jax.device_put(buf.init(example), device)
-            add = jax.jit(buf.add, donate_argnums=0)
-            data = transitions(capacity)
-            for i in range(capacity // batch):
-                chunk = jax.tree.map(lambda x, i=i: x[i * batch : (i + 1) * batch], data)
-                state = add(state, jax.device_put(chunk, device))
-            rng = np.random.default_rng(1)
-            state = jax.jit(buf.set_priorities, donate_argnums=0)(
-                state, jnp.arange(capacity), jnp.asarray(rng.random(capacity, np.float32) + 1e-3)
-            )
-            new = jax.device_put(jax.tree.map(jnp.asarray, transitions(batch, 2)), device)
-
-        def insert(s, key):
-            return buf.add(s, new), jnp.float32(0)
-
-        def sample(s, key):
-            b = buf.sample(s, key)
-            return s, b.probabilities.sum() + b.experience.first["obs"].sum()
-
-        def update(s, key):
-            idx, pr = update_batch(key)
-            return buf.set_priorities(s, idx, pr), 0.0
-
-        def step(s, key):
-            b = buf.sample(s, key)
-            return buf.set_priorities(
-                s, b.indices, td_like(b.experience.first)
-            ), b.probabilities.sum()
-
-        bodies = {"insert": insert, "sample": sample, "update": update, "step": step}
-        return jitted_runners(bodies, state, steps)
-
-    # ---------------------------------------------------------------- cpprb
-    def cpprb_ops(capacity: int, batch: int, steps: int) -> dict:
-        import cpprb
-
-        env_dict = {"obs": {"shape": 4}, "act": {}, "rew": {}, "next_obs": {"shape": 4}, "done": {}}
-        rb = cpprb.PrioritizedReplayBuffer(capacity, env_dict, alpha=0.6)
-        data = transitions(capacity)
-        rb.add(**data, priorities=np.random.default_rng(1).random(capacity) + 1e-3)
-        new = transitions(batch, 2)
-        rng = np.random.default_rng(3)
-        prio = [rng.random(batch) + 1e-3 for _ in range(16)]
-        idxs = [rng.integers(0, capacity, batch) for _ in range(16)]
-
-        def insert():
-            for _ in range(steps):
-                rb.add(**new)
-
-        def sample():
-            for _ in range(steps):
-                rb.sample(batch, beta=0.4)
-
-        def update():
-            for i in range(steps):
-                rb.update_priorities(idxs[i % 16], prio[i % 16])
-
-        def step():
-            for i in range(steps):
-                b = rb.sample(batch, beta=0.4)
-                rb.update_priorities(b["indexes"], prio[i % 16])
-
-        return {
-            ("insert", "percall"): insert,
-            ("sample", "percall"): sample,
-            ("update", "percall"): update,
-            ("step", "percall"): step,
-        }
-
-    # ---------------------------------------------------------------- grid
+def grid_of(args: Args) -> list[Cell]:
+    """The run's (capacity, batch, K) points; with ``--device gpu``, the GPU's defaults for the
+    backends, capacities and batches not given (set in ``args``)."""
     if args.device == "gpu":
         if args.backends == Args.backends:
             args.backends = ("cuda", "jax", "native")
@@ -472,291 +305,251 @@ def main(args: Args) -> list[dict]:
         if args.batches == Args.batches:
             args.batches = (32, 256, 1024, 4096, 16384, 65536)
     if args.quick:
-        grid = [(2**20, 256, 16)]
-    elif args.full:
-        grid = [(c, b, k) for c in args.capacities for b in args.batches for k in args.branchings]
-    else:
-        grid = [(c, b, 16) for c in args.capacities for b in args.batches]
-        grid += [(2**20, 256, k) for k in args.branchings if k != 16]
+        return [Cell(2**20, 256, 16)]
+    if args.full:
+        return [Cell(c, b, k) for c in args.capacities for b in args.batches
+                for k in args.branchings]  # fmt: skip
+    grid = [Cell(c, b, 16) for c in args.capacities for b in args.batches]
+    return grid + [Cell(2**20, 256, k) for k in args.branchings if k != 16]
 
-    peer_names: list[str] = []
-    if args.peers:
-        for name in ("flashbax", "cpprb"):
-            try:
-                __import__(name)
-                peer_names.append(name)
-            except ImportError:
-                print(f"note: {name} not installed (pip install -e '.[bench]'); skipped")
 
-    if args.cuda_block_max_batch is not None:
-        from drlhet.backends import cuda
+def installed_peers(args: Args) -> list[str]:
+    """The peers to measure (``--peers``) that are installed; a note for each that is not."""
+    names: list[str] = []
+    for name in ("flashbax", "cpprb") if args.peers else ():
+        try:
+            __import__(name)
+            names.append(name)
+        except ImportError:
+            print(f"note: {name} not installed (pip install -e '.[bench]'); skipped")
+    return names
 
-        cuda.BLOCK_MAX_BATCH = args.cuda_block_max_batch
-    if args.cuda_narrow_max_nodes is not None:
-        from drlhet.backends import cuda
 
-        cuda.NARROW_MAX_NODES = args.cuda_narrow_max_nodes
-    if args.cuda_cluster_max_batch is not None:
-        from drlhet.backends import cuda
+CUDA_SWITCHES = {  # option -> `drlhet.backends.cuda`'s switch, set where the option is given
+    "cuda_block_max_batch": "BLOCK_MAX_BATCH",
+    "cuda_narrow_max_nodes": "NARROW_MAX_NODES",
+    "cuda_cluster_max_batch": "CLUSTER_MAX_BATCH",
+    "cuda_tagged_claims": "TAGGED_CLAIMS",
+    "cuda_tagged_siblings": "TAGGED_SIBLINGS",
+    "cuda_own_sample_max_batch": "OWN_SAMPLE_MAX_BATCH",
+    "cuda_spread_min_batch": "SPREAD_MIN_BATCH",
+    "cuda_spread_threads": "SPREAD_THREADS",
+}
 
-        cuda.CLUSTER_MAX_BATCH = args.cuda_cluster_max_batch
+
+def set_cuda_switches(args: Args) -> None:
+    """The cuda backend's switches that this run's options set, for the whole run."""
+    given = {name: getattr(args, option) for option, name in CUDA_SWITCHES.items()
+             if getattr(args, option) is not None}  # fmt: skip
     if not args.cuda_shared_top:
+        given["SHARED_TOP"] = False
+    if given:
         from drlhet.backends import cuda
 
-        cuda.SHARED_TOP = False
-    if args.cuda_tagged_claims is not None:
-        from drlhet.backends import cuda
+        for name, value in given.items():
+            setattr(cuda, name, value)
 
-        cuda.TAGGED_CLAIMS = args.cuda_tagged_claims
-    if args.cuda_tagged_siblings is not None:
-        from drlhet.backends import cuda
 
-        cuda.TAGGED_SIBLINGS = args.cuda_tagged_siblings
-    if args.cuda_own_sample_max_batch is not None:
-        from drlhet.backends import cuda
+def available_backends(names: tuple[str, ...]) -> list[str]:
+    """``names`` less the backends that cannot run here (a note names each, with why)."""
+    from drlhet import backends as backends_api
 
-        cuda.OWN_SAMPLE_MAX_BATCH = args.cuda_own_sample_max_batch
-    for option, name in (("cuda_spread_min_batch", "SPREAD_MIN_BATCH"),
-                         ("cuda_spread_threads", "SPREAD_THREADS")):  # fmt: skip
-        if getattr(args, option) is not None:
-            from drlhet.backends import cuda
-
-            setattr(cuda, name, getattr(args, option))
-    backends: list[str] = []
-    for name in args.backends:
+    found: list[str] = []
+    for name in names:
         try:
             backends_api.tree_ops(name)
-            backends.append(name)
-        except BackendUnavailable as e:
+            found.append(name)
+        except backends_api.BackendUnavailable as e:
             print(f"note: backend {name} unavailable: {e}")
+    return found
 
-    def with_threads(runners: dict, n: int) -> dict:
-        from drlhet.backends import native
 
-        def wrap(fn):
-            def run():
-                native.set_num_threads(n)
-                try:
-                    fn()
-                finally:
-                    native.set_num_threads(0)
+def limits_row(args: Args) -> dict:
+    """This machine's memory limits, measured by the native backend, as a row (and printed)."""
+    from drlhet.backends import native
 
-            return run
+    lim = native.probe_memory()
+    print(
+        f"memory limits, one core, 1 GiB array (measured): dependent read "
+        f"{lim.dependent_ns:.0f} ns, independent random reads {lim.independent_per_s:.3g}/s, "
+        f"sequential {lim.sequential_gbs:.1f} GB/s"
+    )
+    return {"impl": "machine-limit", **lim._asdict(), "machine": machine(),
+            "threading": args.threading, "measured": True}  # fmt: skip
 
-        return {key: wrap(fn) for key, fn in runners.items()}
 
-    def with_cuda(runners: dict, **settings) -> dict:
-        """``runners`` that run (and so trace) with ``drlhet.backends.cuda``'s ``settings``."""
-        from drlhet.backends import cuda
+def build_impls(args: Args, h, cell: Cell, backends: list[str], peer_names: list[str]):
+    """Every implementation measured at ``cell``: ``({impl: runners}, {impl: steps a timed
+    run})``; drlhet's backends (and their ``-plain`` variants), the in-process A/B arms that
+    ``args`` asks for, native on one thread, and the peers (at K 16 only: they have no K)."""
+    import replay_impls as ri
 
-        def wrap(fn):
-            def run():
-                before = {name: getattr(cuda, name) for name in settings}
-                for name, value in settings.items():
-                    setattr(cuda, name, value)
-                try:
-                    fn()
-                finally:
-                    for name, value in before.items():
-                        setattr(cuda, name, value)
+    capacity, batch, k = cell
+    steps = steps_for(batch)
+    impls: dict[str, dict] = {}
+    steps_of: dict[str, int] = {}  # calls per timed scan, by implementation
 
-            return run
+    def ours(n: int, backend: str, **variant):
+        return ri.drlhet_ops(h, capacity, batch, k, n, backend, **variant)
 
-        return {key: wrap(fn) for key, fn in runners.items()}
-
-    rows: list[dict] = []
-    print(f"machine: {machine()}; threading: {args.threading}; jax {jax.__version__}")
-    if args.limits and "native" in backends:
-        from drlhet.backends import native
-
-        lim = native.probe_memory()
-        rows.append(
-            {
-                "impl": "machine-limit",
-                **lim._asdict(),
-                "machine": machine(),
-                "threading": args.threading,
-                "measured": True,
-            }
-        )
-        print(
-            f"memory limits, one core, 1 GiB array (measured): dependent read "
-            f"{lim.dependent_ns:.0f} ns, independent random reads {lim.independent_per_s:.3g}/s, "
-            f"sequential {lim.sequential_gbs:.1f} GB/s"
-        )
-    for capacity, batch, k in grid:
-        if batch > capacity:  # an insert of B > C transitions is refused
-            print(f"note: batch {batch} > capacity {capacity}: skipped")
+    for name in backends:
+        on_gpu = ri.device_of(h, name).platform != ri.backends_api.CPU
+        n = steps_of[f"drlhet-{name}"] = max(steps, args.gpu_steps) if on_gpu else steps
+        try:
+            impls[f"drlhet-{name}"] = ours(n, name)
+        except ValueError as e:  # a backend built for some K only (fpga: 4..64)
+            print(f"note: {name} skipped at K {k}: {e}")
             continue
-        current.update(capacity=capacity, batch=batch)
-        steps = steps_for(batch)
-        impls: dict[str, dict] = {}
-        steps_of: dict[str, int] = {}  # calls per timed scan, by implementation
-        t0 = time.perf_counter()
-        for name in backends:
-            on_gpu = device_of(name).platform != backends_api.CPU
-            steps_of[f"drlhet-{name}"] = max(steps, args.gpu_steps) if on_gpu else steps
-            try:
-                impls[f"drlhet-{name}"] = drlhet_ops(
-                    capacity, batch, k, steps_of[f"drlhet-{name}"], name
-                )
-            except ValueError as e:  # a backend built for some K only (fpga: 4..64)
-                print(f"note: {name} skipped at K {k}: {e}")
-                continue
-            ops = backends_api.tree_ops(name)
-            if args.plain and (ops.weigh is not None or ops.update is not None):
-                steps_of[f"drlhet-{name}-plain"] = steps_of[f"drlhet-{name}"]
-                impls[f"drlhet-{name}-plain"] = drlhet_ops(
-                    capacity, batch, k, steps_of[f"drlhet-{name}"], name, plain=True
-                )
-        for impl, (flag, settings) in CLAIMS_ARMS.items():  # --cuda-tagged-ab
-            if getattr(args, flag) and "drlhet-cuda" in impls:
-                steps_of[impl] = steps_of["drlhet-cuda"]
-                impls[impl] = with_cuda(
-                    drlhet_ops(capacity, batch, k, steps_of["drlhet-cuda"], "cuda"), **settings
-                )
-        if args.cuda_find_ab and "drlhet-cuda" in impls:
-            steps_of["drlhet-cuda-find"] = steps_of["drlhet-cuda"]
-            impls["drlhet-cuda-find"] = drlhet_ops(
-                capacity, batch, k, steps_of["drlhet-cuda"], "cuda", own_sample=False
-            )
-        for threads in args.cuda_spread_ab if "drlhet-cuda" in impls else ():
-            steps_of[f"drlhet-cuda-spread{threads}"] = steps_of["drlhet-cuda"]
-            impls[f"drlhet-cuda-spread{threads}"] = with_cuda(
-                drlhet_ops(capacity, batch, k, steps_of["drlhet-cuda"], "cuda"),
-                SPREAD_MIN_BATCH=1, SPREAD_THREADS=threads,
-            )  # fmt: skip
-        if "native" in backends and args.thread_scaling:
-            impls["drlhet-native-1t"] = with_threads(
-                drlhet_ops(capacity, batch, k, steps, "native"), 1
-            )
-        if k == 16:  # peers have no K; measure them once per (capacity, batch)
-            fbx_dev = device_of("jax")  # flashbax is pure JAX: where jax runs, as long scans
-            steps_of["flashbax"] = steps
-            if fbx_dev.platform != backends_api.CPU:
-                steps_of["flashbax"] = max(steps, args.gpu_steps)
-            for name in peer_names:
-                with peer_failure(name, capacity, batch):  # a peer's failure costs only its rows
-                    if name == "flashbax":
-                        impls[name] = flashbax_ops(capacity, batch, steps_of[name], fbx_dev)
-                    else:
-                        impls[name] = cpprb_ops(capacity, batch, steps)
-        keys = [
-            (impl, op, mode)
-            for impl, runners in impls.items()
-            for op in args.ops
-            for mode in args.modes
-            if (op, mode) in runners
-        ]
-        compile_s = {}
-        for key in keys:  # warm-up: compile + first touch
-            t = time.perf_counter()
-            if key[0] not in peer_names:
-                impls[key[0]][key[1:]]()
-            else:
-                with peer_failure(key[0], capacity, batch):
-                    impls[key[0]][key[1:]]()
-                    compile_s[key] = time.perf_counter() - t
-                if compile_s.get(key, 0.0) > args.peer_limit_s:
-                    print(f"note: {key[0]} {key[1]} ({key[2]}) took {compile_s.pop(key):.0f} s "
-                          f"to warm up at capacity {capacity}, batch {batch}, over "
-                          f"--peer-limit-s {args.peer_limit_s:g}: not repeated")  # fmt: skip
-                continue
-            compile_s[key] = time.perf_counter() - t
-        keys = [key for key in keys if key in compile_s]  # less a peer's failed ones
-        times: dict = {key: [] for key in keys}
-        for _ in range(args.repeats):  # alternate implementations within each repeat
-            for key in keys:
-                t = time.perf_counter()
-                impls[key[0]][key[1:]]()
-                times[key].append(time.perf_counter() - t)
-        if args.trace_dir is not None:
-            for impl, op, mode in keys:
-                if mode == "fused":
-                    name = f"{impl}-{op}-c{capacity}-b{batch}-k{k}"
-                    trace_once(impls[impl][(op, mode)], args.trace_dir, name)
-
-        def cuda_path(impl: str, batch: int) -> dict:
-            """The update-path settings a cuda row ran with (None for other backends)."""
-            names = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "TAGGED_CLAIMS",
-                     "TAGGED_SIBLINGS", "SPREAD_MIN_BATCH", "SPREAD_THREADS")  # fmt: skip
-            if not impl.startswith("drlhet-cuda"):
-                return {f"cuda_{n.lower()}": None for n in names} | {
-                    "cuda_key_targets": None, "cuda_shared_top": None, "cuda_own_sample": None
-                }  # fmt: skip
-            from drlhet.backends import cuda
-
-            # the sample call (weigh) is the backend's
-            spread = re.fullmatch(r"drlhet-cuda-spread(\d+)", impl)
-            own_sample = impl == "drlhet-cuda" or impl in CLAIMS_ARMS or spread is not None
-            own_sample = own_sample and args.cuda_own_sample and batch <= cuda.OWN_SAMPLE_MAX_BATCH
-            key_targets = args.cuda_key_targets and cuda.KEY_TARGETS and own_sample
-            shared_top = bool(cuda.SHARED_TOP) and own_sample
-            arm = {}
-            if impl in CLAIMS_ARMS:
-                arm = {f"cuda_{n.lower()}": int(on) for n, on in CLAIMS_ARMS[impl][1].items()}
-            if spread is not None:
-                arm = {"cuda_spread_min_batch": 1, "cuda_spread_threads": int(spread[1])}
-            return {f"cuda_{n.lower()}": int(getattr(cuda, n)) for n in names} | arm | {
-                "cuda_key_targets": key_targets, "cuda_shared_top": shared_top,
-                "cuda_own_sample": own_sample,
-            }  # fmt: skip
-
-        def where(impl: str) -> dict:
-            """The row's device and what its speed is the speed of."""
-            name = backend_of(impl)
-            if impl == "flashbax":  # a pure-JAX peer: where the jax backend runs
-                name = "jax"
-            elif not impl.startswith("drlhet-"):
-                return {"device": "cpu", "speed_of": speed_of(impl)}
-            dev = device_of(name)
-            if dev.platform == backends_api.CPU:
-                return {"device": "cpu", "speed_of": speed_of(impl)}
-            return {"device": str(dev), "speed_of": f"this GPU ({dev.device_kind})"}
-
-        for key in keys:
-            impl, op, mode = key
-            n_steps = steps_of.get(impl, steps)
-            rates = sorted(batch * n_steps / t for t in times[key])
-            rows.append(
-                {
-                    "impl": impl,
-                    "op": op,
-                    "mode": mode,
-                    "capacity": capacity,
-                    "batch": batch,
-                    "branching": k if impl.startswith("drlhet") else None,
-                    "steps_per_repeat": n_steps,
-                    "unroll": args.unroll,
-                    "loop": args.loop,
-                    **cuda_path(impl, batch),
-                    "xla_flags": os.environ.get("XLA_FLAGS", ""),
-                    "items_per_s": statistics.median(rates),
-                    "items_per_s_min": rates[0],
-                    "items_per_s_max": rates[-1],
-                    "warmup_s": compile_s[key],
-                    "threading": args.threading,
-                    "machine": machine(),
-                    "measured": True,
-                    **where(impl),
-                }
-            )
-        print_table(
-            [
-                r
-                for r in rows
-                if r.get("capacity") == capacity
-                and r.get("batch") == batch
-                and r.get("branching") in (k, None)
-            ],
-            f"capacity 2^{capacity.bit_length() - 1}, "
-            f"batch {batch}, K {k}  ({time.perf_counter() - t0:.0f} s)",
+        ops = ri.backends_api.tree_ops(name)
+        if args.plain and (ops.weigh is not None or ops.update is not None):
+            steps_of[f"drlhet-{name}-plain"] = n
+            impls[f"drlhet-{name}-plain"] = ours(n, name, plain=True)
+    arms = {}  # the in-process A/Bs against drlhet-cuda: impl -> its runners
+    n = steps_of.get("drlhet-cuda", steps)
+    for impl, (flag, settings) in CLAIMS_ARMS.items():  # --cuda-tagged-ab
+        if getattr(args, flag):
+            arms[impl] = lambda s=settings: ri.with_cuda(ours(n, "cuda"), **s)
+    if args.cuda_find_ab:
+        arms["drlhet-cuda-find"] = lambda: ours(n, "cuda", own_sample=False)
+    for threads in args.cuda_spread_ab:
+        arms[f"drlhet-cuda-spread{threads}"] = lambda t=threads: ri.with_cuda(
+            ours(n, "cuda"), SPREAD_MIN_BATCH=1, SPREAD_THREADS=t
         )
-        print_ratios(rows, capacity, batch, k, layout(capacity, k).depth)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(rows, indent=1))
-    print(f"wrote {len(rows)} rows to {args.out}")
+    for impl, make in arms.items() if "drlhet-cuda" in impls else ():
+        steps_of[impl], impls[impl] = n, make()
+    if "native" in backends and args.thread_scaling:
+        impls["drlhet-native-1t"] = ri.with_threads(ours(steps, "native"), 1)
+    if k == 16:  # peers have no K; measure them once per (capacity, batch)
+        fbx_dev = ri.device_of(h, "jax")  # flashbax is pure JAX: where jax runs, as long scans
+        on_gpu = fbx_dev.platform != ri.backends_api.CPU
+        steps_of["flashbax"] = max(steps, args.gpu_steps) if on_gpu else steps
+        for name in peer_names:
+            with peer_failure(name, capacity, batch):  # a peer's failure costs only its rows
+                if name == "flashbax":
+                    impls[name] = ri.flashbax_ops(h, capacity, batch, steps_of[name], fbx_dev)
+                else:
+                    impls[name] = ri.cpprb_ops(capacity, batch, steps)
+    return impls, steps_of
+
+
+def warm_up(args: Args, cell: Cell, impls: dict, keys: list, peer_names: list[str]) -> dict:
+    """Runs each ``(impl, op, mode)`` once (compilation and first touch): ``{key: seconds}``,
+    less a peer's that failed or took over ``--peer-limit-s`` (a note says which)."""
+    compile_s = {}
+    for key in keys:
+        t = time.perf_counter()
+        if key[0] not in peer_names:
+            impls[key[0]][key[1:]]()
+        else:
+            with peer_failure(key[0], cell.capacity, cell.batch):
+                impls[key[0]][key[1:]]()
+                compile_s[key] = time.perf_counter() - t
+            if compile_s.get(key, 0.0) > args.peer_limit_s:
+                print(f"note: {key[0]} {key[1]} ({key[2]}) took {compile_s.pop(key):.0f} s "
+                      f"to warm up at capacity {cell.capacity}, batch {cell.batch}, over "
+                      f"--peer-limit-s {args.peer_limit_s:g}: not repeated")  # fmt: skip
+            continue
+        compile_s[key] = time.perf_counter() - t
+    return compile_s
+
+
+def measure(args: Args, h, cell: Cell, impls: dict, steps_of: dict, peer_names: list[str]):
+    """Times every implementation's ops at ``cell``, alternating them within each of
+    ``--repeats`` repeats (after a warm-up), traces the fused ones where ``--trace-dir`` asks;
+    returns their rows (items/s: median, min, max over the repeats)."""
+    keys = [(impl, op, mode) for impl, runners in impls.items() for op in args.ops
+            for mode in args.modes if (op, mode) in runners]  # fmt: skip
+    compile_s = warm_up(args, cell, impls, keys, peer_names)
+    keys = [key for key in keys if key in compile_s]  # less a peer's failed ones
+    times: dict = {key: [] for key in keys}
+    for _ in range(args.repeats):  # alternate implementations within each repeat
+        for key in keys:
+            t = time.perf_counter()
+            impls[key[0]][key[1:]]()
+            times[key].append(time.perf_counter() - t)
+    if args.trace_dir is not None:
+        for impl, op, mode in keys:
+            if mode == "fused":
+                name = f"{impl}-{op}-c{cell.capacity}-b{cell.batch}-k{cell.k}"
+                trace_once(impls[impl][(op, mode)], args.trace_dir, name)
+    rows = []
+    for key in keys:
+        impl = key[0]
+        n_steps = steps_of.get(impl, steps_for(cell.batch))
+        rates = sorted(cell.batch * n_steps / t for t in times[key])
+        rows.append(row_of(args, h, cell, key, n_steps, rates, compile_s[key]))
     return rows
+
+
+def row_of(args: Args, h, cell: Cell, key: tuple, n_steps: int, rates: list, warm_s: float):
+    """The JSON row of one ``(impl, op, mode)`` at ``cell``, its repeats' ``rates`` sorted."""
+    impl, op, mode = key
+    return {
+        "impl": impl,
+        "op": op,
+        "mode": mode,
+        "capacity": cell.capacity,
+        "batch": cell.batch,
+        "branching": cell.k if impl.startswith("drlhet") else None,
+        "steps_per_repeat": n_steps,
+        "unroll": args.unroll,
+        "loop": args.loop,
+        **cuda_path(args, impl, cell.batch),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "items_per_s": statistics.median(rates),
+        "items_per_s_min": rates[0],
+        "items_per_s_max": rates[-1],
+        "warmup_s": warm_s,
+        "threading": args.threading,
+        "machine": machine(),
+        "measured": True,
+        **where(h, impl),
+    }
+
+
+CUDA_PATH_SWITCHES = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "TAGGED_CLAIMS",
+                      "TAGGED_SIBLINGS", "SPREAD_MIN_BATCH", "SPREAD_THREADS")  # fmt: skip
+
+
+def cuda_path(args: Args, impl: str, batch: int) -> dict:
+    """The cuda settings a row ran with (``cuda_<switch>``; None for other backends)."""
+    names = CUDA_PATH_SWITCHES
+    if not impl.startswith("drlhet-cuda"):
+        return {f"cuda_{n.lower()}": None for n in names} | {
+            "cuda_key_targets": None, "cuda_shared_top": None, "cuda_own_sample": None
+        }  # fmt: skip
+    from drlhet.backends import cuda
+
+    # the sample call (weigh) is the backend's
+    spread = re.fullmatch(r"drlhet-cuda-spread(\d+)", impl)
+    own_sample = impl == "drlhet-cuda" or impl in CLAIMS_ARMS or spread is not None
+    own_sample = own_sample and args.cuda_own_sample and batch <= cuda.OWN_SAMPLE_MAX_BATCH
+    key_targets = args.cuda_key_targets and cuda.KEY_TARGETS and own_sample
+    shared_top = bool(cuda.SHARED_TOP) and own_sample
+    arm = {}
+    if impl in CLAIMS_ARMS:
+        arm = {f"cuda_{n.lower()}": int(on) for n, on in CLAIMS_ARMS[impl][1].items()}
+    if spread is not None:
+        arm = {"cuda_spread_min_batch": 1, "cuda_spread_threads": int(spread[1])}
+    return {f"cuda_{n.lower()}": int(getattr(cuda, n)) for n in names} | arm | {
+        "cuda_key_targets": key_targets, "cuda_shared_top": shared_top,
+        "cuda_own_sample": own_sample,
+    }  # fmt: skip
+
+
+def where(h, impl: str) -> dict:
+    """The row's device and what its speed is the speed of."""
+    import replay_impls
+
+    name = backend_of(impl)
+    if impl == "flashbax":  # a pure-JAX peer: where the jax backend runs
+        name = "jax"
+    elif not impl.startswith("drlhet-"):
+        return {"device": "cpu", "speed_of": speed_of(impl)}
+    dev = replay_impls.device_of(h, name)
+    if dev.platform == replay_impls.backends_api.CPU:
+        return {"device": "cpu", "speed_of": speed_of(impl)}
+    return {"device": str(dev), "speed_of": f"this GPU ({dev.device_kind})"}
 
 
 def trace_once(run, folder: Path, name: str) -> Path:
@@ -774,14 +567,6 @@ def trace_once(run, folder: Path, name: str) -> Path:
     shutil.copyfile(found[-1], out)
     print(f"traced {name}: {out}")
     return out
-
-
-def flashbax_device(platform: str) -> str:
-    """flashbax's ``device`` argument where its buffer runs on ``platform``: its batched
-    priority update (a ``bincount``) on a GPU or TPU, its default (one priority after another
-    in a ``lax.scan``) on a CPU. The scan on a GPU is a round of launches per entry: one
-    2^20 x B 4096 run with it outlasted a 200 s stage on an H100 (2026-11-27)."""
-    return platform if platform in ("gpu", "tpu") else "cpu"
 
 
 @contextlib.contextmanager

@@ -100,7 +100,8 @@ def test_flashbax_gets_its_own_switch_for_the_device_it_runs_on(bench, tmp_path,
     """On a GPU flashbax must be told so: its default updates priorities one at a time in a
     scan, a round of launches per entry there (it outlasted a whole stage on an H100)."""
     fbx = pytest.importorskip("flashbax", reason="missing library: flashbax (the bench extra)")
-    assert [bench.flashbax_device(p) for p in ("gpu", "tpu", "cpu")] == ["gpu", "tpu", "cpu"]
+    impls = importlib.import_module("replay_impls")  # bench_replay's implementations
+    assert [impls.flashbax_device(p) for p in ("gpu", "tpu", "cpu")] == ["gpu", "tpu", "cpu"]
     seen = []
     real = fbx.make_prioritised_flat_buffer
 

@@ -62,7 +62,8 @@
 #             slots and no barrier after it) against the workspace's, in one run
 #             (bench_replay --cuda-tagged-ab: drlhet-cuda-tagged, and drlhet-cuda-siblings with
 #             TAGGED_SIBLINGS on too, the leaves' parents summed from the table without the
-#             barrier after the leaves, beside drlhet-cuda, alternating in each of
+#             barrier after the leaves, beside drlhet-cuda on the workspace's claims
+#             whatever the paths in force say, alternating in each of
 #             TAGGED_REPEATS, default 7, repeats): the update and step at 2^20 leaves, K 16, B
 #             TAGGED_BATCHES (default 2048 4096), jax too, the paths in force (rows to
 #             $OUT/tagged.json; TAGGED_ARGS: more flags; not in the default list; about 80 s). Its GPU tests (the path with TAGGED_SIBLINGS on) run apart (stage
@@ -410,10 +411,15 @@ for s in "${stages[@]}"; do
         echo "== tagged: skipped, the tagged path failed the tests stage (tests_tagged.log)"
         continue
       fi
+      # drlhet-cuda, the A/B's base, on the workspace's claims whatever the paths in force or
+      # the library's defaults say (once pick has turned the table on, the next run's base
+      # would else be a tagged arm, and pick would find no workspace row to weigh it against)
+      base=${PATH_FLAGS/ --cuda-tagged-claims True/}
+      base="${base/ --cuda-tagged-siblings True/} --cuda-tagged-claims False"
       stage tagged 150 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
         --batches ${TAGGED_BATCHES:-2048 4096} --branchings 16 --backends cuda jax \
         --ops update step --modes fused --no-peers --no-plain --no-thread-scaling --no-limits \
-        --repeats "${TAGGED_REPEATS:-7}" $PATH_FLAGS --cuda-tagged-ab ${TAGGED_ARGS:-} \
+        --repeats "${TAGGED_REPEATS:-7}" $base --cuda-tagged-ab ${TAGGED_ARGS:-} \
         --out "$OUT/tagged.json" ;;
     targets)  # the targets drawn in the sample's kernel from the key, or by XLA before it
       for t in key xla find; do

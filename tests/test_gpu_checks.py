@@ -421,6 +421,8 @@ def test_the_tagged_stage_is_an_ab_in_one_run_and_a_failing_case_of_it_turns_it_
     assert f"not slow and cuda_{arm}" in next(c for c in calls if f"tests_{arm}.xml" in c)
     (ab,) = [c for c in calls if f"/{arm}.json" in c]
     assert f"--cuda-{arm}-ab" in ab and "--backends cuda jax" in ab and "--ops update step" in ab
+    # its base arm on the workspace's claims, though the paths in force have the table on
+    assert "--cuda-tagged-claims False" in ab and "True" not in ab, ab
     quick = next(c for c in calls if "bench_quick.json" in c)
     assert f"--cuda-{switch}" in quick and "--cuda-tagged-siblings" in quick
     train = [c for c in calls if " train " in c]

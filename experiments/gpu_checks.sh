@@ -86,7 +86,8 @@
 #             CUDA_OWN_SAMPLE_MAX_BATCH below the batches where drlhet-cuda-find's step wins.
 #   spread    the sample call spread over the GPU in one cooperative launch
 #             (kernels/cuda/sample_spread.cuh; drlhet.backends.cuda.SPREAD_MIN_BATCH, off until
-#             measured) against cuda's own call as the paths in force take it and the sample
+#             measured) against cuda's own call as the paths in force take it, never spread
+#             (so that the stage stays an A/B once pick has turned the spread on), and the sample
 #             around find, in one run (bench_replay --cuda-spread-ab SPREAD_AB_THREADS, default
 #             "64 128 256" threads a block, and --cuda-find-ab: drlhet-cuda-spreadT and
 #             drlhet-cuda-find beside drlhet-cuda, alternating in each of SPREAD_REPEATS,
@@ -441,10 +442,14 @@ for s in "${stages[@]}"; do
         echo "== spread: skipped, the spread sample failed the tests stage (tests_spread.log)"
         continue
       fi
+      # drlhet-cuda, the A/B's base, not spread whatever the paths in force or the library's
+      # defaults say (the tagged stage's reasoning): SPREAD_MIN_BATCH past any batch
+      base="$(echo "$PATH_FLAGS" | sed -E 's/ --cuda-spread-min-batch [0-9]+//')"
+      base+=" --cuda-spread-min-batch $((1 << 62))"
       stage spread 180 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
         --batches ${SPREAD_BATCHES:-2048 4096} --branchings 16 --backends cuda jax \
         --ops sample step --modes fused --no-peers --no-plain --no-thread-scaling --no-limits \
-        --repeats "${SPREAD_REPEATS:-7}" $PATH_FLAGS --cuda-find-ab \
+        --repeats "${SPREAD_REPEATS:-7}" $base --cuda-find-ab \
         --cuda-spread-ab ${SPREAD_AB_THREADS:-64 128 256} --out "$OUT/spread.json" ;;
     top)  # the sample's descents through a copy of the top levels in shared memory, or not
       if [ "${TRIAGE_NO_TOP:-0}" = 1 ]; then

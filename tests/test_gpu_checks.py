@@ -459,6 +459,14 @@ def test_the_spread_stage_is_an_ab_in_one_run_and_a_failing_spread_case_turns_it
     (ab,) = [c for c in calls if "/spread.json" in c]
     assert "--cuda-spread-ab 64 128 256 " in ab and "--cuda-find-ab" in ab
     assert "--ops sample step" in ab and "--batches 2048 4096 " in ab and "--repeats 7" in ab
+    # with the spread sample in force, the A/B's base arm is still the own call, not spread
+    on = tmp_path / "on"
+    on.mkdir()
+    env = {"CUDA_SPREAD_MIN_BATCH": "2048", "CUDA_SPREAD_THREADS": "64"}
+    _, calls = run_checks(on, ["tests", "spread", "quick"], extra_env=env)
+    (ab,) = [c for c in calls if "/spread.json" in c]
+    assert f"--cuda-spread-min-batch {1 << 62} " in ab and "--cuda-spread-min-batch 2048" not in ab
+    assert "--cuda-spread-min-batch 2048" in next(c for c in calls if "bench_quick.json" in c)
     again = tmp_path / "again"
     again.mkdir()
     env = {"CUDA_SPREAD_MIN_BATCH": "2048"}

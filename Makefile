@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.drlhet-installed
 
-.PHONY: run test test-slow gpu-test gpu-dry-run bench lint install clean sanitize peers figures
+.PHONY: run test test-slow gpu-test gpu-dry-run gpu-wheels bench lint install clean sanitize peers figures
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,23 @@ gpu-dry-run: $(STAMP)
 	$(GPU_DRY_RUN) -m "not slow"
 	DRLHET_TEST_CUDA_KEY_TARGETS=0 DRLHET_TEST_CUDA_SHARED_TOP=0 \
 	  $(GPU_DRY_RUN) -m "not slow and not cuda_key_targets and not cuda_shared_top"
+
+# Before a GPU call, here: the packages that the lent GPU machine's image lacks (it reaches no
+# index), as wheels in .whl/ (ignored by git) at this .venv's versions, for its CPython 3.12;
+# the call carries .whl and runs WHEELS=.whl experiments/gpu_checks.sh, which installs them
+# there. All pure Python (about 1.4 MB); what they need, the image has (chex, flax, numpy,
+# matplotlib, seaborn, cloudpickle, tensorstore, typing-extensions, pytest).
+GPU_WHEELS = gymnax tyro gymnasium farama-notifications docstring-parser typeguard flashbax \
+  pytest-timeout
+gpu-wheels: $(STAMP)
+	rm -rf .whl && mkdir .whl
+	for p in $(GPU_WHEELS); do \
+	  v=$$($(BIN)/pip show $$p | sed -n 's/^Version: //p'); \
+	  [ -n "$$v" ] || { echo "gpu-wheels: $$p is not installed in $(VENV)"; exit 1; }; \
+	  $(BIN)/pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+	    --implementation cp --platform manylinux2014_x86_64 -d .whl "$$p==$$v" || exit 1; \
+	done
+	ls .whl
 
 # Benchmarks write under results/raw/ (not committed), never over the committed, pinned results.
 bench: $(STAMP)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA backend's GPU checks in one command, on a machine with an NVIDIA GPU, nvcc and
 # jax[cuda] already installed; nothing is downloaded (extra wheels, e.g. gymnax and tyro, can
-# lie in a folder named by WHEELS). Each stage has its own time limit and log; a failing stage
+# lie in a folder named by WHEELS: `make gpu-wheels` fills .whl/ with those a lent GPU machine
+# lacks). Each stage has its own time limit and log; a failing stage
 # does not stop the next. Stages (default: all, in this order):
 #   build     pip install -e . without build isolation (CMake builds the CPU and CUDA kernels
 #             for CUDA_ARCH, default 90)

@@ -404,19 +404,12 @@ def build_impls(args: Args, h, cell: Cell, backends: list[str], peer_names: list
         if args.plain and (ops.weigh is not None or ops.update is not None):
             steps_of[f"drlhet-{name}-plain"] = n
             impls[f"drlhet-{name}-plain"] = ours(n, name, plain=True)
-    arms = {}  # the in-process A/Bs against drlhet-cuda: impl -> its runners
-    n = steps_of.get("drlhet-cuda", steps)
-    for impl, (flag, settings) in CLAIMS_ARMS.items():  # --cuda-tagged-ab
-        if getattr(args, flag):
-            arms[impl] = lambda s=settings: ri.with_cuda(ours(n, "cuda"), **s)
-    if args.cuda_find_ab:
-        arms["drlhet-cuda-find"] = lambda: ours(n, "cuda", own_sample=False)
-    for threads in args.cuda_spread_ab:
-        arms[f"drlhet-cuda-spread{threads}"] = lambda t=threads: ri.with_cuda(
-            ours(n, "cuda"), SPREAD_MIN_BATCH=1, SPREAD_THREADS=t
-        )
-    for impl, make in arms.items() if "drlhet-cuda" in impls else ():
-        steps_of[impl], impls[impl] = n, make()
+    if "drlhet-cuda" in impls:
+        n = steps_of["drlhet-cuda"]
+        for impl, variant, settings in ab_arms(args):
+            runners = ours(n, "cuda", **variant)
+            steps_of[impl] = n
+            impls[impl] = ri.with_cuda(runners, **settings) if settings else runners
     if "native" in backends and args.thread_scaling:
         impls["drlhet-native-1t"] = ri.with_threads(ours(steps, "native"), 1)
     if k == 16:  # peers have no K; measure them once per (capacity, batch)
@@ -430,6 +423,19 @@ def build_impls(args: Args, h, cell: Cell, backends: list[str], peer_names: list
                 else:
                     impls[name] = ri.cpprb_ops(capacity, batch, steps)
     return impls, steps_of
+
+
+def ab_arms(args: Args) -> list[tuple[str, dict, dict]]:
+    """The in-process A/B arms beside ``drlhet-cuda`` that ``args`` asks for, in their order:
+    ``(impl, drlhet_ops variant, cuda switches its runs set)``."""
+    arms = [(impl, {}, settings) for impl, (flag, settings) in CLAIMS_ARMS.items()
+            if getattr(args, flag)]  # fmt: skip
+    if args.cuda_find_ab:
+        arms.append(("drlhet-cuda-find", {"own_sample": False}, {}))
+    for threads in args.cuda_spread_ab:
+        spread = {"SPREAD_MIN_BATCH": 1, "SPREAD_THREADS": threads}
+        arms.append((f"drlhet-cuda-spread{threads}", {}, spread))
+    return arms
 
 
 def warm_up(args: Args, cell: Cell, impls: dict, keys: list, peer_names: list[str]) -> dict:

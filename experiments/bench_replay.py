@@ -513,6 +513,8 @@ def row_of(args: Args, h, cell: Cell, key: tuple, n_steps: int, rates: list, war
     }
 
 
+# The switches of `drlhet.backends.cuda` every cuda row records (``cuda_<switch>``, as the
+# library had them when the row ran), whether or not this run's options set them.
 CUDA_PATH_SWITCHES = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "TAGGED_CLAIMS",
                       "TAGGED_SIBLINGS", "SPREAD_MIN_BATCH", "SPREAD_THREADS")  # fmt: skip
 

@@ -144,8 +144,23 @@ def accepts(capacity: int, branching: int) -> str:
     return ""
 
 
+REMOVED = {
+    "REGION_MAX_BATCH": "the region update path",
+    "SHARED_CLAIMS": "the cluster update's claims in shared memory",
+}
+"""Switches this module had and no longer reads (removed 2026-11-28, measured no faster on an
+H100; docs/design.md, "tried and removed"), with what they turned on. Setting one is refused
+when a program is traced (`_check`), not ignored."""
+
+
 def _check(tree: SumTreeState) -> None:
     _library()
+    if stale := sorted(set(REMOVED) & set(globals())):
+        name = stale[0]
+        raise ValueError(
+            f'cuda.{name} was removed with {REMOVED[name]} (docs/design.md, "tried and '
+            f'removed"); delete the assignment'
+        )
     if why := accepts(tree.capacity, tree.branching):
         raise ValueError(why)
     if tree.nodes.dtype != jnp.float32:

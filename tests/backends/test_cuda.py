@@ -129,6 +129,22 @@ def test_trees_the_kernels_do_not_hold_are_refused_before_a_call(monkeypatch):
         cuda.update(tree, jnp.zeros(2, jnp.int32), jnp.ones(2, jnp.float32))
 
 
+@pytest.mark.parametrize("name", sorted(cuda.REMOVED))
+def test_a_removed_switch_set_is_refused_not_ignored(monkeypatch, name):
+    monkeypatch.setattr(cuda, "_library", lambda: None)  # refused before any call
+    monkeypatch.setattr(cuda, name, 512, raising=False)
+    tree = st.init(1000, 16)
+    for call in (
+        lambda: cuda.find(tree, jnp.zeros(2, jnp.float32)),
+        lambda: cuda.update(tree, jnp.zeros(2, jnp.int32), jnp.ones(2, jnp.float32)),
+    ):
+        with pytest.raises(ValueError, match=f"cuda.{name} was removed with .*delete the"):
+            call()
+    monkeypatch.delattr(cuda, name)
+    with pytest.raises(ValueError, match="supports K <= 256"):  # the next check: it got past
+        cuda.find(st.init(1000, 257), jnp.zeros(2, jnp.float32))
+
+
 def _missing_emulation():
     raise backends.BackendUnavailable("the CUDA kernels' host emulation are not built")
 

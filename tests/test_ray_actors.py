@@ -133,13 +133,23 @@ def test_ray_config_checks():
         ),
         (dict(actors="ray:2", resume=Path("runs/x")), "--resume cannot be combined"),
         (dict(address="auto"), "--ray-address needs --actors ray:N"),
+        (dict(sync_every=8), "--sync-every needs --actors ray:N"),
+        (dict(rollout=0), "--rollout needs --actors ray:N"),
         (dict(actors="ray:1", rollout=0), "--rollout must be >= 1, got 0"),
+        (dict(actors="ray:1", sync_every=-3), "--sync-every must be >= 1, got -3"),
     ],
 )
 def test_bad_ray_flags_are_named(flags, match):
-    args = dict(actors=None, sync_every=32, rollout=32, address=None, mapping=None, resume=None)
+    args = dict(actors=None, sync_every=None, rollout=None, address=None, mapping=None, resume=None)
     with pytest.raises(ValueError, match=re.escape(match)):
         ray_config(**{**args, **flags})
+
+
+def test_ray_flags_left_out_take_the_configs_defaults():
+    args = dict(actors="ray:2", sync_every=None, rollout=None, address=None, mapping=None)
+    assert ray_config(**args, resume=None) == RayConfig(actors=2)
+    assert ray_config(**{**args, "rollout": 8}, resume=None) == RayConfig(actors=2, rollout=8)
+    assert ray_config(**{**args, "actors": None}, resume=None) is None
 
 
 def test_cli_refuses_bad_ray_flags_in_one_line(tmp_path):

@@ -12,21 +12,28 @@ __all__ = ["ray_config", "ray_runner", "ray_summary"]
 
 def ray_config(
     actors: str | None,
-    sync_every: int,
-    rollout: int,
+    sync_every: int | None,
+    rollout: int | None,
     address: str | None,
     mapping: str | None,
     resume: Path | None,
 ):
     """The `drlhet.runtime.ray_learner.RayConfig` the flags ask for (None without
-    ``--actors``).
+    ``--actors``). ``sync_every``, ``rollout``: None for RayConfig's defaults.
 
     Raises:
-      ValueError: a bad value, a flag Ray runs do not take, or Ray missing; named.
+      ValueError: a bad value, a flag Ray runs do not take, a Ray run's flag without
+        ``--actors`` (it would be ignored), or Ray missing; named.
     """
     if actors is None:
-        if address is not None:
-            raise ValueError("--ray-address needs --actors ray:N")
+        ray_only = (
+            ("--ray-address", address),
+            ("--sync-every", sync_every),
+            ("--rollout", rollout),
+        )
+        for name, value in ray_only:
+            if value is not None:
+                raise ValueError(f"{name} needs --actors ray:N (it sets how Ray actors run)")
         return None
     from drlhet.runtime.ray_learner import RayConfig, parse_actors
 
@@ -41,10 +48,12 @@ def ray_config(
         raise ValueError(
             f"--actors {actors}: missing library: ray (pip install 'drlhet[ray]')"
         ) from None
-    for name, value in (("--sync-every", sync_every), ("--rollout", rollout)):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
-    return RayConfig(actors=n, sync_every=sync_every, rollout=rollout, address=address)
+    given = {"sync_every": sync_every, "rollout": rollout}
+    for field, value in given.items():
+        if value is not None and value < 1:
+            raise ValueError(f"--{field.replace('_', '-')} must be >= 1, got {value}")
+    given = {field: value for field, value in given.items() if value is not None}
+    return RayConfig(actors=n, address=address, **given)
 
 
 def ray_runner(remote, config: TrainConfig):

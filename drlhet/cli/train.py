@@ -83,8 +83,8 @@ def train_command(
     keep_checkpoints: int = 2,
     resume: Path | None = None,
     actors: str | None = None,
-    sync_every: int = 32,
-    rollout: int = 32,
+    sync_every: int | None = None,
+    rollout: int | None = None,
     ray_address: str | None = None,
 ) -> Path:
     """Trains, writing ``config.json``, ``metrics.jsonl`` and ``curve.png`` to a run directory.
@@ -119,8 +119,9 @@ def train_command(
         run would have gone on.
       actors: ``ray:N``: N Ray actors feed this process's replay and learner (the ``ray``
         extra; no checkpoints); ``--sync-every`` learner iterations between parameter
-        broadcasts, ``--rollout`` iterations per actor call, ``--ray-address`` a cluster to
-        join (`drlhet.runtime.ray_learner`).
+        broadcasts (default 32), ``--rollout`` iterations per actor call (default 32),
+        ``--ray-address`` a cluster to join (`drlhet.runtime.ray_learner`); the three are
+        refused without ``--actors``.
     """
     saved = None
     with bad_input():

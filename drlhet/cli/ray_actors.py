@@ -48,11 +48,11 @@ def ray_config(
         raise ValueError(
             f"--actors {actors}: missing library: ray (pip install 'drlhet[ray]')"
         ) from None
-    given = {"sync_every": sync_every, "rollout": rollout}
+    flags = {"sync_every": sync_every, "rollout": rollout}
+    given: dict[str, int] = {field: value for field, value in flags.items() if value is not None}
     for field, value in given.items():
-        if value is not None and value < 1:
+        if value < 1:
             raise ValueError(f"--{field.replace('_', '-')} must be >= 1, got {value}")
-    given = {field: value for field, value in given.items() if value is not None}
     return RayConfig(actors=n, address=address, **given)
 
 

@@ -118,10 +118,9 @@ def train_command(
         its configuration and (unless ``--mapping`` is given) its mapping, bit for bit as the
         run would have gone on.
       actors: ``ray:N``: N Ray actors feed this process's replay and learner (the ``ray``
-        extra; no checkpoints); ``--sync-every`` learner iterations between parameter
-        broadcasts (default 32), ``--rollout`` iterations per actor call (default 32),
-        ``--ray-address`` a cluster to join (`drlhet.runtime.ray_learner`); the three are
-        refused without ``--actors``.
+        extra; no checkpoints); ``--sync-every`` learner iterations between parameter broadcasts
+        and ``--rollout`` iterations per actor call (32 each), ``--ray-address`` a cluster to
+        join (`drlhet.runtime.ray_learner`); the three are refused without ``--actors``.
     """
     saved = None
     with bad_input():

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
 
 from drlhet.agents.dqn import DQNConfig  # noqa: E402
 from drlhet.cli.ray_actors import ray_config  # noqa: E402
+from drlhet.cli.train import CHECKPOINT_EVERY, _checkpoint_every  # noqa: E402
 from drlhet.runtime.config import TrainConfig  # noqa: E402
 from drlhet.runtime.ray_learner import RayConfig, parse_actors, run_ray  # noqa: E402
 
@@ -132,6 +133,10 @@ def test_ray_config_checks():
             "--actors ray:2",
         ),
         (dict(actors="ray:2", resume=Path("runs/x")), "--resume cannot be combined"),
+        (
+            dict(actors="ray:2", checkpoint_every=5),
+            "--checkpoint-every 5 cannot be combined with --actors ray:2 (Ray runs write no",
+        ),
         (dict(address="auto"), "--ray-address needs --actors ray:N"),
         (dict(sync_every=8), "--sync-every needs --actors ray:N"),
         (dict(rollout=0), "--rollout needs --actors ray:N"),
@@ -150,15 +155,31 @@ def test_ray_flags_left_out_take_the_configs_defaults():
     assert ray_config(**args, resume=None) == RayConfig(actors=2)
     assert ray_config(**{**args, "rollout": 8}, resume=None) == RayConfig(actors=2, rollout=8)
     assert ray_config(**{**args, "actors": None}, resume=None) is None
+    assert ray_config(**args, resume=None, checkpoint_every=0) == RayConfig(actors=2)
 
 
-def test_cli_refuses_bad_ray_flags_in_one_line(tmp_path):
+def test_checkpoints_default_to_every_ten_chunks_and_none_with_ray():
+    assert _checkpoint_every(None, None) == CHECKPOINT_EVERY == 10
+    assert _checkpoint_every(None, RayConfig(actors=2)) == 0
+    assert _checkpoint_every(3, None) == 3 and _checkpoint_every(0, None) == 0
+
+
+@pytest.mark.parametrize(
+    "flags,error",
+    [
+        (["--actors", "ray:0"], "--actors must be ray:N with N >= 1, got 'ray:0'"),
+        (
+            ["--actors", "ray:2", "--checkpoint-every", "5"],
+            "--checkpoint-every 5 cannot be combined with --actors ray:2 "
+            "(Ray runs write no checkpoints)",
+        ),
+    ],
+)
+def test_cli_refuses_bad_ray_flags_in_one_line(tmp_path, flags, error):
     got = subprocess.run(
-        [sys.executable, "-m", "drlhet", "train", "--out", str(tmp_path), "--actors", "ray:0"],
+        [sys.executable, "-m", "drlhet", "train", "--out", str(tmp_path), *flags],
         capture_output=True,
         text=True,
     )
-    assert got.returncode == 2 and got.stderr.strip().splitlines() == [
-        "drlhet: error: --actors must be ray:N with N >= 1, got 'ray:0'"
-    ]
+    assert got.returncode == 2 and got.stderr.strip().splitlines() == [f"drlhet: error: {error}"]
     assert not any(tmp_path.iterdir())

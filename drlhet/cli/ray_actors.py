@@ -17,9 +17,11 @@ def ray_config(
     address: str | None,
     mapping: str | None,
     resume: Path | None,
+    checkpoint_every: int | None = None,
 ):
     """The `drlhet.runtime.ray_learner.RayConfig` the flags ask for (None without
-    ``--actors``). ``sync_every``, ``rollout``: None for RayConfig's defaults.
+    ``--actors``). ``sync_every``, ``rollout``: None for RayConfig's defaults;
+    ``checkpoint_every``: None when not given (Ray runs write no checkpoints).
 
     Raises:
       ValueError: a bad value, a flag Ray runs do not take, a Ray run's flag without
@@ -42,6 +44,11 @@ def ray_config(
         raise ValueError(f"--mapping {mapping} cannot be combined with --actors {actors}")
     if resume is not None:
         raise ValueError(f"--resume cannot be combined with --actors {actors} (no checkpoints)")
+    if checkpoint_every:
+        raise ValueError(
+            f"--checkpoint-every {checkpoint_every} cannot be combined with --actors {actors} "
+            "(Ray runs write no checkpoints)"
+        )
     try:
         import ray  # noqa: F401
     except ImportError:

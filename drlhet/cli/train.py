@@ -65,6 +65,10 @@ def plot_curves(rows: list[dict], title: str, path: Path) -> None:
     plt.close(fig)
 
 
+CHECKPOINT_EVERY = 10
+"""Chunks between checkpoints when ``--checkpoint-every`` is not given (runs without Ray)."""
+
+
 class _Stop(Exception):
     """Raised from the chunk callback once the target return is reached."""
 
@@ -79,7 +83,7 @@ def train_command(
     cpu_devices: int | None = None,
     compilation_cache: bool = True,
     memory_check: bool = True,
-    checkpoint_every: int = 10,
+    checkpoint_every: int | None = None,
     keep_checkpoints: int = 2,
     resume: Path | None = None,
     actors: str | None = None,
@@ -111,8 +115,8 @@ def train_command(
         compilation cache), so that running the same configuration again does not compile.
       memory_check: refuse a run whose state (replay buffers, sum trees, agents of every seed)
         needs more memory than this machine has available.
-      checkpoint_every: write the run's whole state to ``<run>/checkpoints/`` every this many
-        chunks and after the last (0: never; `drlhet.checkpoint`).
+      checkpoint_every: save the run's state to ``<run>/checkpoints/`` (`drlhet.checkpoint`)
+        every this many chunks and after the last (0: never; default 10; refused with --actors).
       keep_checkpoints: how many checkpoints to keep (the newest).
       resume: a run directory: go on from its newest checkpoint that reads back intact, with
         its configuration and (unless ``--mapping`` is given) its mapping, bit for bit as the
@@ -126,17 +130,17 @@ def train_command(
     with bad_input():
         if stop_at_return is not None and math.isnan(stop_at_return):
             raise ValueError("--stop-at-return must be a number (inf: never stop early), got nan")
-        remote = ray_config(actors, sync_every, rollout, ray_address, mapping, resume)
-        checkpoint_every = checkpoint_every if remote is None else 0
+        remote = ray_config(
+            actors, sync_every, rollout, ray_address, mapping, resume, checkpoint_every
+        )
+        every = _checkpoint_every(checkpoint_every, remote)
         if resume is not None:
             config, mapping, saved = _resume(config, resume, mapping, cpu_devices)
-        placed, tr = _prepare(config, mapping, cpu_devices, memory_check, checkpoint_every > 0)
+        placed, tr = _prepare(config, mapping, cpu_devices, memory_check, every > 0)
         stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{config.algo}-{config.env.replace(':', '-')}"
         run_dir = resume or run_directory(out, stamp if name is None else name)
         before = saved.rows if saved is not None else []
-        saving = saving_for(
-            run_dir, config, str(placed), checkpoint_every, keep_checkpoints, before
-        )
+        saving = saving_for(run_dir, config, str(placed), every, keep_checkpoints, before)
     if compilation_cache:
         enable_compilation_cache()
     print(_plan(tr.config, tr.chunks, str(placed)))
@@ -149,6 +153,13 @@ def train_command(
     if rows:
         _report(config, rows, reached, stop_at_return, wall, run_dir)
     return run_dir
+
+
+def _checkpoint_every(given: int | None, remote) -> int:
+    """Chunks between checkpoints: ``given``, else none for a Ray run and `CHECKPOINT_EVERY`."""
+    if given is not None:
+        return given
+    return 0 if remote is not None else CHECKPOINT_EVERY
 
 
 def _start(saved, run_dir: Path) -> Start | None:

@@ -247,6 +247,12 @@ def main(args: Args) -> list[dict]:
     import jax
     import replay_impls
 
+    from drlhet.backends.cuda_ffi import gpu_devices
+    from drlhet.runtime.config import ConfigError
+
+    if args.device == "gpu" and not gpu_devices():  # one line, as every refused value
+        platforms = sorted({d.platform for d in jax.devices()})
+        raise ConfigError(f"--device gpu: JAX has no GPU here (platforms: {', '.join(platforms)})")
     h = replay_impls.Harness(
         device=args.device, loop=args.loop, unroll=args.unroll,
         own_sample=args.cuda_own_sample, key_targets=args.cuda_key_targets,

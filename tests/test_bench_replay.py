@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from drlhet.backends.cuda_ffi import gpu_devices
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -297,5 +299,25 @@ def test_a_refused_run_exits_2_and_leaves_the_results_file_alone(tmp_path):
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         "bench_replay: error: --capacities must be integers in [1, 2147483647], got [0]"
+    ]
+    assert out.read_text() == "[]"
+
+
+@pytest.mark.skipif(bool(gpu_devices()), reason="a GPU is here: --device gpu would measure")
+def test_device_gpu_without_a_gpu_is_refused_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "rows.json"
+    out.write_text("[]")
+    script = str(REPO / "experiments" / "bench_replay.py")
+    done = subprocess.run(
+        [sys.executable, script, "--device", "gpu", "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "bench_replay: error: --device gpu: JAX has no GPU here (platforms: cpu)"
     ]
     assert out.read_text() == "[]"

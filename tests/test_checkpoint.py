@@ -16,7 +16,7 @@ from drlhet.agents.ddpg import DDPGConfig
 from drlhet.checkpoint import CheckpointError, Checkpoints, config_from_dict
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.run import Start, initial_example, run
-from drlhet.runtime.saving import ChunkHook, Saving
+from drlhet.runtime.saving import ChunkHook, Saving, Stopped
 from tests.runtime.test_run import SMALL, SPLITS, assert_same_state
 
 CHUNKED = dataclasses.replace(SMALL, steps=500 + 4 * 200)  # 4 chunks of 200 env steps
@@ -165,6 +165,45 @@ def test_segments_end_where_a_checkpoint_is_due():
     assert ChunkHook(7, None, None).segments(2) == [(2, 7)]
     with pytest.raises(ValueError, match="every must be >= 1"):
         ChunkHook(7, Saving(0, lambda *a: None), None)
+
+
+def hooked(every: int | None, asked_after: int):
+    """A hook of 7 chunks asked to stop once chunk ``asked_after`` is reported; ``-> (hook,
+    saved chunks, chunks passed on)``."""
+    saved: list[int] = []
+    passed: list[int] = []
+    saving = None if every is None else Saving(every, lambda c, s, r: saved.append(c))
+    hook = ChunkHook(7, saving, lambda row: passed.append(row["chunk"]))
+    hook.stop_asked = lambda: bool(passed) and passed[-1] >= asked_after
+    return hook, saved, passed
+
+
+@pytest.mark.parametrize("every", [3, None])
+def test_a_stop_ends_the_run_after_the_chunk_it_is_in_with_its_checkpoint(every):
+    hook, saved, passed = hooked(every, asked_after=3)
+    for chunk in range(4):
+        hook.after({"chunk": chunk}, lambda: "state")
+    with pytest.raises(Stopped) as stop:
+        hook.after({"chunk": 4}, lambda: "state")  # not due: saved for the stop
+    assert (stop.value.chunk, stop.value.saved) == (4, every is not None)
+    assert saved == ([2, 4] if every else []) and passed == [0, 1, 2, 3, 4]
+
+
+def test_a_pipelined_run_stops_at_its_next_checkpoint():
+    hook, saved, passed = hooked(3, asked_after=0)
+    hook.after({"chunk": 0}, None)
+    hook.after({"chunk": 1}, None)  # asked by now: no state here, so on to the checkpoint
+    hook.after({"chunk": 2}, None)  # due: held until the segment returns
+    with pytest.raises(Stopped) as stop:
+        hook.ended("state")
+    assert (stop.value.chunk, stop.value.saved, saved, passed) == (2, True, [2], [0, 1, 2])
+
+
+def test_a_stop_asked_in_the_last_chunk_ends_the_run_as_usual():
+    hook, saved, passed = hooked(4, asked_after=5)
+    for chunk in range(7):  # asked while chunk 6, the last, runs: no Stopped
+        hook.after({"chunk": chunk}, lambda: "state")
+    assert saved == [3, 6] and passed == list(range(7))
 
 
 def test_the_config_round_trips_through_json():

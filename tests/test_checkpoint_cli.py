@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -140,3 +141,30 @@ def test_resume_skips_a_corrupt_checkpoint_naming_it(tmp_path, capsys):
     assert f"after chunk 0 ({folder / '0'})" in err.out
     rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["chunk"] for r in rows] == [0, 1]
+
+
+def test_sigterm_stops_after_the_chunk_with_its_checkpoint_and_resume_goes_on(tmp_path, capsys):
+    # in this process, with the shapes of the test above (its programs are in the cache): 20
+    # chunks, a checkpoint due every 10; SIGTERM once the first row is out
+    args = [*TINY, *CASES["dqn-fused-k0"], "--steps", "4500", "--checkpoint-every", "10"]
+    metrics = tmp_path / "run" / "metrics.jsonl"
+
+    def signal_after_the_first_row() -> None:
+        while not (metrics.is_file() and metrics.read_text()):
+            time.sleep(0.002)
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:  # never kill the test
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    sender = threading.Thread(target=signal_after_the_first_row, daemon=True)
+    sender.start()
+    with pytest.raises(SystemExit) as e:
+        main(["train", *args, "--out", str(tmp_path), "--name", "run"])
+    out, err = capsys.readouterr()
+    assert e.value.code == 128 + signal.SIGTERM, err
+    assert "drlhet: SIGTERM: stopping after this chunk, saving it" in err
+    saved, rows = final(tmp_path / "run")
+    assert 0 <= saved.chunk == len(rows) - 1 < 9  # before the first checkpoint that was due
+    assert f"stopped after chunk {saved.chunk}, saved: drlhet train --resume" in out
+    main(["train", "--resume", str(tmp_path / "run"), "--no-progress"])
+    _, rows = final(tmp_path / "run")
+    assert [r["chunk"] for r in rows] == list(range(20))

@@ -326,7 +326,7 @@ def test_a_run_on_a_simulated_device_says_so_before_it_starts(tmp_path, capsys):
 
 
 def test_a_run_names_the_placements_that_only_simulate_their_hardware():
-    from drlhet.cli.train import simulated
+    from drlhet.cli.report import simulated
 
     mapping = "actors=jax@cpu:0,replay=cuda@cpu:0,learner=fpga@cpu:1"
     assert simulated(mapping) == ["replay=cuda@cpu:0", "learner=fpga@cpu:1"]

@@ -4,7 +4,10 @@ The only part of the package that reads flags and environment variables; everyth
 configuration objects. A command ends in one of three ways: done (exit status 0); bad input,
 found before anything is written or measured (one line ``drlhet: error: ...`` naming the
 option and its value, status 2); or a failure while running (one line ``drlhet: failed: <type>:
-<message>``, status 1). ``--debug``, anywhere on the line, also prints the traceback.
+<message>``, status 1). ``--debug``, anywhere on the line, also prints the traceback. A
+training run stopped by SIGINT (Ctrl-C) or SIGTERM ends after its chunk, that chunk saved
+(`drlhet.cli.stopping`), with status 128 + the signal's number (130, 143); a second one stops
+it at once.
 """
 
 from __future__ import annotations
@@ -70,7 +73,8 @@ def main(argv: list[str] | None = None) -> None:
                 prog="drlhet",
                 description=f"Deep RL with a prioritized replay buffer on heterogeneous devices. "
                 f"Exit status: 0 done, {EXIT_BAD_INPUT} bad input (nothing written), "
-                f"{EXIT_FAILED} failed while running; add {DEBUG} anywhere for the traceback.",
+                f"{EXIT_FAILED} failed while running, 130 / 143 a run stopped by SIGINT / "
+                f"SIGTERM (after its chunk, saved); add {DEBUG} anywhere for the traceback.",
                 args=args,
             )
         except SystemExit as e:

@@ -72,8 +72,11 @@ def ray_runner(remote, config: TrainConfig):
     where = f"actors=ray:{remote.actors},replay={config.backend}@{CPU}:0,"
     where += f"learner={reference()}@{CPU}:0"
 
-    def runner(cfg, mapping, on_chunk=None, start=None, saving=None) -> tuple[Any, list[dict]]:
-        del cfg, mapping, start, saving  # one placement; no checkpoints (refused up front)
+    def runner(
+        cfg, mapping, on_chunk=None, start=None, saving=None, stop_asked=None
+    ) -> tuple[Any, list[dict]]:
+        # one placement; no checkpoints (refused up front); Python's own signal handling
+        del cfg, mapping, start, saving, stop_asked
 
         def named(row: dict) -> None:
             row["mapping"] = where

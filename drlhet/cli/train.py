@@ -15,7 +15,7 @@ from typing import Annotated
 
 import tyro
 
-from drlhet.backends import CPU, describe, get
+from drlhet.backends import CPU, describe
 from drlhet.cli.checkpoints import (
     CHECKPOINTS,
     peek_run,
@@ -31,38 +31,17 @@ from drlhet.cli.common import (
     set_cpu_devices,
 )
 from drlhet.cli.dse import auto_mapping
-from drlhet.cli.ray_actors import ray_config, ray_runner, ray_summary
+from drlhet.cli.ray_actors import ray_config, ray_runner
+from drlhet.cli.report import report_run, simulated
+from drlhet.cli.stopping import stop_on_signals
 from drlhet.runtime.config import TrainConfig, check, chunks_of, tree_shape, warmup_steps
 from drlhet.runtime.mapping import Mapping, cpu_devices_named
 from drlhet.runtime.memory import estimate_memory, size_text
 from drlhet.runtime.run import Start, default_mapping, run
+from drlhet.runtime.saving import Stopped
 from drlhet.runtime.trainer import make_trainer
 
-__all__ = ["train_command", "backends_command", "plot_curves"]
-
-
-def plot_curves(rows: list[dict], title: str, path: Path) -> None:
-    """Writes the evaluation-return curve of every seed (and their mean) to ``path`` (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    steps = np.array([r["env_steps"] for r in rows])
-    ret = np.array([r["eval_return"] for r in rows])  # [chunks, seeds]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for s in range(ret.shape[1]):
-        ax.plot(steps, ret[:, s], color="tab:blue", alpha=0.3, lw=1)
-    ax.plot(steps, ret.mean(axis=1), color="tab:blue", lw=2, label=f"mean of {ret.shape[1]} seeds")
-    ax.set_xlabel("env steps (per seed)")
-    ax.set_ylabel("greedy evaluation return")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+__all__ = ["train_command", "backends_command"]
 
 
 CHECKPOINT_EVERY = 10
@@ -146,12 +125,11 @@ def train_command(
     print(_plan(tr.config, tr.chunks, str(placed)))
     start = _start(saved, run_dir)
     runner = run if remote is None else ray_runner(remote, tr.config)
-    with _removed_on_failure(run_dir):
+    with _removed_on_failure(run_dir), stop_on_signals(remote is None, every > 0) as stop:
         rows, reached, wall = _train(
-            config, placed, run_dir, stop_at_return, progress, start, saving, before, runner
+            config, placed, run_dir, stop_at_return, progress, start, saving, before, runner, stop
         )
-    if rows:
-        _report(config, rows, reached, stop_at_return, wall, run_dir)
+    _end(config, rows, reached, stop_at_return, wall, run_dir, stop)
     return run_dir
 
 
@@ -160,6 +138,14 @@ def _checkpoint_every(given: int | None, remote) -> int:
     if given is not None:
         return given
     return 0 if remote is not None else CHECKPOINT_EVERY
+
+
+def _end(config, rows, reached, stop_at_return, wall: float, run_dir: Path, stop) -> None:
+    """Reports the run (`report_run`); a run that a signal stopped exits with its status."""
+    if rows:
+        report_run(config, rows, reached, stop_at_return, wall, run_dir)
+    if stop is not None and stop.asked():
+        raise SystemExit(stop.exit_status)
 
 
 def _start(saved, run_dir: Path) -> Start | None:
@@ -291,10 +277,14 @@ def _removed_on_failure(run_dir: Path) -> Iterator[None]:
         raise
 
 
-def _train(config, mapping, run_dir: Path, stop_at_return, progress, start, saving, before, runner):
+def _train(
+    config, mapping, run_dir: Path, stop_at_return, progress, start, saving, before, runner, stop
+):
     """Runs ``config`` with ``runner`` (`drlhet.runtime.run.run`'s signature), streaming rows
-    to ``metrics.jsonl`` (after ``before``, the rows of a resumed run's earlier chunks);
-    ``-> (rows, reached, wall_s)``."""
+    to ``metrics.jsonl`` (after ``before``, the rows of a resumed run's earlier chunks), until
+    the end, ``stop_at_return`` or a `StopRequest` (``stop``; None: none);
+    ``-> (rows, reached, wall_s)``: ``reached`` holds ``env_steps`` and ``wall_s`` where the
+    return was reached, or ``stopped`` (`Stopped`) where a stop request ended the run."""
     from tqdm import tqdm
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -324,56 +314,16 @@ def _train(config, mapping, run_dir: Path, stop_at_return, progress, start, savi
     t0 = time.perf_counter()
     with (run_dir / "metrics.jsonl").open("w") as metrics:
         metrics.writelines(json.dumps(r) + "\n" for r in before)
+        asked = None if stop is None else stop.asked
         try:
-            runner(config, mapping, on_chunk=on_chunk, start=start, saving=saving)
+            runner(config, mapping, on_chunk=on_chunk, start=start, saving=saving, stop_asked=asked)
         except _Stop:
             pass
+        except Stopped as e:
+            reached["stopped"] = e
         finally:
             bar.close()
     return rows, reached, time.perf_counter() - t0
-
-
-def _report(config, rows, reached, stop_at_return, wall: float, run_dir: Path) -> None:
-    """Prints the run's returns and measured throughput, and plots its curve."""
-    plot_curves(rows, f"{config.algo.upper()} on {config.env} (measured)", run_dir / "curve.png")
-    steady = rows[1:] or rows  # the first chunk includes compilation
-    env_sps = sum(r["env_steps_per_s"] for r in steady) / len(steady)
-    trained_sps = sum(r["trained_samples_per_s"] for r in steady) / len(steady)
-    best = [max(r["eval_return"][s] for r in rows) for s in range(config.seeds)]
-    print(f"\nrun: {run_dir} (replay backend {rows[-1]['backend']}, {rows[-1]['mapping']})")
-    print(
-        f"env steps per seed: {rows[-1]['env_steps']:,} of --steps {config.steps:,} "
-        f"({warmup_steps(config):,} of warm-up, then {len(rows)} of {chunks_of(config)} "
-        f"chunks of {config.eval_every:,})"
-    )
-    print(f"final evaluation return per seed: {[round(x, 1) for x in rows[-1]['eval_return']]}")
-    print(f"best evaluation return per seed:  {[round(x, 1) for x in best]}")
-    print(
-        f"throughput (measured, this machine, all seeds, after the first chunk): "
-        f"{env_sps:,.0f} env steps/s, {trained_sps:,.0f} trained samples/s"
-    )
-    for part in simulated(rows[-1]["mapping"]):
-        print(f"note: {part} is a simulation of its hardware: its speed is not that hardware's")
-    if "ray" in rows[-1]:
-        print(ray_summary(rows[-1]["ray"]))
-    if reached:
-        print(
-            f"mean evaluation return reached {stop_at_return} after {reached['env_steps']} "
-            f"env steps, {reached['wall_s']:.1f} s wall time including compilation"
-        )
-    print(f"wall time {wall:.1f} s; curve: {run_dir / 'curve.png'}")
-
-
-def simulated(mapping: str) -> list[str]:
-    """The placements of a mapping's text (``group=backend@device,...``) whose backend only
-    simulates its hardware on that device (``replay=cuda@cpu:0``, ``learner=fpga@cpu:0``)."""
-    out = []
-    for part in mapping.split(","):
-        group, _, place = part.partition("=")
-        backend, _, device = place.partition("@")
-        if device and get(backend).simulates(device.split(":")[0], group):
-            out.append(part)
-    return out
 
 
 def backends_command() -> list[dict]:

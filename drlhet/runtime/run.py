@@ -47,6 +47,7 @@ def run(
     on_chunk: Callable[[dict], None] | None = None,
     start: Start | None = None,
     saving: Saving | None = None,
+    stop_asked: Callable[[], bool] | None = None,
 ) -> tuple[TrainState, list[dict]]:
     """Trains ``cfg.seeds`` seeds of ``cfg`` with its groups placed by ``mapping``.
 
@@ -59,6 +60,8 @@ def run(
         an exception it raises ends the run), after the chunk's checkpoint if one is due.
       start: resume from a saved state (`drlhet.checkpoint`) instead of a fresh one.
       saving: write checkpoints during the run.
+      stop_asked: ``() -> bool``: once true, end after the chunk that runs (the pipeline: after
+        its next checkpoint), that chunk saved, by raising `drlhet.runtime.saving.Stopped`.
 
     Returns:
       ``(states, rows)``: the final `TrainState` (``[S]`` seeds; each group's fields on its
@@ -70,6 +73,7 @@ def run(
     Raises:
       ValueError: a bad configuration or mapping.
       BackendUnavailable: a backend or device the mapping names is missing here.
+      Stopped: ``stop_asked`` ended the run early.
     """
     if isinstance(mapping, str):
         mapping = Mapping.parse(mapping, tree_shape(cfg))
@@ -89,7 +93,7 @@ def run(
     else:
         states = start.states
     first = 0 if start is None else start.chunk + 1
-    hook = ChunkHook(tr.chunks, saving, on_chunk)
+    hook = ChunkHook(tr.chunks, saving, on_chunk, stop_asked)
     if len(segs) == 1:
         return run_fused(tr, states, devices["replay"], t0, hook, extra, first)
     if cfg.delay >= cfg.sgd_steps:

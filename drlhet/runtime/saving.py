@@ -6,6 +6,10 @@ chunks; the pipelined loop has it only when its threads have ended, so `drlhet.r
 it in segments that end where a checkpoint is due (`ChunkHook.segments`) and saves after each.
 A chunk's checkpoint is written before its row reaches the caller's ``on_chunk``, so a run that
 ``on_chunk`` stops (a return reached) still has its last chunk saved.
+
+A run asked to stop (``stop_asked``; the CLI asks on SIGINT or SIGTERM) ends after the chunk it is
+in, that chunk saved when checkpoints are on, by `Stopped`; the pipelined loop, whose state is out
+only at its segments' ends, ends after its next checkpoint.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-__all__ = ["Saving", "ChunkHook"]
+__all__ = ["Saving", "ChunkHook", "Stopped"]
 
 
 class Saving(NamedTuple):
@@ -31,6 +35,15 @@ class Saving(NamedTuple):
     write: Callable[[int, Any, list[dict]], None]
 
 
+class Stopped(Exception):
+    """A run asked to stop ended early: after chunk ``chunk``, its state saved or not
+    (``saved``: checkpoints on)."""
+
+    def __init__(self, chunk: int, saved: bool):
+        super().__init__(f"stopped after chunk {chunk}{' (saved)' if saved else ''}")
+        self.chunk, self.saved = chunk, saved
+
+
 class ChunkHook:
     """Collects a run's rows, writes its checkpoints when due and passes rows on.
 
@@ -38,12 +51,21 @@ class ChunkHook:
       chunks: chunks in the whole run.
       saving: the checkpoints to write (None: none).
       on_chunk: the caller's ``(row) -> None``.
+      stop_asked: ``() -> bool``; once true, the run ends after the chunk it is in (with a
+        checkpoint of it) by raising `Stopped` (None: never).
     """
 
-    def __init__(self, chunks: int, saving: Saving | None, on_chunk: Callable[[dict], None] | None):
+    def __init__(
+        self,
+        chunks: int,
+        saving: Saving | None,
+        on_chunk: Callable[[dict], None] | None,
+        stop_asked: Callable[[], bool] | None = None,
+    ):
         if saving is not None and saving.every < 1:
             raise ValueError(f"checkpoint every must be >= 1 chunk, got {saving.every}")
         self.chunks, self.saving, self.on_chunk = chunks, saving, on_chunk
+        self.stop_asked = stop_asked
         self.rows: list[dict] = []
         self._held: dict | None = None
 
@@ -64,16 +86,24 @@ class ChunkHook:
 
     def after(self, row: dict, get_state: Callable[[], Any] | None) -> None:
         """A chunk's row; ``get_state`` gives the state after it (None: not until the path
-        returns, then `ended` saves it and passes the row on)."""
+        returns, then `ended` saves it and passes the row on).
+
+        Raises:
+          Stopped: a stop was asked and the state is here (after it was saved, when
+            checkpoints are on, and the row passed on).
+        """
         self.rows.append(row)
         chunk = row["chunk"]
-        if self.due(chunk):
+        stopping = get_state is not None and self._stopping(chunk)
+        if self.due(chunk) or (stopping and self.saving is not None):
             if get_state is None:
                 self._held = row
                 return
             self._write(chunk, get_state())
         if self.on_chunk:
             self.on_chunk(row)
+        if stopping:
+            raise Stopped(chunk, self.saving is not None)
 
     def ended(self, states: Any) -> None:
         """A path (or segment) returned ``states``: saves them if its last chunk was held."""
@@ -83,6 +113,12 @@ class ChunkHook:
         self._write(row["chunk"], states)
         if self.on_chunk:
             self.on_chunk(row)
+        if self._stopping(row["chunk"]):
+            raise Stopped(row["chunk"], True)
+
+    def _stopping(self, chunk: int) -> bool:
+        """Whether to end the run after ``chunk``: a stop was asked and it is not the last."""
+        return chunk < self.chunks - 1 and self.stop_asked is not None and self.stop_asked()
 
     def _write(self, chunk: int, states: Any) -> None:
         assert self.saving is not None

@@ -1,0 +1,91 @@
+"""What ``drlhet train`` says and draws at the end of a run: its returns and measured
+throughput, its curve, and which placements only simulated their hardware."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from drlhet.backends import get
+from drlhet.cli.ray_actors import ray_summary
+from drlhet.runtime.config import chunks_of, warmup_steps
+from drlhet.runtime.saving import Stopped
+
+__all__ = ["plot_curves", "report_run", "simulated"]
+
+
+def plot_curves(rows: list[dict], title: str, path: Path) -> None:
+    """Writes the evaluation-return curve of every seed (and their mean) to ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    steps = np.array([r["env_steps"] for r in rows])
+    ret = np.array([r["eval_return"] for r in rows])  # [chunks, seeds]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for s in range(ret.shape[1]):
+        ax.plot(steps, ret[:, s], color="tab:blue", alpha=0.3, lw=1)
+    ax.plot(steps, ret.mean(axis=1), color="tab:blue", lw=2, label=f"mean of {ret.shape[1]} seeds")
+    ax.set_xlabel("env steps (per seed)")
+    ax.set_ylabel("greedy evaluation return")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report_run(config, rows, reached, stop_at_return, wall: float, run_dir: Path) -> None:
+    """Prints the run's returns and measured throughput, and plots its curve to
+    ``run_dir/curve.png``; ``reached``: `drlhet.cli.train`'s (the return reached, or the
+    `Stopped` that ended the run)."""
+    plot_curves(rows, f"{config.algo.upper()} on {config.env} (measured)", run_dir / "curve.png")
+    steady = rows[1:] or rows  # the first chunk includes compilation
+    env_sps = sum(r["env_steps_per_s"] for r in steady) / len(steady)
+    trained_sps = sum(r["trained_samples_per_s"] for r in steady) / len(steady)
+    best = [max(r["eval_return"][s] for r in rows) for s in range(config.seeds)]
+    print(f"\nrun: {run_dir} (replay backend {rows[-1]['backend']}, {rows[-1]['mapping']})")
+    print(
+        f"env steps per seed: {rows[-1]['env_steps']:,} of --steps {config.steps:,} "
+        f"({warmup_steps(config):,} of warm-up, then {len(rows)} of {chunks_of(config)} "
+        f"chunks of {config.eval_every:,})"
+    )
+    print(f"final evaluation return per seed: {[round(x, 1) for x in rows[-1]['eval_return']]}")
+    print(f"best evaluation return per seed:  {[round(x, 1) for x in best]}")
+    print(
+        f"throughput (measured, this machine, all seeds, after the first chunk): "
+        f"{env_sps:,.0f} env steps/s, {trained_sps:,.0f} trained samples/s"
+    )
+    for part in simulated(rows[-1]["mapping"]):
+        print(f"note: {part} is a simulation of its hardware: its speed is not that hardware's")
+    if "ray" in rows[-1]:
+        print(ray_summary(rows[-1]["ray"]))
+    if "stopped" in reached:
+        print(_stopped_line(reached["stopped"], run_dir))
+    elif reached:
+        print(
+            f"mean evaluation return reached {stop_at_return} after {reached['env_steps']} "
+            f"env steps, {reached['wall_s']:.1f} s wall time including compilation"
+        )
+    print(f"wall time {wall:.1f} s; curve: {run_dir / 'curve.png'}")
+
+
+def _stopped_line(stopped: Stopped, run_dir: Path) -> str:
+    """What a stop request left: how to go on, or that nothing was saved."""
+    if stopped.saved:
+        return f"stopped after chunk {stopped.chunk}, saved: drlhet train --resume {run_dir}"
+    return f"stopped after chunk {stopped.chunk}; nothing saved (--checkpoint-every 0)"
+
+
+def simulated(mapping: str) -> list[str]:
+    """The placements of a mapping's text (``group=backend@device,...``) whose backend only
+    simulates its hardware on that device (``replay=cuda@cpu:0``, ``learner=fpga@cpu:0``)."""
+    out = []
+    for part in mapping.split(","):
+        group, _, place = part.partition("=")
+        backend, _, device = place.partition("@")
+        if device and get(backend).simulates(device.split(":")[0], group):
+            out.append(part)
+    return out

@@ -284,7 +284,19 @@ def test_bad_values_are_refused_in_one_line(bench, tmp_path, change, message):
     assert bench.refused(dataclasses.replace(tiny_run(bench, tmp_path), **change)) == message
 
 
-def test_a_refused_run_exits_2_and_leaves_the_results_file_alone(tmp_path):
+NO_GPU = pytest.mark.skipif(bool(gpu_devices()), reason="a GPU is here: --device gpu measures")
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["--capacities", "0"], "--capacities must be integers in [1, 2147483647], got [0]"),
+        pytest.param(
+            ["--device", "gpu"], "--device gpu: JAX has no GPU here (platforms: cpu)", marks=NO_GPU
+        ),
+    ],
+)
+def test_a_refused_run_exits_2_and_leaves_the_results_file_alone(tmp_path, args, line):
     import subprocess
     import sys
 
@@ -292,32 +304,10 @@ def test_a_refused_run_exits_2_and_leaves_the_results_file_alone(tmp_path):
     out.write_text("[]")
     script = str(REPO / "experiments" / "bench_replay.py")
     done = subprocess.run(
-        [sys.executable, script, "--capacities", "0", "--out", str(out)],
+        [sys.executable, script, *args, "--out", str(out)],
         capture_output=True,
         text=True,
     )
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().splitlines() == [
-        "bench_replay: error: --capacities must be integers in [1, 2147483647], got [0]"
-    ]
-    assert out.read_text() == "[]"
-
-
-@pytest.mark.skipif(bool(gpu_devices()), reason="a GPU is here: --device gpu would measure")
-def test_device_gpu_without_a_gpu_is_refused_in_one_line(tmp_path):
-    import subprocess
-    import sys
-
-    out = tmp_path / "rows.json"
-    out.write_text("[]")
-    script = str(REPO / "experiments" / "bench_replay.py")
-    done = subprocess.run(
-        [sys.executable, script, "--device", "gpu", "--out", str(out)],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().splitlines() == [
-        "bench_replay: error: --device gpu: JAX has no GPU here (platforms: cpu)"
-    ]
+    assert done.stderr.strip().splitlines() == [f"bench_replay: error: {line}"]
     assert out.read_text() == "[]"

@@ -8,7 +8,11 @@ import os
 import signal
 import threading
 
-from drlhet.cli.stopping import stop_on_signals
+import pytest
+
+from drlhet.cli.stopping import StopRequest, stop_on_signals
+from drlhet.cli.train import _end
+from drlhet.runtime.saving import Stopped
 
 
 def test_the_first_signal_asks_and_the_second_reaches_the_handler_from_before(capsys):
@@ -55,3 +59,12 @@ def test_nothing_changes_when_off_or_off_the_main_thread():
     thread.start()
     thread.join()
     assert got == [None] and signal.getsignal(signal.SIGTERM) is before
+
+
+def test_only_a_run_stopped_early_exits_with_the_signals_status(tmp_path):
+    stop = StopRequest()
+    stop.signum = signal.SIGTERM  # asked, but in the last chunk: the run ended as usual
+    _end(None, [], {}, None, 0.0, tmp_path, stop)
+    with pytest.raises(SystemExit) as e:
+        _end(None, [], {"stopped": Stopped(3, True)}, None, 0.0, tmp_path, stop)
+    assert e.value.code == 143

@@ -141,10 +141,11 @@ def _checkpoint_every(given: int | None, remote) -> int:
 
 
 def _end(config, rows, reached, stop_at_return, wall: float, run_dir: Path, stop) -> None:
-    """Reports the run (`report_run`); a run that a signal stopped exits with its status."""
+    """Reports the run (`report_run`); a run that a signal stopped early exits with its status
+    (one that the signal reached in its last chunk has ended as usual)."""
     if rows:
         report_run(config, rows, reached, stop_at_return, wall, run_dir)
-    if stop is not None and stop.asked():
+    if "stopped" in reached:
         raise SystemExit(stop.exit_status)
 
 

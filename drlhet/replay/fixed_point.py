@@ -260,6 +260,7 @@ def update(state: FixedTreeState, indices: jax.Array, values: jax.Array) -> Fixe
     return write(state, indices, values, jnp.broadcast_to(ok, indices.shape))
 
 
+@jax.jit
 def descend(state: FixedTreeState, t: U64) -> FixedDraw:
     """The leaves whose prefix intervals hold integer targets ``t`` ``[B]`` in ``[0, total)``.
 
@@ -269,6 +270,8 @@ def descend(state: FixedTreeState, t: U64) -> FixedDraw:
 
     The inner levels run as one loop: unrolled, XLA's CPU compiler spent over ten minutes on
     the leaf level's kernel at 2^17 and 2^20 leaves with K 4 (on a 2-core host, 2026-11-29).
+    Jitted, so that eager callers (the tests' reference) compile the loop once per tree shape,
+    not on every call (about 1 s a call at K 64).
     """
     lay, k = state.layout, state.branching
     offsets = jnp.asarray(np.asarray(lay.offsets, np.int32))

@@ -3,6 +3,7 @@ was not stopped, on every run path; bad checkpoints are refused naming their fol
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -15,6 +16,7 @@ import pytest
 from drlhet.agents.ddpg import DDPGConfig
 from drlhet.checkpoint import CheckpointError, Checkpoints, config_from_dict
 from drlhet.runtime.config import TrainConfig
+from drlhet.runtime.pipeline import host_driven
 from drlhet.runtime.run import Start, initial_example, run
 from drlhet.runtime.saving import ChunkHook, Saving, Stopped
 from tests.runtime.test_run import SMALL, SPLITS, assert_same_state
@@ -189,14 +191,46 @@ def test_a_stop_ends_the_run_after_the_chunk_it_is_in_with_its_checkpoint(every)
     assert saved == ([2, 4] if every else []) and passed == [0, 1, 2, 3, 4]
 
 
-def test_a_pipelined_run_stops_at_its_next_checkpoint():
-    hook, saved, passed = hooked(3, asked_after=0)
+@pytest.mark.parametrize("every", [3, None])
+def test_a_pipelined_runs_last_row_is_held_until_its_state_is_out(every):
+    hook, saved, passed = hooked(every, asked_after=0)
     hook.after({"chunk": 0}, None)
-    hook.after({"chunk": 1}, None)  # asked by now: no state here, so on to the checkpoint
-    hook.after({"chunk": 2}, None)  # due: held until the segment returns
+    hook.after({"chunk": 1}, None, last=True)  # its threads ended after chunk 1
+    assert passed == [0] and saved == []
     with pytest.raises(Stopped) as stop:
         hook.ended("state")
-    assert (stop.value.chunk, stop.value.saved, saved, passed) == (2, True, [2], [0, 1, 2])
+    assert (stop.value.chunk, stop.value.saved) == (1, every is not None)
+    assert saved == ([1] if every else []) and passed == [0, 1]
+
+
+PIPELINED_STOPS = [
+    ("A+L|R", False),  # in-program channels, a skewed group: ends at margin 2
+    ("A+L|R", True),  # the host-driven loops, the actors a call ahead on the learner's thread
+    pytest.param("A+R|L", False, marks=pytest.mark.slow),  # in-program, margin 1
+]
+
+
+@pytest.mark.parametrize("split,host", PIPELINED_STOPS)
+def test_a_pipelined_run_stops_early_where_every_thread_can_and_resumes_bit_for_bit(
+    tmp_path, split, host
+):
+    # 8 chunks, stopped as soon as the first row is out: the threads end at a chunk boundary
+    # none of them has passed, and the state saved there goes on as the run not stopped
+    cfg = dataclasses.replace(SMALL, steps=500 + 8 * 100, eval_every=100, delay=4)
+    ckpt, saving = saving_to(tmp_path / "ckpt", every=8)  # no checkpoint due before the end
+    passed: list[int] = []
+    with host_driven() if host else contextlib.nullcontext():
+        with pytest.raises(Stopped) as stop:
+            on_chunk = lambda row: passed.append(row["chunk"])  # noqa: E731
+            run(cfg, SPLITS[split], saving=saving, on_chunk=on_chunk, stop_asked=lambda: True)
+        c = stop.value.chunk
+        assert stop.value.saved and 0 <= c < 7 and ckpt.chunks() == [c]
+        assert passed == list(range(c + 1))
+        saved = ckpt.restore(initial_example(cfg))
+        resumed, more = run(cfg, SPLITS[split], start=Start(saved.states, c))
+        full, rows = run(cfg, SPLITS[split])
+    assert_same_state(full, resumed)
+    same_rows(rows, saved.rows + more)
 
 
 def test_a_stop_asked_in_the_last_chunk_ends_the_run_as_usual():

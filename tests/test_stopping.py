@@ -41,7 +41,7 @@ def test_sigterm_asks_and_the_handlers_come_back_at_the_end(capsys):
         assert signal.getsignal(signal.SIGTERM) is not before[signal.SIGTERM]
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop is not None and stop.exit_status == 143
-    assert "(no checkpoints; a pipelined run goes on to its end)" in capsys.readouterr().err
+    assert "stopping after this chunk (no checkpoints);" in capsys.readouterr().err
     assert {s: signal.getsignal(s) for s in before} == before
 
 

@@ -56,11 +56,7 @@ def stop_on_signals(enabled: bool = True, saving: bool = True) -> Iterator[StopR
         for s, handler in before.items():
             signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
-    how = (
-        ", saving it (a pipelined run: at its next checkpoint)"
-        if saving
-        else " (no checkpoints; a pipelined run goes on to its end)"
-    )
+    how = ", saving it" if saving else " (no checkpoints)"
 
     def ask(signum: int, frame) -> None:
         del frame

@@ -270,18 +270,23 @@ def group_thread(r: StageRun, links: Links, group: str, agent_words: Any) -> dic
     donated = {k: c.pop(k) for k in ("env", "rep") if k in c}
     # compiled before the run (the last chunk's must not compile while timed); a skewed
     # group's first and last chunks start and end its skew
-    variants = {(i == 0, i == chunks - 1) if skewed(r, group) else None for i in range(chunks)}
+
+    def variant(i: int, n: int) -> tuple[bool, bool] | None:
+        return (i == 0, i == n - 1) if skewed(r, group) else None
+
     programs = {
         v: chunk_program(r, links, group, *(v or (False, False)))
         .lower(donated, c, loop.env_steps)
         .compile()
-        for v in variants
+        for v in {variant(i, chunks) for i in range(chunks)}
     }
     steps, finished = loop.env_steps, []
     waits, t = _Waits(group, links), time.perf_counter()
-    for i in range(chunks):
-        v = (i == 0, i == chunks - 1) if skewed(r, group) else None
-        donated, c, outs = programs[v](donated, c, steps)
+    i = 0
+    # a stop may end the run early; with margin 2 (`ChunkEnd`) its last chunk is >= 1, so
+    # its program is one of these
+    while i < (n := r.end.enter(i)):
+        donated, c, outs = programs[variant(i, n)](donated, c, steps)
         steps += r.calls * r.env_per_call
         if "actors" in stages:
             f = jax.device_get(outs["finished"])  # [m, S] each: per call (return sum, episodes)
@@ -300,7 +305,7 @@ def group_thread(r: StageRun, links: Links, group: str, agent_words: Any) -> dic
         now = time.perf_counter()
         clock = {"run_ms": 1e3 * (now - t) / r.calls, "wait_ms": 1e3 * waits.take() / r.calls}
         r.report("clock:" + group, i, {**clock, "calls": r.calls})
-        t = now
+        t, i = now, i + 1
     results: dict[str, Any] = {
         "actors": (donated.get("env"), steps),
         "replay": (donated.get("rep"), None),

@@ -30,14 +30,20 @@ import jax
 import numpy as np
 
 from drlhet.backends import channel
-from drlhet.runtime.channel_stages import Links, group_thread, in_program_groups, open_links
+from drlhet.runtime.channel_stages import (
+    Links,
+    group_thread,
+    in_program_groups,
+    open_links,
+    skewed,
+)
 from drlhet.runtime.chunks import check_replay_error, chunk_row, host_summary
 from drlhet.runtime.compiling import jit
 from drlhet.runtime.host_loop import LoopState, final_state, place_state
 from drlhet.runtime.saving import ChunkHook
 from drlhet.runtime.stage_loops import StageRun, group_loop
 from drlhet.runtime.stages import PipelineStages, pipeline_stages, unroll_of
-from drlhet.runtime.threads import Clock, Crew
+from drlhet.runtime.threads import ChunkEnd, Clock, Crew
 from drlhet.runtime.trainer import Trainer, TrainState
 from drlhet.runtime.update_fifo import UpdateFifo
 
@@ -109,7 +115,9 @@ def run_pipeline(
     )
     evaluate: Any = st.evaluate  # a jitted function
     st = st._replace(evaluate=evaluate.lower(agent_words, k_eval).compile())
-    r = StageRun(tr, st, loop, ch, tr.iterations // st.unroll)
+    r = StageRun(tr, st, loop, ch, tr.iterations // st.unroll, ChunkEnd(tr.chunks))
+    if in_program and any(skewed(r, n) for n in names):  # programs for the last chunk
+        r.end = ChunkEnd(tr.chunks, margin=2)
     links = open_links(r, lead) if in_program else None
     t_start = time.perf_counter()
     if links is not None:
@@ -170,10 +178,13 @@ def device_groups(devices: dict[str, jax.Device]) -> list[tuple[str, ...]]:
 
 def _report(r: StageRun, names: list[str], t0, t_start, hook, extra, first) -> list[dict]:
     """The host thread: per chunk, waits for every stage's and thread's report, evaluates the
-    learner's agent on the actors' key, checks the buffer's flags and makes the row."""
+    learner's agent on the actors' key, checks the buffer's flags and makes the row. Once the
+    hook asks to stop, ends the threads' chunks early (`ChunkEnd.ask`) and holds the last row
+    for the hook to save with the state."""
     cfg, tr, rows, got, last = r.tr.config, r.tr, [], {}, t_start
     tags = [*_GROUPS, *(f"clock:{n}" for n in names)]
-    for i in range(tr.chunks):
+    i = 0
+    while i < r.end.chunks:
         while not all((t, i) in got for t in tags):
             tag, chunk, payload = r.ch["reports"].get()
             got[(tag, chunk)] = payload
@@ -186,7 +197,10 @@ def _report(r: StageRun, names: list[str], t0, t_start, hook, extra, first) -> l
         row = chunk_row(cfg, tr.iterations, summary, first + i, t0, last, done_at)
         rows.append({**row, **extra, "threads": threads})
         last = done_at  # timed by the learner's thread: the host thread may lag behind
-        hook.after(rows[-1], None)
+        if hook.stopping(first + i):
+            r.end.ask()  # the same chunk count on later calls: every thread is past i
+        hook.after(rows[-1], None, last=r.end.chunks < tr.chunks and i == r.end.chunks - 1)
+        i += 1
     return rows
 
 

@@ -60,8 +60,9 @@ def run(
         an exception it raises ends the run), after the chunk's checkpoint if one is due.
       start: resume from a saved state (`drlhet.checkpoint`) instead of a fresh one.
       saving: write checkpoints during the run.
-      stop_asked: ``() -> bool``: once true, end after the chunk that runs (the pipeline: after
-        its next checkpoint), that chunk saved, by raising `drlhet.runtime.saving.Stopped`.
+      stop_asked: ``() -> bool``: once true, end after the chunk that runs (the pipeline:
+        after the chunks its threads have begun, at most two more), that chunk saved, by
+        raising `drlhet.runtime.saving.Stopped`.
 
     Returns:
       ``(states, rows)``: the final `TrainState` (``[S]`` seeds; each group's fields on its

@@ -8,8 +8,10 @@ A chunk's checkpoint is written before its row reaches the caller's ``on_chunk``
 ``on_chunk`` stops (a return reached) still has its last chunk saved.
 
 A run asked to stop (``stop_asked``; the CLI asks on SIGINT or SIGTERM) ends after the chunk it is
-in, that chunk saved when checkpoints are on, by `Stopped`; the pipelined loop, whose state is out
-only at its segments' ends, ends after its next checkpoint.
+in, that chunk saved when checkpoints are on, by `Stopped`. The pipelined loop's threads run up to
+two chunks ahead of the rows its host thread reports: it ends at the first chunk boundary that no
+thread has passed (`drlhet.runtime.threads.ChunkEnd`), then saves, as its state is out only when
+its threads have ended.
 """
 
 from __future__ import annotations
@@ -84,9 +86,10 @@ class ChunkHook:
         starts = [first, *ends[:-1]]
         return list(zip(starts, ends, strict=True))
 
-    def after(self, row: dict, get_state: Callable[[], Any] | None) -> None:
+    def after(self, row: dict, get_state: Callable[[], Any] | None, last: bool = False) -> None:
         """A chunk's row; ``get_state`` gives the state after it (None: not until the path
-        returns, then `ended` saves it and passes the row on).
+        returns, then `ended` saves it and passes the row on). ``last``: the path ends after
+        this row, stopped early (the pipeline; it has no state here).
 
         Raises:
           Stopped: a stop was asked and the state is here (after it was saved, when
@@ -94,11 +97,12 @@ class ChunkHook:
         """
         self.rows.append(row)
         chunk = row["chunk"]
-        stopping = get_state is not None and self._stopping(chunk)
+        stopping = get_state is not None and self.stopping(chunk)
+        if get_state is None and (last or self.due(chunk)):
+            self._held = row
+            return
         if self.due(chunk) or (stopping and self.saving is not None):
-            if get_state is None:
-                self._held = row
-                return
+            assert get_state is not None
             self._write(chunk, get_state())
         if self.on_chunk:
             self.on_chunk(row)
@@ -106,17 +110,21 @@ class ChunkHook:
             raise Stopped(chunk, self.saving is not None)
 
     def ended(self, states: Any) -> None:
-        """A path (or segment) returned ``states``: saves them if its last chunk was held."""
+        """A path (or segment) returned ``states``: saves them if its last chunk was held
+        (due, or the last of a stop: then raises `Stopped`)."""
         row, self._held = self._held, None
         if row is None:
             return
-        self._write(row["chunk"], states)
+        chunk = row["chunk"]
+        stopping = self.stopping(chunk)
+        if self.due(chunk) or (stopping and self.saving is not None):
+            self._write(chunk, states)
         if self.on_chunk:
             self.on_chunk(row)
-        if self._stopping(row["chunk"]):
-            raise Stopped(row["chunk"], True)
+        if stopping:
+            raise Stopped(chunk, self.saving is not None)
 
-    def _stopping(self, chunk: int) -> bool:
+    def stopping(self, chunk: int) -> bool:
         """Whether to end the run after ``chunk``: a stop was asked and it is not the last."""
         return chunk < self.chunks - 1 and self.stop_asked is not None and self.stop_asked()
 

@@ -34,7 +34,7 @@ from drlhet.runtime.chunks import split_keys
 from drlhet.runtime.compiling import jit
 from drlhet.runtime.host_loop import LoopState
 from drlhet.runtime.stages import PipelineStages
-from drlhet.runtime.threads import Channel, Clock
+from drlhet.runtime.threads import Channel, ChunkEnd, Clock
 from drlhet.runtime.trainer import Trainer
 from drlhet.runtime.update_fifo import UpdateFifo
 
@@ -46,14 +46,16 @@ Loop = Generator[None, None, dict[str, Any]]
 @dataclasses.dataclass
 class StageRun:
     """What every stage loop of one run shares: the trainer, the stages, the placed state, the
-    channels (``params``, ``transitions``, ``batches``, ``updates``, ``reports``) and the stage
-    calls per chunk."""
+    channels (``params``, ``transitions``, ``batches``, ``updates``, ``reports``), the stage
+    calls per chunk and the chunks every thread runs (``end``: ``tr.chunks`` unless a stop
+    lowers it; each loop goes through ``for i in r.end``)."""
 
     tr: Trainer
     st: PipelineStages
     loop: LoopState
     ch: dict[str, Channel]
     calls: int
+    end: ChunkEnd
 
     @property
     def per_call(self) -> int:
@@ -113,7 +115,7 @@ def group_loop(r: StageRun, stages: tuple[str, ...], agent_words: Any, clock: Cl
     ahead = r.tr.config.delay // r.per_call >= 2
     if stages == ("actors", "learner") or (stages == ("replay", "learner") and ahead):
         _advance(loops[0], results)  # the first loop runs one call ahead
-    for i in range(r.tr.chunks):
+    for i in r.end:
         for _ in range(r.calls):
             for one in loops:
                 _advance(one, results)
@@ -163,7 +165,7 @@ def _actors(r: StageRun, clock: Clock) -> Loop:
     env, steps = list(r.loop.env), r.loop.env_steps
     to_r, to_l = r.loop.move("actors", "replay"), r.loop.move("actors", "learner")
     window = _InFlight()
-    for i in range(r.tr.chunks):
+    for i in r.end:
         finished = []
         for _ in range(r.calls):
             agent_words = r.ch["params"].get()
@@ -183,7 +185,7 @@ def _replay(r: StageRun, clock: Clock) -> Loop:
     """The replay: insert, P samples, each followed by the update of k learner steps back."""
     rep, steps, to_l = r.loop.rep, r.loop.env_steps, r.loop.move("replay", "learner")
     fifo, window = _fifo(r), _InFlight()
-    for i in range(r.tr.chunks):
+    for i in r.end:
         for _ in range(r.calls):
             words = r.ch["transitions"].get()
             updates = _updates(r, fifo)
@@ -203,7 +205,7 @@ def _learner(r: StageRun, clock: Clock, agent: Any) -> Loop:
     to the actors."""
     to_r, to_a = r.loop.move("learner", "replay"), r.loop.move("learner", "actors")
     window = _InFlight()
-    for i in range(r.tr.chunks):
+    for i in r.end:
         metrics = []
         for _ in range(r.calls):
             batches = r.ch["batches"].get()
@@ -227,7 +229,7 @@ def _actors_replay(r: StageRun, clock: Clock) -> Loop:
     env, rep, steps = list(r.loop.env), r.loop.rep, r.loop.env_steps
     to_l = r.loop.move("replay", "learner")
     fifo, window = _fifo(r), _InFlight()
-    for i in range(r.tr.chunks):
+    for i in r.end:
         finished = []
         for _ in range(r.calls):
             agent_words = r.ch["params"].get()

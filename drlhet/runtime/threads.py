@@ -11,10 +11,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["Crew", "Channel", "Clock", "Stopped", "THREAD_PREFIX"]
+__all__ = ["ChunkEnd", "Crew", "Channel", "Clock", "Stopped", "THREAD_PREFIX"]
 
 THREAD_PREFIX = "drlhet-stage-"
 """Name prefix of every stage thread (``drlhet-stage-actors``, ...)."""
@@ -63,6 +63,52 @@ class Channel:
                 items.append(self._q.get_nowait())
             except queue.Empty:
                 return items
+
+
+class ChunkEnd:
+    """How many chunks the stage threads of one run go through, which a stop request may
+    lower while they run, so that every thread ends at the same chunk boundary.
+
+    Each thread calls `enter` before it starts a chunk and runs that chunk only if it is below
+    the count `enter` returns. `ask` lowers the count to ``margin`` chunks past the latest one
+    any thread has entered: no thread is then past the new end, and every chunk that some
+    thread has entered still runs in every thread. ``margin`` 2 where a thread picks a
+    different program for its last chunk as it enters it (`drlhet.runtime.channel_stages`):
+    a chunk entered as not the last stays so. Thread-safe.
+
+    Args:
+      chunks: the run's chunks, if no stop is asked.
+      margin: 1 or 2 (above).
+    """
+
+    def __init__(self, chunks: int, margin: int = 1):
+        if margin not in (1, 2):
+            raise ValueError(f"margin must be 1 or 2, got {margin}")
+        self.chunks, self._margin = chunks, margin
+        self._entered = -1
+        self._lock = threading.Lock()
+
+    def enter(self, chunk: int) -> int:
+        """A thread is about to start ``chunk``: returns the run's chunk count as of now
+        (run ``chunk`` only if below it; with ``margin`` 2, ``chunk == count - 1`` stays
+        right for the last chunk)."""
+        with self._lock:
+            if chunk < self.chunks:
+                self._entered = max(self._entered, chunk)
+            return self.chunks
+
+    def ask(self) -> int:
+        """Ends the run as soon as every thread can: returns the new chunk count."""
+        with self._lock:
+            self.chunks = min(self.chunks, self._entered + self._margin)
+            return self.chunks
+
+    def __iter__(self) -> Iterator[int]:
+        """The chunks one thread runs, each `enter`-ed as it starts: ``0, 1, ...``."""
+        chunk = 0
+        while chunk < self.enter(chunk):
+            yield chunk
+            chunk += 1
 
 
 class Clock:

@@ -13,7 +13,7 @@ from drlhet.runtime import compiling, pipeline
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.payload import payload_of
 from drlhet.runtime.run import run
-from drlhet.runtime.threads import THREAD_PREFIX, Crew
+from drlhet.runtime.threads import THREAD_PREFIX, ChunkEnd, Crew
 from tests.runtime.test_run import SMALL, SPLITS, assert_same_state
 
 SPLIT = "actors=cpu:0,replay=jax@cpu:1,learner=cpu:0"
@@ -199,6 +199,23 @@ def test_crew_raises_the_first_error_after_every_thread_ended():
     with pytest.raises(ZeroDivisionError):
         crew.join()
     assert stage_threads() == []
+
+
+@pytest.mark.parametrize("margin", [1, 2])
+def test_a_stop_ends_every_thread_at_the_same_chunk_past_any_one_entered(margin):
+    end = ChunkEnd(10, margin)
+    assert end.enter(0) == 10 and end.enter(3) == 10 and end.enter(1) == 10
+    assert end.ask() == 3 + margin and end.ask() == 3 + margin  # asked twice: the same
+    assert end.enter(3) == 3 + margin  # a chunk entered before the stop runs in every thread
+    if margin == 2:  # and, entered as not the last, stays so
+        assert 3 != end.enter(3) - 1
+    assert list(end) == list(range(3 + margin))
+    assert ChunkEnd(2, margin).ask() == min(2, margin - 1)  # no thread started: none past
+    late = ChunkEnd(4, margin)
+    late.enter(3)
+    assert late.ask() == 4  # every thread in the last chunk: the run ends as usual
+    with pytest.raises(ValueError, match="margin must be 1 or 2"):
+        ChunkEnd(4, 3)
 
 
 def test_payload_packs_every_leaf_bit_for_bit():

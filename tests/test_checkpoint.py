@@ -206,7 +206,8 @@ def test_a_pipelined_runs_last_row_is_held_until_its_state_is_out(every):
 PIPELINED_STOPS = [
     ("A+L|R", False),  # in-program channels, a skewed group: ends at margin 2
     ("A+L|R", True),  # the host-driven loops, the actors a call ahead on the learner's thread
-    pytest.param("A+R|L", False, marks=pytest.mark.slow),  # in-program, margin 1
+    # in-program, margin 1: ~50 s on the 2-core VM, with `make test-slow`
+    pytest.param("A+R|L", False, marks=pytest.mark.slow),
 ]
 
 
@@ -216,7 +217,7 @@ def test_a_pipelined_run_stops_early_where_every_thread_can_and_resumes_bit_for_
 ):
     # 8 chunks, stopped as soon as the first row is out: the threads end at a chunk boundary
     # none of them has passed, and the state saved there goes on as the run not stopped
-    cfg = dataclasses.replace(SMALL, steps=500 + 8 * 100, eval_every=100, delay=4)
+    cfg = dataclasses.replace(SMALL, steps=500 + 8 * 200, delay=4)  # test_pipeline's programs
     ckpt, saving = saving_to(tmp_path / "ckpt", every=8)  # no checkpoint due before the end
     passed: list[int] = []
     with host_driven() if host else contextlib.nullcontext():

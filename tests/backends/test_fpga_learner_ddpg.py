@@ -89,7 +89,8 @@ def _parts(out):
 
 
 @pytest.mark.parametrize("name", list(CASES))
-@pytest.mark.parametrize("b", [16, 64, 256])
+# 16 and 256 are the module's ends (batches of 1..256); 64 in between runs with `make test-slow`
+@pytest.mark.parametrize("b", [16, pytest.param(64, marks=pytest.mark.slow), 256])
 def test_one_step_matches_flax_and_optax(wrap, name, b, monkeypatch):
     config, d, m, steps = CASES[name]
     ref, got, truth = one_step(config, wrap, b, d, m, steps, monkeypatch)

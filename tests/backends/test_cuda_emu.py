@@ -537,7 +537,7 @@ def test_a_cluster_launch_beyond_the_gpus_limits_fails(emu, grid, cluster):
 def test_random_shapes_through_one_cluster_per_tree_equal_the_oracle_and_the_buffer(emu):
     """60 random (K, capacity, trees, batch, schedule) through the cluster path: batches of 1 to
     3000 (one entry per thread and several), kept and dropped entries, duplicates; the sample
-    above 1024 targets a tree. About a minute."""
+    above 1024 targets a tree. About 1 to 6 minutes on the 2-core VM, by host."""
     rng = np.random.default_rng(0)
     for case in range(60):
         k = int(rng.choice([2, 3, 4, 5, 8, 16, 17, 32, 64]))

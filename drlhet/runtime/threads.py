@@ -156,6 +156,7 @@ class Crew:
         self.stop = threading.Event()
         self.results: dict[str, Any] = {}
         self._threads: list[threading.Thread] = []
+        self._done: list[threading.Event] = []  # set as each thread's function ends
         self._errors: list[tuple[str, BaseException]] = []
         self._lock = threading.Lock()
         self._on_halt: list[Callable[[], None]] = []
@@ -175,11 +176,13 @@ class Crew:
         return Channel(maxsize, self.stop)
 
     def start(self, name: str, fn: Callable[[], Any]) -> None:
-        t = threading.Thread(target=self._guard, args=(name, fn), name=THREAD_PREFIX + name)
+        done = threading.Event()
+        t = threading.Thread(target=self._guard, args=(name, fn, done), name=THREAD_PREFIX + name)
         self._threads.append(t)
+        self._done.append(done)
         t.start()
 
-    def _guard(self, name: str, fn: Callable[[], Any]) -> None:
+    def _guard(self, name: str, fn: Callable[[], Any], done: threading.Event) -> None:
         try:
             self.results[name] = fn()
         except Stopped:
@@ -187,6 +190,8 @@ class Crew:
         except BaseException as e:  # noqa: BLE001 - handed to the caller by join()
             if not self.stop.is_set():  # else: the halt's consequence, not its cause
                 self.fail(name, e)
+        finally:
+            done.set()
 
     def fail(self, name: str, error: BaseException) -> None:
         """Records ``error`` of stage ``name`` (the first one wins) and halts every thread."""
@@ -195,7 +200,18 @@ class Crew:
         self.halt()
 
     def join(self) -> None:
-        """Waits for every thread, then re-raises the first recorded error (noting its stage)."""
+        """Waits for every thread, then re-raises the first recorded error (noting its stage).
+        Interrupted while it waits (a second Ctrl-C), it halts the threads and waits for them
+        before the interruption goes on: a process must not exit while a stage thread runs a
+        program (the interpreter's exit would end that thread inside native code and abort)."""
+        try:
+            for done in self._done:
+                done.wait()
+        except BaseException:
+            self.halt()
+            for done in self._done:  # not `Thread.join`: Python 3.11 marks a thread whose
+                done.wait()  # join was interrupted as ended while it still runs
+            raise
         for t in self._threads:
             t.join()
         if self._errors:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 
 import jax
@@ -216,6 +218,33 @@ def test_a_stop_ends_every_thread_at_the_same_chunk_past_any_one_entered(margin)
     assert late.ask() == 4  # every thread in the last chunk: the run ends as usual
     with pytest.raises(ValueError, match="margin must be 1 or 2"):
         ChunkEnd(4, 3)
+
+
+def test_an_interrupt_while_waiting_for_the_threads_stops_them_first():
+    # a second Ctrl-C while `run_pipeline` waits for its threads: they must have ended before
+    # the process may exit (else it aborts, a thread ended inside native code)
+    crew, ended = Crew(), threading.Event()
+    channel = crew.channel(1)
+
+    def waits():  # blocked until the crew stops
+        try:
+            channel.get()
+        finally:
+            ended.set()
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    crew.start("waits", waits)
+    before = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+        with pytest.raises(KeyboardInterrupt):
+            crew.join()
+        assert ended.is_set()
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+        crew.halt()  # (a failed check must not leave the thread waiting)
 
 
 def test_payload_packs_every_leaf_bit_for_bit():

@@ -61,8 +61,8 @@ def run(
       start: resume from a saved state (`drlhet.checkpoint`) instead of a fresh one.
       saving: write checkpoints during the run.
       stop_asked: ``() -> bool``: once true, end after the chunk that runs (the pipeline:
-        after the chunks its threads have begun, at most two more), that chunk saved, by
-        raising `drlhet.runtime.saving.Stopped`.
+        after the chunks its threads have begun, which may run ahead of the rows reported),
+        that chunk saved, by raising `drlhet.runtime.saving.Stopped`.
 
     Returns:
       ``(states, rows)``: the final `TrainState` (``[S]`` seeds; each group's fields on its

@@ -8,10 +8,10 @@ A chunk's checkpoint is written before its row reaches the caller's ``on_chunk``
 ``on_chunk`` stops (a return reached) still has its last chunk saved.
 
 A run asked to stop (``stop_asked``; the CLI asks on SIGINT or SIGTERM) ends after the chunk it is
-in, that chunk saved when checkpoints are on, by `Stopped`. The pipelined loop's threads run up to
-two chunks ahead of the rows its host thread reports: it ends at the first chunk boundary that no
-thread has passed (`drlhet.runtime.threads.ChunkEnd`), then saves, as its state is out only when
-its threads have ended.
+in, that chunk saved when checkpoints are on, by `Stopped`. The pipelined loop's threads run ahead
+of the rows its host thread reports (nothing holds them back for its evaluations): it ends at the
+first chunk boundary that no thread has passed (`drlhet.runtime.threads.ChunkEnd`), then saves,
+as its state is out only when its threads have ended.
 """
 
 from __future__ import annotations

@@ -215,9 +215,11 @@ PIPELINED_STOPS = [
 def test_a_pipelined_run_stops_early_where_every_thread_can_and_resumes_bit_for_bit(
     tmp_path, split, host
 ):
-    # 8 chunks, stopped as soon as the first row is out: the threads end at a chunk boundary
-    # none of them has passed, and the state saved there goes on as the run not stopped
-    cfg = dataclasses.replace(SMALL, steps=500 + 8 * 200, delay=4)  # test_pipeline's programs
+    # 8 chunks, a stop asked from the start (the host thread acts on it at the first row): the
+    # threads end at a chunk boundary none of them has passed, and the state saved there goes
+    # on as the run not stopped. (`steps` is part of the programs, PER's beta schedule, so
+    # these compile their own; c < 7 assumes the threads are not 7 chunks past the first row.)
+    cfg = dataclasses.replace(SMALL, steps=500 + 8 * 200, delay=4)
     ckpt, saving = saving_to(tmp_path / "ckpt", every=8)  # no checkpoint due before the end
     passed: list[int] = []
     with host_driven() if host else contextlib.nullcontext():

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import shutil
+import time
 from pathlib import Path
 
 import jax
@@ -15,10 +16,12 @@ import pytest
 
 from drlhet.agents.ddpg import DDPGConfig
 from drlhet.checkpoint import CheckpointError, Checkpoints, config_from_dict
+from drlhet.runtime import pipeline
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.pipeline import host_driven
 from drlhet.runtime.run import Start, initial_example, run
 from drlhet.runtime.saving import ChunkHook, Saving, Stopped
+from tests.runtime.test_pipeline import with_learner
 from tests.runtime.test_run import SMALL, SPLITS, assert_same_state
 
 CHUNKED = dataclasses.replace(SMALL, steps=500 + 4 * 200)  # 4 chunks of 200 env steps
@@ -205,7 +208,9 @@ def test_a_pipelined_runs_last_row_is_held_until_its_state_is_out(every):
 
 PIPELINED_STOPS = [
     ("A+L|R", False),  # in-program channels, a skewed group: ends at margin 2
-    ("A+L|R", True),  # the host-driven loops, the actors a call ahead on the learner's thread
+    # the host-driven loops, the actors a call ahead on the learner's thread; asked only while
+    # the host thread waits for row 0 (its learner's first call held 0.3 s), as a signal comes
+    ("A+L|R", True),
     # in-program, margin 1: ~50 s on the 2-core VM, with `make test-slow`
     pytest.param("A+R|L", False, marks=pytest.mark.slow),
 ]
@@ -213,19 +218,23 @@ PIPELINED_STOPS = [
 
 @pytest.mark.parametrize("split,host", PIPELINED_STOPS)
 def test_a_pipelined_run_stops_early_where_every_thread_can_and_resumes_bit_for_bit(
-    tmp_path, split, host
+    monkeypatch, tmp_path, split, host
 ):
-    # 8 chunks, a stop asked from the start (the host thread acts on it at the first row): the
-    # threads end at a chunk boundary none of them has passed, and the state saved there goes
-    # on as the run not stopped. (`steps` is part of the programs, PER's beta schedule, so
-    # these compile their own; c < 7 assumes the threads are not 7 chunks past the first row.)
+    # 8 chunks, a stop asked from the start: the threads end at a chunk boundary none of them
+    # has passed, and the state saved there goes on as the run not stopped. (`steps` is part of
+    # the programs, PER's beta schedule, so these compile their own; c < 7 assumes the threads
+    # are not 7 chunks past the first row.)
     cfg = dataclasses.replace(SMALL, steps=500 + 8 * 200, delay=4)
     ckpt, saving = saving_to(tmp_path / "ckpt", every=8)  # no checkpoint due before the end
     passed: list[int] = []
+    asked = lambda: True  # noqa: E731
+    if host:  # asked only before row 0 is made: a check at the rows alone never sees it
+        made = waiting_for_row_0(monkeypatch)
+        asked = lambda: not made  # noqa: E731
     with host_driven() if host else contextlib.nullcontext():
         with pytest.raises(Stopped) as stop:
             on_chunk = lambda row: passed.append(row["chunk"])  # noqa: E731
-            run(cfg, SPLITS[split], saving=saving, on_chunk=on_chunk, stop_asked=lambda: True)
+            run(cfg, SPLITS[split], saving=saving, on_chunk=on_chunk, stop_asked=asked)
         c = stop.value.chunk
         assert stop.value.saved and 0 <= c < 7 and ckpt.chunks() == [c]
         assert passed == list(range(c + 1))
@@ -234,6 +243,38 @@ def test_a_pipelined_run_stops_early_where_every_thread_can_and_resumes_bit_for_
         full, rows = run(cfg, SPLITS[split])
     assert_same_state(full, resumed)
     same_rows(rows, saved.rows + more)
+
+
+def waiting_for_row_0(monkeypatch) -> list[int]:
+    """Holds the pipeline learner's first call 0.3 s, so the host thread waits for row 0 (its
+    stop check then runs every 50 ms); ``-> made``, a list that is empty until row 0 is made."""
+    made: list[int] = []
+    calls: list[int] = []
+    make_row = pipeline.chunk_row
+
+    def wrap(learner):
+        def held(*args):
+            if not calls:
+                time.sleep(0.3)
+            calls.append(1)
+            return learner(*args)
+
+        return held
+
+    def counted(*args):
+        made.append(1)
+        return make_row(*args)
+
+    with_learner(monkeypatch, wrap)
+    monkeypatch.setattr(pipeline, "chunk_row", counted)
+    return made
+
+
+def test_a_stop_once_asked_stays_asked():
+    answers = iter([False, True])  # a third call would raise StopIteration
+    hook = ChunkHook(7, None, None, stop_asked=lambda: next(answers))
+    assert not hook.stopping(0) and hook.stopping(1) and hook.stopping(2)
+    assert not hook.stopping(6)  # the last chunk: the run ends anyway
 
 
 def test_a_stop_asked_in_the_last_chunk_ends_the_run_as_usual():

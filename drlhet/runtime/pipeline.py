@@ -179,14 +179,20 @@ def device_groups(devices: dict[str, jax.Device]) -> list[tuple[str, ...]]:
 def _report(r: StageRun, names: list[str], t0, t_start, hook, extra, first) -> list[dict]:
     """The host thread: per chunk, waits for every stage's and thread's report, evaluates the
     learner's agent on the actors' key, checks the buffer's flags and makes the row. Once the
-    hook asks to stop, ends the threads' chunks early (`ChunkEnd.ask`) and holds the last row
-    for the hook to save with the state."""
+    hook asks to stop (checked at each row and every 50 ms while it waits for one), ends the
+    threads' chunks early (`ChunkEnd.ask`; the chunk whose row it waits for still runs) and
+    holds the last row for the hook to save with the state."""
     cfg, tr, rows, got, last = r.tr.config, r.tr, [], {}, t_start
     tags = [*_GROUPS, *(f"clock:{n}" for n in names)]
     i = 0
+
+    def stop_if_asked() -> None:  # not at the next row: a chunk may take minutes
+        if hook.stopping(first + i):
+            r.end.ask(at_least=i + 1)
+
     while i < r.end.chunks:
         while not all((t, i) in got for t in tags):
-            tag, chunk, payload = r.ch["reports"].get()
+            tag, chunk, payload = r.ch["reports"].get(idle=stop_if_asked)
             got[(tag, chunk)] = payload
         finished, k_eval, steps = got.pop(("actors", i))
         agent, metrics, done_at = got.pop(("learner", i))
@@ -197,8 +203,7 @@ def _report(r: StageRun, names: list[str], t0, t_start, hook, extra, first) -> l
         row = chunk_row(cfg, tr.iterations, summary, first + i, t0, last, done_at)
         rows.append({**row, **extra, "threads": threads})
         last = done_at  # timed by the learner's thread: the host thread may lag behind
-        if hook.stopping(first + i):
-            r.end.ask()  # the same chunk count on later calls: every thread is past i
+        stop_if_asked()  # (asked while it waited: the same count, every thread is past i)
         hook.after(rows[-1], None, last=r.end.chunks < tr.chunks and i == r.end.chunks - 1)
         i += 1
     return rows

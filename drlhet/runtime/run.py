@@ -60,9 +60,11 @@ def run(
         an exception it raises ends the run), after the chunk's checkpoint if one is due.
       start: resume from a saved state (`drlhet.checkpoint`) instead of a fresh one.
       saving: write checkpoints during the run.
-      stop_asked: ``() -> bool``: once true, end after the chunk that runs (the pipeline:
-        after the chunks its threads have begun, which may run ahead of the rows reported),
-        that chunk saved, by raising `drlhet.runtime.saving.Stopped`.
+      stop_asked: ``() -> bool``: once true (it stays so: a later false is not read), end
+        after the chunk that runs (the pipeline: after the chunks its threads have begun,
+        which may run ahead of the rows reported; its host thread asks at each row and every
+        50 ms while it waits for one), that chunk saved, by raising
+        `drlhet.runtime.saving.Stopped`.
 
     Returns:
       ``(states, rows)``: the final `TrainState` (``[S]`` seeds; each group's fields on its

@@ -68,6 +68,7 @@ class ChunkHook:
             raise ValueError(f"checkpoint every must be >= 1 chunk, got {saving.every}")
         self.chunks, self.saving, self.on_chunk = chunks, saving, on_chunk
         self.stop_asked = stop_asked
+        self._asked = False  # once asked, a stop stays asked
         self.rows: list[dict] = []
         self._held: dict | None = None
 
@@ -125,8 +126,11 @@ class ChunkHook:
             raise Stopped(chunk, self.saving is not None)
 
     def stopping(self, chunk: int) -> bool:
-        """Whether to end the run after ``chunk``: a stop was asked and it is not the last."""
-        return chunk < self.chunks - 1 and self.stop_asked is not None and self.stop_asked()
+        """Whether to end the run after ``chunk``: a stop was asked (now or by any earlier
+        call: ``stop_asked`` going back to false changes nothing) and it is not the last."""
+        if not self._asked and self.stop_asked is not None:
+            self._asked = bool(self.stop_asked())
+        return chunk < self.chunks - 1 and self._asked
 
     def _write(self, chunk: int, states: Any) -> None:
         assert self.saving is not None

@@ -46,14 +46,17 @@ class Channel:
             except queue.Full:
                 continue
 
-    def get(self) -> Any:
-        """Removes the oldest item, waiting while the channel is empty. Raises `Stopped`."""
+    def get(self, idle: Callable[[], None] | None = None) -> Any:
+        """Removes the oldest item, waiting while the channel is empty; ``idle()``, if given,
+        is called every 50 ms of the wait (the host thread's stop check). Raises `Stopped`."""
         while True:
             try:
                 return self._q.get(timeout=_POLL_S)
             except queue.Empty:
                 if self._stop.is_set():
                     raise Stopped from None
+                if idle is not None:
+                    idle()
 
     def drain(self) -> list[Any]:
         """Every item left, oldest first (after the threads ended)."""
@@ -97,10 +100,14 @@ class ChunkEnd:
                 self._entered = max(self._entered, chunk)
             return self.chunks
 
-    def ask(self) -> int:
-        """Ends the run as soon as every thread can: returns the new chunk count."""
+    def ask(self, at_least: int = 0) -> int:
+        """Ends the run as soon as every thread can, but not before ``at_least`` chunks (those
+        whose rows are owed: a chunk no thread has entered yet then runs in all), and never
+        before chunk 0 ran (as if entered: with ``margin`` 2 the first chunk is never the
+        last): returns the new chunk count."""
         with self._lock:
-            self.chunks = min(self.chunks, self._entered + self._margin)
+            end = max(self._entered, 0) + self._margin
+            self.chunks = min(self.chunks, max(end, at_least))
             return self.chunks
 
     def __iter__(self) -> Iterator[int]:

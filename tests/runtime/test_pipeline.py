@@ -15,7 +15,7 @@ from drlhet.runtime import compiling, pipeline
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.payload import payload_of
 from drlhet.runtime.run import run
-from drlhet.runtime.threads import THREAD_PREFIX, ChunkEnd, Crew
+from drlhet.runtime.threads import THREAD_PREFIX, ChunkEnd, Crew, Stopped
 from tests.runtime.test_run import SMALL, SPLITS, assert_same_state
 
 SPLIT = "actors=cpu:0,replay=jax@cpu:1,learner=cpu:0"
@@ -212,12 +212,30 @@ def test_a_stop_ends_every_thread_at_the_same_chunk_past_any_one_entered(margin)
     if margin == 2:  # and, entered as not the last, stays so
         assert 3 != end.enter(3) - 1
     assert list(end) == list(range(3 + margin))
-    assert ChunkEnd(2, margin).ask() == min(2, margin - 1)  # no thread started: none past
+    assert ChunkEnd(3, margin).ask() == margin  # no thread started: chunk 0 (and 1) still run
+    assert ChunkEnd(9, margin).ask(at_least=5) == 5  # rows owed: their chunks run
     late = ChunkEnd(4, margin)
     late.enter(3)
     assert late.ask() == 4  # every thread in the last chunk: the run ends as usual
     with pytest.raises(ValueError, match="margin must be 1 or 2"):
         ChunkEnd(4, 3)
+
+
+def test_a_waiting_get_calls_idle_until_an_item_comes():
+    # the host thread's stop check while it waits for a row
+    crew, calls = Crew(), []
+    channel = crew.channel(1)
+
+    def idle():
+        calls.append(1)
+        if len(calls) == 3:
+            channel.put("row")
+
+    assert channel.get(idle=idle) == "row" and len(calls) == 3
+    crew.halt()
+    with pytest.raises(Stopped):  # a stopped crew: idle is not called again
+        channel.get(idle=idle)
+    assert len(calls) == 3
 
 
 def test_an_interrupt_while_waiting_for_the_threads_stops_them_first():

@@ -120,8 +120,8 @@ def _steps(r: StageRun, links: Links) -> dict[str, Any]:
     ``ids`` (program arguments: see `drlhet.backends.channel.ChannelEnd`)."""
     st, p = r.st, r.per_call
 
-    def updates(ch, token):  # the P updates of the call, one message a learner step: [S, P, We]
-        return jnp.swapaxes(ch["updates"].recv(token, p), 0, 1)
+    def updates(ch, token, got):  # the P updates of the call, one a learner step: [S, P, We]
+        return jnp.swapaxes(ch["updates"].recv(after(token, got), p), 0, 1)
 
     def actors(c, steps):
         ch = links.ends(c["ids"])
@@ -132,7 +132,7 @@ def _steps(r: StageRun, links: Links) -> dict[str, Any]:
     def replay(c, steps):
         ch = links.ends(c["ids"])
         trans = ch["transitions"].recv(c["token"])
-        rep, batches = inlined(st.replay)(c["rep"], trans, updates(ch, c["token"]), steps)
+        rep, batches = inlined(st.replay)(c["rep"], trans, updates(ch, c["token"], trans), steps)
         return {**c, "rep": rep, "token": ch["batches"].send(batches, c["token"])}, {}
 
     def learner(c, steps):
@@ -144,7 +144,8 @@ def _steps(r: StageRun, links: Links) -> dict[str, Any]:
 
     def actors_replay(c, steps):
         ch = links.ends(c["ids"])
-        words, ups = ch["params"].recv(c["token"]), updates(ch, c["token"])
+        words = ch["params"].recv(c["token"])
+        ups = updates(ch, c["token"], words)
         *env, finished, rep, batches = inlined(st.actor_replay)(
             words, *c["env"], steps, c["rep"], ups
         )
@@ -157,6 +158,17 @@ def _steps(r: StageRun, links: Links) -> dict[str, Any]:
         "learner": learner,
         "actors+replay": actors_replay,
     }
+
+
+def after(token: jax.Array, got: Any) -> jax.Array:
+    """``token``, but only once ``got`` (what a receive returned) is there: a receive that takes
+    it runs after that one. Two receives on one token may run at once, and XLA's CPU client
+    runs a program's independent operations on its pool of max(cores, CPU devices) threads:
+    two blocked receives of one program then hold both threads of a 2-core machine, and the
+    program that would send to them never gets one (a resumed run hung so, both pool threads
+    waiting in a receive). Chained, a program waits in at most one channel call at a time."""
+    token, _ = jax.lax.optimization_barrier((token, got))
+    return token
 
 
 def skewed(r: StageRun, group: str) -> bool:

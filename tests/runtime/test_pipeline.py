@@ -10,8 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.extend import core as jax_core
 
-from drlhet.runtime import compiling, pipeline
+from drlhet.runtime import channel_stages, compiling, pipeline
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.payload import payload_of
 from drlhet.runtime.run import run
@@ -108,6 +109,78 @@ def test_in_program_channels_and_host_loops_run_their_threads_and_agree_bit_for_
     assert_same_state(host_state, state)
     assert [r["eval_return"] for r in rows] == [r["eval_return"] for r in host_rows]
     assert [r["train_return"] for r in rows] == [r["train_return"] for r in host_rows]
+
+
+def calls_a_channel(eqn) -> bool:
+    """Whether ``eqn`` sends or receives on a channel, itself or inside a scan or call."""
+    if eqn.primitive.name == "ffi_call":
+        return eqn.params["target_name"].startswith("drlhet_channel_")
+    return any(calls_a_channel(e) for j in inner_jaxprs(eqn) for e in j.eqns)
+
+
+def inner_jaxprs(eqn) -> list:
+    found = []
+    for v in eqn.params.values():
+        for x in v if isinstance(v, tuple | list) else [v]:
+            found += [x.jaxpr] if isinstance(x, jax_core.ClosedJaxpr) else []
+            found += [x] if isinstance(x, jax_core.Jaxpr) else []
+    return found
+
+
+def assert_channel_calls_chained(jaxpr) -> int:
+    """At every level of ``jaxpr`` (the program, a scan's body), each equation that calls a
+    channel depends on the one before it (equations are listed in an order their data allow):
+    the program waits in one channel call at a time. ``-> channel calls checked``."""
+    producer = {v: i for i, e in enumerate(jaxpr.eqns) for v in e.outvars}
+
+    def ancestors(i: int) -> set[int]:
+        seen, todo = set(), [i]
+        while todo:
+            for v in jaxpr.eqns[todo.pop()].invars:
+                j = producer.get(v) if isinstance(v, jax_core.Var) else None
+                if j is not None and j not in seen:
+                    seen.add(j)
+                    todo.append(j)
+        return seen
+
+    calls = [i for i, e in enumerate(jaxpr.eqns) if calls_a_channel(e)]
+    for a, b in zip(calls, calls[1:], strict=False):
+        assert a in ancestors(b), (jaxpr.eqns[a], jaxpr.eqns[b])
+    return len(calls) + sum(
+        assert_channel_calls_chained(j) for i in calls for j in inner_jaxprs(jaxpr.eqns[i])
+    )
+
+
+@pytest.mark.parametrize("split", ["A+R|L", "A+L|R", "A|R+L"])
+def test_a_chunk_program_waits_in_one_channel_call_at_a_time(monkeypatch, split):
+    # two receives of one program waiting at once held both of XLA's pool threads on 2 cores,
+    # and the other device's program never ran (a hang seen once): traced, not compiled
+    build, jaxprs = channel_stages.chunk_program, []
+
+    class Traced(Exception):
+        pass
+
+    def traced(*args):
+        program = build(*args)
+
+        class Lower:
+            def lower(self, *inputs):
+                jaxprs.append(program.trace(*inputs).jaxpr.jaxpr)
+                return self
+
+            def compile(self):
+                return self
+
+            def __call__(self, *inputs):
+                raise Traced
+
+        return Lower()
+
+    monkeypatch.setattr(channel_stages, "chunk_program", traced)
+    with pytest.raises(Traced):
+        run(TrainConfig(**{**SMALL.__dict__, "delay": 4}), SPLITS[split])
+    assert len(jaxprs) >= 2  # a program per device (a skewed group: one per variant)
+    assert all(assert_channel_calls_chained(j) >= 2 for j in jaxprs)
 
 
 def test_a_second_run_loads_every_program_from_the_compilation_cache():

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.drlhet-installed
 
-.PHONY: run test test-slow gpu-test gpu-dry-run gpu-wheels bench lint install clean sanitize peers figures
+.PHONY: run test test-times test-slow gpu-test gpu-dry-run gpu-wheels bench lint install clean sanitize peers figures
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,13 @@ PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 	  --durations=20
+
+# `make test` with tests/compile_times.py: each test's wall time beside JAX's tracing, lowering,
+# XLA compiling and cache loading, in test-times.json (DRLHET_TEST_TIMES names another file),
+# and the totals with the ten longest files at the end.
+test-times: $(STAMP)
+	PYTHONPATH=tests $(BIN)/python -m pytest -p compile_times -q -n $(PYTEST_WORKERS) \
+	  --dist loadfile --no-loadscope-reorder
 
 # The tests marked `slow`, which `make test` leaves out (long fuzzing, random shapes through
 # every CUDA path under the emulation, runs of tagged updates, the longest host loops, the GPU

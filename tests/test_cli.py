@@ -103,7 +103,11 @@ def one_error_line(capsys) -> str:
         (["--seed", str(2**32)], "--seed must be in [0, 4294967295]"),
         (["--stop-at-return", "nan"], "--stop-at-return must be a number (inf: never stop"),
         (["--checkpoint-every", "-5"], "--checkpoint-every must be >= 0 chunks, got -5"),
-        (["--keep-checkpoints", "0"], "--keep-checkpoints must be >= 1, got 0"),
+        (["--keep-checkpoints", "0"], "--keep-checkpoints must be >= 1 (0 only with"),
+        (
+            ["--keep-checkpoints", "-1", "--checkpoint-every", "0"],
+            "--keep-checkpoints must be >= 1 (0 only with --checkpoint-every 0), got -1",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, message):
@@ -113,6 +117,16 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, messag
     line = one_error_line(capsys)
     assert line.startswith("drlhet: error: ") and message in line
     assert not (tmp_path / "runs").exists()
+
+
+def test_keep_checkpoints_0_is_taken_where_no_checkpoint_is_written(tmp_path):
+    from drlhet.cli.checkpoints import saving_for
+    from drlhet.runtime.config import TrainConfig
+
+    assert saving_for(tmp_path / "run", TrainConfig(), "", every=0, keep=0, before=[]) is None
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="got 0"):
+        saving_for(tmp_path / "run", TrainConfig(), "", every=1, keep=0, before=[])
 
 
 @pytest.mark.parametrize(

@@ -29,11 +29,14 @@ def saving_for(
     run_dir: Path, config: TrainConfig, mapping: str, every: int, keep: int, before: list[dict]
 ) -> Saving | None:
     """Checkpoints of a run into ``run_dir/checkpoints`` every ``every`` chunks (0: none),
-    ``keep`` deep; ``before``: the rows of a resumed run's earlier chunks."""
+    ``keep`` deep (0 only with ``every`` 0, where it says what ``every`` says); ``before``: the
+    rows of a resumed run's earlier chunks."""
     if every < 0:
         raise ValueError(f"--checkpoint-every must be >= 0 chunks, got {every}")
-    if keep < 1:
-        raise ValueError(f"--keep-checkpoints must be >= 1, got {keep}")
+    if keep < 0 or (keep == 0 and every > 0):
+        raise ValueError(
+            f"--keep-checkpoints must be >= 1 (0 only with --checkpoint-every 0), got {keep}"
+        )
     if every == 0:
         return None
     store = Checkpoints(run_dir / CHECKPOINTS, keep)

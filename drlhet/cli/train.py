@@ -96,7 +96,8 @@ def train_command(
         needs more memory than this machine has available.
       checkpoint_every: save the run's state to ``<run>/checkpoints/`` (`drlhet.checkpoint`)
         every this many chunks and after the last (0: never; default 10; refused with --actors).
-      keep_checkpoints: how many checkpoints to keep (the newest).
+      keep_checkpoints: how many checkpoints to keep (the newest; 0 only with
+        ``--checkpoint-every 0``).
       resume: a run directory: go on from its newest checkpoint that reads back intact, with
         its configuration and (unless ``--mapping`` is given) its mapping, bit for bit as the
         run would have gone on.

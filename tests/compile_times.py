@@ -67,13 +67,23 @@ def _worker_file(worker: str) -> Path:
     return target.with_name(f"{target.stem}.{worker}.json")
 
 
+def _parts() -> list[Path]:
+    return sorted(_target().parent.glob(f"{_target().stem}.gw*.json"))
+
+
+def pytest_sessionstart(session) -> None:
+    if not hasattr(session.config, "workerinput"):  # a killed run's parts are not this run's
+        for part in _parts():
+            part.unlink()
+
+
 def pytest_sessionfinish(session) -> None:
     worker = getattr(session.config, "workerinput", {}).get("workerid")
     rows = {test: dict(counts) for test, counts in _times.items()}
     if worker is not None:  # an xdist worker: its part, for the controller to merge
         _worker_file(worker).write_text(json.dumps(rows))
         return
-    for part in sorted(_target().parent.glob(f"{_target().stem}.gw*.json")):
+    for part in _parts():
         rows.update(json.loads(part.read_text()))
         part.unlink()
     _target().write_text(json.dumps(rows, indent=1, sort_keys=True))

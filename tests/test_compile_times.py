@@ -40,6 +40,7 @@ def test_each_test_gets_its_own_compile_figures(tmp_path: Path, workers: list[st
         "JAX_COMPILATION_CACHE_DIR": "",
     }
     cmd = [sys.executable, "-m", "pytest", "-p", "compile_times", "-q", "-p", "no:cacheprovider"]
+    (tmp_path / "times.gw7.json").write_text('{"stale::test": {"wall": 1.0}}')  # a killed run's
     got = subprocess.run(
         [*cmd, *workers, "test_inner.py"], cwd=tmp_path, env=env, capture_output=True, text=True
     )
@@ -48,6 +49,6 @@ def test_each_test_gets_its_own_compile_figures(tmp_path: Path, workers: list[st
     compiled, plain = rows["test_inner.py::test_compiles"], rows["test_inner.py::test_plain"]
     assert compiled["trace_n"] >= 2 and compiled["compile_n"] >= 2 and compiled["lower_n"] >= 2
     assert 0 < compiled["compile"] < compiled["wall"]
-    assert plain.keys() == {"wall"} and plain["wall"] > 0
+    assert plain.keys() == {"wall"} and plain["wall"] > 0 and "stale::test" not in rows
     assert "test times (worker seconds): wall" in got.stdout
     assert list(tmp_path.glob("times.gw*.json")) == []  # the workers' parts merged and removed

@@ -41,7 +41,7 @@ test-times: $(STAMP)
 # The tests marked `slow`, which `make test` leaves out (long fuzzing, random shapes through
 # every CUDA path under the emulation, runs of tagged updates, the longest host loops, the GPU
 # tests stage's triage on the emulated GPU): 9:06 in two workers on the 2-core VM (2026-11-28,
-# 27 passed, 3 skipped; 26:12 on the slower host, 2026-11-29 at ac669d7, 33 passed, 3 skipped).
+# 27 passed, 3 skipped; 26:12 on the slower host, 2026-11-29 at d640af9, 33 passed, 3 skipped).
 # Run it when a change touches
 # what they cover; a slow test nobody runs rots (one had, after its helper's arguments grew).
 test-slow: $(STAMP)

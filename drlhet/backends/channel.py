@@ -5,8 +5,11 @@ own host thread; inside it, every stage call receives its inputs and sends its o
 these channels (``kernels/cpu/channel.cc``, XLA FFI custom calls with side effects), so no
 Python runs between stage calls and a stage waits only where its data are not there yet
 (a send or receive is ~5 us; a host-side stage call with its device puts was ~0.3-0.5 ms on
-this project's 2-core machine). Closing a channel makes every call waiting on it fail with
-``CANCELLED``: that is how a run stops its stages.
+this project's 2-core machine). A call that must wait holds no thread: it returns an
+unfinished XLA future, which the call at the other end completes (XLA may run a program's
+channel call on its CPU thread pool; a call blocking there held a pool thread for as long as
+it waited, and two such held both of a 2-core machine's). Closing a channel makes every call
+waiting on it fail with ``CANCELLED``: that is how a run stops its stages.
 
 Every message of one channel has the same shape and dtype (``spec``); a call moves ``count``
 messages, stacked on a leading axis. A program takes its channels' ids as arguments
@@ -136,7 +139,7 @@ class NativeChannel:
 
     def put(self, x) -> None:
         """Appends one message from the host; raises if the channel is full or closed."""
-        a = np.ascontiguousarray(np.asarray(x), dtype=self.spec.dtype)
+        a = np.array(x, dtype=self.spec.dtype, order="C")  # a copy; 0-d stays 0-d
         if a.shape != tuple(self.spec.shape):
             raise ValueError(f"channel {self.id} carries {self.spec.shape}, got {a.shape}")
         if _library().drlhet_channel_put(self.id, a.ctypes.data, self.nbytes) != 1:

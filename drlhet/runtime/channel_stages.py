@@ -162,11 +162,12 @@ def _steps(r: StageRun, links: Links) -> dict[str, Any]:
 
 def after(token: jax.Array, got: Any) -> jax.Array:
     """``token``, but only once ``got`` (what a receive returned) is there: a receive that takes
-    it runs after that one. Two receives on one token may run at once, and XLA's CPU client
-    runs a program's independent operations on its pool of max(cores, CPU devices) threads:
-    two blocked receives of one program then hold both threads of a 2-core machine, and the
-    program that would send to them never gets one (a resumed run hung so, both pool threads
-    waiting in a receive). Chained, a program waits in at most one channel call at a time."""
+    it runs after that one. Chained, a program's channel calls run in the order its data flow
+    needs, one at a time. Unchained, XLA picks the order of a program's independent calls (it
+    ran them one at a time, the last traced first, 2026-11-29): with replay and learner in one
+    program, the learner's receive of the batches the replay sends would wait for ever if XLA
+    issued it first. (While a waiting call still blocked its thread, two unchained receives
+    also held both threads of XLA's pool on 2 cores: a resumed run hung so.)"""
     token, _ = jax.lax.optimization_barrier((token, got))
     return token
 

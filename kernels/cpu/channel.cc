@@ -1,8 +1,18 @@
 // Bounded byte channels between XLA programs running at the same time on different host
 // threads: the pipelined loop's stages pass batches, priorities and parameters through them
 // from inside their jitted chunk programs (docs/design.md section 6), so no Python runs per
-// stage call. A send blocks while its channel is full, a receive while it is empty; closing a
-// channel wakes every waiter, whose custom call then fails with CANCELLED (the run stops).
+// stage call. A send waits while its channel is full, a receive while it is empty; closing a
+// channel ends every waiting call with CANCELLED (the run stops).
+//
+// The calls never block a thread. A call that cannot finish at once is queued on its channel
+// and returns an unfinished XLA FFI future; the call on the other end that lets it finish
+// moves its messages (under the channel's lock, in order) and hands the future's completion to
+// a completer thread of this library, on which XLA then resumes the waiting program. A blocking
+// call would hold one thread of XLA's CPU pool (max(cores, devices) threads) for as long as it
+// waits: where XLA runs two programs' waiting calls on that pool (it may: the scheduling of a
+// program's independent operations is XLA's), the program that would send to them never gets a
+// thread. Completions never run inline in the call that made them possible, which would run
+// the waiting program inside the other program's custom call.
 //
 // FFI handlers (CPU):
 //   drlhet_channel_send(x, token, id) -> token   attr: count  (x: count messages, row-major)
@@ -10,18 +20,21 @@
 // The token (int32 scalar) orders the calls of one program: thread it from each receive to the
 // next send. The channel's id is an operand (an int32 scalar), not an attribute, so a compiled
 // program does not depend on which channels it was compiled for: JAX's compilation cache
-// serves it again to a later run with new channels. C API (ctypes): open, close, destroy, put (host seeding), take (host draining),
-// stats (time blocked).
+// serves it again to a later run with new channels. C API (ctypes): open, close, destroy, put
+// (host seeding), take (host draining), stats (time waited).
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -30,20 +43,77 @@ namespace ffi = xla::ffi;
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Runs tasks on threads of its own: one idle thread a task, a new thread where none is idle
+// (so a long task never delays another), threads idle for a minute exit. Leaked on purpose:
+// its threads may outlive static destruction at exit.
+class Completer {
+ public:
+  static Completer& Get() {
+    static Completer* completer = new Completer();
+    return *completer;
+  }
+
+  void Submit(std::function<void()> task) {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(task));
+    if (int64_t(tasks_.size()) > idle_) {
+      std::thread([this] { Loop(); }).detach();
+    } else {
+      cv_.notify_one();
+    }
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      ++idle_;
+      bool got = cv_.wait_for(lock, std::chrono::seconds(60), [&] { return !tasks_.empty(); });
+      --idle_;
+      if (!got) return;
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  int64_t idle_ = 0;
+};
+
+// A program's send or receive, queued until its `count` messages have moved.
+struct Waiter {
+  uint64_t serial;      // which call (per channel)
+  char* out;            // a receive's result buffer (XLA keeps it until the future completes)
+  const char* in;       // a send's operand (likewise)
+  int64_t count, done;  // messages in all, moved so far
+  ffi::Promise promise;
+  Clock::time_point since;
+};
+
 struct Channel {
   std::mutex mu;
-  std::condition_variable cv;
   std::deque<std::vector<char>> items;
+  std::deque<Waiter> senders, receivers;  // each in call order
   int64_t capacity = 1;
   int64_t message_bytes = 0;
   bool closed = false;
-  double send_wait_s = 0, recv_wait_s = 0;  // time callers spent blocked (full / empty)
+  uint64_t serials = 0;
+  double send_wait_s = 0, recv_wait_s = 0;  // from each call to its completion
   int64_t sent = 0, received = 0;
 };
 
-double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+using Finished = std::vector<std::pair<uint64_t, ffi::Promise>>;
 
 std::mutex g_mu;
 std::map<int64_t, std::shared_ptr<Channel>> g_channels;
@@ -55,40 +125,59 @@ std::shared_ptr<Channel> Find(int64_t id) {
   return it == g_channels.end() ? nullptr : it->second;
 }
 
-// Appends `count` messages from `data`; false if the channel was closed meanwhile.
-bool Push(Channel& ch, const char* data, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) {
-    std::unique_lock<std::mutex> lock(ch.mu);
-    if (!ch.closed && int64_t(ch.items.size()) >= ch.capacity) {
-      auto t0 = std::chrono::steady_clock::now();
-      ch.cv.wait(lock, [&] { return ch.closed || int64_t(ch.items.size()) < ch.capacity; });
-      ch.send_wait_s += Since(t0);
-    }
-    if (ch.closed) return false;
-    ++ch.sent;
-    const char* at = data + i * ch.message_bytes;
-    ch.items.emplace_back(at, at + ch.message_bytes);
-    ch.cv.notify_all();
-  }
-  return true;
+// Moves one message into the oldest receiver; true when it has all of its messages.
+bool Deliver(Channel& ch) {
+  Waiter& w = ch.receivers.front();
+  std::memcpy(w.out + w.done * ch.message_bytes, ch.items.front().data(), ch.message_bytes);
+  ch.items.pop_front();
+  ++ch.received;
+  return ++w.done == w.count;
 }
 
-// Removes `count` messages into `out`; false if the channel was closed meanwhile.
-bool Pop(Channel& ch, char* out, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) {
-    std::unique_lock<std::mutex> lock(ch.mu);
-    if (!ch.closed && ch.items.empty()) {
-      auto t0 = std::chrono::steady_clock::now();
-      ch.cv.wait(lock, [&] { return ch.closed || !ch.items.empty(); });
-      ch.recv_wait_s += Since(t0);
+// Moves one message of the oldest sender into the channel; true when all of its have moved.
+bool Accept(Channel& ch) {
+  Waiter& w = ch.senders.front();
+  const char* at = w.in + w.done * ch.message_bytes;
+  ch.items.emplace_back(at, at + ch.message_bytes);
+  ++ch.sent;
+  return ++w.done == w.count;
+}
+
+// Moves messages from queued senders to queued receivers, in order, as far as the channel's
+// capacity lets them (`ch.mu` held); appends the calls that finished to `finished`.
+void Pump(Channel& ch, Finished& finished) {
+  bool moved = true;
+  while (moved) {
+    moved = false;
+    while (!ch.receivers.empty() && !ch.items.empty()) {
+      moved = true;
+      if (Deliver(ch)) {
+        ch.recv_wait_s += Since(ch.receivers.front().since);
+        finished.emplace_back(ch.receivers.front().serial, ch.receivers.front().promise);
+        ch.receivers.pop_front();
+      }
     }
-    if (ch.closed) return false;
-    ++ch.received;
-    std::memcpy(out + i * ch.message_bytes, ch.items.front().data(), ch.message_bytes);
-    ch.items.pop_front();
-    ch.cv.notify_all();
+    while (!ch.senders.empty() && int64_t(ch.items.size()) < ch.capacity) {
+      moved = true;
+      if (Accept(ch)) {
+        ch.send_wait_s += Since(ch.senders.front().since);
+        finished.emplace_back(ch.senders.front().serial, ch.senders.front().promise);
+        ch.senders.pop_front();
+      }
+    }
   }
-  return true;
+}
+
+// Completes the finished calls: `own` (the calling handler's, 0: none) here, the others' on a
+// completer thread (their programs resume there, not inside this call).
+void Complete(Finished& finished, uint64_t own = 0) {
+  for (auto& [serial, promise] : finished) {
+    if (own != 0 && serial == own) {
+      promise.SetAvailable();
+    } else {
+      Completer::Get().Submit([p = promise]() mutable { p.SetAvailable(); });
+    }
+  }
 }
 
 ffi::Error Checked(int64_t id, int64_t count, size_t bytes, std::shared_ptr<Channel>* out) {
@@ -108,23 +197,44 @@ ffi::Error Cancelled(int64_t id) {
                     "channel " + std::to_string(id) + " closed: the pipeline stopped");
 }
 
-ffi::Error SendImpl(ffi::AnyBuffer x, ffi::Buffer<ffi::S32> token, ffi::Buffer<ffi::S32> id_arg,
-                    ffi::ResultBuffer<ffi::S32> token_out, int64_t count) {
-  const int64_t id = id_arg.typed_data()[0];
-  std::shared_ptr<Channel> ch;
-  if (auto e = Checked(id, count, x.size_bytes(), &ch); e.failure()) return e;
-  if (!Push(*ch, static_cast<const char*>(x.untyped_data()), count)) return Cancelled(id);
-  token_out->typed_data()[0] = token.typed_data()[0] + 1;
-  return ffi::Error::Success();
+ffi::Future Failed(ffi::Error error) {
+  ffi::Promise promise;
+  promise.SetError(std::move(error));
+  return ffi::Future(promise);
 }
 
-ffi::Error RecvImpl(ffi::Buffer<ffi::S32> token, ffi::Buffer<ffi::S32> id_arg,
-                    ffi::Result<ffi::AnyBuffer> y, int64_t count) {
-  const int64_t id = id_arg.typed_data()[0];
+// Queues a send (of `in`) or a receive (into `out`) on channel `id`; moves what can move.
+ffi::Future Enqueue(bool send, int64_t id, int64_t count, size_t bytes, const char* in,
+                    char* out) {
   std::shared_ptr<Channel> ch;
-  if (auto e = Checked(id, count, y->size_bytes(), &ch); e.failure()) return e;
-  if (!Pop(*ch, static_cast<char*>(y->untyped_data()), count)) return Cancelled(id);
-  return ffi::Error::Success();
+  if (auto e = Checked(id, count, bytes, &ch); e.failure()) return Failed(std::move(e));
+  ffi::Promise promise;
+  ffi::Future future(promise);
+  Finished finished;
+  uint64_t serial;
+  {
+    std::lock_guard<std::mutex> lock(ch->mu);
+    if (ch->closed) return Failed(Cancelled(id));
+    serial = ++ch->serials;
+    auto& queue = send ? ch->senders : ch->receivers;
+    queue.push_back(Waiter{serial, out, in, count, 0, promise, Clock::now()});
+    Pump(*ch, finished);
+  }
+  Complete(finished, serial);
+  return future;
+}
+
+ffi::Future SendImpl(ffi::AnyBuffer x, ffi::Buffer<ffi::S32> token, ffi::Buffer<ffi::S32> id_arg,
+                     ffi::ResultBuffer<ffi::S32> token_out, int64_t count) {
+  token_out->typed_data()[0] = token.typed_data()[0] + 1;
+  return Enqueue(true, id_arg.typed_data()[0], count, x.size_bytes(),
+                 static_cast<const char*>(x.untyped_data()), nullptr);
+}
+
+ffi::Future RecvImpl(ffi::Buffer<ffi::S32> token, ffi::Buffer<ffi::S32> id_arg,
+                     ffi::Result<ffi::AnyBuffer> y, int64_t count) {
+  return Enqueue(false, id_arg.typed_data()[0], count, y->size_bytes(), nullptr,
+                 static_cast<char*>(y->untyped_data()));
 }
 
 }  // namespace
@@ -162,13 +272,23 @@ int64_t drlhet_channel_open(int64_t capacity, int64_t message_bytes) {
   return id;
 }
 
-// Wakes every sender and receiver of channel `id`; they fail with CANCELLED. Idempotent.
+// Ends every queued send and receive of channel `id` with CANCELLED, and every later one.
+// Idempotent.
 void drlhet_channel_close(int64_t id) {
   auto ch = Find(id);
   if (!ch) return;
-  std::lock_guard<std::mutex> lock(ch->mu);
-  ch->closed = true;
-  ch->cv.notify_all();
+  std::vector<ffi::Promise> waiting;
+  {
+    std::lock_guard<std::mutex> lock(ch->mu);
+    ch->closed = true;
+    for (auto* queue : {&ch->senders, &ch->receivers}) {
+      for (Waiter& w : *queue) waiting.push_back(w.promise);
+      queue->clear();
+    }
+  }
+  for (ffi::Promise& p : waiting) {
+    Completer::Get().Submit([p, id]() mutable { p.SetError(Cancelled(id)); });
+  }
 }
 
 // Closes channel `id` and forgets it (its messages are freed once no call holds it).
@@ -178,32 +298,41 @@ void drlhet_channel_destroy(int64_t id) {
   g_channels.erase(id);
 }
 
-// Host side, never blocks: appends one message (1), or 0 if full or closed, -1 bad id/size.
+// Host side, never waits: appends one message (1), or 0 if full or closed, -1 bad id/size.
 int drlhet_channel_put(int64_t id, const void* data, int64_t bytes) {
   auto ch = Find(id);
   if (!ch || bytes != ch->message_bytes) return -1;
-  std::lock_guard<std::mutex> lock(ch->mu);
-  if (ch->closed || int64_t(ch->items.size()) >= ch->capacity) return 0;
-  const char* at = static_cast<const char*>(data);
-  ch->items.emplace_back(at, at + bytes);
-  ch->cv.notify_all();
+  Finished finished;
+  {
+    std::lock_guard<std::mutex> lock(ch->mu);
+    if (ch->closed || int64_t(ch->items.size()) >= ch->capacity) return 0;
+    const char* at = static_cast<const char*>(data);
+    ch->items.emplace_back(at, at + bytes);
+    Pump(*ch, finished);  // a queued receive may take it
+  }
+  Complete(finished);
   return 1;
 }
 
-// Host side, never blocks (also after close): removes the oldest message into `out` (1), or 0
+// Host side, never waits (also after close): removes the oldest message into `out` (1), or 0
 // if there is none, -1 bad id/size.
 int drlhet_channel_take(int64_t id, void* out, int64_t bytes) {
   auto ch = Find(id);
   if (!ch || bytes != ch->message_bytes) return -1;
-  std::lock_guard<std::mutex> lock(ch->mu);
-  if (ch->items.empty()) return 0;
-  std::memcpy(out, ch->items.front().data(), bytes);
-  ch->items.pop_front();
-  ch->cv.notify_all();
+  Finished finished;
+  {
+    std::lock_guard<std::mutex> lock(ch->mu);
+    if (ch->items.empty()) return 0;
+    std::memcpy(out, ch->items.front().data(), bytes);
+    ch->items.pop_front();
+    if (!ch->closed) Pump(*ch, finished);  // a queued send may fill the place
+  }
+  Complete(finished);
   return 1;
 }
 
-// Seconds senders and receivers spent blocked, and messages sent and received by programs:
+// Seconds from programs' sends and receives to their completion (waiting for room or for a
+// message), and messages sent and received by programs:
 // out[0..3] = send_wait_s, recv_wait_s, sent, received. Returns 0, or -1 for a bad id.
 int drlhet_channel_stats(int64_t id, double* out) {
   auto ch = Find(id);

@@ -81,6 +81,60 @@ def test_close_wakes_a_waiting_program_with_a_clear_error():
     ch.destroy()
 
 
+def test_a_waiting_receive_takes_a_later_put_and_a_waiting_send_a_later_drain():
+    # a call that cannot finish at once is queued and holds no thread; the host's put (drain)
+    # moves the message to (from) it and completes it; the wait is counted until then
+    into, out = NativeChannel(1, SPEC), NativeChannel(1, SPEC)
+    msgs = np.arange(3 * 6, dtype=np.uint32).reshape(3, 2, 3)
+    recv = jax.jit(lambda t: into.recv(t))
+    send = jax.jit(lambda t: out.send(jnp.asarray(msgs), t, 3))  # 3 messages, room for 1
+
+    def host():
+        time.sleep(0.3)
+        into.put(msgs[1])
+        drained = []
+        while len(drained) < 3:
+            drained += out.drain()
+            time.sleep(0.01)
+        return drained
+
+    (got, token, drained), errors = run_threads(
+        lambda: np.asarray(recv(jnp.int32(0))), lambda: int(send(jnp.int32(5))), host
+    )
+    assert errors == [None, None, None]
+    np.testing.assert_array_equal(got, msgs[1])
+    assert token == 6
+    np.testing.assert_array_equal(np.stack(drained), msgs)
+    assert into.stats().recv_wait_s >= 0.25 and into.stats().received == 1
+    assert out.stats().sent == 3
+    into.destroy()
+    out.destroy()
+
+
+def test_close_ends_a_waiting_send_and_later_calls_with_a_clear_error():
+    ch = NativeChannel(1, SPEC)
+    ch.put(np.zeros(SPEC.shape, np.uint32))  # full: the send waits
+    send = jax.jit(lambda t: ch.send(jnp.ones(SPEC.shape, jnp.uint32), t))
+    _, errors = run_threads(
+        lambda: send(jnp.int32(0)).block_until_ready(), lambda: (time.sleep(0.3), ch.close())
+    )
+    assert "CANCELLED" in str(errors[0]) and "closed" in str(errors[0])
+    with pytest.raises(Exception, match="CANCELLED"):
+        jax.jit(lambda t: ch.recv(t))(jnp.int32(0)).block_until_ready()
+    assert len(ch.drain()) == 1  # what was in it stays drainable
+    ch.destroy()
+
+
+def test_a_channel_of_scalar_messages_round_trips():
+    ch = NativeChannel(2, jax.ShapeDtypeStruct((), jnp.float32))
+    ch.put(np.float32(2.5))
+    assert float(jax.jit(lambda t: ch.recv(t))(jnp.int32(0))) == 2.5
+    jax.jit(lambda t: ch.send(jnp.float32(4.0), t))(jnp.int32(0)).block_until_ready()
+    (x,) = ch.drain()
+    assert x.shape == () and float(x) == 4.0
+    ch.destroy()
+
+
 def test_host_put_and_drain_keep_order_and_refuse_bad_input():
     ch = NativeChannel(2, SPEC)
     a, b = (np.full(SPEC.shape, v, np.uint32) for v in (7, 9))

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -153,8 +156,10 @@ def assert_channel_calls_chained(jaxpr) -> int:
 
 @pytest.mark.parametrize("split", ["A+R|L", "A+L|R", "A|R+L"])
 def test_a_chunk_program_waits_in_one_channel_call_at_a_time(monkeypatch, split):
-    # two receives of one program waiting at once held both of XLA's pool threads on 2 cores,
-    # and the other device's program never ran (a hang seen once): traced, not compiled
+    # XLA issues a program's independent channel calls in an order of its own: a receive put
+    # before the send it waits for would hang (and while waiting calls blocked their thread,
+    # two receives at once held both of XLA's pool threads on 2 cores, a hang seen once), so
+    # each call follows the one before in the data: traced, not compiled
     build, jaxprs = channel_stages.chunk_program, []
 
     class Traced(Exception):
@@ -181,6 +186,46 @@ def test_a_chunk_program_waits_in_one_channel_call_at_a_time(monkeypatch, split)
         run(TrainConfig(**{**SMALL.__dict__, "delay": 4}), SPLITS[split])
     assert len(jaxprs) >= 2  # a program per device (a skewed group: one per variant)
     assert all(assert_channel_calls_chained(j) >= 2 for j in jaxprs)
+
+
+_OTHER_FUSIONS = """
+import os
+os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])  # XLA's pools: 2 threads
+import jax
+jax.config.update("jax_num_cpu_devices", 2)
+import drlhet
+if os.environ.get("DRLHET_TEST_KERNEL_DIR"):
+    drlhet.__path__.insert(0, os.environ["DRLHET_TEST_KERNEL_DIR"])
+from drlhet.runtime import compiling
+from drlhet.runtime.config import TrainConfig
+from drlhet.runtime.run import run
+from tests.runtime.test_run import SMALL
+compiling.OPTIONS["xla_cpu_use_fusion_emitters"] = False
+cfg = TrainConfig(**{**SMALL.__dict__, "delay": 3})
+_, rows = run(cfg, "actors=cpu:0,replay=native@cpu:1,learner=cpu:0")
+print(rows[-1]["channels"], rows[-1]["env_steps"])
+"""
+
+
+def test_a_waiting_channel_call_holds_no_thread_of_xla():
+    # where XLA runs a program's channel call on its CPU pool rather than on the thread that
+    # called the program (it did with its legacy fusion emitters), a call that blocked while
+    # it waited held a pool thread: the two programs' receives held both of a 2-core
+    # machine's, and the run hung for good (kernels/cpu/channel.cc: waiting calls now return
+    # an unfinished future). In a process of its own, for the compile option and a timeout.
+    root = Path(__file__).resolve().parents[2]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _OTHER_FUSIONS],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the pipelined run compiled with XLA's legacy emitters hung (240 s)")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["in-program", str(SMALL.steps + 2 * SMALL.num_envs)]
 
 
 def test_a_second_run_loads_every_program_from_the_compilation_cache():

@@ -5,11 +5,11 @@ own host thread; inside it, every stage call receives its inputs and sends its o
 these channels (``kernels/cpu/channel.cc``, XLA FFI custom calls with side effects), so no
 Python runs between stage calls and a stage waits only where its data are not there yet
 (a send or receive is ~5 us; a host-side stage call with its device puts was ~0.3-0.5 ms on
-this project's 2-core machine). A call that must wait holds no thread: it returns an
-unfinished XLA future, which the call at the other end completes (XLA may run a program's
-channel call on its CPU thread pool; a call blocking there held a pool thread for as long as
-it waited, and two such held both of a 2-core machine's). Closing a channel makes every call
-waiting on it fail with ``CANCELLED``: that is how a run stops its stages.
+this project's 2-core machine). A call that must wait holds its thread at most 100 ms, then
+returns an unfinished XLA future, which the call at the other end completes (XLA may run a
+program's channel call on its CPU thread pool; a call blocking there held a pool thread for as
+long as it waited, and two such held both of a 2-core machine's). Closing a channel makes
+every call waiting on it fail with ``CANCELLED``: that is how a run stops its stages.
 
 Every message of one channel has the same shape and dtype (``spec``); a call moves ``count``
 messages, stacked on a leading axis. A program takes its channels' ids as arguments

@@ -4,15 +4,16 @@
 // stage call. A send waits while its channel is full, a receive while it is empty; closing a
 // channel ends every waiting call with CANCELLED (the run stops).
 //
-// The calls never block a thread. A call that cannot finish at once is queued on its channel
-// and returns an unfinished XLA FFI future; the call on the other end that lets it finish
-// moves its messages (under the channel's lock, in order) and hands the future's completion to
-// a completer thread of this library, on which XLA then resumes the waiting program. A blocking
-// call would hold one thread of XLA's CPU pool (max(cores, devices) threads) for as long as it
-// waits: where XLA runs two programs' waiting calls on that pool (it may: the scheduling of a
-// program's independent operations is XLA's), the program that would send to them never gets a
-// thread. Completions never run inline in the call that made them possible, which would run
-// the waiting program inside the other program's custom call.
+// A call that cannot finish at once is queued on its channel, and its handler waits for the
+// other end up to 100 ms (`kHold`); past that, it returns an unfinished XLA FFI future and
+// lets go of its thread. The call on the other end that lets it finish moves its messages
+// (under the channel's lock, in order) and wakes it, or for one that let go, hands the
+// future's completion to a completer thread of this library, on which XLA resumes the
+// waiting program (never inline in the other program's call). A call that waited for as long
+// as it took held a thread of XLA's CPU pool (max(cores, devices) threads) all that time:
+// where XLA ran two programs' waiting calls on that pool (it may: the scheduling of a
+// program's independent operations is XLA's), the program that would send to them never got
+// a thread, and the run hung.
 //
 // FFI handlers (CPU):
 //   drlhet_channel_send(x, token, id) -> token   attr: count  (x: count messages, row-major)
@@ -32,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -91,29 +93,38 @@ class Completer {
   int64_t idle_ = 0;
 };
 
+// How one send or receive ends, under its channel's lock: `finished` (its messages moved) or
+// `error` (closed); `async` once its handler has returned an unfinished future, which is
+// then completed by a completer thread, else by the handler itself.
+struct Call {
+  ffi::Promise promise;
+  bool finished = false, async = false;
+  std::optional<ffi::Error> error;
+};
+
 // A program's send or receive, queued until its `count` messages have moved.
 struct Waiter {
-  uint64_t serial;      // which call (per channel)
-  char* out;            // a receive's result buffer (XLA keeps it until the future completes)
+  std::shared_ptr<Call> call;
+  char* out;            // a receive's result buffer (XLA keeps it until the call completes)
   const char* in;       // a send's operand (likewise)
   int64_t count, done;  // messages in all, moved so far
-  ffi::Promise promise;
   Clock::time_point since;
 };
 
 struct Channel {
   std::mutex mu;
+  std::condition_variable cv;  // a handler holding its call (`Hold`) waits on it
   std::deque<std::vector<char>> items;
   std::deque<Waiter> senders, receivers;  // each in call order
   int64_t capacity = 1;
   int64_t message_bytes = 0;
   bool closed = false;
-  uint64_t serials = 0;
   double send_wait_s = 0, recv_wait_s = 0;  // from each call to its completion
   int64_t sent = 0, received = 0;
 };
 
-using Finished = std::vector<std::pair<uint64_t, ffi::Promise>>;
+// Calls whose futures a completer thread must complete.
+using Finished = std::vector<std::shared_ptr<Call>>;
 
 std::mutex g_mu;
 std::map<int64_t, std::shared_ptr<Channel>> g_channels;
@@ -143,40 +154,48 @@ bool Accept(Channel& ch) {
   return ++w.done == w.count;
 }
 
+// Marks the front call of `queue` finished and dequeues it: an async one goes to `finished`,
+// a held one is woken.
+void Finish(Channel& ch, std::deque<Waiter>& queue, double& wait_s, Finished& finished) {
+  Waiter& w = queue.front();
+  wait_s += Since(w.since);
+  w.call->finished = true;
+  if (w.call->async) {
+    finished.push_back(w.call);
+  } else {
+    ch.cv.notify_all();
+  }
+  queue.pop_front();
+}
+
 // Moves messages from queued senders to queued receivers, in order, as far as the channel's
-// capacity lets them (`ch.mu` held); appends the calls that finished to `finished`.
+// capacity lets them (`ch.mu` held).
 void Pump(Channel& ch, Finished& finished) {
   bool moved = true;
   while (moved) {
     moved = false;
     while (!ch.receivers.empty() && !ch.items.empty()) {
       moved = true;
-      if (Deliver(ch)) {
-        ch.recv_wait_s += Since(ch.receivers.front().since);
-        finished.emplace_back(ch.receivers.front().serial, ch.receivers.front().promise);
-        ch.receivers.pop_front();
-      }
+      if (Deliver(ch)) Finish(ch, ch.receivers, ch.recv_wait_s, finished);
     }
     while (!ch.senders.empty() && int64_t(ch.items.size()) < ch.capacity) {
       moved = true;
-      if (Accept(ch)) {
-        ch.send_wait_s += Since(ch.senders.front().since);
-        finished.emplace_back(ch.senders.front().serial, ch.senders.front().promise);
-        ch.senders.pop_front();
-      }
+      if (Accept(ch)) Finish(ch, ch.senders, ch.send_wait_s, finished);
     }
   }
 }
 
-// Completes the finished calls: `own` (the calling handler's, 0: none) here, the others' on a
-// completer thread (their programs resume there, not inside this call).
-void Complete(Finished& finished, uint64_t own = 0) {
-  for (auto& [serial, promise] : finished) {
-    if (own != 0 && serial == own) {
-      promise.SetAvailable();
-    } else {
-      Completer::Get().Submit([p = promise]() mutable { p.SetAvailable(); });
-    }
+// Completes async calls on a completer thread: their programs resume there, not inside the
+// call that let them finish.
+void Complete(Finished& finished) {
+  for (auto& call : finished) {
+    Completer::Get().Submit([call] {
+      if (call->error) {
+        call->promise.SetError(std::move(*call->error));
+      } else {
+        call->promise.SetAvailable();
+      }
+    });
   }
 }
 
@@ -203,25 +222,34 @@ ffi::Future Failed(ffi::Error error) {
   return ffi::Future(promise);
 }
 
-// Queues a send (of `in`) or a receive (into `out`) on channel `id`; moves what can move.
+// How long a handler holds its thread for a call that cannot finish at once before it returns
+// an unfinished future. A pipeline in step waits far less (0.2-0.5 ms a call on average), and
+// a held call resumes its program on its own thread as before: a split run that resumed every
+// waiting call asynchronously trained about a fifth slower (2026-11-29, 2-core VM). A wait past
+// it is a stuck one: then the call lets go of XLA's thread.
+constexpr auto kHold = std::chrono::milliseconds(100);
+
+// Queues a send (of `in`) or a receive (into `out`) on channel `id`; moves what can move,
+// then holds the call up to `kHold` for the other end.
 ffi::Future Enqueue(bool send, int64_t id, int64_t count, size_t bytes, const char* in,
                     char* out) {
   std::shared_ptr<Channel> ch;
   if (auto e = Checked(id, count, bytes, &ch); e.failure()) return Failed(std::move(e));
-  ffi::Promise promise;
-  ffi::Future future(promise);
+  auto call = std::make_shared<Call>();
   Finished finished;
-  uint64_t serial;
   {
-    std::lock_guard<std::mutex> lock(ch->mu);
+    std::unique_lock<std::mutex> lock(ch->mu);
     if (ch->closed) return Failed(Cancelled(id));
-    serial = ++ch->serials;
     auto& queue = send ? ch->senders : ch->receivers;
-    queue.push_back(Waiter{serial, out, in, count, 0, promise, Clock::now()});
+    queue.push_back(Waiter{call, out, in, count, 0, Clock::now()});
     Pump(*ch, finished);
+    ch->cv.wait_for(lock, kHold, [&] { return call->finished || call->error.has_value(); });
+    if (call->error) return Failed(std::move(*call->error));
+    call->async = !call->finished;
   }
-  Complete(finished, serial);
-  return future;
+  Complete(finished);
+  if (!call->async) call->promise.SetAvailable();
+  return ffi::Future(call->promise);
 }
 
 ffi::Future SendImpl(ffi::AnyBuffer x, ffi::Buffer<ffi::S32> token, ffi::Buffer<ffi::S32> id_arg,
@@ -277,18 +305,20 @@ int64_t drlhet_channel_open(int64_t capacity, int64_t message_bytes) {
 void drlhet_channel_close(int64_t id) {
   auto ch = Find(id);
   if (!ch) return;
-  std::vector<ffi::Promise> waiting;
+  Finished finished;
   {
     std::lock_guard<std::mutex> lock(ch->mu);
     ch->closed = true;
     for (auto* queue : {&ch->senders, &ch->receivers}) {
-      for (Waiter& w : *queue) waiting.push_back(w.promise);
+      for (Waiter& w : *queue) {
+        w.call->error = Cancelled(id);
+        if (w.call->async) finished.push_back(w.call);
+      }
       queue->clear();
     }
+    ch->cv.notify_all();  // held calls fail in their own handler
   }
-  for (ffi::Promise& p : waiting) {
-    Completer::Get().Submit([p, id]() mutable { p.SetError(Cancelled(id)); });
-  }
+  Complete(finished);
 }
 
 // Closes channel `id` and forgets it (its messages are freed once no call holds it).

@@ -82,8 +82,9 @@ def test_close_wakes_a_waiting_program_with_a_clear_error():
 
 
 def test_a_waiting_receive_takes_a_later_put_and_a_waiting_send_a_later_drain():
-    # a call that cannot finish at once is queued and holds no thread; the host's put (drain)
-    # moves the message to (from) it and completes it; the wait is counted until then
+    # a call that cannot finish within the hold (100 ms) returns an unfinished future; the
+    # host's put (drain) moves the message to (from) it and completes it, on a completer
+    # thread; the wait is counted until then
     into, out = NativeChannel(1, SPEC), NativeChannel(1, SPEC)
     msgs = np.arange(3 * 6, dtype=np.uint32).reshape(3, 2, 3)
     recv = jax.jit(lambda t: into.recv(t))
@@ -111,12 +112,13 @@ def test_a_waiting_receive_takes_a_later_put_and_a_waiting_send_a_later_drain():
     out.destroy()
 
 
-def test_close_ends_a_waiting_send_and_later_calls_with_a_clear_error():
+@pytest.mark.parametrize("after_s", [0.02, 0.3])  # while the send is held; once let go
+def test_close_ends_a_waiting_send_and_later_calls_with_a_clear_error(after_s):
     ch = NativeChannel(1, SPEC)
     ch.put(np.zeros(SPEC.shape, np.uint32))  # full: the send waits
     send = jax.jit(lambda t: ch.send(jnp.ones(SPEC.shape, jnp.uint32), t))
     _, errors = run_threads(
-        lambda: send(jnp.int32(0)).block_until_ready(), lambda: (time.sleep(0.3), ch.close())
+        lambda: send(jnp.int32(0)).block_until_ready(), lambda: (time.sleep(after_s), ch.close())
     )
     assert "CANCELLED" in str(errors[0]) and "closed" in str(errors[0])
     with pytest.raises(Exception, match="CANCELLED"):

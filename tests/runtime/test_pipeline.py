@@ -207,12 +207,13 @@ print(rows[-1]["channels"], rows[-1]["env_steps"])
 """
 
 
-def test_a_waiting_channel_call_holds_no_thread_of_xla():
+def test_a_waiting_channel_call_lets_go_of_xlas_thread():
     # where XLA runs a program's channel call on its CPU pool rather than on the thread that
     # called the program (it did with its legacy fusion emitters), a call that blocked while
     # it waited held a pool thread: the two programs' receives held both of a 2-core
-    # machine's, and the run hung for good (kernels/cpu/channel.cc: waiting calls now return
-    # an unfinished future). In a process of its own, for the compile option and a timeout.
+    # machine's, and the run hung for good (kernels/cpu/channel.cc: a call waiting past 100 ms
+    # now returns an unfinished future and lets go). In a process of its own, for the compile
+    # option and a timeout.
     root = Path(__file__).resolve().parents[2]
     try:
         done = subprocess.run(

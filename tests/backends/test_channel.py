@@ -118,9 +118,11 @@ def test_close_ends_a_waiting_send_and_later_calls_with_a_clear_error(after_s):
     ch = NativeChannel(1, SPEC)
     ch.put(np.zeros(SPEC.shape, np.uint32))  # full: the send waits
     send = jax.jit(lambda t: ch.send(jnp.ones(SPEC.shape, jnp.uint32), t))
+    send = send.lower(jnp.int32(0)).compile()  # so that the send waits before the close
     _, errors = run_threads(
         lambda: send(jnp.int32(0)).block_until_ready(), lambda: (time.sleep(after_s), ch.close())
     )
+    assert ch.stats().send_wait_s == 0.0  # a call ended by close adds no wait
     assert "CANCELLED" in str(errors[0]) and "closed" in str(errors[0])
     with pytest.raises(Exception, match="CANCELLED"):
         jax.jit(lambda t: ch.recv(t))(jnp.int32(0)).block_until_ready()

@@ -98,6 +98,22 @@ def test_a_checkpoint_restores_on_another_device_layout(tmp_path):
     assert_same_state(full, resumed)
 
 
+@pytest.mark.parametrize(
+    "delay, mapping", [(0, None), (0, SPLITS["A+R|L"]), (2, SPLITS["A+R|L"])]
+)  # fused, per-iteration loop, pipeline (delay >= sgd_steps)
+def test_a_run_resumed_after_its_last_chunk_runs_nothing(small_run, tmp_path, delay, mapping):
+    # `drlhet train --resume` on a finished run: the pipeline was started with no chunks and
+    # failed ("a channel holds at least one item, got maxsize 0"); the other paths ran none
+    ckpt = copy_of(small_run, tmp_path)
+    saved = ckpt.restore(initial_example(SMALL))
+    assert saved.chunk == len(saved.rows) - 1 == ckpt.chunks()[-1]
+    cfg = dataclasses.replace(SMALL, delay=delay)
+    states, rows = run(cfg, mapping, start=Start(saved.states, saved.chunk))
+    assert rows == [] and states is saved.states
+    assert_same_state(jax.tree.map(jax.numpy.asarray, states), small_run[1])
+    assert ChunkHook(3, None, None).segments(3) == []
+
+
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
     """One SMALL run with a checkpoint after each chunk: ``(folder, final state)``; tests

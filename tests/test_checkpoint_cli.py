@@ -141,6 +141,12 @@ def test_resume_skips_a_corrupt_checkpoint_naming_it(tmp_path, capsys):
     assert f"after chunk 0 ({folder / '0'})" in err.out
     rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["chunk"] for r in rows] == [0, 1]
+    # resumed once more, the run has nothing left: said, and nothing changed
+    before = sorted((p, p.stat().st_mtime_ns) for p in (tmp_path / "run").rglob("*"))
+    main(["train", "--resume", str(tmp_path / "run"), "--no-progress", "--no-compilation-cache"])
+    out = capsys.readouterr().out
+    assert f"{tmp_path / 'run'} has run all its 2 chunks: nothing left to resume" in out
+    assert sorted((p, p.stat().st_mtime_ns) for p in (tmp_path / "run").rglob("*")) == before
 
 
 def test_sigterm_stops_after_the_chunk_with_its_checkpoint_and_resume_goes_on(tmp_path, capsys):

@@ -121,6 +121,9 @@ def train_command(
         run_dir = resume or run_directory(out, stamp if name is None else name)
         before = saved.rows if saved is not None else []
         saving = saving_for(run_dir, config, str(placed), every, keep_checkpoints, before)
+    if saved is not None and saved.chunk + 1 >= tr.chunks:
+        print(f"{run_dir} has run all its {tr.chunks} chunks: nothing left to resume")
+        return run_dir
     if compilation_cache:
         enable_compilation_cache()
     print(_plan(tr.config, tr.chunks, str(placed)))

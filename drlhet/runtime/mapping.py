@@ -23,6 +23,7 @@ __all__ = [
     "parse_placement",
     "Mapping",
     "resolve_device",
+    "canonical_device",
     "segments",
     "cpu_devices_named",
     "device_index",
@@ -39,8 +40,20 @@ def parse_placement(text: str, group: str, tree: tuple[int, int] | None = None) 
         raise ValueError(f"{group}={text!r}: expected backend@device or a device")
     if "@" in text:
         backend, device = text.split("@")
-        return Placement(backend, device)
-    return Placement(backends.default(group, _platform(text), tree), text)
+        return Placement(backend, canonical_device(device))
+    device = canonical_device(text)
+    return Placement(backends.default(group, _platform(device), tree), device)
+
+
+def canonical_device(name: str) -> str:
+    """A device's one spelling, ``kind:index``: ``"cpu"``, ``"cpu:"`` and ``"cpu:00"`` are all
+    ``"cpu:0"``, so that placements on one device compare equal (`segments` fuses them).
+
+    Raises:
+      ValueError: an unknown kind of device or an index that is not a number.
+    """
+    name = name.strip()
+    return f"{_platform(name)}:{device_index(name)}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +75,7 @@ class Mapping:
         """Every group on ``device``; the replay on ``replay_backend`` (default: the fastest
         that loads there and holds a tree of ``(capacity, K)`` ``tree``), the others on their
         default backend."""
+        device = canonical_device(device)
         rb = replay_backend or backends.default("replay", _platform(device), tree)
         return cls(
             parse_placement(device, "actors"),

@@ -151,7 +151,7 @@ def _learn_fn(cfg: TrainConfig, tr: Trainer, iterations: int, train: bool):
 
             keys = jax.random.split(k_learn, cfg.sgd_steps)
             (agent, rep, pending), metrics = jax.lax.scan(sgd, (agent, rep, pending), keys)
-            out = jax.tree.map(lambda x: x[-1], metrics)
+            out = jax.tree.map(lambda x: jnp.mean(x, axis=0), metrics)  # over SGD steps
             return (agent, rep, pending, key, steps + cfg.num_envs), out
 
         init = (agent, rep, pending, key, env_steps)

@@ -35,7 +35,11 @@ __all__ = ["run", "default_mapping", "Start", "initial_example"]
 
 class Start(NamedTuple):
     """Where a resumed run starts: the state of every seed (``[S]``, host or device arrays,
-    placed by the run) after chunk ``chunk``; the run goes on with chunk ``chunk + 1``."""
+    placed by the run) after chunk ``chunk``; the run goes on with chunk ``chunk + 1`` (none
+    after the run's last chunk: the states come back as given). The run takes the states:
+    device arrays already on the devices it places them on are donated to its first chunk
+    (deleted), as the state of a fresh run is; keep a copy (``jax.device_get``) to use them
+    again."""
 
     states: Any
     chunk: int
@@ -62,15 +66,17 @@ def run(
       saving: write checkpoints during the run.
       stop_asked: ``() -> bool``: once true (it stays so: a later false is not read), end
         after the chunk that runs (the pipeline: after the chunks its threads have begun,
-        which may run ahead of the rows reported; its host thread asks at each row and every
-        50 ms while it waits for one), that chunk saved, by raising
+        which may run ahead of the rows reported, and with in-program channels where a
+        device's program runs one stage a call ahead of the other, one chunk more:
+        `drlhet.runtime.threads.ChunkEnd`; its host thread asks at each row and every 50 ms
+        while it waits for one), that chunk saved, by raising
         `drlhet.runtime.saving.Stopped`.
 
     Returns:
       ``(states, rows)``: the final `TrainState` (``[S]`` seeds; each group's fields on its
       device) and one row per chunk run (from ``start.chunk + 1`` when resumed): per-seed
-      ``eval_return``, ``train_return``, ``loss``, ...
-      as lists, ``env_steps``, ``wall_s`` since the start (compilation included), and the
+      ``eval_return``, ``train_return``, ``loss``, ... (the learner's metrics: their mean
+      over the chunk's SGD steps) as lists, ``env_steps``, ``wall_s`` since the start (compilation included), and the
       chunk's measured ``env_steps_per_s`` and ``trained_samples_per_s`` (all seeds).
 
     Raises:
@@ -96,6 +102,8 @@ def run(
     else:
         states = start.states
     first = 0 if start is None else start.chunk + 1
+    if first >= tr.chunks:  # resumed after its last chunk: nothing left to run
+        return states, []
     hook = ChunkHook(tr.chunks, saving, on_chunk, stop_asked)
     if len(segs) == 1:
         return run_fused(tr, states, devices["replay"], t0, hook, extra, first)

@@ -10,8 +10,10 @@ A chunk's checkpoint is written before its row reaches the caller's ``on_chunk``
 A run asked to stop (``stop_asked``; the CLI asks on SIGINT or SIGTERM) ends after the chunk it is
 in, that chunk saved when checkpoints are on, by `Stopped`. The pipelined loop's threads run ahead
 of the rows its host thread reports (nothing holds them back for its evaluations): it ends at the
-first chunk boundary that no thread has passed (`drlhet.runtime.threads.ChunkEnd`), then saves,
-as its state is out only when its threads have ended.
+first chunk boundary that no thread has passed (one later with in-program channels where a
+device's program runs one stage a call ahead of the other: it picks its last chunk's program
+as it enters that chunk; `drlhet.runtime.threads.ChunkEnd`), then saves, as its state is out
+only when its threads have ended.
 """
 
 from __future__ import annotations
@@ -80,7 +82,9 @@ class ChunkHook:
 
     def segments(self, first: int) -> list[tuple[int, int]]:
         """``[(start, stop), ...]`` chunk ranges from ``first`` to the end, each ending where a
-        checkpoint is due (one range without checkpoints)."""
+        checkpoint is due (one range without checkpoints; none from past the last chunk)."""
+        if first >= self.chunks:
+            return []
         ends = [c + 1 for c in range(first, self.chunks) if self.due(c)]
         if not ends or ends[-1] != self.chunks:
             ends.append(self.chunks)

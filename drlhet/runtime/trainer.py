@@ -244,7 +244,9 @@ def _iteration(cfg: TrainConfig, parts: Parts, ts: TrainState, _):
     (agent_state, rep, pending), metrics = jax.lax.scan(
         sgd, (ts.agent, rep, ts.pending), jax.random.split(k_learn, cfg.sgd_steps)
     )
-    metrics = jax.tree.map(lambda x: x[-1], metrics)
+    # the iteration's mean over its SGD steps, as the host loops and the pipeline average
+    # every learner step of a chunk
+    metrics = jax.tree.map(lambda x: jnp.mean(x, axis=0), metrics)
     ts = TrainState(
         agent_state,
         rep,

@@ -23,6 +23,23 @@ def test_parse_and_segments():
     assert Mapping.parse(str(m)) == m
 
 
+@pytest.mark.parametrize("spelling", ["cpu", "cpu:", "cpu:00", " cpu:0 "])
+def test_every_spelling_of_a_device_is_that_device(spelling):
+    # the groups of one device are one segment, however the device is spelled: a mapping with
+    # "cpu" beside "cpu:0" ran as a split (the host loop, or refused by the pipeline)
+    m = Mapping.parse(f"actors={spelling},replay=jax@cpu:0,learner=jax@{spelling}")
+    assert {p.device for p in m.places().values()} == {"cpu:0"}
+    assert (
+        segments(m)
+        == segments(Mapping.fused("cpu:0", "jax"))
+        == segments(Mapping.fused(spelling, "jax"))
+    )
+    assert len(segments(m)) == 1
+    # a primitive's key spelling its group's device otherwise agrees with it
+    both = Mapping.parse(f"replay=jax@cpu:0,sample=jax@{spelling},actors=cpu:1,learner=cpu:1")
+    assert both.replay == Placement("jax", "cpu:0")
+
+
 def test_a_bare_device_takes_the_fastest_backend_that_loads_there():
     fastest = backends.providing("replay", backends.CPU, runnable=True)[0].name
     assert Mapping.parse("actors=cpu:0,replay=cpu:0,learner=cpu:0").replay.backend == fastest

@@ -58,6 +58,11 @@ def test_host_loop_equals_fused_scan(delay, split):
     assert len(loop_rows[0]["segments"]) >= 2 and len(fused_rows[0]["segments"]) == 1
     assert_same_state(fused_state, loop_state)
     assert [r["eval_return"] for r in fused_rows] == [r["eval_return"] for r in loop_rows]
+    # the learner's metrics mean the same on every path: each chunk's mean over all its SGD
+    # steps (the fused loop kept only each iteration's last step, the others averaged them all)
+    for name in ("loss", "abs_td"):
+        for f, g in zip(fused_rows, loop_rows, strict=True):
+            np.testing.assert_allclose(f[name], g[name], rtol=1e-5, err_msg=name)
 
 
 def assert_same_state(a: TrainState, b: TrainState) -> None:

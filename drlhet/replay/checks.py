@@ -31,6 +31,7 @@ __all__ = [
     "PRIORITY_MAX",
     "TOTAL_MAX",
     "MAX_CAPACITY",
+    "check_add_size",
     "concrete",
     "check_tree_dtype",
     "batch_size_of",
@@ -62,6 +63,18 @@ MAX_CAPACITY = 2**31 - 1
 TOTAL_MAX = PRIORITY_MAX * 2.0**31
 """Bound on the total (2^63): ``MAX_CAPACITY`` leaves of at most ``PRIORITY_MAX``."""
 _INT32_MAX = int(np.iinfo(np.int32).max)
+
+
+def check_add_size(n: int, capacity: int) -> None:
+    """Refuses an add of ``n`` transitions (static) that a buffer of ``capacity`` slots cannot
+    take: more than its slots, or so many that its int32 position and size would overflow."""
+    if n > capacity:
+        raise ValueError(f"cannot add {n} transitions to a buffer of capacity {capacity}")
+    if n > _INT32_MAX - capacity:
+        raise ValueError(
+            f"cannot add {n} transitions at once to a buffer of capacity {capacity}: its int32 "
+            f"position would pass {_INT32_MAX} (add at most {_INT32_MAX - capacity})"
+        )
 
 
 def concrete(*xs) -> bool:

@@ -221,8 +221,7 @@ def _add(
     (default: the running maximum); a batch with an invalid priority is refused whole, a batch
     of A = 0 is a no-op. Fields must match the storage's trailing shapes and dtypes."""
     n_add = checks.batch_size_of(state.storage, transitions)
-    if n_add > spec.capacity:
-        raise ValueError(f"cannot add {n_add} transitions to a buffer of capacity {spec.capacity}")
+    checks.check_add_size(n_add, spec.capacity)
     if priorities is None:
         raw = jnp.broadcast_to(state.max_priority, (n_add,))
         values, _ = checks.leaf_values(raw, spec.alpha, spec.dtype, (n_add,))

@@ -35,6 +35,7 @@ __all__ = [
     "SumTreeState",
     "TreeLayout",
     "layout",
+    "MAX_NODES",
     "init",
     "total",
     "get",
@@ -64,6 +65,10 @@ class TreeLayout(NamedTuple):
     offsets: tuple[int, ...]
     widths: tuple[int, ...]
     size: int
+
+
+MAX_NODES = 2**31 - 1
+"""Most nodes of a tree (padding included): its slots are numbered in int32 inside ``jit``."""
 
 
 @functools.cache
@@ -119,6 +124,11 @@ def init(capacity: int, branching: int = 16, dtype=jnp.float32) -> SumTreeState:
     if not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(f"dtype must be a floating type, got {dtype}")
     lay = layout(int(capacity), int(branching))
+    if lay.size > MAX_NODES:
+        raise ValueError(
+            f"a tree of {capacity} leaves at K {branching} has {lay.size} nodes, more than its "
+            f"int32 slot numbers address ({MAX_NODES})"
+        )
     return SumTreeState(jnp.zeros((lay.size,), dtype), int(capacity), int(branching))
 
 
@@ -224,7 +234,7 @@ def _check_priorities(values) -> None:
         if bad.any():
             raise ValueError(
                 f"priorities must be finite and >= 0, got {v[bad][0]!r} at position "
-                f"{int(np.flatnonzero(bad)[0])}"
+                f"{int(np.flatnonzero(bad)[0])} (as the tree's {v.dtype})"
             )
 
 
@@ -240,6 +250,8 @@ def update(state: SumTreeState, indices: jax.Array, values: jax.Array) -> SumTre
     values = jnp.asarray(values)
     if indices.shape != values.shape or indices.ndim != 1:
         raise ValueError(f"indices {indices.shape} and values {values.shape} must both be [B]")
+    # checked as the tree stores them: a value finite in its own dtype may not be in the tree's
+    values = values.astype(state.nodes.dtype)
     _check_priorities(values)
     ok = jnp.all((indices >= 0) & (indices < state.capacity) & jnp.isfinite(values) & (values >= 0))
     return write(state, indices, values, jnp.broadcast_to(ok, indices.shape))
@@ -331,6 +343,8 @@ def sample(
     tot = total(state)
     if _concrete(tot) and not float(tot) > 0:
         raise ValueError("cannot sample from an empty sum tree (total priority is 0)")
+    if _concrete(tot) and not np.isfinite(float(tot)):  # finite leaves whose sum overflowed
+        raise ValueError(f"cannot sample from a sum tree whose total is {float(tot)}")
     uniform = jax.random.uniform(key, (batch_size,), state.nodes.dtype)
     if stratified:
         targets = (jnp.arange(batch_size, dtype=tot.dtype) + uniform) * (tot / batch_size)

@@ -28,16 +28,15 @@ __all__ = ["make_uniform_replay"]
 
 def make_uniform_replay(capacity: int, batch_size: int) -> ReplayFns:
     """Builds a uniform ring-buffer replay of ``capacity`` slots sampling ``batch_size``."""
-    base = make_prioritized_replay(capacity, batch_size, branching=16)
-
-    def init(example):
-        state = base.init(example)
-        return state._replace(tree=sum_tree.init(1, 2))  # no tree needed
+    # the prioritized buffer's state with a one-leaf tree in place of its tree (never used),
+    # so that no capacity is refused for its tree's size and none is allocated
+    no_tree = sum_tree.REFERENCE._replace(init=lambda c, k, dtype: sum_tree.init(1, 2, dtype))
+    base = make_prioritized_replay(capacity, batch_size, tree_ops=no_tree)
+    init = base.init
 
     def add(state: PrioritizedReplayState, transitions, priorities=None):
         n = checks.batch_size_of(state.storage, transitions)
-        if n > capacity:
-            raise ValueError(f"cannot add {n} transitions to a buffer of capacity {capacity}")
+        checks.check_add_size(n, capacity)
         if n == 0:
             return state
         slots = (state.position + jnp.arange(n, dtype=jnp.int32)) % capacity

@@ -76,8 +76,9 @@ def run(
       ``(states, rows)``: the final `TrainState` (``[S]`` seeds; each group's fields on its
       device) and one row per chunk run (from ``start.chunk + 1`` when resumed): per-seed
       ``eval_return``, ``train_return``, ``loss``, ... (the learner's metrics: their mean
-      over the chunk's SGD steps) as lists, ``env_steps``, ``wall_s`` since the start (compilation included), and the
-      chunk's measured ``env_steps_per_s`` and ``trained_samples_per_s`` (all seeds).
+      over the chunk's SGD steps) as lists, ``env_steps``, ``wall_s`` since the start
+      (compilation included), and the chunk's measured ``env_steps_per_s`` and
+      ``trained_samples_per_s`` (all seeds).
 
     Raises:
       ValueError: a bad configuration or mapping.

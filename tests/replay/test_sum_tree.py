@@ -228,6 +228,37 @@ def test_bad_construction_and_sampling_raise():
         st.find(random_tree(10, 4), jnp.array([np.nan], jnp.float32))
 
 
+@pytest.mark.parametrize("capacity, k", [(1073741826, 2), (2013265921, 16), (2**31 - 1, 256)])
+def test_a_tree_whose_slots_int32_cannot_number_is_refused(capacity, k):
+    # its slot numbers wrapped inside jit (the native kernels number them in int64)
+    assert st.layout(capacity, k).size > st.MAX_NODES
+    with pytest.raises(ValueError, match=f"{capacity} leaves at K {k} has .* more than its int32"):
+        st.init(capacity, k)
+    lo, hi = 1, capacity  # the largest tree that fits: the sizes grow with the capacity
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if st.layout(mid, k).size <= st.MAX_NODES else (lo, mid)
+    assert jax.eval_shape(lambda: st.init(lo, k)).nodes.shape == (st.layout(lo, k).size,)
+
+
+def test_a_value_finite_only_before_the_trees_dtype_is_refused():
+    # 3.4e38 is a finite float32 but bfloat16's inf: checked before the cast, it was stored
+    tree = st.init(4, 2, jnp.bfloat16)
+    big = np.array([3.4e38], np.float32)
+    with pytest.raises(ValueError, match="finite and >= 0, got inf .* bfloat16"):
+        st.update(tree, np.array([0]), big)
+    out = jax.jit(st.update)(tree, jnp.array([0]), jnp.asarray(big))
+    np.testing.assert_array_equal(np.asarray(out.nodes, np.float32), 0)
+
+
+def test_a_total_that_overflowed_is_not_sampled():
+    # finite leaves whose sum is inf: the descent would find one leaf with probability 0
+    tree = st.update(st.init(4, 2), np.array([0, 1]), np.array([3e38, 3e38], np.float32))
+    assert np.isinf(st.total(tree))
+    with pytest.raises(ValueError, match="total is inf"):
+        st.sample(tree, jax.random.key(0), 4)
+
+
 def test_root_exact_after_a_million_updates():
     capacity, batch, steps = 2**16, 1000, 1000
     tree = st.init(capacity, 16)

@@ -49,3 +49,13 @@ def test_priority_updates_are_no_ops_and_empty_sampling_is_refused():
     empty = fns.init({"x": jnp.float32(0)})
     with pytest.raises(ValueError, match="empty"):
         fns.sample(empty, jax.random.key(0))
+
+
+def test_no_tree_is_made_and_an_add_that_would_overflow_is_refused():
+    # the uniform buffer keeps a one-leaf tree: every int32 capacity, none refused for a tree
+    fns = make_uniform_replay(2**31 - 2, 4)
+    state = jax.eval_shape(fns.init, {"x": jnp.zeros((), jnp.uint8)})
+    assert state.tree.nodes.shape == (4,) and state.stamps.shape == (2**31 - 2,)
+    jax.eval_shape(fns.add, state, {"x": jnp.zeros((1,), jnp.uint8)})
+    with pytest.raises(ValueError, match="int32 position would pass 2147483647 .* at most 1"):
+        jax.eval_shape(fns.add, state, {"x": jnp.zeros((2,), jnp.uint8)})

@@ -121,6 +121,11 @@ def test_resume_refuses_other_settings_and_a_folder_without_checkpoints(tmp_path
         main(["train", "--resume", str(tmp_path), "--batch-size", "64"])
     assert e.value.code == 2
     assert "--batch-size" in capsys.readouterr().err
+    for where in (["--out", str(tmp_path / "elsewhere")], ["--name", "other"]):  # were ignored
+        with pytest.raises(SystemExit) as e:
+            main(["train", "--resume", str(tmp_path), *where])
+        assert e.value.code == 2
+        assert f"--resume goes on in {tmp_path}; drop --out and --name" in capsys.readouterr().err
 
 
 # orbax's failed read of the corrupt one leaves a callback that runs after its event loop closed

@@ -101,6 +101,11 @@ def one_error_line(capsys) -> str:
         (["--ddpg.tau", "2"], "--ddpg.tau must be in (0, 1], got 2.0"),
         (["--dqn.hidden", "64", "0"], "--dqn.hidden must be layer widths >= 1, got (64, 0)"),
         (["--seed", str(2**32)], "--seed must be in [0, 4294967295]"),
+        # was "--mapping names cpu:0 but --cpu-devices is 0", an option not given
+        (["--cpu-devices", "0"], "--cpu-devices must be in [1, 1024], got 0"),
+        (["--cpu-devices", "100000"], "--cpu-devices must be in [1, 1024], got 100000"),  # hung
+        # was "failed: OSError: File name too long" (exit 1), the --out folder left behind
+        (["--name", "a" * 256], "--name must be at most 255 bytes, got 256"),
         (["--stop-at-return", "nan"], "--stop-at-return must be a number (inf: never stop"),
         (["--checkpoint-every", "-5"], "--checkpoint-every must be >= 0 chunks, got -5"),
         (["--keep-checkpoints", "0"], "--keep-checkpoints must be >= 1 (0 only with"),
@@ -346,3 +351,16 @@ def test_a_run_names_the_placements_that_only_simulate_their_hardware():
     assert simulated(mapping) == ["replay=cuda@cpu:0", "learner=fpga@cpu:1"]
     assert simulated("actors=jax@gpu:0,replay=cuda@gpu:0,learner=jax@gpu:0") == []
     assert simulated("actors=jax@cpu:0,replay=native@cpu:0,learner=jax@cpu:0") == []
+
+
+def test_mapping_auto_profiles_only_once_the_run_directory_is_known_good(
+    tmp_path, capsys, monkeypatch
+):
+    # the DSE's profiles take minutes: a bad --out or --name was refused only after them
+    monkeypatch.setattr("drlhet.cli.train.auto_mapping", lambda *a, **k: pytest.fail("profiled"))
+    (tmp_path / "file").write_text("")
+    for args in (["--out", str(tmp_path / "file")], ["--name", "a" * 300]):
+        with pytest.raises(SystemExit) as stop:
+            main(["train", "--mapping", "auto", "--no-memory-check", *args])
+        assert stop.value.code == 2
+        assert one_error_line(capsys).startswith("drlhet: error: --")

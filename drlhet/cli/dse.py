@@ -49,7 +49,7 @@ def profile_command(
     until the package or the machine changes).
 
     Args:
-      shape: the run's shape (`drlhet.dse.key.ProfileKey`; its backend is ignored: every
+      shape: the run's shape (`drlhet.dse.key.ProfileKey`; ``--backend`` is refused: every
         replay backend here is profiled).
       cache_dir: profile cache folder (default ``$DRLHET_CACHE``, else
         ``$XDG_CACHE_HOME/drlhet``, else ``~/.cache/drlhet``).
@@ -90,7 +90,7 @@ def dse_command(
     """Predicts the throughput of every mapping and ranks them (docs/design.md section 5).
 
     Args:
-      shape: the run's shape (`drlhet.dse.key.ProfileKey`; its backend is ignored: every
+      shape: the run's shape (`drlhet.dse.key.ProfileKey`; ``--backend`` is refused: every
         replay backend here is profiled).
       delay: priority-update delay k (0: strict chain; >= 1: slowest stage).
       devices: devices to map onto: ``cpu`` (this machine's XLA CPU devices), ``cpu:N``, and
@@ -163,9 +163,14 @@ _KEY_OPTIONS = {
 
 
 def _check_shape(shape: ProfileKey) -> None:
-    """Refuses a shape that cannot be trained (before anything is measured; its backend is
-    ignored: every replay backend here is profiled)."""
-    cfg = dataclasses.replace(shape, backend=None).train_config()
+    """Refuses a shape that cannot be trained or that names a backend (before anything is
+    measured: every replay backend here is profiled)."""
+    if shape.backend is not None:
+        raise ValueError(
+            f"--backend {shape.backend}: every replay backend that loads here is profiled; "
+            "drop --backend"
+        )
+    cfg = shape.train_config()
     check(cfg)
     make_trainer(cfg)  # the environment, the algorithm and the backend fit together
 

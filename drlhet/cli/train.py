@@ -24,6 +24,7 @@ from drlhet.cli.checkpoints import (
     saving_for,
 )
 from drlhet.cli.common import (
+    MAX_CPU_DEVICES,
     available_memory,
     bad_input,
     enable_compilation_cache,
@@ -96,11 +97,10 @@ def train_command(
         needs more memory than this machine has available.
       checkpoint_every: save the run's state to ``<run>/checkpoints/`` (`drlhet.checkpoint`)
         every this many chunks and after the last (0: never; default 10; refused with --actors).
-      keep_checkpoints: how many checkpoints to keep (the newest; 0 only with
-        ``--checkpoint-every 0``).
-      resume: a run directory: go on from its newest checkpoint that reads back intact, with
-        its configuration and (unless ``--mapping`` is given) its mapping, bit for bit as the
-        run would have gone on.
+      keep_checkpoints: checkpoints kept, the newest (0 only with ``--checkpoint-every 0``).
+      resume: a run directory: go on in it from its newest checkpoint that reads back intact,
+        with its configuration and (unless ``--mapping`` is given) its mapping, bit for bit as
+        the run would have gone on (``--out`` and ``--name`` are refused).
       actors: ``ray:N``: N Ray actors feed this process's replay and learner (the ``ray``
         extra; no checkpoints); ``--sync-every`` learner iterations between parameter broadcasts
         and ``--rollout`` iterations per actor call (32 each), ``--ray-address`` a cluster to
@@ -115,17 +115,15 @@ def train_command(
         )
         every = _checkpoint_every(checkpoint_every, remote)
         if resume is not None:
-            config, mapping, saved = _resume(config, resume, mapping, cpu_devices)
-        placed, tr = _prepare(config, mapping, cpu_devices, memory_check, every > 0)
+            config, mapping, saved = _resume(config, resume, mapping, cpu_devices, out, name)
         stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{config.algo}-{config.env.replace(':', '-')}"
-        run_dir = resume or run_directory(out, stamp if name is None else name)
+        run_dir = resume or run_directory(out, stamp if name is None else name)  # before auto
+        placed, tr = _prepare(config, mapping, cpu_devices, memory_check, every > 0)
         before = saved.rows if saved is not None else []
         saving = saving_for(run_dir, config, str(placed), every, keep_checkpoints, before)
-    if saved is not None and saved.chunk + 1 >= tr.chunks:
-        print(f"{run_dir} has run all its {tr.chunks} chunks: nothing left to resume")
+    if _finished(saved, tr.chunks, run_dir):
         return run_dir
-    if compilation_cache:
-        enable_compilation_cache()
+    enable_compilation_cache() if compilation_cache else None
     print(_plan(tr.config, tr.chunks, str(placed)))
     start = _start(saved, run_dir)
     runner = run if remote is None else ray_runner(remote, tr.config)
@@ -153,6 +151,14 @@ def _end(config, rows, reached, stop_at_return, wall: float, run_dir: Path, stop
         raise SystemExit(stop.exit_status)
 
 
+def _finished(saved, chunks: int, run_dir: Path) -> bool:
+    """Whether the run resumed from ``saved`` has run all its ``chunks`` (said on stdout)."""
+    if saved is None or saved.chunk + 1 < chunks:
+        return False
+    print(f"{run_dir} has run all its {chunks} chunks: nothing left to resume")
+    return True
+
+
 def _start(saved, run_dir: Path) -> Start | None:
     """Where a resumed run starts (None: a fresh run), said on stdout."""
     if saved is None:
@@ -161,10 +167,13 @@ def _start(saved, run_dir: Path) -> Start | None:
     return Start(saved.states, saved.chunk)
 
 
-def _resume(config: TrainConfig, run_dir: Path, mapping: str | None, cpu_devices):
+def _resume(config: TrainConfig, run_dir: Path, mapping: str | None, cpu_devices, out, name):
     """``(config, mapping, checkpoint)`` to go on with from ``run_dir``; the XLA CPU devices its
-    mapping needs are created before the checkpoint is read (reading it starts JAX)."""
+    mapping needs are created before the checkpoint is read (reading it starts JAX). ``out``
+    and ``name`` (the run's folder is ``run_dir``) are refused unless left at their default."""
     refuse_flags_with_resume(config)
+    if out != Path("runs") or name is not None:
+        raise ValueError(f"--resume goes on in {run_dir}; drop --out and --name")
     config, saved_mapping = peek_run(run_dir)
     mapping = mapping or saved_mapping
     if mapping != "auto":
@@ -202,6 +211,8 @@ def _prepare(config: TrainConfig, mapping: str | None, cpu_devices, memory_check
 
 def _cpu_devices(mapping: str, given: int | None) -> int:
     """The XLA CPU devices to create for ``mapping``: ``given``, or as many as it names."""
+    if given is not None and not 1 <= given <= MAX_CPU_DEVICES:
+        raise ValueError(f"--cpu-devices must be in [1, {MAX_CPU_DEVICES}], got {given}")
     with bad_input("--mapping: "):
         needed = cpu_devices_named(mapping)
     if given is not None:

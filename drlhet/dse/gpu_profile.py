@@ -97,8 +97,10 @@ def load_gpu_profiles(path: Path) -> list[dict[str, Any]]:
         rows = json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise ValueError(f"GPU profile {path} does not exist") from None
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"GPU profile {path} is not valid JSON: {e}") from None
+    except OSError as e:  # a folder, no permission
+        raise ValueError(f"GPU profile {path} cannot be read ({e.strerror})") from None
     if not isinstance(rows, list):
         raise ValueError(f"GPU profile {path} is not a list of rows")
     for i, row in enumerate(rows):

@@ -18,7 +18,8 @@ class ProfileKey:
 
     Attributes:
       algo, env, hidden, batch, capacity, branching, num_envs, sgd_steps: the run's shape.
-      backend: the replay backend profiled (None: the run's default, the fastest that loads).
+      backend: the replay backend profiled (None: the run's default, the fastest that loads;
+        ``drlhet dse`` and ``drlhet profile`` profile every one that loads and refuse it).
     """
 
     algo: str = "dqn"

@@ -253,6 +253,12 @@ def test_dse_refuses_bad_devices_before_profiling(tmp_path, capsys, monkeypatch,
         # the shape's widths are both agents' (spelled as this command's option)
         (["--hidden", "64", "0"], "--hidden must be layer widths >= 1, got (64, 0)"),
         (["--num-envs", "0"], "--num-envs must be >= 1, got 0"),  # not a division by zero
+        # every backend that loads is profiled: a named one was ignored, not profiled alone
+        (
+            ["--backend", "bogus"],
+            "--backend bogus: every replay backend that loads here is profiled; drop --backend",
+        ),
+        (["--cpu-devices", "100000"], "--cpu-devices must be in [1, 1024], got 100000"),
     ],
 )
 def test_a_shape_that_cannot_train_is_refused_before_profiling(
@@ -264,6 +270,15 @@ def test_a_shape_that_cannot_train_is_refused_before_profiling(
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"drlhet: error: {message}"]
+
+
+def test_a_gpu_profile_that_is_a_folder_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("drlhet.cli.dse.build_model", lambda *a, **k: pytest.fail("profiled"))
+    with pytest.raises(SystemExit) as stop:  # was "failed: IsADirectoryError", exit 1
+        main(["dse", "--gpu-profile", str(tmp_path), "--out", str(tmp_path / "d.json")])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"GPU profile {tmp_path} cannot be read (Is a directory)" in err[0]
 
 
 def test_auto_takes_a_gpu_here_only_as_measured_and_names_it_gpu0(

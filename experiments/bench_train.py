@@ -47,9 +47,15 @@ def main(args: Args) -> list[dict]:
 
     from drlhet.agents.dqn import DQNConfig
     from drlhet.backends import BackendUnavailable
+    from drlhet.envs import make_env
     from drlhet.runtime.compiling import jit  # as a run compiles its programs
-    from drlhet.runtime.config import TrainConfig
+    from drlhet.runtime.config import ConfigError, TrainConfig
     from drlhet.runtime.trainer import make_trainer
+
+    try:  # the name first, before anything is built or measured (after the pinning above)
+        make_env(args.env)
+    except ValueError as e:
+        raise ConfigError(f"--env: {e}", "env") from None
 
     base = TrainConfig(
         env=args.env,

@@ -62,23 +62,51 @@ class Args:
     final_chunks: int = 2
     """The final return is the mean over the last this-many evaluations (and over seeds)."""
     out: Path = Path("results")
+    """The folder the JSON files and the plot are written into."""
     plot: str = "delay.png"
-    """File name of the plot under ``out``."""
+    """File name of the plot under ``out`` (a name, not a path)."""
     steps: int | None = None
     """Env steps per seed (default: the task's); a reduced run."""
     from_runs: Path | None = None
     """Read each k's rows from ``<from_runs>/<task>-k<k>/metrics.jsonl`` instead of training."""
 
 
-def _rows(args: Args, task: str, k: int) -> list[dict]:
-    """The rows of task ``task`` at delay ``k``: trained now, or read from a run directory."""
-    if args.from_runs is not None:
-        path = args.from_runs / f"{task}-k{k}" / "metrics.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines()]
+def _config(args: Args, task: str, k: int) -> TrainConfig:
+    """The configuration that task ``task`` trains at delay ``k``."""
     cfg = dataclasses.replace(TASKS[task], seeds=args.seeds, delay=k)
     if args.steps is not None:
         cfg = dataclasses.replace(cfg, steps=args.steps)
-    return run(cfg)[1]
+    return cfg
+
+
+def _run_file(args: Args, task: str, k: int) -> Path:
+    """Where `--from-runs` reads the rows of task ``task`` at delay ``k``."""
+    assert args.from_runs is not None
+    return args.from_runs / f"{task}-k{k}" / "metrics.jsonl"
+
+
+def _rows(args: Args, task: str, k: int) -> list[dict]:
+    """The rows of task ``task`` at delay ``k``: trained now, or read from a run directory."""
+    if args.from_runs is not None:
+        return [json.loads(line) for line in _run_file(args, task, k).read_text().splitlines()]
+    return run(_config(args, task, k))[1]
+
+
+def refused(args: Args) -> str:
+    """Why ``args`` cannot run, in one line, or "": an unknown task or none, a plot that is not
+    a file name under ``--out``, a run file of `--from-runs` that is missing (every task and k
+    is looked for before any is read), or a configuration drlhet would refuse (without
+    `--from-runs`); asked before anything is made, read or trained."""
+    why = checked_cli.unknown_names("--tasks", args.tasks, TASKS)
+    if not why and (Path(args.plot).name != args.plot or args.plot in ("", ".", "..")):
+        why = f"--plot {args.plot!r}: a file name (written under --out), not a path"
+    why = why or checked_cli.refused_output(args.out / args.plot, "--plot", "plot")
+    for task in args.tasks if args.from_runs is not None else ():
+        why = why or checked_cli.missing_files(*(_run_file(args, task, k) for k in args.delays))
+    for task in args.tasks if args.from_runs is None else ():
+        for k in args.delays:
+            why = why or checked_cli.refused_config(_config(args, task, k))
+    return why
 
 
 def main(args: Args) -> dict:
@@ -152,4 +180,4 @@ LEAST = {"delays": 0, "seeds": 1, "final_chunks": 1, "steps": 1}
 """The smallest value of each count (`checked_cli.refused_counts`)."""
 
 if __name__ == "__main__":
-    checked_cli.run(Args, main, LEAST)
+    checked_cli.run(Args, main, LEAST, refused, folders=("out",))

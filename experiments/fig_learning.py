@@ -34,6 +34,21 @@ class Args:
     backend: str | None = None
     """Replay backend (None: the fastest that loads here)."""
     out: Path = Path("results")
+    """The folder the JSON files and the plot are written into."""
+
+
+def config(args: Args, task: str) -> TrainConfig:
+    """The configuration that ``task`` trains."""
+    return dataclasses.replace(TASKS[task][0], seeds=args.seeds, backend=args.backend)
+
+
+def refused(args: Args) -> str:
+    """Why ``args`` cannot run, in one line, or "": an unknown task or none, or a configuration
+    (``--backend``) drlhet would refuse; asked before anything is made or trained."""
+    why = checked_cli.unknown_names("--tasks", args.tasks, TASKS)
+    for task in args.tasks:
+        why = why or checked_cli.refused_config(config(args, task))
+    return why
 
 
 def main(args: Args) -> dict:
@@ -46,8 +61,7 @@ def main(args: Args) -> dict:
     fig, axes = plt.subplots(1, len(args.tasks), figsize=(5.5 * len(args.tasks), 4), squeeze=False)
     summary = {}
     for ax, task in zip(axes[0], args.tasks, strict=True):
-        base, target = TASKS[task]
-        cfg = dataclasses.replace(base, seeds=args.seeds, backend=args.backend)
+        cfg, target = config(args, task), TASKS[task][1]
         _, rows = run(cfg)
         steps = np.array([r["env_steps"] for r in rows])
         ret = np.array([r["eval_return"] for r in rows])  # [chunks, seeds]
@@ -94,4 +108,4 @@ LEAST = {"seeds": 1}
 """The smallest value of each count (`checked_cli.refused_counts`)."""
 
 if __name__ == "__main__":
-    checked_cli.run(Args, main, LEAST)
+    checked_cli.run(Args, main, LEAST, refused, folders=("out",))

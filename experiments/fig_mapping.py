@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import checked_cli
 
@@ -34,6 +35,11 @@ WORST = "worst runnable mapping"
 """The baseline family validate_dse reports as ``pick_over_worst`` (always measured)."""
 PAPER_RATIO = 997.3
 """The paper's "up to 997.3x over baseline mappings"."""
+ROW_KEYS = ("batch", "capacity", "delay", "mapping", "error")
+ROW_KEYS += ("predicted_trained_samples_per_s", "measured_trained_samples_per_s")
+CONFIG_KEYS = ("batch", "capacity", "delay", "baselines", "pick", "pick_measured")
+CONFIG_KEYS += ("best_measured", "best_measured_value", "worst_measured")
+"""What the figure reads of each row and each configuration of validate_dse.py's JSON."""
 
 
 @dataclasses.dataclass
@@ -74,6 +80,20 @@ def load(args: Args) -> tuple[dict, Path]:
     )
     print(f"measuring: validate_dse at B {args.measure_batches}, C {args.measure_capacities}")
     return validate_dse.main(v_args), args.measured_out
+
+
+def _validation(v: Any) -> str:
+    """Why ``v`` (a ``--validation`` file's JSON) is not validate_dse.py's, or ""."""
+    why = checked_cli.lacking(v, ("config", "machine", "rows", "configs"))
+    why = why or checked_cli.rows_lacking(v["rows"], ROW_KEYS, "rows")
+    why = why or checked_cli.rows_lacking(v["configs"], CONFIG_KEYS, "configs")
+    return f"not validate_dse.py's JSON ({why})" if why else ""
+
+
+def refused(args: Args) -> str:
+    """Why ``args`` cannot run, in one line, or "": a ``--validation`` file (drawn unless
+    ``--measure``) that is missing or not validate_dse.py's JSON."""
+    return "" if args.measure else checked_cli.unreadable_json(args.validation, _validation)
 
 
 def measured_label(v: dict) -> str:
@@ -328,4 +348,4 @@ LEAST = {
 """The smallest value of each count (`checked_cli.refused_counts`)."""
 
 if __name__ == "__main__":
-    checked_cli.run(Args, main, LEAST)
+    checked_cli.run(Args, main, LEAST, refused)

@@ -32,15 +32,38 @@ class Args:
     split: str = "actors=cpu:0,replay=jax@cpu:0,learner=cpu:1"
     """The best split measured by experiments/bench_mapping.py (2026-11-23, k = 16)."""
     out: Path = Path("results")
+    """The folder the JSON file and the plot are written into."""
+
+
+def _two_cpu_devices() -> None:
+    """Both mappings' XLA CPU devices: set before jax makes its devices (the first check)."""
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", 2)
+
+
+def _config(args: Args):
+    """The configuration both mappings train."""
+    from drlhet.runtime.config import TrainConfig
+
+    cfg = TrainConfig(algo="dqn", env="CartPole-v1", steps=args.steps, seeds=args.seeds)
+    return dataclasses.replace(cfg, delay=args.delay)
+
+
+def refused(args: Args) -> str:
+    """Why ``args`` cannot run, in one line, or "": the configuration, or either mapping (one
+    that does not parse, or names a backend or device that is not here); both asked before
+    the first run trains."""
+    _two_cpu_devices()
+    cfg = _config(args)
+    why = checked_cli.refused_config(cfg, args.fused, "--fused")
+    return why or checked_cli.refused_config(cfg, args.split, "--split")
 
 
 def _curve(args: Args, mapping: str) -> dict:
-    from drlhet.runtime.config import TrainConfig
     from drlhet.runtime.run import run
 
-    cfg = TrainConfig(algo="dqn", env="CartPole-v1", steps=args.steps, seeds=args.seeds)
-    cfg = dataclasses.replace(cfg, delay=args.delay)
-    _, rows = run(cfg, mapping)
+    _, rows = run(_config(args), mapping)
     steps = [r["env_steps"] for r in rows]
     ret = np.array([r["eval_return"] for r in rows])  # [chunks, seeds]
     hit = ret >= args.target
@@ -63,10 +86,9 @@ def _curve(args: Args, mapping: str) -> dict:
 
 
 def main(args: Args) -> dict:
-    import jax
     import matplotlib
 
-    jax.config.update("jax_num_cpu_devices", 2)
+    _two_cpu_devices()
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -101,4 +123,4 @@ LEAST = {"delay": 0, "seeds": 1, "steps": 1}
 """The smallest value of each count (`checked_cli.refused_counts`)."""
 
 if __name__ == "__main__":
-    checked_cli.run(Args, main, LEAST)
+    checked_cli.run(Args, main, LEAST, refused, folders=("out",))

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 sys.path.insert(0, str(Path(__file__).parent / "peers"))
 import checked_cli
@@ -61,7 +62,7 @@ TD3_SPEC = dict(
 
 @dataclasses.dataclass
 class Args:
-    algo: str = "dqn"
+    algo: Literal["dqn", "td3"] = "dqn"
     env: str | None = None
     """Default: CartPole-v1 for DQN, Pendulum-v1 for TD3."""
     systems: tuple[str, ...] = ("drlhet", "flashbax", "sb3", "rllib")
@@ -94,19 +95,27 @@ def base_spec(args: Args) -> RunSpec:
     if target is None and args.full:
         target = spec.stop_at_return
     steps = args.steps or (spec.steps if args.full else 20_000)
-    every = args.eval_every
-    if every is not None and (every <= 0 or every % spec.num_envs):
-        raise SystemExit(
-            f"fig_peers: --eval-every {every} must be a positive multiple of the "
-            f"{spec.num_envs} envs stepped together"
-        )
     return dataclasses.replace(
         spec,
         steps=steps,
         stop_at_return=target,
         env=args.env or spec.env,
-        eval_every=every or spec.eval_every,
+        eval_every=args.eval_every or spec.eval_every,
     )
+
+
+def refused(args: Args) -> str:
+    """Why ``args`` cannot run, in one line, or "": an unknown system or none, or an
+    ``--eval-every`` that is not a multiple of the envs stepped together; asked before any
+    system is launched or anything is written."""
+    why = checked_cli.unknown_names("--systems", args.systems, SYSTEMS)
+    envs = base_spec(args).num_envs
+    every = args.eval_every
+    if not why and every is not None and (every <= 0 or every % envs):
+        why = (
+            f"--eval-every {every} must be a positive multiple of the {envs} envs stepped together"
+        )
+    return why
 
 
 def launch(system: str, spec: RunSpec, args: Args) -> dict:
@@ -330,4 +339,4 @@ LEAST = {"rounds": 1, "steps": 1, "eval_every": 1, "timeout_s": 1}
 """The smallest value of each count (`checked_cli.refused_counts`)."""
 
 if __name__ == "__main__":
-    checked_cli.run(Args, main, LEAST)
+    checked_cli.run(Args, main, LEAST, refused)

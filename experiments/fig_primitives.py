@@ -73,7 +73,8 @@ class Args:
     at_batch: int = 256
     branching: int = 16
     repeats: int = 5
-    """Timed repeats per measurement (after a warm-up that includes compilation); >= 5."""
+    """Timed repeats per measurement (after a warm-up that includes compilation); >= 2 (a row
+    holds their spread)."""
     backends: tuple[str, ...] = ("jax", "native")
     modes: tuple[str, ...] = ("percall", "fused")
     sheets: tuple[str, ...] = ("u250", "h100")
@@ -396,12 +397,29 @@ def replot(args: Args) -> list[dict]:
     return rows
 
 
+def _replotted(rows: object) -> str:
+    """Why ``rows`` (a ``--replot`` file's JSON) are not this figure's rows, or ""."""
+    why = checked_cli.rows_lacking(rows, ("label",))
+    return f"not fig_primitives.py's JSON rows ({why})" if why else ""
+
+
+def refused(args: Args) -> str:
+    """Why ``args`` cannot run, in one line, or "": a ``--replot`` file that is missing or not
+    this figure's rows, or a device sheet that is not shipped; asked before anything is
+    measured (imports no jax: ``--threading xla1`` acts before it is imported)."""
+    if args.replot is not None:
+        return checked_cli.unreadable_json(args.replot, _replotted)
+    if not args.sheets:  # none modeled
+        return ""
+    from drlhet.dse.devices import load_sheets
+
+    return checked_cli.unknown_names("--sheets", args.sheets, load_sheets())
+
+
 def main(args: Args) -> list[dict]:
     args = scaled(args)
     if args.replot is not None:
         return replot(args)
-    if args.repeats < 2:
-        raise ValueError(f"repeats must be >= 2, got {args.repeats}")
     k = args.branching
     sweeps = {
         "batch": [(args.at_capacity, b, k) for b in args.batches],
@@ -445,9 +463,9 @@ LEAST = {
     "at_capacity": 1,
     "at_batch": 1,
     "branching": 2,
-    "repeats": 1,
+    "repeats": 2,
 }
 """The smallest value of each count (`checked_cli.refused_counts`)."""
 
 if __name__ == "__main__":
-    checked_cli.run(Args, main, LEAST)
+    checked_cli.run(Args, main, LEAST, refused)

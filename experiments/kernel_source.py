@@ -180,4 +180,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-    checked_cli.run(Args, main, {})
+    checked_cli.run(Args, main, {}, lambda a: checked_cli.no_files("--csv-files", a.csv_files))

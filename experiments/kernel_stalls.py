@@ -11,7 +11,7 @@ on that reason per issued instruction (e.g. ``long_scoreboard``: a load from mem
 alone with its caches flushed (ncu's defaults), so the durations are upper bounds.
 
 Usage:
-  python experiments/kernel_stalls.py stalls_cuda.log --out kernel_stalls.json
+  python experiments/kernel_stalls.py --csv-files stalls_cuda.log --out kernel_stalls.json
 """
 
 from __future__ import annotations
@@ -120,4 +120,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-    checked_cli.run(Args, main, {})
+    checked_cli.run(Args, main, {}, lambda a: checked_cli.no_files("--csv-files", a.csv_files))

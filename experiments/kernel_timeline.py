@@ -41,6 +41,7 @@ from pathlib import Path
 import checked_cli
 
 UNIT_TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
+NONE_GIVEN = "give --csv-files (nsys) or --trace-files (jax's profiler)"
 
 
 @dataclasses.dataclass
@@ -245,7 +246,7 @@ def entries(args: Args) -> list[dict]:
     one-line note and the others are still summarised; none readable raises ``ValueError``
     with the first file's reason."""
     if not args.csv_files and not args.trace_files:
-        raise ValueError("give --csv-files (nsys) or --trace-files (jax's profiler)")
+        raise ValueError(NONE_GIVEN)
     nsys = "nsys cuda_gpu_trace, each kernel in its CUDA graph (the longest burst)"
     label = f"jax's profiler ({args.plane}, {args.lines} lines; the longest burst)"
     out, errors = [], []
@@ -290,4 +291,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-    checked_cli.run(Args, main, {})
+    checked_cli.run(Args, main, {}, lambda a: "" if a.csv_files or a.trace_files else NONE_GIVEN)

@@ -9,7 +9,8 @@ that GPU. A kernel's time under ncu is its own execution without its neighbours:
 a step's kernels is a lower bound of the step, the rest being launches and the loop.
 
 Usage:
-  python experiments/kernel_times.py kernels_cuda.log [kernels_jax.log ...] --out kernel_times.json
+  python experiments/kernel_times.py --csv-files kernels_cuda.log [kernels_jax.log ...] \
+      --out kernel_times.json
 """
 
 from __future__ import annotations
@@ -89,4 +90,4 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-    checked_cli.run(Args, main, {})
+    checked_cli.run(Args, main, {}, lambda a: checked_cli.no_files("--csv-files", a.csv_files))

@@ -476,6 +476,7 @@ def main(args: Args) -> dict:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     if args.env_out is not None:
+        args.env_out.parent.mkdir(parents=True, exist_ok=True)
         args.env_out.write_text(
             f"CUDA_CLUSTER_MAX_BATCH={cluster}\nCUDA_NARROW_MAX_NODES={narrow}\n"
             f"CUDA_SHARED_TOP={int(top)}\nCUDA_TAGGED_CLAIMS={int(tagged)}\n"

@@ -26,13 +26,14 @@ from pathlib import Path
 import checked_cli
 
 XLA_SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+SETTINGS = ("default", "pin1", "xla1")
 
 
 @dataclasses.dataclass
 class Args:
     processes: int = 6
     """Fresh processes per setting and capacity."""
-    settings: tuple[str, ...] = ("default", "pin1", "xla1")
+    settings: tuple[str, ...] = SETTINGS
     capacities: tuple[int, ...] = (1 << 17, 1 << 20)
     batch: int = 64
     out: Path = Path("results/probe_regimes.json")
@@ -92,8 +93,16 @@ def main(args: Args) -> list[dict]:
     return rows
 
 
+LEAST = {"processes": 1, "capacities": 1, "batch": 1}
+"""The smallest value of each count (`checked_cli.refused_counts`)."""
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
         print(json.dumps(child(int(sys.argv[2]), int(sys.argv[3]))))
     else:
-        checked_cli.run(Args, main, {})
+        checked_cli.run(
+            Args,
+            main,
+            LEAST,
+            lambda a: checked_cli.unknown_names("--settings", a.settings, SETTINGS),
+        )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import checked_cli
 import tyro
@@ -18,6 +19,21 @@ def _short(mapping: str) -> str:
     parts = dict(item.split("=") for item in mapping.split(","))
     a, r, ln = parts["actors"], parts["replay"], parts["learner"]
     return f"A {a.split('@')[1]} / R {r} / L {ln.split('@')[1]}"
+
+
+ROW_KEYS = ("batch", "capacity", "mapping", "error")
+ROW_KEYS += ("predicted_trained_samples_per_s", "measured_trained_samples_per_s")
+CONFIG_KEYS = ("batch", "capacity", "pick", "pick_within", "pick_over_worst", "baselines")
+TOTALS = ("rows", "configs", "median_abs_error", "max_abs_error", "picks_within_5pct")
+"""What the tables read of validate_dse.py's JSON: the whole, each row, each configuration."""
+
+
+def wrong_shape(data: Any) -> str:
+    """Why ``data`` (the file's JSON) is not validate_dse.py's, or ""."""
+    why = checked_cli.lacking(data, TOTALS)
+    why = why or checked_cli.rows_lacking(data["rows"], ROW_KEYS, "rows")
+    why = why or checked_cli.rows_lacking(data["configs"], CONFIG_KEYS, "configs")
+    return f"not validate_dse.py's JSON ({why})" if why else ""
 
 
 def main(path: Path) -> str:
@@ -81,4 +97,6 @@ class Args:
 
 
 if __name__ == "__main__":
-    checked_cli.run(Args, lambda a: main(a.path), {}, lambda a: checked_cli.missing_files(a.path))
+    checked_cli.run(
+        Args, lambda a: main(a.path), {}, lambda a: checked_cli.unreadable_json(a.path, wrong_shape)
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import checked_cli
 import tyro
@@ -139,6 +140,35 @@ def main(grid_path: str, threading_path: str | None = None) -> None:
             print(f"| {t} | " + " | ".join(fmt(r["items_per_s"] if r else None) for r in v) + " |")
 
 
+def wrong_shape(rows: Any) -> str:
+    """Why ``rows`` (the grid file's JSON) are not bench_replay.py's rows, or "": a list of
+    objects, each naming its ``impl``, at least one measured (not the machine's limits), the
+    first of those naming the machine and the threading, and each measured one its items/s."""
+    why = checked_cli.rows_lacking(rows, ("impl",))
+    measured = [r for r in rows if r["impl"] != "machine-limit"] if not why else []
+    if not why and not measured:
+        why = "no measured row (only the machine's limits, or none)"
+    why = why or checked_cli.lacking(measured[0], ("machine", "threading"), "its first row")
+    for i, r in enumerate(rows if not why else ()):
+        if "op" in r:
+            keys = ("items_per_s", "items_per_s_min", "items_per_s_max")
+            why = why or checked_cli.lacking(r, keys, f"item {i}")
+    return f"not bench_replay.py's JSON rows ({why})" if why else ""
+
+
+def wrong_threading_shape(rows: Any) -> str:
+    """Why ``rows`` (the threading file's JSON) are not bench_replay.py's rows, or ""."""
+    why = checked_cli.rows_lacking(rows, ())
+    return f"not bench_replay.py's JSON rows ({why})" if why else ""
+
+
+def refused(args: Args) -> str:
+    """Why ``args`` cannot run, in one line naming the file, or "": a file that is missing or
+    not bench_replay.py's rows."""
+    why = checked_cli.unreadable_json(args.grid, wrong_shape)
+    return why or checked_cli.unreadable_json(args.threading, wrong_threading_shape)
+
+
 @dataclasses.dataclass
 class Args:
     grid: tyro.conf.Positional[Path]
@@ -152,5 +182,5 @@ if __name__ == "__main__":
         Args,
         lambda a: main(str(a.grid), None if a.threading is None else str(a.threading)),
         {},
-        lambda a: checked_cli.missing_files(a.grid, a.threading),
+        refused,
     )

@@ -18,6 +18,7 @@ import json
 import os
 import statistics
 from pathlib import Path
+from typing import Any
 
 import checked_cli
 import tyro
@@ -73,6 +74,29 @@ def rescore(path: Path) -> list[float]:
     return errors
 
 
+def wrong_shape(data: Any) -> str:
+    """Why ``data`` (a file's JSON) is not a validation this can re-score, or "": validate_dse.py's
+    JSON with its rows (each with its rounds' measurements) and its rounds' profiles."""
+    why = checked_cli.lacking(data, ("rows", "round_profiles"))
+    keys = ("batch", "capacity", "mapping", "delay", "error", "rounds")
+    why = why or checked_cli.rows_lacking(data["rows"], keys, "rows")
+    keys = ("batch", "capacity", "profiles")
+    why = why or checked_cli.rows_lacking(data["round_profiles"], keys, "round_profiles")
+    why = why or ("" if data["rows"] else "rows is empty: nothing to re-score")
+    for i, row in enumerate(data["rows"] if not why else ()):
+        why = why or checked_cli.rows_lacking(row["rounds"], ("measured",), f"rows[{i}].rounds")
+    return f"not validate_dse.py's JSON with its rounds ({why})" if why else ""
+
+
+def refused(args: Args) -> str:
+    """Why ``args`` cannot run, in one line naming the file, or "": no file, or one that is
+    missing or not a validation this can re-score (all asked before the first is re-scored)."""
+    why = checked_cli.no_files("PATH", args.paths)
+    for path in args.paths:
+        why = why or checked_cli.unreadable_json(path, wrong_shape)
+    return why
+
+
 def main(paths: list[str]) -> None:
     for path in paths:
         errors = [abs(e) for e in rescore(Path(path))]
@@ -90,5 +114,5 @@ if __name__ == "__main__":
         Args,
         lambda a: main([str(p) for p in a.paths]),
         {},
-        lambda a: checked_cli.missing_files(*a.paths) or ("" if a.paths else "give a file"),
+        refused,
     )

@@ -164,6 +164,9 @@ def main(args: Args) -> Triage:
     off = [part for part, on in (("cluster", t.cluster), ("key", t.key), ("top", t.top)) if on]
     print(f"turned off: {', '.join(off) or 'nothing'}")
     print(f"unexplained: {len(t.unexplained)}")
+    for path in (args.env_out, args.out, args.rerun_out):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
     if args.env_out is not None:
         args.env_out.write_text(env_lines(t))
     if args.out is not None:

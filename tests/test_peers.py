@@ -117,9 +117,10 @@ def test_eval_every_is_taken_and_a_bad_one_is_named():
     spec = fig_peers.base_spec(args)
     assert (spec.steps, spec.eval_every) == (7000, 2000)
     assert fig_peers.base_spec(fig_peers.Args()).eval_every == peers_spec.RunSpec().eval_every
-    for bad in (0, 2002):
-        with pytest.raises(SystemExit, match=f"--eval-every {bad} must be a positive multiple"):
-            fig_peers.base_spec(fig_peers.Args(eval_every=bad))
+    assert fig_peers.refused(args) == ""
+    for bad in (0, 2002):  # refused at argument checking (`checked_cli.run`), in one line
+        why = fig_peers.refused(fig_peers.Args(eval_every=bad))
+        assert why.startswith(f"--eval-every {bad} must be a positive multiple"), why
 
 
 @pytest.mark.parametrize("overrides", fig_peers.GRID)

@@ -67,8 +67,9 @@ __all__ = [
 
 DEFAULT_FRAC_BITS = 20
 SUPPORTED_BRANCHING = (2, 4, 8, 16, 32, 64)
-MAX_CAPACITY = 1 << 32
-"""Sums of up to 2^32 leaves of 32 bits fit the 64-bit inner nodes."""
+MAX_CAPACITY = 1 << 31
+"""Most leaves: they are numbered in int32 inside ``jit`` (and the FPGA module holds as many;
+sums of up to 2^32 leaves of 32 bits would fit the 64-bit inner nodes)."""
 _LEAF_MAX = np.uint32(0xFFFFFFFF)
 
 

@@ -1,6 +1,6 @@
 """Unsigned 64-bit integers as pairs of ``uint32`` words, for JAX without x64.
 
-The fixed-point sum tree (`drlhet.replay.fixed_point`) sums up to 2^32 leaves of 32 bits
+The fixed-point sum tree (`drlhet.replay.fixed_point`) sums up to 2^31 leaves of 32 bits
 exactly, which needs 64 bits above the leaves; JAX keeps 64-bit types off unless x64 is turned
 on for the whole process. A `U64` is ``(hi, lo)``, two ``uint32`` arrays of one shape, the value
 ``hi * 2^32 + lo``. Every function is elementwise, jittable and exact (the HLS design computes

@@ -151,6 +151,10 @@ def test_bad_input_is_refused_eagerly_and_under_jit():
         fp.init(0, 16)
     with pytest.raises(ValueError, match=f"capacity {2**33}"):
         fp.init(2**33, 16)
+    # leaves 2^31 .. 2^32 - 1 have no int32 index (a capacity of 2^32 was taken)
+    with pytest.raises(ValueError, match=f"capacity {2**31 + 1} outside \\[1, {2**31}\\]"):
+        fp.init(2**31 + 1, 16)
+    assert jax.eval_shape(lambda: fp.init(2**31, 16)).leaves.shape == (2**31,)
     with pytest.raises(ValueError, match="stratified sampling takes B"):
         fp.targets(fp.total(tree), jnp.zeros((u64.MAX_DIVISOR + 1, 2), jnp.uint32))
 

@@ -364,3 +364,14 @@ def test_mapping_auto_profiles_only_once_the_run_directory_is_known_good(
             main(["train", "--mapping", "auto", "--no-memory-check", *args])
         assert stop.value.code == 2
         assert one_error_line(capsys).startswith("drlhet: error: --")
+
+
+def test_a_compilation_cache_folder_that_cannot_be_made_is_named(tmp_path, capsys, monkeypatch):
+    (tmp_path / "file").write_text("")  # DRLHET_CACHE under a file: was "failed: ...", exit 1
+    monkeypatch.setenv("DRLHET_CACHE", str(tmp_path / "file" / "cache"))
+    with pytest.raises(SystemExit) as stop:
+        main(["train", *TINY, "--out", str(tmp_path / "runs")])
+    assert stop.value.code == 2
+    line = one_error_line(capsys)
+    assert line.startswith("drlhet: error: no compilation cache folder can be made at ")
+    assert not (tmp_path / "runs").exists()

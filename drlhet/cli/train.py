@@ -121,9 +121,9 @@ def train_command(
         placed, tr = _prepare(config, mapping, cpu_devices, memory_check, every > 0)
         before = saved.rows if saved is not None else []
         saving = saving_for(run_dir, config, str(placed), every, keep_checkpoints, before)
+        enable_compilation_cache() if compilation_cache else None  # its folder can be made
     if _finished(saved, tr.chunks, run_dir):
         return run_dir
-    enable_compilation_cache() if compilation_cache else None
     print(_plan(tr.config, tr.chunks, str(placed)))
     start = _start(saved, run_dir)
     runner = run if remote is None else ray_runner(remote, tr.config)

@@ -27,10 +27,11 @@ def measure_mapping(
     first, which includes compilation): ``trained_samples_per_s``, ``env_steps_per_s``, and the
     per-chunk figures (``per_chunk``)."""
     warmup = max(1_000, key.batch)
+    every = max(key.num_envs, chunk_steps - chunk_steps % key.num_envs)  # whole iterations
     cfg = key.train_config(
         delay=delay,
-        eval_every=chunk_steps,
-        steps=warmup + (chunks + 1) * chunk_steps,
+        eval_every=every,
+        steps=warmup + (chunks + 1) * every,
         eval_envs=2,
         warmup=warmup,
     )

@@ -25,8 +25,15 @@ def shapes_of(key: ProfileKey) -> Shapes:
     lay = tree_layout(key.capacity, key.branching)
     state = jax.eval_shape(tr.init, jax.random.key(0))
     agent = state.agent
-    leaves = jax.tree.leaves(agent.params if key.algo == "dqn" else (agent.actor, agent.critic))
-    kernels = [x.shape for x in leaves if len(x.shape) == 2]
+    nets = agent.params if key.algo == "dqn" else (agent.actor, agent.critic)
+    leaves = jax.tree.leaves(nets)
+    # the layers' weight matrices by name: the critics of DDPG/TD3 are made with vmap, so each
+    # of their leaves has a leading [critics] axis (a kernel [n, in, out], a bias [n, out])
+    kernels = [
+        x.shape
+        for path, x in jax.tree_util.tree_flatten_with_path(nets)[0]
+        if getattr(path[-1], "key", None) == "kernel"
+    ]
     row = _nbytes(state.replay.storage) // key.capacity
     return Shapes(
         batch=key.batch,
@@ -38,8 +45,8 @@ def shapes_of(key: ProfileKey) -> Shapes:
         tree_bytes=4 * lay.size,
         row_bytes=row,
         params=int(sum(np.prod(x.shape) for x in leaves)),
-        macs_per_sample=int(sum(a * b for a, b in kernels)),
-        layers=len(kernels),
+        macs_per_sample=int(sum(np.prod(k) for k in kernels)),  # every critic's too
+        layers=len(kernels),  # vmapped critics: one batched product a layer
         bytes={
             "transitions": key.num_envs * row + 8 * key.sgd_steps,
             "batch": key.batch * (row + 4) + 8,

@@ -14,6 +14,7 @@ Probe environments (names starting ``probe-``) have known values for tests:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -55,7 +56,7 @@ class EnvFns(NamedTuple):
     Attributes:
       reset: ``(key) -> (obs [N, ...], state)``.
       step: ``(state, action [N, ...], key) -> (state, EnvStep)``.
-      obs_shape: shape of one observation.
+      obs_shape: shape of one observation, flattened: ``(D,)``.
       discrete: whether actions are integers in ``[0, num_actions)``.
       num_actions: number of discrete actions (0 if continuous).
       action_dim: size of a continuous action (0 if discrete).
@@ -179,10 +180,16 @@ def make_env(name: str, num_envs: int = 1) -> EnvFns:
     env, params = gymnax.make(name)
     space = env.action_space(params)
     discrete = hasattr(space, "n")
-    obs_shape = tuple(env.observation_space(params).shape)
+    shape = tuple(env.observation_space(params).shape)
+    obs_shape = (math.prod(shape),)  # flat: the agents' networks are MLPs
+
+    def flat(obs):  # [N, *shape] -> [N, prod(shape)] (MinAtar's [N, 10, 10, C], say)
+        return obs if shape == obs_shape else obs.reshape(num_envs, *obs_shape)
 
     def reset(key):
-        return jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), params)
+        keys = jax.random.split(key, num_envs)
+        obs, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+        return flat(obs), state
 
     def step(state, action, key):
         keys = jax.random.split(key, num_envs)
@@ -190,7 +197,11 @@ def make_env(name: str, num_envs: int = 1) -> EnvFns:
             keys, state, action, params
         )
         return state, EnvStep(
-            obs, info["final_observation"], reward.astype(jnp.float32), term, trunc & ~term
+            flat(obs),
+            flat(info["final_observation"]),
+            reward.astype(jnp.float32),
+            term,
+            trunc & ~term,
         )
 
     low = float(jnp.min(jnp.asarray(getattr(space, "low", -1.0))))

@@ -56,7 +56,8 @@ def _gymnasium():
 
 
 def _check_spaces(name: str, env) -> tuple[tuple[int, ...], bool, int, np.ndarray, np.ndarray]:
-    """``(obs_shape, discrete, num_actions or action_dim, low, high)`` of ``env``'s spaces.
+    """``(obs_shape, discrete, num_actions or action_dim, low, high)`` of ``env``'s spaces
+    (``obs_shape`` flattened, ``(D,)``).
 
     Raises:
       ValueError: a space drlhet cannot train on, named.
@@ -68,15 +69,16 @@ def _check_spaces(name: str, env) -> tuple[tuple[int, ...], bool, int, np.ndarra
             f"{name}: observation space {obs} is not supported (drlhet needs a Box; flatten or "
             "one-hot it with a gymnasium wrapper)"
         )
+    flat = (int(np.prod(obs.shape)),)  # the observations flattened (the agents are MLPs)
     if isinstance(act, spaces.Discrete):
         if int(act.start) != 0:
             raise ValueError(f"{name}: action space {act} must start at 0")
-        return tuple(obs.shape), True, int(act.n), np.zeros(()), np.zeros(())
+        return flat, True, int(act.n), np.zeros(()), np.zeros(())
     if isinstance(act, spaces.Box) and len(act.shape) == 1:
         low, high = act.low.astype(np.float64), act.high.astype(np.float64)
         if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(low < high)):
             raise ValueError(f"{name}: action space {act} needs finite bounds, low < high")
-        return tuple(obs.shape), False, int(act.shape[0]), low, high
+        return flat, False, int(act.shape[0]), low, high
     raise ValueError(
         f"{name}: action space {act} is not supported (drlhet needs Discrete(n) or a 1-d Box)"
     )

@@ -273,3 +273,18 @@ def test_dqn_learns_with_delayed_priority_updates():
     q = q_values(state, jnp.asarray([[0.0], [1.0]]))
     np.testing.assert_allclose(q, [[0.99, 0.99], [1.0, 1.0]], atol=0.1)
     assert state.pending.indices.shape == (3, cfg.batch_size)
+
+
+def test_an_image_observation_is_flattened_for_the_networks():
+    # MinAtar's [10, 10, 4] observations reached the MLPs whole: the Q-values came out per pixel
+    # ([N, 10, 10, A]) and the chunk failed to trace
+    cfg = TrainConfig(
+        env="Breakout-MinAtar", steps=64 + 64, warmup=64, eval_every=64, eval_envs=2,
+        batch_size=8, buffer_size=256, num_envs=4,
+    )  # fmt: skip
+    tr = make_trainer(cfg)
+    assert tr.env.obs_shape == (400,)
+    state = jax.eval_shape(tr.init, jax.random.key(0))
+    assert state.obs.shape == (4, 400)
+    _, summary = jax.eval_shape(tr.chunk, state)
+    assert summary["eval_return"].shape == ()

@@ -187,8 +187,9 @@ class Model:
         invocation; the run itself is asynchronous)."""
         return self._device_model(device).host_overhead(self.sheets[device])
 
-    def hop(self, payload: str, src: str, dst: str) -> float:
-        """Seconds to move ``payload`` from ``src`` to ``dst`` (0 on one device)."""
+    def hop(self, payload: str, src: str, dst: str, items: int = 1) -> float:
+        """Seconds to move ``payload`` from ``src`` to ``dst`` (0 on one device); over an
+        accelerator's link, ``items`` of them packed in one transfer (a pipelined call's)."""
         if src == dst:
             return 0.0
         if self.kind(src) == CPU and self.kind(dst) == CPU:
@@ -198,7 +199,8 @@ class Model:
         t = 0.0
         for dev in (src, dst):  # through the host: one link per accelerator end
             if self.kind(dev) != CPU:
-                t += link_seconds(self.sheets[self.sheets[dev]["link"]], self.s.bytes[payload])
+                link = self.sheets[self.sheets[dev]["link"]]
+                t += link_seconds(link, items * self.s.bytes[payload])
         return t
 
     # --- the relaxed model ----------------------------------------------------------------

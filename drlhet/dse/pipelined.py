@@ -49,6 +49,13 @@ def pipelined_busy(
         return _in_program_busy(model, places, work, u * n_sgd, lead)
     over = {g: _dispatch(model, g, places[g]) / u for g in GROUPS}
     per_hop = {h: v / (n_sgd if h in PER_STEP_HOPS else 1) / u for h, v in hops.items()}
+    # over an accelerator's link a call's payload packs all of its U iterations (U S batches
+    # and priority entries, U iterations' transitions): one latency, U times the bytes
+    items = {"hop_transitions": u, "hop_batch": u * n_sgd, "hop_priorities": u * n_sgd}
+    for h, v in hops.items():
+        src, dst = (places[g].device for g in _HOP_ENDS[h])
+        if v and (model.kind(src) != CPU or model.kind(dst) != CPU):
+            per_hop[h] = model.hop(h.removeprefix("hop_"), src, dst, items.get(h, 1)) / u
     if _profiled(model):  # a packed payload between CPU devices costs one put
         put = model.figure("pipeline", "put", None)
         per_hop = {

@@ -210,6 +210,22 @@ def test_gpu_learner_is_launch_bound_and_pays_the_link():
     assert p.iteration_s == pytest.approx((chain + hops) * US, rel=1e-6)
 
 
+def test_a_pipelined_call_moves_all_of_its_batches_over_the_link():
+    # U = k // 2S iterations a call, P = U S batches packed in one payload: one latency, P
+    # times the bytes (one batch's bytes were charged, P-fold too little at any k)
+    m = model()
+    for delay in (4, 16, 64):
+        u, n = delay // (2 * SHAPES.sgd_steps), SHAPES.sgd_steps
+        terms = m.predict(places("jax@cpu:0", "native@cpu:0", "jax@gpu"), delay=delay).terms
+        # the learner's thread: its dispatch (the call less the compute) and its outgoing hops
+        # (the toy link: 2 us + bytes / 1 GB/s; priorities 1,000 bytes, params 100,000)
+        dispatch = (44 - 34) / u
+        hops = ((2 + u * n * 1) + (2 + 100)) / u
+        assert terms["busy thread learner"] == pytest.approx((dispatch + hops) * US, rel=1e-6)
+        # and the replay's: at least S batches' bytes an iteration cross the link, whatever k
+        assert terms["busy thread actors+replay"] >= n * 10_000 / 1e9
+
+
 def test_fpga_replay_costs_the_modules_cycle_model():
     m = model()
     c = m.compute("replay", Place("fpga", "fpga"))

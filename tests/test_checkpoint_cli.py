@@ -43,9 +43,12 @@ CASES = {
 LEARNING = ("eval_return", "train_return", "loss", "env_steps", "chunk")
 
 
-def train(tmp: Path, name: str, args: list[str]) -> subprocess.Popen:
+def train(tmp: Path, name: str | None, args: list[str]) -> subprocess.Popen:
+    """``drlhet train`` in a subprocess, its run in ``tmp / name`` (None: a resume, which goes
+    on in its own folder and refuses ``--out`` and ``--name``)."""
     env = {**os.environ, "DRLHET_CACHE": str(tmp / "cache")}
-    cmd = [sys.executable, "-m", "drlhet", "train", "--out", str(tmp), "--name", name, *args]
+    where = [] if name is None else ["--out", str(tmp), "--name", name]
+    cmd = [sys.executable, "-m", "drlhet", "train", *where, *args]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -101,7 +104,7 @@ def test_a_killed_run_resumes_bit_for_bit(tmp_path, case, mid_write):
     seen = kill_when(killed, tmp_path / "killed" / "checkpoints", mid_write)
     if mid_write and seen == "between":
         plant_half_written(tmp_path / "killed" / "checkpoints")
-    resumed = train(tmp_path, "resumed", ["--resume", str(tmp_path / "killed"), "--no-progress"])
+    resumed = train(tmp_path, None, ["--resume", str(tmp_path / "killed"), "--no-progress"])
     assert resumed.wait() == 0, resumed.stderr.read().decode()
     a, rows_a = final(tmp_path / "whole")
     b, rows_b = final(tmp_path / "killed")

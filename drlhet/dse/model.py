@@ -196,12 +196,9 @@ class Model:
             if not any(payload in p.get("transfer", {}) for p in self.profiles.values()):
                 raise ValueError("the CPU profile has no transfer figures (profiled on 1 device)")
             return self.figure("transfer", payload, None)
-        t = 0.0
-        for dev in (src, dst):  # through the host: one link per accelerator end
-            if self.kind(dev) != CPU:
-                link = self.sheets[self.sheets[dev]["link"]]
-                t += link_seconds(link, items * self.s.bytes[payload])
-        return t
+        # through the host: one link per accelerator end
+        links = [self.sheets[self.sheets[d]["link"]] for d in (src, dst) if self.kind(d) != CPU]
+        return sum(link_seconds(link, items * self.s.bytes[payload]) for link in links)
 
     # --- the relaxed model ----------------------------------------------------------------
     def _relaxed(

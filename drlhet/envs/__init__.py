@@ -172,6 +172,11 @@ def make_env(name: str, num_envs: int = 1) -> EnvFns:
             2,
         )
 
+    return _gymnax_env(name, num_envs)
+
+
+def _gymnax_env(name: str, num_envs: int) -> EnvFns:
+    """``num_envs`` copies of gymnax's ``name`` (`make_env`), their observations flattened."""
     from drlhet.envs.lazy_import import import_gymnax
 
     gymnax = import_gymnax()  # without the seaborn and pyplot its Pong imports to render

@@ -169,7 +169,7 @@
 #             (not in the default list; about 100 s)
 #   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
 # CUDA_CLUSTER_MAX_BATCH, CUDA_NARROW_MAX_NODES, CUDA_SHARED_TOP (0: off), CUDA_TAGGED_CLAIMS
-# and CUDA_TAGGED_SIBLINGS (1: on), set in the environment or by the pick stage, are the
+# (1: on, 0: off) and CUDA_TAGGED_SIBLINGS (1: on), set in the environment or by the pick stage, are the
 # settings (drlhet.backends.cuda's CLUSTER_MAX_BATCH, NARROW_MAX_NODES, SHARED_TOP,
 # TAGGED_CLAIMS, TAGGED_SIBLINGS) that the
 # quick, train, bench, profile, split and kernels stages run with (train, profile and split
@@ -225,9 +225,14 @@ paths() {  # PATH_FLAGS for bench_replay.py and RUN for the other commands, from
     PATH_FLAGS+=" --no-cuda-shared-top"
     wrap+=" --no-shared-top"
   fi
-  if [ "${CUDA_TAGGED_CLAIMS:-0}" = 1 ] && [ "${TRIAGE_NO_TAGGED:-0}" != 1 ]; then
-    PATH_FLAGS+=" --cuda-tagged-claims True"  # bench_replay's None | bool options take a value
-    wrap+=" --tagged-claims"
+  if [ "${CUDA_TAGGED_CLAIMS:-}" = 0 ] || [ "${TRIAGE_NO_TAGGED:-0}" = 1 ]; then
+    PATH_FLAGS+=" --cuda-tagged-claims False"  # the library's default is on
+    wrap+=" --no-tagged-claims"
+  else
+    if [ "${CUDA_TAGGED_CLAIMS:-}" = 1 ]; then
+      PATH_FLAGS+=" --cuda-tagged-claims True"  # bench_replay's None | bool options take a value
+      wrap+=" --tagged-claims"
+    fi
     if [ "${CUDA_TAGGED_SIBLINGS:-0}" = 1 ]; then
       PATH_FLAGS+=" --cuda-tagged-siblings True"
       wrap+=" --tagged-siblings"
@@ -417,6 +422,7 @@ for s in "${stages[@]}"; do
       # the library's defaults say (once pick has turned the table on, the next run's base
       # would else be a tagged arm, and pick would find no workspace row to weigh it against)
       base=${PATH_FLAGS/ --cuda-tagged-claims True/}
+      base=${base/ --cuda-tagged-claims False/}
       base="${base/ --cuda-tagged-siblings True/} --cuda-tagged-claims False"
       stage tagged 150 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
         --batches ${TAGGED_BATCHES:-2048 4096} --branchings 16 --backends cuda jax \

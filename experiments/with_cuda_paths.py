@@ -15,6 +15,7 @@ Usage:
   python experiments/with_cuda_paths.py --no-key-targets -- -m drlhet train ...
   python experiments/with_cuda_paths.py --no-shared-top -- experiments/profile_gpu.py
   python experiments/with_cuda_paths.py --tagged-claims -- -m drlhet train ...
+  python experiments/with_cuda_paths.py --no-tagged-claims -- -m drlhet train ...
   python experiments/with_cuda_paths.py --tagged-claims --tagged-siblings -- -m drlhet train ...
 """
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import runpy
 import sys
-from typing import NoReturn
+from typing import Annotated, NoReturn
 
 import tyro
 
@@ -59,18 +60,23 @@ class Args:
     no_shared_top: bool = False
     """Turn ``drlhet.backends.cuda.SHARED_TOP`` off: the sample's descents read every level from
     the tree in global memory (without the flag: the library's setting)."""
-    tagged_claims: bool = False
+    # one flag each, without tyro's --no- twins: --no-tagged-claims is the switch off
+    tagged_claims: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
     """Turn ``drlhet.backends.cuda.TAGGED_CLAIMS`` on: the cluster path's update claims its
     leaves in a table kept by its custom call (without the flag: the library's setting)."""
+    no_tagged_claims: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
+    """Turn ``drlhet.backends.cuda.TAGGED_CLAIMS`` off: the cluster path's update claims its
+    leaves in the call's workspace (without the flag: the library's setting)."""
     tagged_siblings: bool = False
     """Turn ``drlhet.backends.cuda.TAGGED_SIBLINGS`` on: with the tagged claims, the winners sum
     their leaves' parents from the table (without the flag: the library's setting)."""
 
 
 def apply(args: Args) -> dict[str, int]:
-    """Sets the given thresholds (and ``KEY_TARGETS``, ``SHARED_TOP``) in
-    ``drlhet.backends.cuda``; returns
-    every one's value. A negative one raises ``ValueError`` naming it, before anything is set."""
+    """Sets the given thresholds (and ``KEY_TARGETS``, ``SHARED_TOP``, ``TAGGED_CLAIMS``,
+    ``TAGGED_SIBLINGS``) in ``drlhet.backends.cuda``; returns every one's value. A negative one,
+    or both ``--tagged-claims`` and ``--no-tagged-claims``, raises ``ValueError`` naming it,
+    before anything is set."""
     for name in NAMES:
         value = getattr(args, name)
         if value is not None and value < 0:
@@ -78,6 +84,8 @@ def apply(args: Args) -> dict[str, int]:
     threads = args.spread_threads
     if threads is not None and not (32 <= threads <= 1024 and threads % 32 == 0):
         raise ValueError(f"--spread-threads must be whole warps, 32 to 1024, got {threads}")
+    if args.tagged_claims and args.no_tagged_claims:
+        raise ValueError("give --tagged-claims or --no-tagged-claims, not both")
     from drlhet.backends import cuda
 
     for name in NAMES:
@@ -87,8 +95,8 @@ def apply(args: Args) -> dict[str, int]:
         cuda.KEY_TARGETS = False
     if args.no_shared_top:
         cuda.SHARED_TOP = False
-    if args.tagged_claims:
-        cuda.TAGGED_CLAIMS = True
+    if args.tagged_claims or args.no_tagged_claims:
+        cuda.TAGGED_CLAIMS = args.tagged_claims
     if args.tagged_siblings:
         cuda.TAGGED_SIBLINGS = True
     switches = ("key_targets", "shared_top", "tagged_claims", "tagged_siblings")

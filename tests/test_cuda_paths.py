@@ -38,7 +38,7 @@ def write(tmp_path, name, rows):
 
 # the current values these tests pick against (the library's are read where none is given)
 CURRENT = {"block_max_batch": 1024, "cluster_max_batch": 0, "narrow_max_nodes": 4096,
-           "shared_top": True,
+           "shared_top": True, "tagged_claims": False, "tagged_siblings": False,
            "own_sample_max_batch": 1 << 62, "spread_min_batch": 1 << 62,
            "spread_threads": 128}  # fmt: skip
 
@@ -310,7 +310,7 @@ def test_a_command_runs_with_the_thresholds_set_and_the_library_keeps_its_own(tm
     from drlhet.backends import cuda
 
     before = (cuda.BLOCK_MAX_BATCH, cuda.CLUSTER_MAX_BATCH, cuda.NARROW_MAX_NODES, cuda.KEY_TARGETS,
-              cuda.SHARED_TOP)  # fmt: skip
+              cuda.SHARED_TOP, cuda.TAGGED_CLAIMS)  # fmt: skip
     script = tmp_path / "show.py"
     script.write_text(
         "import sys\nfrom drlhet.backends import cuda\n"
@@ -321,15 +321,15 @@ def test_a_command_runs_with_the_thresholds_set_and_the_library_keeps_its_own(tm
     wrapper = [sys.executable, str(REPO / "experiments" / "with_cuda_paths.py")]
     out = subprocess.run(
         [*wrapper, "--cluster-max-batch", "16384", "--narrow-max-nodes", "0", "--no-key-targets",
-         "--no-shared-top", "--tagged-claims", "--own-sample-max-batch", "1024",
+         "--no-shared-top", "--no-tagged-claims", "--own-sample-max-batch", "1024",
          "--spread-min-batch", "2048", "--spread-threads", "64", "--", script, "x"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    assert out.splitlines()[-1] == f"16384 0 {before[0]} False False True 1024 ['x']"
+    assert out.splitlines()[-1] == f"16384 0 {before[0]} False False False 1024 ['x']"
     assert "OWN_SAMPLE_MAX_BATCH 1024" in out.splitlines()[0]
     assert "SPREAD_MIN_BATCH 2048" in out.splitlines()[0]
     assert "SPREAD_THREADS 64" in out.splitlines()[0]
-    assert "TAGGED_CLAIMS 1" in out.splitlines()[0]
+    assert "TAGGED_CLAIMS 0" in out.splitlines()[0]  # the library's default is on
     assert "KEY_TARGETS 0" in out.splitlines()[0] and "SHARED_TOP 0" in out.splitlines()[0]
     assert "CLUSTER_MAX_BATCH 16384" in out.splitlines()[0]
     module = subprocess.run(
@@ -337,10 +337,10 @@ def test_a_command_runs_with_the_thresholds_set_and_the_library_keeps_its_own(tm
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "CLUSTER_MAX_BATCH 8" in module and "KEY_TARGETS 1" in module
-    assert "SHARED_TOP 1" in module and "TAGGED_CLAIMS 0" in module
+    assert "SHARED_TOP 1" in module and "TAGGED_CLAIMS 1" in module
     assert "usage" in module.lower()
     assert (cuda.BLOCK_MAX_BATCH, cuda.CLUSTER_MAX_BATCH, cuda.NARROW_MAX_NODES,
-            cuda.KEY_TARGETS, cuda.SHARED_TOP) == before  # fmt: skip
+            cuda.KEY_TARGETS, cuda.SHARED_TOP, cuda.TAGGED_CLAIMS) == before  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -352,6 +352,10 @@ def test_a_command_runs_with_the_thresholds_set_and_the_library_keeps_its_own(tm
         (
             ["--spread-threads", "48", "--", "x.py"],
             "--spread-threads must be whole warps, 32 to 1024, got 48",
+        ),
+        (
+            ["--tagged-claims", "--no-tagged-claims", "--", "x.py"],
+            "give --tagged-claims or --no-tagged-claims, not both",
         ),
     ],
 )

@@ -20,6 +20,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TAGGED_PATH = "claims in a table kept by the call"  # tests/backends/cuda_places.py
+TAGGED_CLAIMS_PATH = "claims in a table and parents from the tree"  # idem
 KERNEL_REGEX = "--kernel-name regex:drlhet_cuda_(update|sample)_(cluster|block|spread).*"
 
 STAND_INS = """
@@ -144,6 +145,8 @@ def test_the_triage_names_the_real_tests_and_paths(triage):
     assert triage.CLUSTER_PATH in places.PATHS
     assert places.PATHS[triage.CLUSTER_PATH].get("CLUSTER_MAX_BATCH", 0) > 0
     assert places.TAGGED_PATH == TAGGED_PATH and places.PATHS[TAGGED_PATH]["TAGGED_CLAIMS"]
+    assert places.TAGGED_CLAIMS_PATH == TAGGED_CLAIMS_PATH
+    assert places.PATHS[TAGGED_CLAIMS_PATH]["TAGGED_CLAIMS"]
     defined = set(
         re.findall(r"^def (test_\w+)", (REPO / "tests/backends/test_cuda_buffer.py").read_text(),
                    re.M)
@@ -338,7 +341,8 @@ def test_a_top_copy_failure_turns_the_copy_off_and_explains_the_failures_it_caus
     rows = [{"impl": "drlhet-cuda", "op": "step", "mode": "fused", "capacity": 2**20,
              "batch": 4096, "branching": 16, "cuda_block_max_batch": 1024,
              "cuda_narrow_max_nodes": 1024, "cuda_cluster_max_batch": 4096,
-             "cuda_shared_top": top, "items_per_s": 1e8 * (2 if top else 1)}
+             "cuda_shared_top": top, "cuda_tagged_claims": 1,
+             "items_per_s": 1e8 * (2 if top else 1)}
             for top in (True, False)]  # fmt: skip
     (out_dir / "top_old.json").write_text(json.dumps(rows))  # rows that would pick the copy
     out, calls = run_checks(
@@ -433,8 +437,30 @@ def test_the_tagged_stage_is_an_ab_in_one_run_and_a_failing_case_of_it_turns_it_
     assert f"== tests_{arm}: 1; the {arm} path off" in out and f"== {arm}: skipped" in out
     assert not any(f"/{arm}.json" in c for c in calls)
     quick = next(c for c in calls if "bench_quick.json" in c)
-    assert f"--cuda-{switch}" not in quick and "--cuda-cluster-max-batch 0" not in quick
+    # off, not the library's: its default is on
+    assert f"--cuda-{switch} False" in quick and "--cuda-cluster-max-batch 0" not in quick
     assert "--cuda-tagged-siblings" not in quick
+
+
+@pytest.mark.parametrize("claims, flag, wrapped", [
+    ("0", " --cuda-tagged-claims False", " --no-tagged-claims --"),
+    ("1", " --cuda-tagged-claims True", " --tagged-claims --"),
+    (None, None, None),
+])  # fmt: skip
+def test_the_tagged_claims_setting_reaches_every_stage_and_unset_is_the_librarys(
+    tmp_path, claims, flag, wrapped
+):
+    """CUDA_TAGGED_CLAIMS (from pick, or by hand): 0 turns the library's default (on) off in the
+    benchmarks and the wrapped commands, 1 turns it on; unset, no flag (the library's)."""
+    env = {} if claims is None else {"CUDA_TAGGED_CLAIMS": claims}
+    _, calls = run_checks(tmp_path, ["quick", "train"], extra_env=env)
+    quick = next(c for c in calls if "bench_quick.json" in c)
+    train = [c for c in calls if " train " in c]
+    assert len(train) == 2
+    if claims is None:
+        assert "-tagged-claims" not in quick and not any("-tagged-claims" in c for c in train)
+    else:
+        assert flag in quick and all(wrapped in c for c in train)
 
 
 def test_the_find_stage_is_an_ab_of_the_sample_in_one_run(tmp_path):
@@ -485,7 +511,8 @@ def test_pick_reads_the_spread_rows_and_the_later_stages_spread_the_sample_where
     out_dir.mkdir()
     base = {"op": "step", "mode": "fused", "capacity": 2**20, "branching": 16,
             "cuda_block_max_batch": 1024, "cuda_narrow_max_nodes": 1024,
-            "cuda_cluster_max_batch": 4096, "cuda_own_sample": True}  # fmt: skip
+            "cuda_cluster_max_batch": 4096, "cuda_own_sample": True,
+            "cuda_tagged_claims": 1}  # fmt: skip
     arms = {"drlhet-cuda": (1 << 62, 128, 120e6), "drlhet-cuda-spread64": (1, 64, 135e6)}
     rows = [
         base | {"impl": impl, "batch": b, "cuda_spread_min_batch": least,
@@ -599,7 +626,7 @@ def test_pick_reads_the_find_rows_and_the_later_stages_sample_around_find_where_
         {"impl": impl, "op": "step", "mode": "fused", "capacity": 2**20, "batch": b,
          "branching": 16, "cuda_block_max_batch": 1024, "cuda_narrow_max_nodes": 1024,
          "cuda_cluster_max_batch": 4096, "cuda_own_sample": impl == "drlhet-cuda",
-         "items_per_s": 130e6 if impl.endswith("find") else 120e6}
+         "cuda_tagged_claims": 1, "items_per_s": 130e6 if impl.endswith("find") else 120e6}
         for b in (2048, 4096)
         for impl in ("drlhet-cuda", "drlhet-cuda-find")
     ]  # fmt: skip
@@ -646,8 +673,11 @@ def test_the_gpu_stages_select_the_cluster_and_key_cases_by_their_marks(triage, 
     assert len(cluster) >= 40 and all(triage.CLUSTER_PATH in i for i in cluster)  # GPU + emulated
     assert not any(triage.CLUSTER_PATH in i for i, m in marks.items() if "cuda_cluster" not in m)
     tagged = [i for i, m in marks.items() if "cuda_tagged" in m]  # on a GPU only
-    assert len(tagged) >= 20 and all(TAGGED_PATH in i and "[gpu, " in i for i in tagged)
-    assert not any(TAGGED_PATH in i for i, m in marks.items() if "cuda_tagged" not in m)
+    for path in (TAGGED_PATH, TAGGED_CLAIMS_PATH):
+        ids = [i for i in tagged if path in i]
+        assert len(ids) >= 20 and all("[gpu, " in i for i in ids), path
+        assert not any(path in i for i, m in marks.items() if "cuda_tagged" not in m)
+    assert all(TAGGED_PATH in i or TAGGED_CLAIMS_PATH in i for i in tagged)
     key = {i.split("::")[-1].split("[")[0] for i, m in marks.items() if "cuda_key_targets" in m}
     assert key == set(triage.KEY_TESTS)
 
@@ -673,7 +703,7 @@ def test_the_top_stage_times_the_copy_both_ways_and_pick_turns_it_off_where_it_l
         rows = [{"impl": "drlhet-cuda", "op": "step", "mode": "fused", "capacity": 2**20,
                  "batch": 4096, "branching": 16, "cuda_block_max_batch": 1024,
                  "cuda_narrow_max_nodes": 1024, "cuda_cluster_max_batch": 4096,
-                 "cuda_shared_top": top, "items_per_s": rate}]  # fmt: skip
+                 "cuda_shared_top": top, "cuda_tagged_claims": 1, "items_per_s": rate}]  # fmt: skip
         (out_dir / f"{name}.json").write_text(json.dumps(rows))
     out, calls = run_checks(tmp_path, ["top", "pick", "quick", "train"])
     top = [c for c in calls if c.startswith("experiments/bench_replay.py") and "/top_" in c]

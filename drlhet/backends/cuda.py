@@ -91,19 +91,23 @@ step in a fused scan; ``experiments/gpu_checks.sh cluster pick``, results/cuda_p
 121.5M against the per-level path's 107.1M items/s at B 4096 (1.13x), 282M against 424M at
 B 16384; one cluster of 8 SMs per tree runs out of memory parallelism above that."""
 
-TAGGED_CLAIMS = False
+TAGGED_CLAIMS = True
 """Whether the cluster path's update of at most one entry per thread of its cluster (4096 per tree
 on a GPU: 8 blocks of at most 512) claims its leaves in a table kept by its custom call between
 calls, each slot tagged with the update that claimed it (``kernels/cuda/tag_table.cuh``: no reset
 of the workspace's winner slots, no barrier after it; 8 bytes a leaf a tree on the device, per
-call site, made at its first update). The same bits (host emulation). Until a GPU decides
-(``gpu_checks.sh tagged``): off. Read when traced."""
+call site, made at its first update); off: in the call's workspace. The same bits (the host
+emulation, with and without `TAGGED_SIBLINGS`; on an H200, 26 GPU tests with it). Picked on an
+H200 (2^20 leaves, K 16, the step in a fused scan, ``gpu_checks.sh tagged pick``,
+results/cuda_paths_h200.json): 75.2M against 70.1M items/s at B 2048, 132.4M against 127.9M at
+B 4096 (geometric mean 1.054x). Read when traced."""
 TAGGED_SIBLINGS = False
 """With `TAGGED_CLAIMS`, whether the winners also sum their leaves' parents from the table (each
 slot carries its winner's value) instead of from the tree after a barrier over the leaves: one
 cluster barrier and one round trip to memory fewer, where the leaves' parents are a level wider
-than the batch (2^20 leaves, K 16, B 4096). The same bits (host emulation). Until a GPU decides
-(``gpu_checks.sh tagged``): off. Read when traced."""
+than the batch (2^20 leaves, K 16, B 4096). The same bits (the host emulation; an H200's tests).
+Off: on an H200 (results/cuda_paths_h200.json) 0.98x and 0.96x the table's claims without it
+at B 2048 and 4096. Read when traced."""
 
 SHARED_TOP = True
 """Whether each block of the sample's kernels first copies the top levels of its tree (up to

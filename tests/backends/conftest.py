@@ -6,7 +6,15 @@ import os
 
 import jax
 import pytest
-from cuda_places import CLUSTER_PATH, GPU_ONLY, PATHS, PLACES, TAGGED_PATH, devices
+from cuda_places import (
+    CLUSTER_PATH,
+    GPU_ONLY,
+    PATHS,
+    PLACES,
+    TAGGED_CLAIMS_PATH,
+    TAGGED_PATH,
+    devices,
+)
 
 from drlhet import backends
 from drlhet.backends import cuda
@@ -15,6 +23,7 @@ from drlhet.backends import cuda
 # on a GPU in a stage of its own
 MARKS = {
     CLUSTER_PATH: [pytest.mark.cuda_cluster],
+    TAGGED_CLAIMS_PATH: [pytest.mark.cuda_tagged],
     TAGGED_PATH: [pytest.mark.cuda_tagged],
 }
 

@@ -1,15 +1,18 @@
 """Where the tests run the CUDA backend's custom calls: on a GPU (the kernels themselves) and on a
 CPU device, where the same handler bodies run the same kernels under the host emulation of the
 CUDA execution model (kernels/cuda/emu: function, not speed). The fixtures (conftest.py) run
-each place on the three update paths (`cuda.BLOCK_MAX_BATCH`: every batch in one block per tree;
-or every batch over the whole grid, a launch per level, there with `cuda.NARROW_MAX_NODES` 16 so
-that the levels of 17 to B nodes take the launches of a thread per node; or, with
-`cuda.CLUSTER_MAX_BATCH`, every batch in one cluster of blocks per tree, the sample's too above
-1024 targets; or, with `cuda.TAGGED_CLAIMS` too, the cluster path with its claims in a table
-kept by its custom call and the leaves' parents summed from it, `cuda.TAGGED_SIBLINGS`, on a GPU
-only: the emulation runs that path in test_cuda_tagged.py, both ways, where the fixture's tests
-on one more path would cost about 45 s of the default suite), everything in the test on that
-place's device: the reference too.
+each place on the update paths (`cuda.BLOCK_MAX_BATCH`: every batch in one block per tree;
+or every batch over the whole grid, a launch per level, with `cuda.CLUSTER_MAX_BATCH` 0 and
+`cuda.NARROW_MAX_NODES` 16 so that the levels of 17 to B nodes take the launches of a thread
+per node; or, with `cuda.CLUSTER_MAX_BATCH`, every batch in one cluster of blocks per tree, the
+sample's too above 1024 targets, its claims in the call's workspace; or, with
+`cuda.TAGGED_CLAIMS` too, the cluster path with its claims in a table kept by its custom call,
+the leaves' parents summed from the tree or, with `cuda.TAGGED_SIBLINGS`, from the table, on a
+GPU only: the emulation runs those paths in test_cuda_tagged.py, both ways, where the fixture's
+tests on more paths would cost about 45 s of the default suite each), everything in the test
+on that place's device: the reference too. Each path sets every switch that picks it, so that
+a default changed in the library (as `cuda.CLUSTER_MAX_BATCH` and `cuda.TAGGED_CLAIMS` were
+once measured on) does not move a path's tests onto another.
 """
 
 from __future__ import annotations
@@ -24,10 +27,17 @@ from drlhet.backends.native import library_path
 NO_GPU = "missing device: no GPU (JAX sees no CUDA device here)"
 CLUSTER_PATH = "one cluster per tree"
 TAGGED_PATH = "claims in a table kept by the call"
+TAGGED_CLAIMS_PATH = "claims in a table and parents from the tree"
 PATHS = {
     "one block per tree": {"BLOCK_MAX_BATCH": 2**40},
-    "one launch per level": {"BLOCK_MAX_BATCH": 0, "NARROW_MAX_NODES": 16},
-    CLUSTER_PATH: {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40},
+    "one launch per level": {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 0, "NARROW_MAX_NODES": 16},
+    CLUSTER_PATH: {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 2**40, "TAGGED_CLAIMS": False},
+    TAGGED_CLAIMS_PATH: {
+        "BLOCK_MAX_BATCH": 0,
+        "CLUSTER_MAX_BATCH": 2**40,
+        "TAGGED_CLAIMS": True,
+        "TAGGED_SIBLINGS": False,
+    },
     TAGGED_PATH: {
         "BLOCK_MAX_BATCH": 0,
         "CLUSTER_MAX_BATCH": 2**40,
@@ -38,7 +48,7 @@ PATHS = {
 """Each update path's settings of `drlhet.backends.cuda`. The tagged claims' batches that they do
 not take (more entries than the tagged kernel's cluster has threads) go to the cluster path's
 workspace claims."""
-GPU_ONLY = (TAGGED_PATH,)
+GPU_ONLY = (TAGGED_CLAIMS_PATH, TAGGED_PATH)
 """The paths the fixtures run on a GPU only (the emulation's tests of them: see above)."""
 PLACES = ("gpu", "emulated cpu")
 
@@ -57,5 +67,6 @@ def devices(place: str) -> list:
 
 
 __all__ = [
-    "CLUSTER_PATH", "GPU_ONLY", "NO_GPU", "PATHS", "PLACES", "TAGGED_PATH", "devices",
+    "CLUSTER_PATH", "GPU_ONLY", "NO_GPU", "PATHS", "PLACES", "TAGGED_CLAIMS_PATH", "TAGGED_PATH",
+    "devices",
 ]  # fmt: skip

@@ -384,18 +384,18 @@ def test_weigh_and_checked_update_equal_the_buffers_code(place, k, capacity):
 
 @pytest.mark.parametrize(
     "path, b",
-    [(cuda_places.TAGGED_PATH, 1024)],
-    ids=["tagged claims"],  # not the paths' names (GPU stages')
+    [(cuda_places.TAGGED_PATH, 1024), (cuda_places.TAGGED_CLAIMS_PATH, 1024)],
+    ids=["tagged claims and siblings", "tagged claims"],  # not the paths' names (GPU stages')
 )
 def test_the_gpu_only_paths_inside_jit_equal_the_buffers_code_on_the_emulation(
     monkeypatch, path, b
 ):
     """The paths the `place` fixture runs on a GPU only (cuda_places.GPU_ONLY: the cluster
-    path's claims in a tagged table, `cuda.TAGGED_CLAIMS`, with `cuda.TAGGED_SIBLINGS`, at B
-    1024, one entry per thread of the emulation's cluster) through the custom calls on the
-    emulated CPU device: the checked update's batches (duplicates, drops, refusals) at K 16,
-    2^16 leaves, and a jitted scan of vmapped plain writes over two trees, bit for bit the
-    reference's."""
+    path's claims in a tagged table, `cuda.TAGGED_CLAIMS`, with and without
+    `cuda.TAGGED_SIBLINGS`, at B 1024, one entry per thread of the emulation's cluster) through
+    the custom calls on the emulated CPU device: the checked update's batches (duplicates,
+    drops, refusals) at K 16, 2^16 leaves, and a jitted scan of vmapped plain writes over two
+    trees, bit for bit the reference's."""
     k, capacity = 16, 2**16
     with jax.default_device(cuda_places.devices("emulated cpu")[0]):
         for name, value in cuda_places.PATHS[path].items():

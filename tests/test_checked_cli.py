@@ -143,6 +143,19 @@ def test_the_report_scripts_name_a_missing_file(script, args):
     assert done.stderr.strip().splitlines() == [f"{script}: error: {args[0]}: no such file"]
 
 
+def test_the_replay_report_reads_every_committed_row_file(monkeypatch, capsys):
+    """Every bench_replay row file under results/ is read (the first GPU rows, of 2026-11-26,
+    name no machine or threading: refused until 2026-11-30)."""
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))
+    report = importlib.import_module("report_replay")
+    files = sorted((REPO / "results").glob("bench_replay*.json"))
+    assert len(files) >= 40
+    for path in files:
+        assert report.refused(report.Args(path)) == "", path.name
+        report.main(str(path))
+        assert capsys.readouterr().out.startswith("Machine: "), path.name
+
+
 @dataclasses.dataclass
 class Outputs:
     out: Path

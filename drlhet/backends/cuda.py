@@ -121,15 +121,17 @@ SPREAD_MIN_BATCH = 1 << 62
 """A sample call (`weigh`, `weigh_key`) of at least this many targets per tree runs as one
 cooperative launch spread over the GPU (``kernels/cuda/sample_spread.cuh``: a thread a target
 in blocks of `SPREAD_THREADS`, a barrier of the grid before the weights' scaling) where the GPU
-holds its blocks at once; else on the paths above. The same bits (host emulation). Until a GPU
-decides (``gpu_checks.sh spread``): never. Read when a program is traced."""
+holds its blocks at once; else on the paths above. The same bits (host emulation; an H200's 7
+GPU tests). Never: on an H200 (results/cuda_paths_h200.json) the step 0.87-1.02x the own call's
+at B 2048 and 4096 over 64, 128 and 256 threads a block. Read when a program is traced."""
 SPREAD_THREADS = 128
 """Threads per block of the spread sample (whole warps, 32 to 1024). Read when traced."""
 
 OWN_SAMPLE_MAX_BATCH = 1 << 62
 """The largest batch per tree sampled by cuda's own call (`weigh`, `weigh_key`); above it, by
-the buffer's XLA code around `find` (the same bits). Until a GPU decides (``gpu_checks.sh
-find``): every batch. Read when a program is traced."""
+the buffer's XLA code around `find` (the same bits). Every batch: on an H200
+(results/cuda_paths_h200.json) the step around `find` 0.96x and 0.98x the own call's at B 2048
+and 4096 (``gpu_checks.sh find`` or ``spread``). Read when a program is traced."""
 
 KEY_TARGETS = True
 """Whether the buffer's sample draws its targets inside the cuda sample call (`weigh_key`)

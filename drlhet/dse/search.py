@@ -153,7 +153,8 @@ def best_to_run(
     with every group on this machine's GPU, whose device sheet is ``gpu_sheet`` (renamed
     ``gpu:0``), its replay on a backend of ``gpu_replay`` (those that load on the GPU) and the
     other groups on backends that load there. A mapping split between the CPU and the GPU is
-    not taken: none has run on a GPU yet. None when nothing qualifies."""
+    not taken (the one such split run on a GPU, an H200's, was far slower than everything on
+    it, as predicted). None when nothing qualifies."""
     replay_ok = set(gpu_replay)
     for p in preds:
         if p.note:

@@ -56,7 +56,7 @@ class TrainConfig:
     that loads on the device the replay runs on."""
     learner: str | None = None
     """Learner backend (a mapping's ``learner=NAME@device`` sets it); None: the agents' JAX
-    step. ``fpga`` runs the FPGA learner module's C-simulation (DQN)."""
+    step. ``fpga`` runs the FPGA learner module's C-simulation (DQN and DDPG/TD3)."""
     uniform: bool = False
     """Uniform replay instead of PER (the baseline)."""
     delay: int = 0

@@ -224,10 +224,13 @@ def test_the_tagged_ab_traces_one_program_per_arm_with_its_switches_and_restores
 ):
     """``--cuda-tagged-ab``: ``drlhet-cuda-tagged`` and ``-siblings`` beside ``drlhet-cuda`` in
     one run (cuda under the host emulation here), each program traced with `cuda.TAGGED_CLAIMS`
-    on and `TAGGED_SIBLINGS` off, then on, and ``drlhet-cuda``'s with them off, the rows saying
-    which, and the library's settings as they were after the run."""
+    on and `TAGGED_SIBLINGS` off, then on, and ``drlhet-cuda``'s with them off (``--cuda-
+    tagged-claims False``, as ``gpu_checks.sh tagged`` gives it: the library's default is on),
+    the rows saying which, and the run's settings as they were after the arms."""
     cuda = emulated_cuda
     names = ["TAGGED_CLAIMS", "TAGGED_SIBLINGS"]
+    for n in names:  # the run's options set them for the process: put back after the test
+        monkeypatch.setattr(cuda, n, getattr(cuda, n))
     traced = []
     target = cuda._update_target
     monkeypatch.setattr(
@@ -241,6 +244,7 @@ def test_the_tagged_ab_traces_one_program_per_arm_with_its_switches_and_restores
         batches=(256,),
         peers=False,
         cuda_tagged_ab=True,
+        cuda_tagged_claims=False,
     )
     rows = bench.main(args)
     columns = [f"cuda_{n.lower()}" for n in names]
@@ -250,7 +254,7 @@ def test_the_tagged_ab_traces_one_program_per_arm_with_its_switches_and_restores
     # each program traces the update (the scan may trace its body more than once), in order
     seen = [settings for i, settings in enumerate(traced) if i == 0 or traced[i - 1] != settings]
     assert seen == [w[1] for w in want]
-    assert not any(getattr(cuda, n) for n in names)
+    assert not any(getattr(cuda, n) for n in names)  # the run's, after the arms
     assert all(r["items_per_s"] > 0 for r in rows)
 
 

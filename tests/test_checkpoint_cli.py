@@ -109,6 +109,9 @@ def test_a_killed_run_resumes_bit_for_bit(tmp_path, case, mid_write):
     a, rows_a = final(tmp_path / "whole")
     b, rows_b = final(tmp_path / "killed")
     assert a.chunk == b.chunk == len(rows_a) - 1, seen
+    # resumed with the run's own --checkpoint-every 1 --keep-checkpoints 10 (not 10 and 2)
+    kept = (tmp_path / "killed" / "checkpoints").iterdir()
+    assert sorted(int(p.name) for p in kept if p.name.isdigit()) == list(range(len(rows_a)))
     assert_same_state(a.states, b.states)
     assert len(rows_a) == len(rows_b)
     for x, y in zip(rows_a, rows_b, strict=True):
@@ -124,6 +127,11 @@ def test_resume_refuses_other_settings_and_a_folder_without_checkpoints(tmp_path
         main(["train", "--resume", str(tmp_path), "--batch-size", "64"])
     assert e.value.code == 2
     assert "--batch-size" in capsys.readouterr().err
+    # written at their default values: refused too (they were ignored without a word)
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--resume", str(tmp_path), "--steps", "100000", "--dqn.hidden", "64", "64"])
+    assert e.value.code == 2
+    assert "; drop --steps, --dqn" in capsys.readouterr().err
     for where in (["--out", str(tmp_path / "elsewhere")], ["--name", "other"]):  # were ignored
         with pytest.raises(SystemExit) as e:
             main(["train", "--resume", str(tmp_path), *where])
@@ -155,6 +163,51 @@ def test_resume_skips_a_corrupt_checkpoint_naming_it(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"{tmp_path / 'run'} has run all its 2 chunks: nothing left to resume" in out
     assert sorted((p, p.stat().st_mtime_ns) for p in (tmp_path / "run").rglob("*")) == before
+    # killed after its last checkpoint, before its last row, config.json and curve: resumed,
+    # they come from that checkpoint
+    run = tmp_path / "run"
+    whole = {f: (run / f).read_text() for f in ("metrics.jsonl", "config.json")}
+    (run / "metrics.jsonl").write_text(whole["metrics.jsonl"].splitlines(keepends=True)[0])
+    (run / "config.json").unlink()
+    (run / "curve.png").unlink()
+    main(["train", "--resume", str(run), "--no-progress", "--no-compilation-cache"])
+    out = capsys.readouterr().out
+    assert "nothing left to resume (metrics.jsonl, config.json, curve.png written from" in out
+    assert {f: (run / f).read_text() for f in whole} == whole and (run / "curve.png").is_file()
+
+
+def test_a_new_run_is_refused_the_folder_of_another_and_leaves_it_alone(tmp_path, capsys):
+    """A fresh run named as an existing one would write over its metrics and mix its
+    checkpoints with the other's (retention deleting them, --resume taking the other's)."""
+    for held in ("metrics.jsonl", "checkpoints"):
+        run = tmp_path / held.split(".")[0]
+        run.mkdir()
+        (run / held).mkdir() if held == "checkpoints" else (run / held).write_text("{}\n")
+        with pytest.raises(SystemExit) as e:
+            main(["train", "--out", str(tmp_path), "--name", run.name, "--no-progress"])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert f"{run} already holds a run ({held}); go on with it with --resume {run}" in err
+        assert [p.name for p in run.iterdir()] == [held]
+
+
+def test_a_checkpoint_is_read_with_the_replay_its_mapping_placed():
+    """A replay backend named only in the mapping (``replay=fpga@cpu:0``: other state leaves
+    than the default backend's) is the one whose state a checkpoint is read as."""
+    import dataclasses
+
+    import jax
+
+    from drlhet.cli.checkpoints import _example
+    from drlhet.runtime.config import TrainConfig
+
+    config = TrainConfig(buffer_size=4096, batch_size=32, seeds=1)
+    mapping = "actors=jax@cpu:0,replay=fpga@cpu:0,learner=jax@cpu:0"
+    got = _example({"config": dataclasses.asdict(config), "mapping": mapping})
+    want = initial_example(dataclasses.replace(config, backend="fpga", learner="jax"))
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    assert jax.tree.leaves(got) == jax.tree.leaves(want)
+    assert jax.tree.structure(got) != jax.tree.structure(initial_example(config))
 
 
 def test_sigterm_stops_after_the_chunk_with_its_checkpoint_and_resume_goes_on(tmp_path, capsys):

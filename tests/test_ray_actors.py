@@ -22,7 +22,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
 
 from drlhet.agents.dqn import DQNConfig  # noqa: E402
 from drlhet.cli.ray_actors import ray_config  # noqa: E402
-from drlhet.cli.train import CHECKPOINT_EVERY, _checkpoint_every  # noqa: E402
+from drlhet.cli.train import CHECKPOINT_EVERY, KEEP_CHECKPOINTS, _saving  # noqa: E402
 from drlhet.runtime.config import TrainConfig  # noqa: E402
 from drlhet.runtime.ray_learner import RayConfig, parse_actors, run_ray  # noqa: E402
 
@@ -159,9 +159,9 @@ def test_ray_flags_left_out_take_the_configs_defaults():
 
 
 def test_checkpoints_default_to_every_ten_chunks_and_none_with_ray():
-    assert _checkpoint_every(None, None) == CHECKPOINT_EVERY == 10
-    assert _checkpoint_every(None, RayConfig(actors=2)) == 0
-    assert _checkpoint_every(3, None) == 3 and _checkpoint_every(0, None) == 0
+    assert _saving(None, None, None, None) == (CHECKPOINT_EVERY, KEEP_CHECKPOINTS) == (10, 2)
+    assert _saving(None, None, RayConfig(actors=2), None)[0] == 0
+    assert _saving(3, None, None, None)[0] == 3 and _saving(0, 5, None, None) == (0, 5)
 
 
 @pytest.mark.parametrize(

@@ -116,7 +116,9 @@ class NativeChannel:
             raise ValueError(f"a channel holds at least one message, got capacity {capacity}")
         self.spec = jax.ShapeDtypeStruct(tuple(spec.shape), spec.dtype)
         self.nbytes = int(np.prod(self.spec.shape)) * np.dtype(self.spec.dtype).itemsize
-        self.id = int(_library().drlhet_channel_open(capacity, max(self.nbytes, 1)))
+        if self.nbytes == 0:
+            raise ValueError(f"a channel's message holds at least one byte, got shape {spec.shape}")
+        self.id = int(_library().drlhet_channel_open(capacity, self.nbytes))
         if self.id <= 0:
             raise ValueError(f"cannot open a channel of {capacity} x {self.nbytes} bytes")
 

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from drlhet.backends.base import CPU, Backend, BackendUnavailable, register
-from drlhet.replay.sum_tree import SumTreeState, TreeOps
+from drlhet.replay.sum_tree import SumTreeState, TreeOps, check_indices
 
 __all__ = [
     "library_path",
@@ -106,6 +106,8 @@ def ffi_find(
     `drlhet.backends.cuda`'s): operands ``(nodes, targets [B])``, results ``(indices [B] int32,
     values [B], total [])``, attributes ``branching`` and ``capacity``."""
     targets = jnp.asarray(targets, jnp.float32)
+    if targets.shape[-1:] == (0,):  # the reference's contract; the handler wrote no total
+        raise ValueError("find needs at least one target per tree (B >= 1), got 0")
     out = (
         jax.ShapeDtypeStruct(targets.shape, jnp.int32),
         jax.ShapeDtypeStruct(targets.shape, jnp.float32),
@@ -128,7 +130,9 @@ def ffi_update(
     """`update` through the registered FFI handler ``target``: operands ``(nodes, indices [B],
     values [B], keep [B])``, the nodes aliased to the first result (updated in place when
     donated); with ``workspace > 0`` a second result of that many int32 slots per tree, scratch
-    for the handler (XLA allocates it); ``attrs``: attributes beyond branching and capacity."""
+    for the handler (XLA allocates it); ``attrs``: attributes beyond branching and capacity.
+    Concrete indices are checked before the int32 cast (which would wrap ``2**32 + 3`` to 3)."""
+    check_indices(tree, indices, keep)
     indices = jnp.asarray(indices, jnp.int32)
     values = jnp.asarray(values, jnp.float32)
     keep = jnp.ones(indices.shape, bool) if keep is None else jnp.asarray(keep, bool)

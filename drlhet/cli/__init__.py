@@ -18,7 +18,7 @@ import traceback
 
 import tyro
 
-from drlhet.cli.common import UsageError
+from drlhet.cli.common import UsageError, command_line
 from drlhet.cli.dse import dse_command, profile_command
 from drlhet.cli.train import backends_command, train_command
 from drlhet.parse_errors import HeldStderr
@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> None:
     args = [a for i, a in enumerate(args) if i >= end or a != DEBUG]
     commands = {"train": train_command, "backends": backends_command}
     commands |= {"profile": profile_command, "dse": dse_command}
-    with HeldStderr() as held:  # tyro's refusals: read back, told in one line
+    # the options written (what --resume refuses); tyro's refusals: read back, told in one line
+    with command_line(args), HeldStderr() as held:
         try:
             tyro.extras.subcommand_cli_from_dict(
                 {name: _parsed(command, held) for name, command in commands.items()},

@@ -4,7 +4,10 @@ A run directory holds ``checkpoints/<chunk>/`` (`drlhet.checkpoint.Checkpoints`)
 ``config.json`` and ``metrics.jsonl``. ``--resume DIR`` takes the configuration and the mapping
 from the newest checkpoint that reads back intact (a newer one that does not is named on
 stderr and skipped), rewrites ``metrics.jsonl`` with the rows up to that checkpoint, and goes
-on from there; the mapping may be changed (``--mapping``): the state is placed anew.
+on from there; the mapping may be changed (``--mapping``): the state is placed anew. The
+checkpoints also record how often they were taken and how many are kept, which a resumed run
+keeps unless told otherwise; a run resumed after its last chunk only gets back what its folder
+lacks of it (`finished_run`).
 """
 
 from __future__ import annotations
@@ -12,14 +15,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from drlhet.checkpoint import Checkpoints, Saved, config_from_dict
-from drlhet.runtime.config import TrainConfig
+from drlhet.cli.report import report_run
+from drlhet.runtime.config import TrainConfig, tree_shape
+from drlhet.runtime.mapping import Mapping
 from drlhet.runtime.run import initial_example
 from drlhet.runtime.saving import Saving
 
-__all__ = ["CHECKPOINTS", "saving_for", "peek_run", "resume_run", "refuse_flags_with_resume"]
+__all__ = [
+    "CHECKPOINTS",
+    "saving_for",
+    "peek_run",
+    "resume_run",
+    "refuse_flags_with_resume",
+    "finished_run",
+]
 
 CHECKPOINTS = "checkpoints"
 """The sub-folder of a run directory that holds its checkpoints."""
@@ -40,7 +53,8 @@ def saving_for(
     if every == 0:
         return None
     store = Checkpoints(run_dir / CHECKPOINTS, keep)
-    meta = {"config": dataclasses.asdict(config), "mapping": mapping}
+    meta: dict[str, object] = {"config": dataclasses.asdict(config), "mapping": mapping}
+    meta |= {"checkpoint_every": every, "keep_checkpoints": keep}  # what --resume goes on with
 
     def write(chunk: int, states, rows: list[dict]) -> None:
         store.save(chunk, states, before + rows, meta)
@@ -57,11 +71,21 @@ def resume_run(run_dir: Path) -> tuple[TrainConfig, str, Saved]:
     store = Checkpoints(run_dir / CHECKPOINTS)
     if not store.chunks():
         raise ValueError(f"--resume {run_dir}: no checkpoint in {store.folder}")
-    saved = store.restore(lambda meta: initial_example(config_from_dict(meta["config"])))
+    saved = store.restore(_example)
     for path, why in saved.skipped:
         print(f"drlhet: warning: checkpoint {path} skipped: {why}", file=sys.stderr)
     config = config_from_dict(saved.meta["config"])
     return config, saved.meta["mapping"], saved
+
+
+def _example(meta: dict):
+    """The state's shapes of the run that ``meta`` describes, with the backends its mapping
+    placed (a replay backend named only in the mapping, as ``replay=fpga@cpu:0``, holds another
+    state than the configuration's default one)."""
+    config = config_from_dict(meta["config"])
+    placed = Mapping.parse(meta["mapping"], tree_shape(config))
+    ran = dataclasses.replace(config, backend=placed.replay.backend, learner=placed.learner.backend)
+    return initial_example(ran)
 
 
 def peek_run(run_dir: Path) -> tuple[TrainConfig, str]:
@@ -81,13 +105,52 @@ def peek_run(run_dir: Path) -> tuple[TrainConfig, str]:
     raise ValueError(f"--resume {run_dir}: no checkpoint in {store.folder}")
 
 
-def refuse_flags_with_resume(config: TrainConfig) -> None:
-    """``--resume`` takes the configuration from the checkpoint: other settings are refused."""
-    changed = [
-        f.name
-        for f in dataclasses.fields(TrainConfig)
-        if getattr(config, f.name) != getattr(TrainConfig(), f.name)
-    ]
+def refuse_flags_with_resume(config: TrainConfig, given: Iterable[str] | None = None) -> None:
+    """``--resume`` takes the configuration from the checkpoint: other settings are refused,
+    those ``given`` on the command line (`drlhet.cli.common.FLAGS_GIVEN`; at their default
+    value too), else (None: called from Python) those that differ from the defaults."""
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    if given is not None:  # --dqn.hidden sets dqn; --no-uniform sets uniform
+        written = {g.split(".")[0] for g in given}
+        written |= {g.removeprefix("no_") for g in written}
+        changed = [n for n in names if n in written]
+    else:
+        changed = [n for n in names if getattr(config, n) != getattr(TrainConfig(), n)]
     if changed:
         flags = ", ".join("--" + n.replace("_", "-") for n in changed)
         raise ValueError(f"--resume takes the configuration from the checkpoint; drop {flags}")
+
+
+def finished_run(config: TrainConfig, saved: Saved | None, chunks: int, run_dir: Path) -> bool:
+    """Whether the run resumed from ``saved`` has run all its ``chunks`` (said on stdout). A
+    run killed after its last checkpoint but before its last row, its ``config.json`` or its
+    report gets them from that checkpoint (and the report is printed again); a complete one is
+    left as it is."""
+    if saved is None or saved.chunk + 1 < chunks:
+        return False
+    written = _complete(config, saved.rows, run_dir)
+    print(
+        f"{run_dir} has run all its {chunks} chunks: nothing left to resume"
+        + (f" ({', '.join(written)} written from {saved.path})" if written else "")
+    )
+    if written:
+        report_run(config, saved.rows, {}, None, saved.rows[-1]["wall_s"], run_dir)
+    return True
+
+
+def _complete(config: TrainConfig, rows: list[dict], run_dir: Path) -> list[str]:
+    """Writes what ``run_dir`` lacks of a finished run whose rows are ``rows``:
+    ``metrics.jsonl`` (unless it holds them all), ``config.json``; ``->`` their names, with
+    ``curve.png`` where it is missing or they were (`report_run` draws it)."""
+    written = []
+    metrics, text = run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows)
+    if not metrics.is_file() or metrics.read_text() != text:
+        metrics.write_text(text)
+        written.append(metrics.name)
+    if not (run_dir / "config.json").is_file():
+        ran = dataclasses.replace(config, backend=rows[0]["backend"])
+        (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(ran), indent=1))
+        written.append("config.json")
+    if written or not (run_dir / "curve.png").is_file():
+        written.append("curve.png")
+    return written

@@ -8,6 +8,7 @@ The CLI is the only part of drlhet that reads flags and environment variables.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import re
 from collections.abc import Iterator
@@ -19,6 +20,9 @@ from drlhet.writable import check_writable
 
 __all__ = [
     "UsageError",
+    "FLAGS_GIVEN",
+    "command_line",
+    "flags_given",
     "bad_input",
     "available_memory",
     "cache_dir",
@@ -126,6 +130,32 @@ def set_cpu_devices(n: int) -> None:
             raise ValueError(f"{n} CPU devices are needed; JAX already started with {have}") from e
 
 
+FLAGS_GIVEN: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar(
+    "drlhet_flags_given", default=None
+)
+"""The options written on the command line (``--steps=5`` and ``--steps 5`` as ``steps``,
+``--dqn.hidden`` as ``dqn.hidden``), set by `drlhet.cli.main`; None where a command is called
+from Python."""
+
+
+def flags_given(args: list[str]) -> frozenset[str]:
+    """The option names in ``args`` (before ``--``), without their dashes or values."""
+    end = args.index("--") if "--" in args else len(args)
+    return frozenset(
+        a[2:].split("=", 1)[0].replace("-", "_") for a in args[:end] if a.startswith("--")
+    )
+
+
+@contextlib.contextmanager
+def command_line(args: list[str]) -> Iterator[None]:
+    """`FLAGS_GIVEN` set to ``args``' options inside (and as it was after)."""
+    token = FLAGS_GIVEN.set(flags_given(args))
+    try:
+        yield
+    finally:
+        FLAGS_GIVEN.reset(token)
+
+
 NAME_MAX = 255
 """Longest name of one folder, in bytes (Linux's, macOS's and Windows' file systems)."""
 
@@ -133,7 +163,8 @@ NAME_MAX = 255
 def run_directory(out: Path, name: str) -> Path:
     """``out / name``, once it is known that a folder can be made there (`check_writable`):
     ``name`` one folder's name (a name with ``/`` or ``..`` would put the run elsewhere,
-    ``../../etc`` included) and ``out / name`` not a file.
+    ``../../etc`` included), ``out / name`` not a file and not another run's directory (one
+    with checkpoints or ``metrics.jsonl``).
 
     Raises:
       ValueError: naming the option and its value.
@@ -145,5 +176,11 @@ def run_directory(out: Path, name: str) -> Path:
     run_dir = out / name
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"--out {out}: {run_dir} exists and is not a folder")
+    held = [f for f in ("checkpoints", "metrics.jsonl") if (run_dir / f).exists()]
+    if held:  # a new run there would write over its files and mix with its checkpoints
+        raise ValueError(
+            f"--name {name}: {run_dir} already holds a run ({held[0]}); go on with it with "
+            f"--resume {run_dir}, or give another --name"
+        )
     check_writable(run_dir, f"--out {out}", "run directory")
     return run_dir

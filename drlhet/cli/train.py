@@ -18,12 +18,14 @@ import tyro
 from drlhet.backends import CPU, describe
 from drlhet.cli.checkpoints import (
     CHECKPOINTS,
+    finished_run,
     peek_run,
     refuse_flags_with_resume,
     resume_run,
     saving_for,
 )
 from drlhet.cli.common import (
+    FLAGS_GIVEN,
     MAX_CPU_DEVICES,
     available_memory,
     bad_input,
@@ -47,6 +49,8 @@ __all__ = ["train_command", "backends_command"]
 
 CHECKPOINT_EVERY = 10
 """Chunks between checkpoints when ``--checkpoint-every`` is not given (runs without Ray)."""
+KEEP_CHECKPOINTS = 2
+"""Checkpoints kept when ``--keep-checkpoints`` is not given."""
 
 
 class _Stop(Exception):
@@ -64,7 +68,7 @@ def train_command(
     compilation_cache: bool = True,
     memory_check: bool = True,
     checkpoint_every: int | None = None,
-    keep_checkpoints: int = 2,
+    keep_checkpoints: int | None = None,
     resume: Path | None = None,
     actors: str | None = None,
     sync_every: int | None = None,
@@ -74,9 +78,8 @@ def train_command(
     """Trains, writing ``config.json``, ``metrics.jsonl`` and ``curve.png`` to a run directory.
 
     Everything is checked before the run directory is made: the configuration, the mapping,
-    the backends and what they accept, and whether the run's state fits in the memory this
-    machine has. A run that fails removes the run directory it made, unless it holds
-    checkpoints; a directory that existed before is kept.
+    the backends and what they accept, the memory the run's state needs. A run that fails
+    removes the run directory it made, unless it holds checkpoints; one that existed is kept.
 
     Args:
       config: the run (see `drlhet.runtime.config.TrainConfig`); ``--backend`` names the replay
@@ -96,8 +99,10 @@ def train_command(
       memory_check: refuse a run whose state (replay buffers, sum trees, agents of every seed)
         needs more memory than this machine has available.
       checkpoint_every: save the run's state to ``<run>/checkpoints/`` (`drlhet.checkpoint`)
-        every this many chunks and after the last (0: never; default 10; refused with --actors).
-      keep_checkpoints: checkpoints kept, the newest (0 only with ``--checkpoint-every 0``).
+        every this many chunks and after the last (0: never; default 10, or on ``--resume``
+        the run's own; refused with --actors).
+      keep_checkpoints: checkpoints kept, the newest (0 only with ``--checkpoint-every 0``;
+        default 2, or on ``--resume`` the run's own).
       resume: a run directory: go on in it from its newest checkpoint that reads back intact,
         with its configuration and (unless ``--mapping`` is given) its mapping, bit for bit as
         the run would have gone on (``--out`` and ``--name`` are refused).
@@ -108,21 +113,18 @@ def train_command(
     """
     saved = None
     with bad_input():
-        if stop_at_return is not None and math.isnan(stop_at_return):
-            raise ValueError("--stop-at-return must be a number (inf: never stop early), got nan")
-        remote = ray_config(
-            actors, sync_every, rollout, ray_address, mapping, resume, checkpoint_every
-        )
-        every = _checkpoint_every(checkpoint_every, remote)
+        remote = _remote(stop_at_return, actors, sync_every, rollout, ray_address, mapping,
+                         resume, checkpoint_every)  # fmt: skip
         if resume is not None:
             config, mapping, saved = _resume(config, resume, mapping, cpu_devices, out, name)
-        stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{config.algo}-{config.env.replace(':', '-')}"
-        run_dir = resume or run_directory(out, stamp if name is None else name)  # before auto
+        every, keep = _saving(checkpoint_every, keep_checkpoints, remote, saved)
+        run_dir = resume or _new_run_dir(config, out, name)  # before auto
         placed, tr = _prepare(config, mapping, cpu_devices, memory_check, every > 0)
         before = saved.rows if saved is not None else []
-        saving = saving_for(run_dir, config, str(placed), every, keep_checkpoints, before)
-        enable_compilation_cache() if compilation_cache else None  # its folder can be made
-    if _finished(saved, tr.chunks, run_dir):
+        saving = saving_for(run_dir, config, str(placed), every, keep, before)
+        if compilation_cache:
+            enable_compilation_cache()  # its folder can be made
+    if finished_run(config, saved, tr.chunks, run_dir):
         return run_dir
     print(_plan(tr.config, tr.chunks, str(placed)))
     start = _start(saved, run_dir)
@@ -135,11 +137,29 @@ def train_command(
     return run_dir
 
 
-def _checkpoint_every(given: int | None, remote) -> int:
-    """Chunks between checkpoints: ``given``, else none for a Ray run and `CHECKPOINT_EVERY`."""
-    if given is not None:
-        return given
-    return 0 if remote is not None else CHECKPOINT_EVERY
+def _remote(stop_at_return: float | None, *ray_options):
+    """The Ray settings of the run (`ray_config`, which checks ``ray_options``), once
+    ``stop_at_return`` is known to be a number."""
+    if stop_at_return is not None and math.isnan(stop_at_return):
+        raise ValueError("--stop-at-return must be a number (inf: never stop early), got nan")
+    return ray_config(*ray_options)
+
+
+def _new_run_dir(config: TrainConfig, out: Path, name: str | None) -> Path:
+    """A new run's directory (`run_directory`): ``out/name``, by default named by the time,
+    the algorithm and the environment."""
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{config.algo}-{config.env.replace(':', '-')}"
+    return run_directory(out, stamp if name is None else name)
+
+
+def _saving(every: int | None, keep: int | None, remote, saved) -> tuple[int, int]:
+    """Chunks between checkpoints and checkpoints kept: as given; else, resuming, as the run
+    saved them (``saved``'s metadata; checkpoints before 2026-11-30 do not say); else none for
+    a Ray run, else `CHECKPOINT_EVERY`, and `KEEP_CHECKPOINTS`."""
+    meta = {} if saved is None else saved.meta
+    if every is None:
+        every = meta.get("checkpoint_every", 0 if remote is not None else CHECKPOINT_EVERY)
+    return every, meta.get("keep_checkpoints", KEEP_CHECKPOINTS) if keep is None else keep
 
 
 def _end(config, rows, reached, stop_at_return, wall: float, run_dir: Path, stop) -> None:
@@ -149,14 +169,6 @@ def _end(config, rows, reached, stop_at_return, wall: float, run_dir: Path, stop
         report_run(config, rows, reached, stop_at_return, wall, run_dir)
     if "stopped" in reached:
         raise SystemExit(stop.exit_status)
-
-
-def _finished(saved, chunks: int, run_dir: Path) -> bool:
-    """Whether the run resumed from ``saved`` has run all its ``chunks`` (said on stdout)."""
-    if saved is None or saved.chunk + 1 < chunks:
-        return False
-    print(f"{run_dir} has run all its {chunks} chunks: nothing left to resume")
-    return True
 
 
 def _start(saved, run_dir: Path) -> Start | None:
@@ -171,7 +183,7 @@ def _resume(config: TrainConfig, run_dir: Path, mapping: str | None, cpu_devices
     """``(config, mapping, checkpoint)`` to go on with from ``run_dir``; the XLA CPU devices its
     mapping needs are created before the checkpoint is read (reading it starts JAX). ``out``
     and ``name`` (the run's folder is ``run_dir``) are refused unless left at their default."""
-    refuse_flags_with_resume(config)
+    refuse_flags_with_resume(config, FLAGS_GIVEN.get())
     if out != Path("runs") or name is not None:
         raise ValueError(f"--resume goes on in {run_dir}; drop --out and --name")
     config, saved_mapping = peek_run(run_dir)

@@ -39,6 +39,7 @@ __all__ = [
     "init",
     "total",
     "get",
+    "check_indices",
     "update",
     "find",
     "descend",
@@ -143,13 +144,16 @@ def leaves(state: SumTreeState) -> jax.Array:
     return state.nodes[off : off + state.capacity]
 
 
-def _check_indices(state: SumTreeState, indices) -> None:
-    """Integer dtype (always); eagerly, every index in ``[0, capacity)`` before any cast."""
+def check_indices(state: SumTreeState, indices, keep=None) -> None:
+    """Integer dtype (always); eagerly, every index in ``[0, capacity)`` before any cast (only
+    those ``keep`` keeps, where it is given: a dropped entry's index is never read)."""
     dtype = indices.dtype if isinstance(indices, jax.Array) else np.asarray(indices).dtype
     if not jnp.issubdtype(dtype, jnp.integer):
         raise ValueError(f"indices must have an integer dtype, got {dtype}")
-    if _concrete(indices):
+    if _concrete(indices, keep):
         idx = np.asarray(indices)
+        if keep is not None:
+            idx = idx[np.broadcast_to(np.asarray(keep, bool), idx.shape)]
         if idx.size and (idx.min() < 0 or idx.max() >= state.capacity):
             bad = idx[(idx < 0) | (idx >= state.capacity)][0]
             raise ValueError(f"index {bad} out of range [0, {state.capacity})")
@@ -157,7 +161,7 @@ def _check_indices(state: SumTreeState, indices) -> None:
 
 def get(state: SumTreeState, indices: jax.Array) -> jax.Array:
     """Leaf values at ``indices`` ``[B]`` -> ``[B]``."""
-    _check_indices(state, indices)
+    check_indices(state, indices)
     return state.nodes[state.layout.offsets[-1] + jnp.asarray(indices)]
 
 
@@ -245,7 +249,7 @@ def update(state: SumTreeState, indices: jax.Array, values: jax.Array) -> SumTre
     ``[0, capacity)`` or a negative, NaN or infinite value raises ``ValueError``; under ``jit``
     such a batch is refused whole (the tree is returned unchanged).
     """
-    _check_indices(state, indices)  # before jnp.asarray, which would wrap NumPy's int64
+    check_indices(state, indices)  # before jnp.asarray, which would wrap NumPy's int64
     indices = jnp.asarray(indices)
     values = jnp.asarray(values)
     if indices.shape != values.shape or indices.ndim != 1:

@@ -237,6 +237,7 @@ ffi::Future Enqueue(bool send, int64_t id, int64_t count, size_t bytes, const ch
   if (auto e = Checked(id, count, bytes, &ch); e.failure()) return Failed(std::move(e));
   auto call = std::make_shared<Call>();
   Finished finished;
+  std::optional<ffi::Error> failed;
   {
     std::unique_lock<std::mutex> lock(ch->mu);
     if (ch->closed) return Failed(Cancelled(id));
@@ -244,10 +245,16 @@ ffi::Future Enqueue(bool send, int64_t id, int64_t count, size_t bytes, const ch
     queue.push_back(Waiter{call, out, in, count, 0, Clock::now()});
     Pump(*ch, finished);
     ch->cv.wait_for(lock, kHold, [&] { return call->finished || call->error.has_value(); });
-    if (call->error) return Failed(std::move(*call->error));
-    call->async = !call->finished;
+    if (call->error) {
+      failed = std::move(*call->error);
+    } else {
+      call->async = !call->finished;
+    }
   }
+  // the other end's calls that Pump finished are off the queues: only this completes them,
+  // this call's own failure (a close while it waited) included
   Complete(finished);
+  if (failed) return Failed(std::move(*failed));
   if (!call->async) call->promise.SetAvailable();
   return ffi::Future(call->promise);
 }

@@ -280,7 +280,9 @@ ffi::Error FindImpl(ffi::Buffer<ffi::F32> nodes, ffi::Buffer<ffi::F32> targets,
                                          " at position " + std::to_string(i) + " is not finite");
     }
   }
-  if (batch == 0) return ffi::Error::Success();
+  if (batch == 0) {  // no descent reads the root: no total to give (the reference: B >= 1)
+    return ffi::Error::InvalidArgument("drlhet_find: no targets (B >= 1)");
+  }
   const int threads = NumThreads();
   for (int64_t v = 0; v < trees; ++v) {
     const float* tree = nodes.typed_data() + v * lay.size;

@@ -130,6 +130,33 @@ def test_close_ends_a_waiting_send_and_later_calls_with_a_clear_error(after_s):
     ch.destroy()
 
 
+def test_a_close_while_a_send_waits_completes_the_receive_that_send_served():
+    """A receive past its hold (an unfinished future) served by a send of three messages into
+    a channel of one, closed while the send waits for room: the send fails (CANCELLED) and
+    the receive, which has its message, ends with it (its future was left unfinished, and its
+    program hung, when the send's failure returned before completing it)."""
+    one = jax.ShapeDtypeStruct((1,), jnp.int32)
+    ch = NativeChannel(1, one)
+    recv = jax.jit(lambda t: ch.recv(t)).lower(jnp.int32(0)).compile()
+    msgs = jnp.arange(3, dtype=jnp.int32)[:, None]
+    send = jax.jit(lambda t: ch.send(msgs, t, 3)).lower(jnp.int32(0)).compile()
+
+    def sender():
+        time.sleep(0.4)  # the receive is past its hold by now
+        return int(send(jnp.int32(0)))
+
+    def closer():
+        deadline = time.monotonic() + 30
+        while ch.stats().received < 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        ch.close()  # within the send's hold: it waits for room for its second message
+
+    (got, _, _), errors = run_threads(lambda: np.asarray(recv(jnp.int32(0))), sender, closer)
+    assert errors[0] is None and got.tolist() == [0]
+    assert "CANCELLED" in str(errors[1])
+    ch.destroy()
+
+
 def test_a_channel_of_scalar_messages_round_trips():
     ch = NativeChannel(2, jax.ShapeDtypeStruct((), jnp.float32))
     ch.put(np.float32(2.5))
@@ -158,6 +185,8 @@ def test_host_put_and_drain_keep_order_and_refuse_bad_input():
     assert ch.drain() == []
     with pytest.raises(ValueError, match="capacity"):
         NativeChannel(0, SPEC)
+    with pytest.raises(ValueError, match=r"at least one byte, got shape \(0,\)"):
+        NativeChannel(1, jax.ShapeDtypeStruct((0,), jnp.uint32))  # every call would fail
     ch.destroy()
 
 

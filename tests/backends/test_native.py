@@ -46,6 +46,26 @@ def test_bad_update_is_an_error_and_changes_nothing(indices, values, match):
     np.testing.assert_array_equal(out.nodes, before)
 
 
+def test_indices_past_int32_are_refused_not_wrapped():
+    """A kept index that int32 cannot hold (2**32 + 3) is refused before the handler's int32
+    cast, which would wrap it to 3 and write leaf 3; a dropped one is never read."""
+    tree = random_tree(8, 2)
+    before = np.asarray(tree.nodes).copy()
+    big = np.array([2**32 + 3], np.int64)
+    with pytest.raises(ValueError, match=r"index 4294967299 out of range \[0, 8\)"):
+        native.update(tree, big, np.array([5.0], np.float32))
+    np.testing.assert_array_equal(tree.nodes, before)
+    out = native.update(tree, big, np.array([5.0], np.float32), np.array([False]))
+    np.testing.assert_array_equal(out.nodes, before)
+
+
+def test_a_find_of_no_targets_is_refused():
+    """B >= 1, as the reference's: the handler gave no total for no targets (the caller got
+    whatever the allocator held)."""
+    with pytest.raises(ValueError, match="at least one target"):
+        native.find(random_tree(10, 2), jnp.zeros((0,), jnp.float32))
+
+
 def test_bad_find_target_is_an_error():
     with pytest.raises(Exception, match="not finite"):
         jax.block_until_ready(native.find(random_tree(10, 2), jnp.array([np.nan], jnp.float32)))

@@ -140,10 +140,17 @@ def build_model(
         shapes_of(key),
         sheets,
         profiles,
-        cpu_cores=os.cpu_count() or 1,
+        cpu_cores=usable_cpus(),
         host_costs=host_costs,
         gpu=gpu or None,
     )
+
+
+def usable_cpus() -> int:
+    """The logical CPUs this process may run on (its affinity: fewer than the machine's under
+    ``taskset`` or a container's cpuset), which the CPU devices' threads share."""
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere every CPU
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
 def _median_profile(profiles: list[dict]) -> dict:

@@ -77,7 +77,8 @@ class Model:
       sheets: device sheets by name (`drlhet.dse.devices.load_sheets`).
       profiles: replay backend -> profile (`drlhet.dse.profile.profile_config`) measured on
         this machine's CPU; every CPU device of the machine is taken to cost the same.
-      cpu_cores: physical cores the CPU devices share (the relaxed model's CPU resource).
+      cpu_cores: the CPUs the CPU devices share (the relaxed model's CPU resource): the
+        logical CPUs the process may run on (`drlhet.dse.build.usable_cpus`).
       host_costs: host backend -> its measured seconds per call of each replay stage,
         ``{"replay_in": s, "replay_next": s, "apply": s}`` (the paper-style Python-level
         buffer, `drlhet.dse.baselines`); a host backend without costs cannot be placed.

@@ -118,3 +118,17 @@ def test_best_to_run_takes_a_fused_mapping_on_the_gpu_here_named_as_the_runtime_
     assert best_to_run(preds, None, ["jax"]) == (on_cpu, on_cpu.mapping_text())
     assert best_to_run(preds, "gpu", ["cuda"]) == (on_cpu, on_cpu.mapping_text())
     assert best_to_run([split, infeasible], "gpu", ["jax"]) is None
+
+
+def test_the_model_shares_the_cpus_the_process_may_run_on(monkeypatch):
+    """`usable_cpus`: the process's affinity (one CPU under ``taskset -c 3``), not the
+    machine's count; where the platform has no affinity, the machine's."""
+    import os
+
+    from drlhet.dse.build import usable_cpus
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert usable_cpus() == 1
+    monkeypatch.delattr(os, "sched_getaffinity")
+    assert usable_cpus() == 64

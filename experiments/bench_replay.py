@@ -628,6 +628,8 @@ def print_table(rows: list[dict], title: str) -> None:
 
 
 def print_ratios(rows: list[dict], capacity: int, batch: int, k: int, depth: int) -> None:
+    # the peers' rows (no K) belong to the K 16 cell of a (capacity, batch), the one they run
+    # in, taking turns with it: at another K they are another measurement's
     def rate(impl: str, op: str, mode: str) -> float | None:
         for r in rows:
             if (r["impl"], r.get("op"), r.get("mode"), r.get("capacity"), r.get("batch")) == (
@@ -636,7 +638,7 @@ def print_ratios(rows: list[dict], capacity: int, batch: int, k: int, depth: int
                 mode,
                 capacity,
                 batch,
-            ) and r["branching"] in (k, None):
+            ) and r["branching"] in ((k, None) if k == 16 else (k,)):
                 return r["items_per_s"]
         return None
 

@@ -7,6 +7,7 @@ import importlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from drlhet.backends.cuda_ffi import gpu_devices
@@ -315,3 +316,20 @@ def test_a_refused_run_exits_2_and_leaves_the_results_file_alone(tmp_path, args,
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [f"bench_replay: error: {line}"]
     assert out.read_text() == "[]"
+
+
+def test_every_sampled_field_is_read_by_the_timed_programs(bench, tmp_path, monkeypatch):
+    """The sample and step bodies of drlhet and flashbax read every field of their batch (a
+    field no output depends on is a gather XLA drops, while cpprb's sample gathers all five),
+    and `consumed` sums every one of them."""
+    ri = importlib.import_module("replay_impls")
+    seen: list[tuple[str, ...]] = []
+    real = ri.consumed
+    monkeypatch.setattr(ri, "consumed", lambda d: seen.append(tuple(sorted(d))) or real(d))
+    args = dataclasses.replace(tiny_run(bench, tmp_path), ops=("sample", "step"))
+    rows = bench.main(args)
+    impls = {r["impl"] for r in rows}
+    fields = tuple(sorted(ri.transitions(1)))
+    assert len(seen) >= 2 * len(impls) and set(seen) == {fields}, seen
+    data = {f: np.full((3, 2), i + 1, np.float32) for i, f in enumerate(fields)}
+    assert float(real(data)) == 6 * sum(range(1, len(fields) + 1))

@@ -142,6 +142,10 @@ def test_ray_config_checks():
         (dict(rollout=0), "--rollout needs --actors ray:N"),
         (dict(actors="ray:1", rollout=0), "--rollout must be >= 1, got 0"),
         (dict(actors="ray:1", sync_every=-3), "--sync-every must be >= 1, got -3"),
+        (  # Ray exited 1 on it after the run's plan, or hung
+            dict(actors="ray:1", address="nonsense"),
+            "--ray-address must be HOST:PORT, ray://HOST:PORT or auto: nonsense",
+        ),
     ],
 )
 def test_bad_ray_flags_are_named(flags, match):
@@ -173,6 +177,15 @@ def test_checkpoints_default_to_every_ten_chunks_and_none_with_ray():
             "--checkpoint-every 5 cannot be combined with --actors ray:2 "
             "(Ray runs write no checkpoints)",
         ),
+        (  # a chunk could get no actor call: the run failed in it (TypeError), after its plan
+            ["--actors", "ray:1", "--eval-every", "64", "--warmup", "128", "--steps", "448"],
+            "--eval-every 64 is below one Ray actor call's env steps (--rollout 32 x "
+            "--num-envs 4 = 128)",
+        ),
+        (  # an actor Ray cannot place never answers: the learner waited for it, silently
+            ["--actors", "ray:64", "--steps", "1400", "--eval-every", "128", "--warmup", "128"],
+            "--actors ray:64 needs a CPU each; the Ray cluster has ",
+        ),
     ],
 )
 def test_cli_refuses_bad_ray_flags_in_one_line(tmp_path, flags, error):
@@ -181,5 +194,42 @@ def test_cli_refuses_bad_ray_flags_in_one_line(tmp_path, flags, error):
         capture_output=True,
         text=True,
     )
-    assert got.returncode == 2 and got.stderr.strip().splitlines() == [f"drlhet: error: {error}"]
+    lines = got.stderr.strip().splitlines()
+    assert got.returncode == 2 and len(lines) == 1, got.stderr[-2000:]
+    assert lines[0].startswith(f"drlhet: error: {error}")
     assert not any(tmp_path.iterdir())
+
+
+def test_a_report_in_a_row_is_the_report_then():
+    """`RayReport.as_dict` gave its live lists: every row returned carried the final report."""
+    from drlhet.runtime.ray_learner import RayReport
+
+    report = RayReport(["a"], [256], [256], [0], [0], [0], [8])
+    first = report.as_dict()
+    report.reported[0], report.rejoins = 512, [{"actor": 0}]
+    assert first["env_steps_reported"] == [256] and first["rejoins"] == []
+
+
+def test_sigterm_ends_a_ray_run_after_its_chunk_and_keeps_its_folder(tmp_path):
+    """Ray puts its own SIGTERM handler in place at ``ray.init``: it killed the run (status 15,
+    a stack dump), and a SIGINT's ``KeyboardInterrupt`` removed the run's folder, rows and all.
+    Ray now starts before the run's handlers: the run ends after its chunk, with 143."""
+    run = tmp_path / "r"
+    args = ["--actors", "ray:1", "--steps", "60000", "--warmup", "128", "--eval-every", "256",
+            "--batch-size", "32", "--buffer-size", "1000", "--eval-envs", "2", "--dqn.hidden",
+            "8", "--seeds", "1", "--no-progress", "--out", str(tmp_path),
+            "--name", "r"]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "drlhet", "train", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while proc.poll() is None and time.monotonic() < deadline:
+        if metrics.is_file() and len(metrics.read_text().splitlines()) >= 2:
+            proc.terminate()
+            break
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    assert "stopped after chunk" in out and "SIGTERM: stopping after this chunk" in err
+    rows = metrics.read_text().splitlines()
+    assert len(rows) >= 2 and (run / "curve.png").is_file()

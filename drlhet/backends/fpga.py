@@ -79,7 +79,7 @@ def write(
     indices = jnp.asarray(indices, jnp.int32)
     if indices.shape[-1:] == (0,):
         return tree
-    values = jnp.asarray(values, jnp.float32)
+    values = jnp.broadcast_to(jnp.asarray(values, jnp.float32), indices.shape)  # B read each
     keep = jnp.ones(indices.shape, bool) if keep is None else jnp.asarray(keep, bool)
     keep = jnp.broadcast_to(keep, indices.shape)
     state = (tree.leaves, tree.hi, tree.lo, tree.saturated)
@@ -99,6 +99,8 @@ def draw(tree: FixedTreeState, bits: jax.Array, stratified: bool = True) -> Fixe
     check(tree)
     _library()
     bits = jnp.asarray(bits, jnp.uint32)
+    if bits.ndim < 2 or bits.shape[-1] != 2:  # the module reads two words a draw
+        raise ValueError(f"bits must be [..., B, 2] uint32 (two words a draw), got {bits.shape}")
     b = bits.shape[-2]
     if stratified and b > fp.u64.MAX_DIVISOR:
         raise ValueError(f"stratified sampling takes B <= {fp.u64.MAX_DIVISOR}, got {b}")
@@ -133,11 +135,32 @@ def serve(
     for a in arrays:
         if a.dtype != np.uint32 or not a.flags.c_contiguous:
             raise ValueError("the module's buffers are contiguous uint32 arrays")
+    _check_sizes(capacity, branching, frac_bits, memory, cmd, inputs, out)
     return int(
         _library().drlhet_rmm_serve(
             capacity, branching, frac_bits, *(a.ctypes.data_as(ptr) for a in arrays)
         )
     )
+
+
+def _check_sizes(capacity, branching, frac_bits, memory, cmd, inputs, out) -> None:
+    """Refuses buffers smaller than the layout or the command needs (the module would read
+    or write past them): ``ValueError`` naming the buffer."""
+    try:
+        tree = jax.eval_shape(lambda: fp.init(capacity, branching, frac_bits))
+    except ValueError:  # no layout: the module answers -2 itself, reading nothing
+        return
+    wants = (tree.leaves, tree.hi, tree.lo)
+    for name, a, want in zip(("leaves", "hi", "lo"), memory, wants, strict=True):
+        if a.size < want.size:
+            raise ValueError(f"{name} holds {a.size} words; the tree's layout needs {want.size}")
+    if cmd.size < 3:
+        raise ValueError(f"cmd holds {cmd.size} words; the protocol's command is 3")
+    b = int(cmd[1])
+    need = {1: (2 * b, 1), 2: (2 * b, 2 * b + 2), 3: (b, 2 * b)}.get(int(cmd[0]), (0, 0))
+    for name, a, n in (("inputs", inputs, need[0]), ("out", out, need[1])):
+        if a.size < n:
+            raise ValueError(f"{name} holds {a.size} words; op {int(cmd[0])} of B {b} needs {n}")
 
 
 def _learner_call(target: str, out_types: tuple, aliased: int) -> Callable:

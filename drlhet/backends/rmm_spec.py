@@ -19,8 +19,9 @@ __all__ = [
 
 BRANCHING = (4, 8, 16, 32, 64)
 """K the module is built for (one pipeline stage per level, K children read in one cycle)."""
-MAX_CAPACITY = 1 << 31
-"""Leaves the module addresses (int32 indices on the host)."""
+MAX_CAPACITY = 1 << 30
+"""Leaves the module takes: its state is `drlhet.replay.fixed_point`'s tree (int32 indices on
+the host, a dropped write's index past the leaf row: `fixed_point.MAX_CAPACITY`)."""
 ON_CHIP, DDR = "on-chip", "ddr"
 """Where the leaves live (`placement`)."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,8 @@ def ray_config(
     from drlhet.runtime.ray_learner import RayConfig, parse_actors
 
     n = parse_actors(actors)
+    if address is not None and not re.fullmatch(r"auto|(ray://)?[\w.-]+:\d{1,5}", address):
+        raise ValueError(f"--ray-address must be HOST:PORT, ray://HOST:PORT or auto: {address}")
     if mapping is not None:
         raise ValueError(f"--mapping {mapping} cannot be combined with --actors {actors}")
     if resume is not None:
@@ -65,25 +68,43 @@ def ray_config(
 
 def ray_runner(remote, config: TrainConfig):
     """A runner with `drlhet.runtime.run.run`'s signature that trains ``config`` (its backends
-    resolved) with Ray actors; each row also names the placement (``mapping``)."""
-    from drlhet.backends import CPU, reference
-    from drlhet.runtime.ray_learner import run_ray
+    resolved) with Ray actors; each row also names the placement (``mapping``).
 
-    where = f"actors=ray:{remote.actors},replay={config.backend}@{CPU}:0,"
-    where += f"learner={reference()}@{CPU}:0"
+    Starts Ray here (`init_ray`), before the run's signal handlers (`drlhet.cli.stopping`)
+    are put in place, which Ray's own SIGTERM handler would replace.
+
+    Raises:
+      ValueError: ``--eval-every`` below one actor call's env steps (``--rollout`` x
+        ``--num-envs``: the learner takes whole calls, so a chunk could get none), or a Ray
+        cluster with fewer CPUs than actors, or an address Ray refuses.
+    """
+    import jax
+
+    from drlhet.backends import reference
+    from drlhet.runtime.ray_learner import init_ray, run_ray
+
+    call = remote.rollout * config.num_envs
+    if config.eval_every < call:
+        raise ValueError(
+            f"--eval-every {config.eval_every} is below one Ray actor call's env steps "
+            f"(--rollout {remote.rollout} x --num-envs {config.num_envs} = {call})"
+        )
+    init_ray(remote)
+    here = f"{jax.devices()[0].platform}:0"  # where run_ray's replay and learner run
+    where = f"actors=ray:{remote.actors},replay={config.backend}@{here},"
+    where += f"learner={config.learner or reference()}@{here}"
 
     def runner(
         cfg, mapping, on_chunk=None, start=None, saving=None, stop_asked=None
     ) -> tuple[Any, list[dict]]:
-        # one placement; no checkpoints (refused up front); Python's own signal handling
-        del cfg, mapping, start, saving, stop_asked
+        del cfg, mapping, start, saving  # one placement; no checkpoints (refused up front)
 
         def named(row: dict) -> None:
             row["mapping"] = where
             if on_chunk is not None:
                 on_chunk(row)
 
-        state, rows, _ = run_ray(config, remote, named)
+        state, rows, _ = run_ray(config, remote, named, stop_asked=stop_asked)
         return state, rows
 
     return runner

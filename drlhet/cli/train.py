@@ -124,12 +124,12 @@ def train_command(
         saving = saving_for(run_dir, config, str(placed), every, keep, before)
         if compilation_cache:
             enable_compilation_cache()  # its folder can be made
+        runner = run if remote is None else ray_runner(remote, tr.config)
     if finished_run(config, saved, tr.chunks, run_dir):
         return run_dir
     print(_plan(tr.config, tr.chunks, str(placed)))
     start = _start(saved, run_dir)
-    runner = run if remote is None else ray_runner(remote, tr.config)
-    with _removed_on_failure(run_dir), stop_on_signals(remote is None, every > 0) as stop:
+    with _removed_on_failure(run_dir), stop_on_signals(True, every > 0) as stop:
         rows, reached, wall = _train(
             config, placed, run_dir, stop_at_return, progress, start, saving, before, runner, stop
         )

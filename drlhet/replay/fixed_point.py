@@ -67,9 +67,12 @@ __all__ = [
 
 DEFAULT_FRAC_BITS = 20
 SUPPORTED_BRANCHING = (2, 4, 8, 16, 32, 64)
-MAX_CAPACITY = 1 << 31
-"""Most leaves: they are numbered in int32 inside ``jit`` (and the FPGA module holds as many;
-sums of up to 2^32 leaves of 32 bits would fit the 64-bit inner nodes)."""
+MAX_CAPACITY = 1 << 30
+"""Most leaves: they are numbered in int32 inside ``jit``, where a write sends its dropped
+entries to an index past the leaf row (rounded up to K), so the row must stay below int32's
+largest index (at 2^31 leaves it could not, and ``write`` overflowed). The FPGA backend's
+state is this tree's, so the module takes as many (sums of up to 2^32 leaves of 32 bits would
+fit the 64-bit inner nodes)."""
 _LEAF_MAX = np.uint32(0xFFFFFFFF)
 
 
@@ -166,7 +169,7 @@ def quantize(values: jax.Array, frac_bits: int) -> tuple[jax.Array, jax.Array]:
     NaN or infinite ``v`` must be refused before: they give 0."""
     v = jnp.asarray(values, jnp.float32)
     scaled = jnp.round(v * np.float32(2.0**frac_bits))  # exact scaling; half to even
-    high = scaled >= np.float32(2.0**32)
+    high = jnp.isfinite(v) & (scaled >= np.float32(2.0**32))  # +inf is refused: 0, not the top
     low = (v >= np.finfo(np.float32).tiny) & (scaled == 0)  # subnormals count as zero
     ok = jnp.isfinite(v) & (v >= 0)
     q = jnp.where(high, _LEAF_MAX, jnp.where(ok & ~high, scaled, 0).astype(jnp.uint32))
@@ -217,11 +220,13 @@ def write(
     if indices.shape[0] == 0:
         return state
     q, clamped = quantize(values, state.frac_bits)
-    order, s_idx, last = last_writes(indices, keep)
-    leaves = state.leaves.at[jnp.where(last, s_idx, lay.widths[-1])].set(q[order], mode="drop")
+    # a kept index outside the tree writes nothing, as in the module (not a padding leaf)
     written = (indices >= 0) & (indices < state.capacity)  # every write counts, duplicates too
     if keep is not None:
         written = written & jnp.asarray(keep)
+    order, s_idx, last = last_writes(indices, written)
+    dropped = np.int32(np.iinfo(np.int32).max)  # past the leaf row (`MAX_CAPACITY`)
+    leaves = state.leaves.at[jnp.where(last, s_idx, dropped)].set(q[order], mode="drop")
     saturated = state.saturated + jnp.sum(written & clamped).astype(jnp.int32)
     hi, lo = state.hi, state.lo
     node = jnp.clip(s_idx, 0, state.capacity - 1)  # recomputing a node is idempotent

@@ -40,7 +40,7 @@ from drlhet.runtime.ray_actor import RolloutActor, params_digest
 from drlhet.runtime.saving import ChunkHook
 from drlhet.runtime.trainer import Trainer, make_trainer
 
-__all__ = ["RayConfig", "RayReport", "parse_actors", "run_ray"]
+__all__ = ["RayConfig", "RayReport", "parse_actors", "init_ray", "run_ray"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,16 +110,16 @@ class RayReport:
     def as_dict(self) -> dict:
         lag = np.asarray(self.lags or [0])
         return {
-            "actors": self.names,
-            "env_steps_reported": self.reported,
-            "env_steps_inserted": self.inserted,
-            "duplicates": self.duplicates,
-            "gaps": self.gaps,
-            "restarts": self.restarts,
-            "fill_steps": self.fill_steps,
+            "actors": list(self.names),  # copies: a row keeps the report as it was then
+            "env_steps_reported": list(self.reported),
+            "env_steps_inserted": list(self.inserted),
+            "duplicates": list(self.duplicates),
+            "gaps": list(self.gaps),
+            "restarts": list(self.restarts),
+            "fill_steps": list(self.fill_steps),
             "lag_mean": float(lag.mean()),
             "lag_max": int(lag.max()),
-            "rejoins": self.rejoins,
+            "rejoins": [dict(r) for r in self.rejoins],
             "broadcasts": self.broadcasts,
         }
 
@@ -297,7 +297,10 @@ def _chunk(lr: _Learner, i: int, t0: float, last: float) -> dict:
     return {**row, "eval_s": eval_s, "ray": lr.report.as_dict()}
 
 
-def _start_actors(cfg: TrainConfig, rc: RayConfig) -> tuple[list, list[str]]:
+def init_ray(rc: RayConfig) -> None:
+    """Starts Ray (or joins ``rc.address``) unless it runs, and checks that its cluster has a
+    CPU for each actor (one Ray cannot place never answers; the learner would wait for it);
+    ``ValueError`` if not. Ray puts its own SIGTERM handler in place: start it first."""
     import ray
 
     if not ray.is_initialized():
@@ -309,6 +312,15 @@ def _start_actors(cfg: TrainConfig, rc: RayConfig) -> tuple[list, list[str]]:
                 log_to_driver=False,
                 logging_level=logging.ERROR,
             )
+    cpus = ray.cluster_resources().get(CPU.upper(), 0)  # Ray's name of the resource
+    if cpus < rc.actors:
+        raise ValueError(f"--actors ray:{rc.actors} needs a CPU each; the Ray cluster has {cpus:g}")
+
+
+def _start_actors(cfg: TrainConfig, rc: RayConfig) -> tuple[list, list[str]]:
+    import ray
+
+    init_ray(rc)
     remote = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0)(RolloutActor)
     # one CPU each: one XLA device, one compute thread
     flags = "--xla_force_host_platform_device_count=1 --xla_cpu_multi_thread_eigen=false"
@@ -348,10 +360,12 @@ def run_ray(
     on_chunk=None,
     device: jax.Device | None = None,
     record_batches: list | None = None,
+    stop_asked=None,
 ) -> tuple[Any, list[dict], dict]:
     """Trains ``cfg`` with ``rc.actors`` Ray actors feeding this process's replay and learner
     (on ``device``, default JAX's first); ``record_batches`` (a list) receives every inserted
-    batch's transitions (host arrays ``[S, T, N, ...]``; for benchmarks).
+    batch's transitions (host arrays ``[S, T, N, ...]``; for benchmarks); ``stop_asked``
+    (``() -> bool``): once true, the run ends after its chunk by raising `Stopped`.
 
     Returns:
       ``(agent state [S], rows, report)``: one row per chunk as `drlhet.runtime.run.run`'s, each
@@ -368,14 +382,14 @@ def run_ray(
 
     try:
         lr = _Learner(tr, rc, actors, names, device or jax.devices()[0], record_batches)
-        hook = ChunkHook(tr.chunks, None, on_chunk)
+        hook = ChunkHook(tr.chunks, None, on_chunk, stop_asked)
         t0 = time.perf_counter()
         _chunk(lr, -1, t0, t0)  # the warm-up
         last = time.perf_counter()
         for i in range(tr.chunks):
             row = _chunk(lr, i, t0, last)
             last = time.perf_counter()
-            hook.after(row, None)
+            hook.after(row, lambda: lr.state[0])  # no checkpoints: only a stop asks for it
         return lr.state[0], hook.rows, lr.report.as_dict()
     finally:
         for a in actors:

@@ -126,7 +126,10 @@ extern "C" void learner_top(uint32_t* cmd, const double* hyper, const float* in,
     for (int k = 0; k < t::kHyper; ++k) t::hp[k] = hyper[k];
     for (int64_t k = 0; k < t::kMemory; ++k) t::memory[k] = in[k];
     t::counts[0] = int32_t(cmd[1]), t::counts[1] = int32_t(cmd[2]), t::steps = int32_t(cmd[3]);
-  } else if (cmd[0] == t::kStep) {
+  } else if (cmd[0] == t::kStep && cmd[1] >= 1 &&
+             cmd[1] <= uint32_t(drlhet::learner::kMaxBatch)) {
+    // a batch past the module's buffers does nothing, as an unknown command (the host never
+    // sends one: drlhet.backends.learner_spec refuses it before the run)
     const int b = int(cmd[1]);
     for (int64_t k = 0; k < t::BatchWords(b); ++k) t::batch_in[k] = in[k];
     t::Step(b, out);

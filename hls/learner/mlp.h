@@ -96,18 +96,25 @@ inline void DenseForward(const Dense& d, const float* p, const float* x, int ldx
       for (int q = 0; q < width; ++q) y[int64_t(row) * ldy + ob + q] = 0.0f;
     }
     for (int i = 0; i < d.in; ++i) {
-      for (int row = 0; row < batch; ++row) {  // pipelined, kPBatch rows per iteration
+      for (int r0 = 0; r0 < batch; r0 += kPBatch) {  // pipelined: a row group per iteration
 #pragma HLS PIPELINE II = 1
-        for (int q = 0; q < width; ++q) {  // unrolled: kPOut MACs
-          y[int64_t(row) * ldy + ob + q] += x[int64_t(row) * ldx + i] * w[int64_t(i) * d.out + ob + q];
+        const int rows = batch - r0 < kPBatch ? batch - r0 : kPBatch;
+        for (int r = 0; r < rows; ++r) {  // unrolled with q: kPBatch x kPOut MACs
+          const int64_t row = r0 + r;
+          for (int q = 0; q < width; ++q) {
+            y[row * ldy + ob + q] += x[row * ldx + i] * w[int64_t(i) * d.out + ob + q];
+          }
         }
       }
     }
-    for (int row = 0; row < batch; ++row) {
-      for (int q = 0; q < width; ++q) {
-        float& v = y[int64_t(row) * ldy + ob + q];
-        v = v + p[d.b + ob + q];
-        if (relu && !(v > 0.0f)) v = 0.0f;
+    for (int r0 = 0; r0 < batch; r0 += kPBatch) {  // bias + ReLU, a row group per iteration
+      const int rows = batch - r0 < kPBatch ? batch - r0 : kPBatch;
+      for (int r = 0; r < rows; ++r) {
+        for (int q = 0; q < width; ++q) {
+          float& v = y[int64_t(r0 + r) * ldy + ob + q];
+          v = v + p[d.b + ob + q];
+          if (relu && !(v > 0.0f)) v = 0.0f;
+        }
       }
     }
   }
@@ -118,19 +125,23 @@ inline void DenseForward(const Dense& d, const float* p, const float* x, int ldx
 inline void DenseInputGrad(const Dense& d, const float* p, const float* dy, int ldy, int batch,
                            float* dx, int ldx, int from = 0) {
   const float* w = p + d.w;
-  float prod[kPOut];
+  float prod[kPBatch][kPOut];
   for (int row = 0; row < batch; ++row) {
     for (int i = from; i < d.in; ++i) dx[int64_t(row) * ldx + i - from] = 0.0f;
   }
   for (int ob = 0; ob < d.out; ob += kPOut) {
     const int width = d.out - ob < kPOut ? d.out - ob : kPOut;
     for (int i = from; i < d.in; ++i) {
-      for (int row = 0; row < batch; ++row) {
+      for (int r0 = 0; r0 < batch; r0 += kPBatch) {  // pipelined: a row group per iteration
 #pragma HLS PIPELINE II = 1
-        for (int q = 0; q < width; ++q) {
-          prod[q] = dy[int64_t(row) * ldy + ob + q] * w[int64_t(i) * d.out + ob + q];
+        const int rows = batch - r0 < kPBatch ? batch - r0 : kPBatch;
+        for (int r = 0; r < rows; ++r) {  // unrolled: kPBatch trees of kPOut products
+          const int64_t row = r0 + r;
+          for (int q = 0; q < width; ++q) {
+            prod[r][q] = dy[row * ldy + ob + q] * w[int64_t(i) * d.out + ob + q];
+          }
+          dx[row * ldx + i - from] += TreeSum(prod[r], width);
         }
-        dx[int64_t(row) * ldx + i - from] += TreeSum(prod, width);
       }
     }
   }
@@ -140,19 +151,23 @@ inline void DenseInputGrad(const Dense& d, const float* p, const float* dy, int 
 // rows in order, a tree in a group). `g` has the parameter memory's layout.
 inline void DenseWeightGrad(const Dense& d, const float* x, int ldx, const float* dy, int ldy,
                             int batch, float* g) {
-  float prod[kPBatch];
+  float prod[kPOut][kPBatch];
   for (int64_t k = 0; k < int64_t(d.in + 1) * d.out; ++k) g[d.w + k] = 0.0f;  // kernel, bias
   for (int r0 = 0; r0 < batch; r0 += kPBatch) {
     const int rows = batch - r0 < kPBatch ? batch - r0 : kPBatch;
     for (int i = 0; i <= d.in; ++i) {  // i == in: the bias (x = 1)
-      for (int o = 0; o < d.out; ++o) {
+      for (int ob = 0; ob < d.out; ob += kPOut) {  // pipelined: a block of outputs per iteration
 #pragma HLS PIPELINE II = 1
-        for (int r = 0; r < rows; ++r) {
-          const float xi = i < d.in ? x[int64_t(r0 + r) * ldx + i] : 1.0f;
-          prod[r] = xi * dy[int64_t(r0 + r) * ldy + o];
+        const int width = d.out - ob < kPOut ? d.out - ob : kPOut;
+        for (int q = 0; q < width; ++q) {  // unrolled: kPOut trees of kPBatch products
+          const int o = ob + q;
+          for (int r = 0; r < rows; ++r) {
+            const float xi = i < d.in ? x[int64_t(r0 + r) * ldx + i] : 1.0f;
+            prod[q][r] = xi * dy[int64_t(r0 + r) * ldy + o];
+          }
+          float& acc = i < d.in ? g[d.w + int64_t(i) * d.out + o] : g[d.b + o];
+          acc += TreeSum(prod[q], rows);
         }
-        float& acc = i < d.in ? g[d.w + int64_t(i) * d.out + o] : g[d.b + o];
-        acc += TreeSum(prod, rows);
       }
     }
   }

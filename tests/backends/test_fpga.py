@@ -192,5 +192,24 @@ def test_bad_input_gets_the_buffers_clear_errors_and_changes_nothing():
         with pytest.raises(ValueError, match=match):
             fpga.write(fp.init(64, k), np.arange(2), np.ones(2, np.float32))
     huge = fp.FixedTreeState(*(jnp.zeros(1, jnp.uint32),) * 3, jnp.int32(0), 1 << 32, 16, 20)
-    with pytest.raises(ValueError, match="holds <= 2147483648 leaves"):
+    with pytest.raises(ValueError, match="holds <= 1073741824 leaves"):
         fpga.draw(huge, jnp.zeros((1, 2), jnp.uint32))
+
+
+def test_buffers_and_shapes_the_module_would_read_past_are_refused():
+    """`serve` (the boards' stand-in) checked dtypes only: a sample of 4 into a 1-word ``out``
+    wrote 9 words past it; `write` read B values from a ``values [1]`` and `draw` two words a
+    draw from ``bits [B, 1]``. Now: refused, or broadcast as the reference does."""
+    tree = fp.init(16, 4)
+    memory = tuple(np.zeros(x.size, np.uint32) for x in (tree.leaves, tree.hi, tree.lo))
+    cmd = np.array([2, 4, 0], np.uint32)  # sample B 4
+    with pytest.raises(ValueError, match="out holds 1 words; op 2 of B 4 needs 10"):
+        fpga.serve(16, 4, 20, memory, cmd, np.zeros(8, np.uint32), np.zeros(1, np.uint32))
+    with pytest.raises(ValueError, match="leaves holds 8 words"):
+        small = (np.zeros(8, np.uint32), *memory[1:])
+        fpga.serve(16, 4, 20, small, cmd, np.zeros(8, np.uint32), np.zeros(10, np.uint32))
+    idx, one = jnp.arange(8), jnp.ones(1, jnp.float32)
+    got, want = fpga.write(tree, idx, one), fp.write(tree, idx, one)
+    np.testing.assert_array_equal(got.leaves, want.leaves)
+    with pytest.raises(ValueError, match=r"two words a draw\), got \(4, 1\)"):
+        fpga.draw(got, jnp.zeros((4, 1), jnp.uint32))

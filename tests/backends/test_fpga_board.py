@@ -131,6 +131,6 @@ def test_bad_input_is_refused_before_a_word_is_sent(monkeypatch, bitstream):
     assert BoardTree(tree.board, 1 << 22, 16, memory=memory).leaves_at == "on-chip"
     assert BoardTree(tree.board, 1 << 23, 16, memory=memory).leaves_at == "ddr"
     with pytest.raises(ValueError, match="inner nodes .* exceed the board's on-chip memory"):
-        BoardTree(tree.board, 1 << 31, 16, memory=memory)
+        BoardTree(tree.board, 1 << 30, 16, memory=memory)
     with pytest.raises(ValueError, match="leaves .* exceed the board's on-chip .* and DDR"):
         BoardTree(tree.board, 1 << 23, 16, memory=(memory[0], 1e6))

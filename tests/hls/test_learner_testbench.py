@@ -113,3 +113,44 @@ def test_the_synthesized_top_runs_the_c_simulations_step_bit_for_bit(tmp_path, n
     exe = build(tmp_path, TOPS[name])
     run = subprocess.run([str(exe), "--top", "4", "7"], capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout.startswith("TOP OK"), run.stdout + run.stderr
+
+
+TOP_OVER_BATCH = r"""
+#include <cstdio>
+#include <vector>
+#include "learner_top.cpp"
+int main() {  // a step command of B past kMaxBatch: nothing read or written
+  namespace t = drlhet::learner::top;
+  std::vector<double> hp(t::kHyper, 0.0);
+  hp[0] = 1e-3, hp[1] = 0.9, hp[2] = 0.999, hp[3] = 1e-8, hp[4] = 10, hp[5] = 1, hp[9] = 1;
+  std::vector<float> mem(t::kMemory, 0.01f), out(t::kMemory + 4096, -7.0f);
+  uint32_t load[4] = {t::kLoad, 0, 0, 0};
+  learner_top(load, hp.data(), mem.data(), out.data());
+  const int b = drlhet::learner::kMaxBatch + 44;
+  std::vector<float> batch(size_t(b) * (2 * LEARNER_OBS + 4), 0.0f);
+  uint32_t step[4] = {t::kStep, uint32_t(b), 0, 0};
+  learner_top(step, hp.data(), batch.data(), out.data());
+  for (float v : out) if (v != -7.0f) return 3;
+  std::puts("untouched");
+}
+"""
+
+
+def test_the_top_does_nothing_for_a_batch_past_its_buffers(tmp_path):
+    """``learner_top``'s step command takes B from the host: past ``kMaxBatch`` it wrote past
+    its buffers (AddressSanitizer: a global-buffer-overflow); now it does nothing, as an
+    unknown command."""
+    import shutil
+    import subprocess
+
+    from drlhet.dse.devices.learner_testbench import LEARNER_DIR
+
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("missing compiler: g++")
+    src, exe = tmp_path / "over.cpp", tmp_path / "over"
+    src.write_text(TOP_OVER_BATCH)
+    cmd = [cxx, "-std=c++17", "-O1", "-g", "-w", "-fsanitize=address", f"-I{LEARNER_DIR}"]
+    subprocess.run([*cmd, str(src), "-o", str(exe)], check=True, capture_output=True)
+    done = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "untouched", done.stderr[-1500:]

@@ -151,10 +151,14 @@ def test_bad_input_is_refused_eagerly_and_under_jit():
         fp.init(0, 16)
     with pytest.raises(ValueError, match=f"capacity {2**33}"):
         fp.init(2**33, 16)
-    # leaves 2^31 .. 2^32 - 1 have no int32 index (a capacity of 2^32 was taken)
-    with pytest.raises(ValueError, match=f"capacity {2**31 + 1} outside \\[1, {2**31}\\]"):
-        fp.init(2**31 + 1, 16)
-    assert jax.eval_shape(lambda: fp.init(2**31, 16)).leaves.shape == (2**31,)
+    # leaves 2^31 .. 2^32 - 1 have no int32 index (a capacity of 2^32 was taken); past 2^30 a
+    # leaf row rounded up to K reaches int32's largest index, a dropped write's (2^31 was taken)
+    with pytest.raises(ValueError, match=f"capacity {2**30 + 1} outside \\[1, {2**30}\\]"):
+        fp.init(2**30 + 1, 16)
+    big = jax.eval_shape(lambda: fp.init(2**30, 64))
+    assert big.leaves.shape == (2**30,)
+    ones = jax.ShapeDtypeStruct((3,), jnp.int32), jax.ShapeDtypeStruct((3,), jnp.float32)
+    assert jax.eval_shape(fp.write, big, *ones).leaves.shape == (2**30,)  # it traces
     with pytest.raises(ValueError, match="stratified sampling takes B"):
         fp.targets(fp.total(tree), jnp.zeros((u64.MAX_DIVISOR + 1, 2), jnp.uint32))
 
@@ -217,3 +221,17 @@ def test_a_jitted_scan_equals_the_eager_calls():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
     np.testing.assert_array_equal(np.asarray(s_idx), np.stack(eager_idx))
     np.testing.assert_array_equal(np.asarray(s_probs), np.stack(eager_probs))
+
+
+def test_a_kept_index_outside_the_tree_writes_nothing_as_in_the_module():
+    """Index 10 of a 10-leaf tree (K 4: padding leaves 10 and 11) and -1 were written into
+    the padding (a draw could then return index 10) or wrapped to the last slot; the module
+    skips them, and now so does the reference. +inf quantizes to 0 (refused), as in the
+    module, not to the largest leaf."""
+    tree = fp.init(10, 4)
+    out = fp.write(tree, jnp.array([10, -1, 3]), jnp.array([1.0, 1.0, 0.5], jnp.float32))
+    assert np.asarray(out.leaves).tolist() == [0, 0, 0, 1 << 19] + [0] * 8
+    assert int(fp.total(out).lo) == 1 << 19 and int(out.saturated) == 0
+    q, clamped = fp.quantize(jnp.array([np.inf, -np.inf, np.nan, 3.4e38], jnp.float32), 20)
+    assert np.asarray(q).tolist() == [0, 0, 0, 0xFFFFFFFF]
+    assert np.asarray(clamped).tolist() == [False, False, False, True]

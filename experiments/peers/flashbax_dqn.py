@@ -51,6 +51,7 @@ from drlhet.agents.dqn import DQNConfig, make_dqn
 from drlhet.envs import EnvFns, make_env
 from drlhet.replay.nstep import make_nstep
 from drlhet.replay.prioritized import ReplayFns
+from drlhet.runtime import compiling
 from drlhet.runtime.parts import Batch, Parts, make_parts
 from drlhet.runtime.trainer import example_transition
 
@@ -382,9 +383,11 @@ def main(argv: list[str] | None = None) -> int:
     reporter.header(SYSTEM, version, threads, _notes(spec))
     # one seed: the key a one-seed drlhet run of spec.seed gives it (`drlhet.runtime.run`)
     key = jax.random.split(jax.random.key(spec.seed), 1)[0]
-    state = jax.jit(loop.init)(key)
-    state = jax.jit(loop.warmup, donate_argnums=0)(state)
-    chunk = jax.jit(loop.chunk, donate_argnums=0)
+    # compiled as drlhet's run compiles its chunks (`drlhet.runtime.compiling`): only the
+    # replay differs (plain `jax.jit` compiled at LLVM level 3, slower to compile)
+    state = compiling.jit(loop.init)(key)
+    state = compiling.jit(loop.warmup, donate_argnums=0)(state)
+    chunk = compiling.jit(loop.chunk, donate_argnums=0)
     for _ in range(loop.chunks):
         state, eval_return = chunk(state)
         env_steps, updates, eval_return = jax.device_get(

@@ -129,7 +129,7 @@ def train_command(
         return run_dir
     print(_plan(tr.config, tr.chunks, str(placed)))
     start = _start(saved, run_dir)
-    with _removed_on_failure(run_dir), stop_on_signals(True, every > 0) as stop:
+    with _removed_on_failure(run_dir), stop_on_signals(saving=every > 0) as stop:
         rows, reached, wall = _train(
             config, placed, run_dir, stop_at_return, progress, start, saving, before, runner, stop
         )

@@ -332,7 +332,7 @@ def test_backends_command_lists_the_registry(capsys):
     assert "fpga (cpu: sim)" in next(ln for ln in out.splitlines() if ln.startswith("fpga"))
     # the trees a replay backend holds, where it does not hold every tree
     assert "its replay holds trees of K <= 256" in out  # native, cuda
-    assert "its replay holds trees of K in (4, 8, 16, 32, 64) and capacity <= 2147483648" in out
+    assert "its replay holds trees of K in (4, 8, 16, 32, 64) and capacity <= 1073741824" in out
     assert out.count("its replay holds trees") == 3  # jax and python hold any tree
 
 

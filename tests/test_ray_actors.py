@@ -4,6 +4,7 @@ parameters."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -219,7 +220,10 @@ def test_sigterm_ends_a_ray_run_after_its_chunk_and_keeps_its_folder(tmp_path):
             "--batch-size", "32", "--buffer-size", "1000", "--eval-envs", "2", "--dqn.hidden",
             "8", "--seeds", "1", "--no-progress", "--out", str(tmp_path),
             "--name", "r"]  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "drlhet", "train", *args],
+    # a Ray of its own: this module's test cluster (two_nodes) may still run, and Ray joins
+    # the newest on the machine (RAY_ADDRESS)
+    env = {**os.environ, "RAY_ADDRESS": "local"}
+    proc = subprocess.Popen([sys.executable, "-m", "drlhet", "train", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     metrics = run / "metrics.jsonl"
     deadline = time.monotonic() + 240

@@ -273,7 +273,7 @@ def test_fpga_leaves_beyond_on_chip_live_in_ddr_and_beyond_ddr_are_refused():
     for capacity, branching, why in (
         (1 << 21, 16, "exceed the board's on-chip .* and DDR"),
         (4096, 2, "supports K in"),
-        ((1 << 31) + 1, 64, "holds <= 2147483648 leaves"),
+        ((1 << 30) + 1, 64, "holds <= 1073741824 leaves"),
     ):
         p = sized(capacity, branching).predict(places("jax@cpu:0", "fpga@fpga", "jax@cpu:0"))
         assert math.isinf(p.iteration_s) and re.search(why, p.note), p.note

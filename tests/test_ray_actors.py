@@ -4,6 +4,7 @@ parameters."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -214,9 +215,11 @@ def test_a_report_in_a_row_is_the_report_then():
 def test_sigterm_ends_a_ray_run_after_its_chunk_and_keeps_its_folder(tmp_path):
     """Ray puts its own SIGTERM handler in place at ``ray.init``: it killed the run (status 15,
     a stack dump), and a SIGINT's ``KeyboardInterrupt`` removed the run's folder, rows and all.
-    Ray now starts before the run's handlers: the run ends after its chunk, with 143."""
+    Ray now starts before the run's handlers: the run ends after its chunk, with 143. Its
+    chunks of 192 env steps take whole actor calls of 128: each row's rate counts the steps the
+    chunk ran (128 or 256; it counted 192 each time)."""
     run = tmp_path / "r"
-    args = ["--actors", "ray:1", "--steps", "60000", "--warmup", "128", "--eval-every", "256",
+    args = ["--actors", "ray:1", "--steps", "60000", "--warmup", "128", "--eval-every", "192",
             "--batch-size", "32", "--buffer-size", "1000", "--eval-envs", "2", "--dqn.hidden",
             "8", "--seeds", "1", "--no-progress", "--out", str(tmp_path),
             "--name", "r"]  # fmt: skip
@@ -228,12 +231,16 @@ def test_sigterm_ends_a_ray_run_after_its_chunk_and_keeps_its_folder(tmp_path):
     metrics = run / "metrics.jsonl"
     deadline = time.monotonic() + 240
     while proc.poll() is None and time.monotonic() < deadline:
-        if metrics.is_file() and len(metrics.read_text().splitlines()) >= 2:
+        if metrics.is_file() and len(metrics.read_text().splitlines()) >= 4:
             proc.terminate()
             break
         time.sleep(0.05)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-2000:]
     assert "stopped after chunk" in out and "SIGTERM: stopping after this chunk" in err
-    rows = metrics.read_text().splitlines()
-    assert len(rows) >= 2 and (run / "curve.png").is_file()
+    rows = [json.loads(r) for r in metrics.read_text().splitlines()]
+    assert len(rows) >= 4 and (run / "curve.png").is_file()
+    ran = [b["env_steps"] - a["env_steps"] for a, b in zip(rows, rows[1:], strict=False)]
+    assert set(ran) == {128, 256}, ran
+    for r, n in zip(rows[1:], ran, strict=True):
+        assert r["env_steps_per_s"] * r["chunk_s"] == pytest.approx(n)

@@ -29,11 +29,13 @@ def chunk_row(
     t0: float,
     last: float,
     now: float | None = None,
+    stepped: int | None = None,
 ) -> dict:
     """One chunk's row: the per-seed summary as lists, plus ``env_steps`` (seed 0), ``chunk``,
     ``wall_s`` (since ``t0``), ``chunk_s`` (since ``last``) and the chunk's measured
     throughput, ``env_steps_per_s`` and ``trained_samples_per_s`` (all seeds together); ``now``
-    is when the chunk's work ended (default: the time of the call)."""
+    is when the chunk's work ended (default: the time of the call); ``stepped``: the env steps
+    per seed the chunk ran (default ``--eval-every``; a Ray run's move in whole actor calls)."""
     now = time.perf_counter() if now is None else now
     dt = now - last
     row = {k: np.asarray(v).tolist() for k, v in summary.items() if k != "replay_error"}
@@ -42,7 +44,7 @@ def chunk_row(
         chunk=chunk,
         wall_s=now - t0,
         chunk_s=dt,
-        env_steps_per_s=cfg.seeds * cfg.eval_every / dt,
+        env_steps_per_s=cfg.seeds * (cfg.eval_every if stepped is None else stepped) / dt,
         trained_samples_per_s=cfg.seeds * iterations * cfg.sgd_steps * cfg.batch_size / dt,
         backend=cfg.backend,
         delay=cfg.delay,

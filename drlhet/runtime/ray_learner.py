@@ -276,7 +276,7 @@ def _chunk(lr: _Learner, i: int, t0: float, last: float) -> dict:
     then evaluates: the chunk's row."""
     cfg = lr.tr.config
     end = cfg.warmup if i < 0 else cfg.warmup + (i + 1) * cfg.eval_every
-    metrics, finished = [], []
+    metrics, finished, start = [], [], lr.env_steps
     while lr.env_steps < end:
         got = lr.next_batch()
         m = lr.take(got)
@@ -292,8 +292,8 @@ def _chunk(lr: _Learner, i: int, t0: float, last: float) -> dict:
     eval_s = time.perf_counter() - t_eval
     summary = host_summary(cfg, metrics, finished, eval_return, lr.env_steps)
     check_replay_error(lr.state[1].error)
-    iterations = cfg.eval_every // cfg.num_envs
-    row = chunk_row(cfg, iterations, summary, i, t0, last)
+    iterations = len(metrics) * lr.rc.rollout  # whole actor calls: not always --eval-every's
+    row = chunk_row(cfg, iterations, summary, i, t0, last, stepped=lr.env_steps - start)
     return {**row, "eval_s": eval_s, "ray": lr.report.as_dict()}
 
 

@@ -129,7 +129,8 @@ def serve(
     """Serves one command of the host protocol (``hls/rmm/rmm.h``) on a tree held in NumPy
     ``uint32`` arrays ``memory = (leaves, hi, lo)``, in place: what a board does with its
     buffers (the drivers' stand-in calls it). Returns 0, -1 for a bad command, -2 for a bad
-    layout."""
+    layout; raises ``ValueError`` for a buffer that is not contiguous uint32 or is smaller than
+    the layout or the command needs."""
     ptr = ctypes.POINTER(ctypes.c_uint32)
     arrays = (*memory, cmd, inputs, out)
     for a in arrays:

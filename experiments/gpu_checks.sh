@@ -376,7 +376,7 @@ for s in "${stages[@]}"; do
         --out "$OUT/bench_replay_gpu.json" ;;
     profile)
       stage profile 300 $RUN experiments/profile_gpu.py --out "$OUT/gpu_profile.json" ;;
-    split)  # mappings split between the host CPU and the GPU (never run on a GPU before)
+    split)  # mappings split between the host CPU and the GPU (first run on an H200, 2026-11-29)
       for k in 0 4; do
         stage "split_k$k" 240 $RUN -m drlhet train --delay $k --stop-at-return 475 \
           --mapping "${SPLIT_MAPPING:-actors=cpu:0,replay=native@cpu:0,learner=gpu:0}" \

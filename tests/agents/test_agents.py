@@ -140,6 +140,15 @@ def test_env_adapter_bootstraps_truncation_not_termination():
             # next_obs is the final observation, obs the reset one
             assert not np.allclose(st.next_obs[j], st.obs[j])
     assert saw_term
+    # Pendulum never terminates: its time limit (200 steps) is a truncation, from the final obs
+    env = make_env("Pendulum-v1", 2)
+    obs, state = env.reset(jax.random.key(0))
+    step = jax.jit(env.step)
+    for i in range(env.max_steps):
+        state, st = step(state, jnp.zeros((2, 1)), jax.random.key(i))
+        assert not bool(st.terminated.any())
+        assert bool(st.truncated.all()) == (i == env.max_steps - 1)
+    assert not np.allclose(st.next_obs, st.obs)
     with pytest.raises(ValueError, match="unknown environment"):
         make_env("NoSuchEnv-v0")
 

@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 
 import checked_cli
-from ncu_files import summarise_each, write_rows
+from ncu_files import read_text, summarise_each, write_rows
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
 EXECUTED = "Instructions Executed"
@@ -62,10 +62,10 @@ def sections(path: Path) -> list[tuple[str, list[dict[str, str]]]]:
     """
     out: list[tuple[str, list[dict[str, str]]]] = []
     header: list[str] = []
-    lines = [ln for ln in path.read_text().splitlines() if ln.startswith('"')]
+    lines = [ln for ln in read_text(path).splitlines() if ln.startswith('"')]
     for cells in csv.reader(lines):
         if cells[:1] == ["Kernel Name"]:
-            out.append((cells[1], []))
+            out.append((cells[1] if len(cells) > 1 else "", []))
             header = []
         elif out and not header:
             header = cells
@@ -74,6 +74,15 @@ def sections(path: Path) -> list[tuple[str, list[dict[str, str]]]]:
     out = [(kernel, rows) for kernel, rows in out if rows and SAMPLES in rows[0]]
     if not out:
         raise ValueError(f"{path}: no source page (ncu --page source --csv) in it")
+    for kernel, rows in out:
+        lacking = [c for c in ("Address", "Source") if c not in rows[0]]
+        if lacking:
+            raise ValueError(f"{path}: {kernel}'s source page has no {' or '.join(lacking)} column")
+        for row in rows:
+            if not re.fullmatch(r"(0x)?[0-9a-fA-F]+", row["Address"]):
+                raise ValueError(
+                    f"{path}: {kernel}'s address {row['Address']!r} is not hexadecimal"
+                )
     return out
 
 

@@ -23,7 +23,7 @@ import statistics
 from pathlib import Path
 
 import checked_cli
-from ncu_files import summarise_each, write_rows
+from ncu_files import read_text, summarise_each, write_rows
 
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 DURATION = "gpu__time_duration.sum"
@@ -64,7 +64,7 @@ def launches(path: Path) -> tuple[list[dict[str, str]], dict[str, str]]:
     Raises ``ValueError`` naming the file when it holds no raw table (no ``Kernel Name``
     column, or no launch).
     """
-    lines = [ln for ln in path.read_text().splitlines() if ln.startswith('"')]
+    lines = [ln for ln in read_text(path).splitlines() if ln.startswith('"')]
     header, *body = list(csv.reader(lines)) or [[]]
     if "Kernel Name" not in header or "Metric Name" in header:
         raise ValueError(f"{path}: no raw table (ncu --page raw --csv) in it")

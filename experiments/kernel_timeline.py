@@ -34,11 +34,13 @@ import gzip
 import json
 import re
 import statistics
-import sys
+import zlib
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import checked_cli
+from ncu_files import named, read_text, refuse
 
 UNIT_TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 NONE_GIVEN = "give --csv-files (nsys) or --trace-files (jax's profiler)"
@@ -93,7 +95,7 @@ def events(path: Path) -> list[Event]:
     """The trace's events in order of start. Lines before the table's header (the program's
     output, nsys's notes) and after its last row are skipped; a file without the table raises
     ``ValueError`` naming it."""
-    lines = path.read_text().splitlines()
+    lines = read_text(path).splitlines()
     starts = [
         i for i, ln in enumerate(lines) if "Start" in ln and "Duration" in ln and "Name" in ln
     ]
@@ -104,15 +106,15 @@ def events(path: Path) -> list[Event]:
         if not ln.strip():
             break
         table.append(ln)
-    reader = csv.reader(table)
-    header = next(reader)
     try:
-        start, start_us = _column(header, "Start")
-        duration, duration_us = _column(header, "Duration")
-    except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
+        cells_of = list(csv.reader(table))
+        start, start_us = _column(cells_of[0], "Start")
+        duration, duration_us = _column(cells_of[0], "Duration")
+    except (ValueError, csv.Error) as err:
+        raise ValueError(named(path, err)) from None
+    header = cells_of[0]
     out = []
-    for cells in reader:
+    for cells in cells_of[1:]:
         row = dict(zip(header, cells, strict=False))
         try:
             t0 = float(row[start].replace(",", "")) * start_us
@@ -129,17 +131,11 @@ def profiler_events(path: Path, plane: str, lines: str) -> tuple[list[Event], li
     """A profiler trace's device events (the ``lines`` threads of the ``plane`` processes) in
     order of start, and every other process's events (the host's). Raises ``ValueError``
     naming the file and what it holds when no process or thread matches."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rt") as f:
-            trace = json.load(f)
-    except (OSError, EOFError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: not a profiler trace ({err})") from None
-    raw = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    raw = trace_events(path)
     names: dict[str, dict] = {"process_name": {}, "thread_name": {}}
     for e in raw:
         if e.get("ph") == "M" and e.get("name") in names:
-            names[e["name"]][(e.get("pid"), e.get("tid"))] = e.get("args", {}).get("name", "")
+            names[e["name"]][(e.get("pid"), e.get("tid"))] = str(e.get("args", {}).get("name", ""))
     pids = {pid for (pid, _), n in names["process_name"].items() if n.startswith(plane)}
     if not pids:
         seen = sorted(set(names["process_name"].values()))
@@ -160,6 +156,46 @@ def profiler_events(path: Path, plane: str, lines: str) -> tuple[list[Event], li
     if not device:
         raise ValueError(f"{path}: no events on the {plane} {lines} threads")
     return sorted(device, key=lambda e: e.start), host
+
+
+def trace_events(path: Path) -> list[dict]:
+    """The events of a profiler trace (its ``traceEvents``, or the whole file where it is a
+    list). Raises ``ValueError`` naming the file where it cannot be read, is not (gzipped)
+    JSON, or is not a list of event objects whose ``args`` are objects and whose ``ts`` and
+    ``dur`` are numbers."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt") as f:
+            trace = json.load(f)
+    except gzip.BadGzipFile as err:
+        raise ValueError(f"{path}: not a profiler trace ({err})") from None
+    except OSError as err:
+        raise ValueError(f"{path}: cannot be read ({err.strerror or err})") from None
+    except (EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not a profiler trace ({err})") from None
+    if isinstance(trace, dict):
+        raw, why = trace.get("traceEvents", []), _not_events(trace.get("traceEvents", []))
+    else:
+        raw, why = trace, _not_events(trace, "")
+    if why:
+        raise ValueError(f"{path}: not a profiler trace ({why})")
+    return raw
+
+
+def _not_events(raw: Any, what: str = "traceEvents") -> str:
+    """Why ``raw`` is not a list of trace events whose read fields are as they should be (the
+    ``args`` of a metadata event an object, the ``ts`` and ``dur`` of a complete one numbers),
+    or ""."""
+    why = checked_cli.rows_lacking(raw, (), what)
+    for i, e in enumerate(raw if not why else ()):
+        where = f"{what}[{i}]" if what else f"item {i}"
+        if e.get("ph") == "M" and not isinstance(e.get("args", {}), dict):
+            return f"{where}'s args are not an object"
+        for key in ("ts", "dur") if e.get("ph") == "X" else ():
+            value = e.get(key, 0.0)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return f"{where}'s {key} {value!r} is not a number"
+    return why
 
 
 def host_during(host: list[Event], burst: list[Event], steps: int) -> list[dict]:
@@ -242,9 +278,9 @@ def summarise(
 
 
 def entries(args: Args) -> list[dict]:
-    """The summary of every file given (CSV files first). A file that cannot be read is a
-    one-line note and the others are still summarised; none readable raises ``ValueError``
-    with the first file's reason."""
+    """The summary of every file given (CSV files first). A file that cannot be read or is not
+    what it should be is a one-line note (printed after the others are summarised); none
+    readable raises ``ValueError`` with the first file's reason, naming it."""
     if not args.csv_files and not args.trace_files:
         raise ValueError(NONE_GIVEN)
     nsys = "nsys cuda_gpu_trace, each kernel in its CUDA graph (the longest burst)"
@@ -257,19 +293,20 @@ def entries(args: Args) -> list[dict]:
             else:
                 device, host = profiler_events(p, args.plane, args.lines)
                 out.append(summarise(p, device, args, label, host))
-        except (OSError, ValueError) as err:
-            errors.append(str(err))
-            print(f"note: skipped {err}")
+        except ValueError as err:
+            errors.append(named(p, err))
     if not out:
         raise ValueError(errors[0])
+    for why in errors:
+        print(f"note: skipped {why}")
     return out
 
 
 def main(args: Args) -> list[dict]:
     try:
         found = entries(args)
-    except (OSError, ValueError) as err:
-        sys.exit(f"error: {err}")
+    except ValueError as err:  # every file given: one line naming the first, exit status 2
+        refuse(str(err))
     for e in found:
         print(
             f"== {e['file']}: {e['steps']} steps, period {e['period_us']:.1f} us = kernels "

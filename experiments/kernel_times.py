@@ -21,7 +21,7 @@ import statistics
 from pathlib import Path
 
 import checked_cli
-from ncu_files import summarise_each, write_rows
+from ncu_files import read_text, summarise_each, write_rows
 
 UNIT_TO_US = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
 UNIT_TO_US |= {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
@@ -41,16 +41,24 @@ def durations(path: Path) -> dict[str, list[float]]:
     Lines that are not part of ncu's CSV table (its ``==PROF==`` notes, the program's own
     output) are skipped; a file without the table raises ``ValueError`` naming it.
     """
-    lines = [ln for ln in path.read_text().splitlines() if ln.startswith('"')]
-    rows = list(csv.DictReader(lines))
+    lines = [ln for ln in read_text(path).splitlines() if ln.startswith('"')]
+    reader = csv.DictReader(lines)
+    rows = list(reader)
+    lacking = [c for c in ("Kernel Name", "Metric Value") if c not in (reader.fieldnames or ())]
     out: dict[str, list[float]] = {}
     for row in rows:
         if row.get("Metric Name") != "gpu__time_duration.sum":
             continue
+        if lacking:
+            raise ValueError(f"{path}: the ncu table has no {' or '.join(lacking)} column")
         scale = UNIT_TO_US.get(row.get("Metric Unit", ""), None)
         if scale is None:
             raise ValueError(f"{path}: unknown unit {row.get('Metric Unit')!r}")
-        value = float(row["Metric Value"].replace(",", ""))
+        try:
+            value = float((row["Metric Value"] or "").replace(",", ""))
+        except ValueError:
+            what = f"{row['Kernel Name']}'s duration {row['Metric Value']!r}"
+            raise ValueError(f"{path}: {what} is not a number") from None
         out.setdefault(row["Kernel Name"], []).append(value * scale)
     if not out:
         raise ValueError(f"{path}: no gpu__time_duration.sum rows (not an ncu --csv log?)")

@@ -63,6 +63,7 @@ import re
 import statistics
 import sys
 from pathlib import Path
+from typing import Any, NoReturn
 
 import checked_cli
 
@@ -121,41 +122,91 @@ class Step:
     siblings: bool = False  # TAGGED_SIBLINGS (rows from before it: False)
 
 
-def load(paths: tuple[Path, ...]) -> list[dict]:
-    """Every row of ``paths``; ``ValueError`` naming a file that is missing or holds no list."""
-    rows: list[dict] = []
+def load(path: Path) -> list[dict]:
+    """The rows of ``path``; ``ValueError`` naming the file when it is missing, cannot be read,
+    is not JSON or is not a list of objects."""
+    why = checked_cli.unreadable_json(path, _not_rows)
+    if why:
+        raise ValueError(why)
+    return json.loads(path.read_text())
+
+
+def _not_rows(data: Any) -> str:
+    why = checked_cli.rows_lacking(data, ())
+    return f"not a list of bench_replay rows ({why})" if why else ""
+
+
+def read_steps(paths: tuple[Path, ...], capacity: int, branching: int) -> list[Step]:
+    """`cuda_steps` of every file of ``paths``; ``ValueError`` naming the first file that cannot
+    be read (`load`) or holds a cuda step row that is not one, and what is wrong with it."""
+    steps: list[Step] = []
     for path in paths:
-        if not path.is_file():
-            raise ValueError(f"no rows file {path}")
-        data = json.loads(path.read_text())
-        if not isinstance(data, list):
-            raise ValueError(f"{path}: not a list of bench_replay rows")
-        rows += data
-    return rows
+        try:
+            steps += cuda_steps(load(path), capacity, branching)
+        except ValueError as err:
+            why = str(err)
+            raise ValueError(why if why.startswith(str(path)) else f"{path}: {why}") from None
+    return steps
 
 
 def cuda_steps(rows: list[dict], capacity: int, branching: int) -> list[Step]:
-    """The fused cuda steps at (capacity, K) that say which thresholds they ran with."""
-    block, narrow, cluster = (
-        "cuda_block_max_batch",
-        "cuda_narrow_max_nodes",
-        "cuda_cluster_max_batch",
-    )
-    keys = (block, narrow, cluster)
-    return [
-        Step(r["batch"], int(r[block]), int(r[narrow]), int(r[cluster]), float(r["items_per_s"]),
-             r.get("cuda_shared_top"), bool(r.get("cuda_tagged_claims")),
-             r.get("cuda_own_sample"), _spread_of(r), bool(r.get("cuda_tagged_siblings")))
-        for r in rows
-        if (r.get("impl") in ("drlhet-cuda", "drlhet-cuda-tagged", "drlhet-cuda-siblings",
-                              "drlhet-cuda-find")
-            or re.fullmatch(r"drlhet-cuda-spread\d+", str(r.get("impl"))))
+    """The fused cuda steps at (capacity, K) that say which thresholds they ran with; a
+    ``ValueError`` naming the first such row whose batch, items/s or thresholds are not
+    numbers."""
+    out = []
+    for i, r in enumerate(rows):
+        if not _is_cuda_step(r, capacity, branching):
+            continue
+        try:
+            step = _step(r)  # checks the numbers that _removed_path reads
+            if not _removed_path(r):
+                out.append(step)
+        except (KeyError, TypeError, ValueError) as err:
+            why = f"lacks {err}" if isinstance(err, KeyError) else str(err)
+            raise ValueError(
+                f"item {i}, a fused cuda step at B {r.get('batch')!r}: {why}"
+            ) from None
+    return out
+
+
+def _is_cuda_step(r: dict, capacity: int, branching: int) -> bool:
+    """Whether ``r`` is a fused cuda step at (capacity, K) that says its thresholds."""
+    keys = ("cuda_block_max_batch", "cuda_narrow_max_nodes", "cuda_cluster_max_batch")
+    return (
+        (r.get("impl") in ("drlhet-cuda", "drlhet-cuda-tagged", "drlhet-cuda-siblings",
+                           "drlhet-cuda-find")
+         or re.fullmatch(r"drlhet-cuda-spread\d+", str(r.get("impl"))) is not None)
         and r.get("op") == "step"
         and r.get("mode") == "fused"
         and r.get("capacity") == capacity and r.get("branching") == branching
         and all(r.get(k) is not None for k in keys)
-        and not _removed_path(r)
-    ]  # fmt: skip
+    )  # fmt: skip
+
+
+def _step(r: dict) -> Step:
+    """The `Step` of a cuda step row; ``KeyError`` or ``TypeError`` naming a value it reads
+    that is missing or not a number."""
+    rate = r["items_per_s"]
+    if isinstance(rate, bool) or not isinstance(rate, int | float):
+        raise TypeError(f"items_per_s {rate!r} is not a number")
+    block, narrow, cluster = (
+        _whole(r, f"cuda_{name}") for name in ("block_max_batch", "narrow_max_nodes",
+                                               "cluster_max_batch")
+    )  # fmt: skip
+    for key in ("cuda_region_max_batch", "cuda_spread_min_batch", "cuda_spread_threads"):
+        if r.get(key) is not None:
+            _whole(r, key)
+    return Step(_whole(r, "batch"), block, narrow, cluster, float(rate), r.get("cuda_shared_top"),
+                bool(r.get("cuda_tagged_claims")), r.get("cuda_own_sample"), _spread_of(r),
+                bool(r.get("cuda_tagged_siblings")))  # fmt: skip
+
+
+def _whole(r: dict, key: str) -> int:
+    """``r[key]``, a whole number (``TypeError`` naming it where it is not)."""
+    value = r[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{key} {value!r} is not a whole number")
+    return value
 
 
 def _removed_path(row: dict) -> bool:
@@ -431,14 +482,24 @@ def report(r: dict) -> None:
           f"({r['spread_why']})")  # fmt: skip
 
 
+def _refuse(why: str) -> NoReturn:
+    """Ends the script on bad input, as every experiment does (checked_cli.py): ``<script>:
+    error: <why>`` on stderr, exit status 2."""
+    print(f"{Path(sys.argv[0]).stem}: error: {why}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main(args: Args) -> dict:
     args = library_defaults(args)
     try:
-        steps = cuda_steps(load(args.rows), args.capacity, args.branching)
+        steps = read_steps(args.rows, args.capacity, args.branching)
     except ValueError as err:
-        sys.exit(f"error: {err}")
+        _refuse(str(err))
     if not steps:
-        sys.exit(f"error: no fused cuda step rows at capacity {args.capacity}, K {args.branching}")
+        files = ", ".join(map(str, args.rows)) or "no file"
+        _refuse(
+            f"no fused cuda step rows at capacity {args.capacity}, K {args.branching} in {files}"
+        )
     siblings, siblings_evidence, siblings_why = pick_siblings(steps, args)
     tagged, tagged_evidence, tagged_why = pick_tagged(steps, siblings, args)
     # the other picks over the rows with the claims switches as they are now

@@ -28,12 +28,68 @@ TOTALS = ("rows", "configs", "median_abs_error", "max_abs_error", "picks_within_
 """What the tables read of validate_dse.py's JSON: the whole, each row, each configuration."""
 
 
+BASELINES = (
+    "all on CPU (jax)",
+    "replay on CPU, learner on GPU",
+    "all on GPU",
+    "paper-style: Python replay",
+)
+"""The baselines the second table shows, by their names in each configuration's ``baselines``."""
+
+
 def wrong_shape(data: Any) -> str:
-    """Why ``data`` (the file's JSON) is not validate_dse.py's, or ""."""
+    """Why ``data`` (the file's JSON) is not validate_dse.py's, or "": what the tables read is
+    there and of its type (numbers, capacities whole, mappings ``actors=...@...,replay=...,
+    learner=...@...``), so that nothing it holds stops `main` halfway."""
     why = checked_cli.lacking(data, TOTALS)
     why = why or checked_cli.rows_lacking(data["rows"], ROW_KEYS, "rows")
     why = why or checked_cli.rows_lacking(data["configs"], CONFIG_KEYS, "configs")
+    why = why or _not_numbers(data, "the file", ("median_abs_error", "max_abs_error"))
+    unpaired = ("median_abs_error_unpaired", "max_abs_error_unpaired")
+    if not why and "max_abs_error_unpaired" in data:
+        why = checked_cli.lacking(data, unpaired) or _not_numbers(data, "the file", unpaired)
+    for i, r in enumerate(data["rows"] if not why else ()):
+        rounds = r.get("error_per_round", [])
+        numbers = ("error", "error_unpaired", ROW_KEYS[4], ROW_KEYS[5])
+        why = why or _not_numbers(r, f"rows[{i}]", numbers) or _not_mapping(r, f"rows[{i}]")
+        if not why and not isinstance(rounds, list):
+            why = f"rows[{i}]'s error_per_round is {rounds!r}, not a list"
+        why = why or _not_numbers(dict(enumerate(rounds)), f"rows[{i}].error_per_round")
+    for i, c in enumerate(data["configs"] if not why else ()):
+        numbers = ("pick_within", "pick_over_worst")
+        why = why or _not_numbers(c, f"configs[{i}]", numbers) or _not_mapping(c, f"configs[{i}]")
+        why = why or checked_cli.lacking(c["baselines"], (), f"configs[{i}].baselines")
+        for name in BASELINES if not why else ():
+            if name in c["baselines"]:
+                base = c["baselines"][name]
+                where = f"configs[{i}].baselines[{name!r}]"
+                why = why or checked_cli.lacking(base, ("pick_speedup", "basis"), where)
+                why = why or _not_numbers(base, where, ("pick_speedup",))
     return f"not validate_dse.py's JSON ({why})" if why else ""
+
+
+def _not_numbers(value: dict, what: str, keys: Any = None) -> str:
+    """Why ``value``'s ``keys`` (None: all) that it holds are not all numbers, or ""."""
+    for key in value if keys is None else keys:
+        v = value.get(key, 0)
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            where = f"{what}'s {key}" if keys else f"{what}[{key}]"
+            return f"{where} is {v!r}, not a number"
+    return ""
+
+
+def _not_mapping(value: dict, what: str) -> str:
+    """Why ``value``'s capacity is not a whole number above 0 or its mapping (a row's) or pick (a
+    configuration's) is not one `_short` reads, or ""."""
+    capacity = value["capacity"]
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        return f"{what}'s capacity is {capacity!r}, not a whole number above 0"
+    key = "mapping" if "mapping" in value else "pick"
+    try:
+        _short(value[key])
+    except (AttributeError, IndexError, KeyError, ValueError):
+        return f"{what}'s {key} is {value[key]!r}, not actors=...@...,replay=...,learner=...@..."
+    return ""
 
 
 def main(path: Path) -> str:
@@ -58,15 +114,9 @@ def main(path: Path) -> str:
         "| x replay CPU + learner GPU | x all GPU | x paper-style Python replay |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    names = [
-        "all on CPU (jax)",
-        "replay on CPU, learner on GPU",
-        "all on GPU",
-        "paper-style: Python replay",
-    ]
     for c in data["configs"]:
         cells = []
-        for n in names:
+        for n in BASELINES:
             b = c["baselines"].get(n)
             cells.append(f"{b['pick_speedup']:.2f}x ({b['basis']})" if b else "-")
         out.append(

@@ -141,26 +141,62 @@ def main(grid_path: str, threading_path: str | None = None) -> None:
             print(f"| {t} | " + " | ".join(fmt(r["items_per_s"] if r else None) for r in v) + " |")
 
 
+RATES = ("items_per_s", "items_per_s_min", "items_per_s_max")
+LIMITS = ("dependent_ns", "independent_per_s", "sequential_gbs")
+"""What the tables read of a measured row (one with an ``op``) and of the machine's limits."""
+
+
 def wrong_shape(rows: Any) -> str:
     """Why ``rows`` (the grid file's JSON) are not bench_replay.py's rows, or "": a list of
     objects, each naming its ``impl``, at least one measured (not the machine's limits), and
     each measured one its items/s (the machine and the threading are printed where the first
-    says them: the first GPU rows, of 2026-11-26, do not)."""
+    says them: the first GPU rows, of 2026-11-26, do not); what the tables read of each row
+    of its type (`_wrong_row`), so that nothing it holds stops `main` halfway."""
     why = checked_cli.rows_lacking(rows, ("impl",))
     measured = [r for r in rows if r["impl"] != "machine-limit"] if not why else []
     if not why and not measured:
         why = "no measured row (only the machine's limits, or none)"
+    limit = next((r for r in rows if r["impl"] == "machine-limit"), None) if not why else None
+    if limit is not None:
+        i = rows.index(limit)
+        why = checked_cli.lacking(limit, LIMITS, f"item {i}") or _not_numbers(limit, LIMITS, i)
     for i, r in enumerate(rows if not why else ()):
         if "op" in r:
-            keys = ("items_per_s", "items_per_s_min", "items_per_s_max")
-            why = why or checked_cli.lacking(r, keys, f"item {i}")
+            why = why or checked_cli.lacking(r, RATES, f"item {i}") or _wrong_row(r, i)
     return f"not bench_replay.py's JSON rows ({why})" if why else ""
 
 
 def wrong_threading_shape(rows: Any) -> str:
     """Why ``rows`` (the threading file's JSON) are not bench_replay.py's rows, or ""."""
     why = checked_cli.rows_lacking(rows, ())
+    for i, r in enumerate(rows if not why else ()):
+        if "op" in r:
+            why = why or checked_cli.lacking(r, ("items_per_s",), f"item {i}") or _wrong_row(r, i)
     return f"not bench_replay.py's JSON rows ({why})" if why else ""
+
+
+def _wrong_row(row: dict, i: int) -> str:
+    """Why measured row ``i`` does not hold what the tables read as they read it, or "": its
+    rates numbers (a bound may be null), its capacity a whole number above 0, its batch and
+    branching (where given) whole numbers."""
+    why = _not_numbers(row, ("items_per_s",), i)
+    why = why or _not_numbers({k: v for k, v in row.items() if v is not None}, RATES[1:], i)
+    for key in ("capacity", "batch", "branching") if not why else ():
+        value = row.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            return f"item {i}'s {key} is {value!r}, not a whole number"
+        if key == "capacity" and value is not None and value < 1:
+            return f"item {i}'s capacity is {value!r}, not a whole number above 0"
+    return why
+
+
+def _not_numbers(row: dict, keys: tuple[str, ...], i: int) -> str:
+    """Why ``row`` (item ``i``) holds one of ``keys`` that is not a number, or ""."""
+    for key in keys:
+        value = row.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"item {i}'s {key} is {value!r}, not a number"
+    return ""
 
 
 def refused(args: Args) -> str:

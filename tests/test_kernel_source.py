@@ -87,3 +87,20 @@ def test_a_file_without_a_source_page_is_refused_by_name(source, tmp_path, refus
         source.main(source.Args(csv_files=(raw,), out=tmp_path / "k.json"))
     with refused("no such file"):
         source.main(source.Args(csv_files=(tmp_path / "none.log",), out=tmp_path / "k.json"))
+
+
+def test_a_source_page_without_addresses_or_with_foreign_ones_is_refused_by_name(
+    source, tmp_path, refused
+):
+    log = tmp_path / "source_cuda.log"
+    rows = section("k", 0x7F0000, UPDATE[:2])
+    log.write_text("\n".join(rows[:1] + [rows[1].replace('"Address",', '"Addr",')] + rows[2:]))
+    with refused(f"{log}: k's source page has no Address column"):
+        source.main(source.Args(csv_files=(log,), out=tmp_path / "k.json"))
+    log.write_text("\n".join(rows[:2] + [rows[2].replace(hex(0x7F0000), "next")] + rows[3:]))
+    with refused(f"{log}: k's address 'next' is not hexadecimal"):
+        source.main(source.Args(csv_files=(log,), out=tmp_path / "k.json"))
+    log.write_bytes(b'"Kernel Name","k"\n\xff\n')
+    with refused(f"{log}: not a text file"):
+        source.main(source.Args(csv_files=(log,), out=tmp_path / "k.json"))
+    assert not (tmp_path / "k.json").exists()

@@ -79,3 +79,11 @@ def test_a_log_without_a_raw_table_is_refused_by_name(stalls, tmp_path, refused)
         stalls.main(stalls.Args(csv_files=(empty,), out=tmp_path / "o.json"))
     with refused("no such file"):
         stalls.main(stalls.Args(csv_files=(tmp_path / "none.log",), out=tmp_path / "o.json"))
+
+
+def test_a_log_that_is_not_text_is_refused_by_name(stalls, tmp_path, refused):
+    log = tmp_path / "stalls_cuda.log"
+    log.write_bytes(line(FIXED + METRICS).encode() + b"\n\xff\xfe\n")
+    with refused(f"{log}: not a text file"):
+        stalls.main(stalls.Args(csv_files=(log,), out=tmp_path / "o.json"))
+    assert not (tmp_path / "o.json").exists()

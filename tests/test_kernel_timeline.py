@@ -5,6 +5,8 @@ import dataclasses
 import gzip
 import importlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,13 +65,13 @@ def test_the_longest_burst_gives_the_period_kernels_and_gaps_per_step(timeline, 
     assert update["median_gap_before_us"] == pytest.approx(3.0)
 
 
-def test_a_log_without_the_trace_is_refused_in_one_line(timeline, tmp_path):
+def test_a_log_without_the_trace_is_refused_in_one_line(timeline, tmp_path, refused):
     log = tmp_path / "x.log"
     log.write_text("nsys: command failed\n")
-    with pytest.raises(SystemExit, match="no cuda_gpu_trace table"):
+    with refused("x.log: no cuda_gpu_trace table"):
         timeline.main(timeline.Args(csv_files=(log,), out=tmp_path / "t.json"))
     log.write_text("Start (us),Duration (furlongs),Name\n1,2,k\n")
-    with pytest.raises(SystemExit, match="unknown unit 'furlongs'"):
+    with refused("x.log: unknown unit 'furlongs'"):
         timeline.main(timeline.Args(csv_files=(log,), out=tmp_path / "t.json"))
     assert not (tmp_path / "t.json").exists()
 
@@ -116,21 +118,95 @@ def test_a_profiler_trace_gives_the_streams_work_and_the_hosts(timeline, tmp_pat
     assert entry["period_us"] == pytest.approx(2 * (30.0 - 1.0 / 64))
 
 
-def test_a_profiler_trace_without_the_plane_or_lines_is_refused_naming_them(timeline, tmp_path):
+def test_a_profiler_trace_without_the_plane_or_lines_is_refused_naming_them(
+    timeline, tmp_path, refused
+):
     path = tmp_path / "t.json"
     path.write_text(json.dumps(profiler_trace(4)))
     args = timeline.Args(trace_files=(path,), plane="/device:TPU", out=tmp_path / "o.json")
-    with pytest.raises(SystemExit, match=r"no process named /device:TPU.*'/device:GPU:0'"):
+    with refused("t.json: no process named /device:TPU... (there are ['/device:GPU:0'"):
         timeline.main(args)
     args = dataclasses.replace(args, plane="/device:GPU", lines="Queue")
-    with pytest.raises(SystemExit, match=r"no thread named Queue.*'Stream #7\(Compute\)'"):
+    with refused("no thread named Queue... in /device:GPU (there are ['Stream #7(Compute)'"):
         timeline.main(args)
     path.write_text("{")
-    with pytest.raises(SystemExit, match="not a profiler trace"):
+    with refused("t.json: not a profiler trace"):
         timeline.main(args)
-    with pytest.raises(SystemExit, match="give --csv-files"):
+    with refused("give --csv-files"):
         timeline.main(timeline.Args(out=tmp_path / "o.json"))
     assert not (tmp_path / "o.json").exists()
+
+
+def _events(trace: dict, index: int, **changed) -> dict:
+    """``trace`` with its event ``index`` changed."""
+    events = list(trace["traceEvents"])
+    events[index] = events[index] | changed
+    return trace | {"traceEvents": events}
+
+
+GOOD = profiler_trace(4)
+X = next(i for i, e in enumerate(GOOD["traceEvents"]) if e["ph"] == "X")
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\xff\xfe", "bad.json: not a profiler trace ("),
+        (b"7", "bad.json: not a profiler trace (the file is a number, not a list)"),
+        (json.dumps({"traceEvents": 5}).encode(),
+         "bad.json: not a profiler trace (traceEvents is a number, not a list)"),
+        (json.dumps({"traceEvents": [1]}).encode(),
+         "bad.json: not a profiler trace (traceEvents[0] is a number, not an object)"),
+        (json.dumps(_events(GOOD, 0, args=5)).encode(),
+         "bad.json: not a profiler trace (traceEvents[0]'s args are not an object)"),
+        (json.dumps(_events(GOOD, X, ts="soon")).encode(),
+         f"bad.json: not a profiler trace (traceEvents[{X}]'s ts 'soon' is not a number)"),
+        (json.dumps(_events(GOOD, X, dur=None)).encode(),
+         f"bad.json: not a profiler trace (traceEvents[{X}]'s dur None is not a number)"),
+    ],
+)  # fmt: skip
+def test_a_trace_that_is_not_text_or_of_the_wrong_shape_is_refused_naming_it(
+    timeline, tmp_path, refused, content, message
+):
+    """Met in `main`, not at parsing: one line naming the file and what is wrong, exit 2."""
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    with refused(message):
+        timeline.main(timeline.Args(trace_files=(bad,), out=tmp_path / "o.json"))
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_a_file_that_cannot_be_read_or_is_not_text_is_refused_naming_it(
+    timeline, tmp_path, refused
+):
+    folder = tmp_path / "a_folder.csv"  # a folder cannot be read as a file, even by root
+    folder.mkdir()
+    with refused(f"{folder}: cannot be read (Is a directory)"):
+        timeline.main(timeline.Args(csv_files=(folder,), out=tmp_path / "o.json"))
+    with refused(f"{folder}: cannot be read (Is a directory)"):
+        timeline.main(timeline.Args(trace_files=(folder,), out=tmp_path / "o.json"))
+    binary = tmp_path / "trace.log"
+    binary.write_bytes(b"Start (ns),Duration (ns),Name\n\xff\n")
+    with refused(f"{binary}: not a text file"):
+        timeline.main(timeline.Args(csv_files=(binary,), out=tmp_path / "o.json"))
+    gz = tmp_path / "t.trace.json.gz"
+    gz.write_bytes(gzip.compress(b"{")[:12])  # cut short
+    with refused(f"{gz}: not a profiler trace"):
+        timeline.main(timeline.Args(trace_files=(gz,), out=tmp_path / "o.json"))
+
+
+def test_the_script_refuses_a_foreign_trace_in_one_line(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1]")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "experiments" / "kernel_timeline.py"), "--trace-files",
+         str(bad), "--out", str(tmp_path / "o.json")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"kernel_timeline: error: {bad}: not a profiler trace (item 0 is a number, not an object)"
+    ]
 
 
 def test_jax_profilers_own_trace_of_a_scan_on_the_cpu(timeline, tmp_path):
@@ -161,4 +237,4 @@ def test_an_unreadable_trace_beside_good_ones_is_a_note_not_the_end(timeline, tm
     bad.write_text("{")
     (entry,) = timeline.main(timeline.Args(trace_files=(bad, good), out=tmp_path / "o.json"))
     assert entry["file"] == "good.json" and entry["steps"] == 8
-    assert "note: skipped " in capsys.readouterr().out
+    assert f"note: skipped {bad}: not a profiler trace" in capsys.readouterr().out

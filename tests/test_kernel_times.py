@@ -63,3 +63,19 @@ def test_a_log_without_the_table_or_with_an_unknown_unit_is_refused(
         kernel_times.main(kernel_times.Args(csv_files=(odd,), out=tmp_path / "o.json"))
     with refused("no such file"):
         kernel_times.main(kernel_times.Args(csv_files=(tmp_path / "x.csv",), out=tmp_path / "o"))
+
+
+def test_a_log_lacking_a_column_or_a_number_or_not_text_is_refused_by_name(
+    kernel_times, tmp_path, refused
+):
+    log = tmp_path / "kernels.csv"
+    log.write_text(HEADER.replace('"Kernel Name"', '"Function"') + "\n" + row(0, "k", "ns", "5"))
+    with refused(f"{log}: the ncu table has no Kernel Name column"):
+        kernel_times.main(kernel_times.Args(csv_files=(log,), out=tmp_path / "o.json"))
+    log.write_text(HEADER + "\n" + row(0, "k", "ns", "n/a"))
+    with refused(f"{log}: k's duration 'n/a' is not a number"):
+        kernel_times.main(kernel_times.Args(csv_files=(log,), out=tmp_path / "o.json"))
+    log.write_bytes(HEADER.encode() + b"\n\xff\n")
+    with refused(f"{log}: not a text file"):
+        kernel_times.main(kernel_times.Args(csv_files=(log,), out=tmp_path / "o.json"))
+    assert not (tmp_path / "o.json").exists()

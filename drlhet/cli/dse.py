@@ -124,7 +124,10 @@ def dse_command(
     with bad_input(f"--devices {named}: "):
         devs = expand_devices(named, len(present), load_sheets())
     cache = ProfileCache(cache_dir or default_cache_dir())
-    model = build_model(shape, cache=cache, reprofile=reprofile, gpu_rows=gpu_rows)
+    every = shape.train_config().eval_every  # the run predicted, and measured (--measure)
+    model = build_model(
+        shape, cache=cache, reprofile=reprofile, gpu_rows=gpu_rows, eval_every=every
+    )
     if gpu_profile is not None and model.gpu is None:
         print(f"note: {gpu_profile} has no rows for this shape; GPUs stay modeled from sheets")
     preds = search(model, devs, delay, present=present, backends_here=replay_backends_here(shape))
@@ -135,7 +138,7 @@ def dse_command(
     if measure:
         for p in preds:
             if p.runnable:
-                m = measure_mapping(shape, p.mapping_text(), delay)
+                m = measure_mapping(shape, p.mapping_text(), delay, chunk_steps=every)
                 measured[p.mapping_text()] = m["trained_samples_per_s"]
                 print(f"measured {p.mapping_text()}: {measured[p.mapping_text()]:,.0f}", flush=True)
     _print_ranking(shape, delay, preds, measured if measure else None, top)
@@ -265,7 +268,8 @@ def auto_mapping(
     """
     key = ProfileKey.of(config)
     present = cpu_devices_here()
-    model = build_model(key, cache=ProfileCache(default_cache_dir()), log=log)
+    cache = ProfileCache(default_cache_dir())
+    model = build_model(key, cache=cache, log=log, eval_every=config.eval_every)  # its chunks
     gpu = first_gpu()
     sheet = sheet_for_device(gpu.device_kind, model.sheets) if gpu is not None else None
     if sheet is not None and (model.gpu is None or not model.gpu.has(sheet)):

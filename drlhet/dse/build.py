@@ -116,17 +116,22 @@ def build_model(
     sheets_dir: Path | None = None,
     log: Callable[[str], None] = print,
     gpu_rows: list[dict] | None = None,
+    eval_every: int | None = None,
 ) -> Model:
     """A `Model` for ``key`` (its ``backend`` is ignored): CPU profiles of every replay backend
     here, from ``cache`` or measured now (and cached), the host baseline's costs, the device
     sheets (``sheets_dir``, default: the shipped ones), and GPU profiles: ``gpu_rows`` (e.g.
     read from a file measured on another machine), then those of a GPU present here
-    (`gpu_rows_here`, measured or cached), which replace the sheet model of their GPU."""
+    (`gpu_rows_here`, measured or cached), which replace the sheet model of their GPU. It
+    predicts runs in chunks of ``eval_every`` env steps (`drlhet.dse.trace.shapes_of`; None:
+    not known)."""
     cpus = jax.devices(CPU)
     profiles = {}
     for backend in replay_backends_here(key):
         k = dataclasses.replace(key, backend=backend)
         prof = None if reprofile else cache.get(k)
+        if prof is not None and len(cpus) > 1 and prof.get("other_device") is None:
+            prof = None  # profiled with one CPU device: no hop or pipeline figures to split by
         if prof is None:
             log(f"profiling {k.name()} on {cpus[0]} (measured; cached in {cache.path})")
             prof = profile_config(k, cpus[0], cpus[1] if len(cpus) > 1 else None)
@@ -137,7 +142,7 @@ def build_model(
     rows = list(gpu_rows or []) + gpu_rows_here(key, cache, reprofile, sheets, log)
     gpu = GpuProfiles(rows, dataclasses.replace(key, backend=None).name()) if rows else None
     return Model(
-        shapes_of(key),
+        shapes_of(key, eval_every),
         sheets,
         profiles,
         cpu_cores=usable_cpus(),
@@ -165,10 +170,19 @@ def _median_profile(profiles: list[dict]) -> dict:
 
 def merge_models(models: list[Model]) -> Model:
     """One model from several profiling rounds of the same configuration: every measured figure
-    is the median over the rounds (robust to a round that met a busy machine)."""
+    is the median over the rounds (robust to a round that met a busy machine); the rest (the
+    shapes, sheets, cores, GPU profiles and whether the host-driven loops are modeled) is the
+    first round's.
+
+    Raises:
+      ValueError: the rounds model different runs (their shapes or ``host_driven`` differ).
+    """
     first = models[0]
     if len(models) == 1:
         return first
+    for m in models[1:]:
+        if (m.s, m.host_driven) != (first.s, first.host_driven):
+            raise ValueError("merge_models: the rounds model different runs (shapes or loops)")
     profiles = {b: _median_profile([m.profiles[b] for m in models]) for b in first.profiles}
     host = {
         b: {
@@ -177,4 +191,12 @@ def merge_models(models: list[Model]) -> Model:
         }
         for b, costs in first.host_costs.items()
     }
-    return Model(first.s, first.sheets, profiles, first.cpu_cores, host, gpu=first.gpu)
+    return Model(
+        first.s,
+        first.sheets,
+        profiles,
+        first.cpu_cores,
+        host,
+        host_driven=first.host_driven,
+        gpu=first.gpu,
+    )

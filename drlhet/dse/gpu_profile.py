@@ -19,7 +19,10 @@ from typing import Any
 
 from drlhet.backends.base import GPU
 
-__all__ = ["sheet_for_device", "profile_row", "GpuProfiles", "load_gpu_profiles"]
+__all__ = ["sheet_for_device", "profile_row", "GpuProfiles", "load_gpu_profiles", "PRIMITIVES"]
+
+PRIMITIVES = ("actors", "insert", "sample", "train", "update")
+"""What a row's ``compute`` times, as the model reads it (``actors``: act and env_step in one)."""
 
 
 def sheet_for_device(device_kind: str, sheets: dict[str, dict] | None = None) -> str | None:
@@ -107,4 +110,25 @@ def load_gpu_profiles(path: Path) -> list[dict[str, Any]]:
         for field in ("key", "backend", "device_kind", "sheet", "compute"):
             if not isinstance(row, dict) or field not in row:
                 raise ValueError(f"GPU profile {path}: row {i} lacks {field!r}")
+        why = _wrong_row(row)
+        if why:
+            raise ValueError(f"GPU profile {path}: row {i}'s {why}")
     return rows
+
+
+def _wrong_row(row: dict) -> str:
+    """What in a row (its fields there) the model cannot read, or "": its names not text (the
+    sheet may be null: no sheet matched), or a primitive of `PRIMITIVES` not timed in
+    ``compute`` as ``{"median": seconds, ...}``."""
+    for field in ("key", "backend", "device_kind", "sheet"):
+        if not isinstance(row[field], str) and not (field == "sheet" and row[field] is None):
+            return f"{field} is {row[field]!r}, not text"
+    compute = row["compute"]
+    if not isinstance(compute, dict):
+        return f"compute is {compute!r}, not an object"
+    for name in PRIMITIVES:
+        got = compute.get(name)
+        median = got.get("median") if isinstance(got, dict) else None
+        if isinstance(median, bool) or not isinstance(median, int | float) or median < 0:
+            return f"compute lacks a median time of {name!r} (got {got!r})"
+    return ""

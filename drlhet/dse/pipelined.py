@@ -10,18 +10,30 @@ from typing import Any
 
 from drlhet.backends.base import CPU, GROUPS, Placement
 
-__all__ = ["PER_STEP_HOPS", "pipelined_busy", "in_program", "CHANNEL_MESSAGE_S"]
+__all__ = ["PER_STEP_HOPS", "pipelined_busy", "in_program", "unroll", "CHANNEL_MESSAGE_S"]
 
 PER_STEP_HOPS = ("hop_batch", "hop_priorities")
 """Hops the model's terms count once per learner step (the others once per iteration)."""
+
+
+def unroll(delay: int, sgd_steps: int, iterations: int | None) -> int:
+    """U, the iterations per stage call of the pipeline, by the runtime's rule
+    (`drlhet.runtime.stages.unroll_of`, which tests/dse/test_pipelined.py holds this to):
+    ``max(1, delay // (2 sgd_steps))`` lowered until it divides ``iterations``, the iterations
+    of a chunk (None: not known, not lowered)."""
+    u = max(1, delay // (2 * sgd_steps))
+    while iterations and iterations % u:
+        u -= 1
+    return u
 
 
 def pipelined_busy(
     model: Any, places: dict[str, Placement], delay: int, hops: dict[str, float]
 ) -> dict[str, float]:
     """Busy seconds per iteration of the threaded pipeline's resources
-    (`drlhet.runtime.pipeline`): U = max(1, delay // (2 S)) iterations per stage call, one
-    host thread per group, one hop of each payload per call.
+    (`drlhet.runtime.pipeline`): U iterations per stage call (`unroll`: the run's chunk of
+    ``model.s.iterations`` iterations), one host thread per group, one hop of each payload per
+    call.
 
     * each device's *thread* (the stages of the groups on it): their host overhead per call
       (dispatch: the profiled call time less the compute; two stages in one program charged
@@ -37,7 +49,7 @@ def pipelined_busy(
       call c waits for learner call ``c - 2``: one call of each group takes at most two calls.
     """
     n_sgd = model.s.sgd_steps
-    u = max(1, delay // (2 * n_sgd))
+    u = unroll(delay, n_sgd, model.s.iterations)
     lead = max(1, delay // (u * n_sgd))  # its last update is of learner call c - lead
     ca, cr, cl = (model.compute(g, places[g]) for g in GROUPS)
     work = {

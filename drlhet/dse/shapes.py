@@ -26,6 +26,9 @@ class Shapes:
       dueling, double: DQN's dueling head and double-Q targets.
       td3, policy_delay: DDPG's TD3 variant (twin critics, the actor trained one step in
         ``policy_delay``).
+      iterations: iterations per chunk of the run predicted (``eval_every // num_envs``),
+        which the pipeline's iterations per stage call divide (`drlhet.dse.pipelined.unroll`);
+        None: not known (the most the delay allows is taken).
     """
 
     batch: int
@@ -46,3 +49,4 @@ class Shapes:
     double: bool = True
     td3: bool = False
     policy_delay: int = 2
+    iterations: int | None = None

@@ -19,8 +19,9 @@ def _nbytes(tree: Any) -> int:
     return int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree)))
 
 
-def shapes_of(key: ProfileKey) -> Shapes:
-    """The `Shapes` of ``key`` (``jax.eval_shape`` of the trainer's init; fast)."""
+def shapes_of(key: ProfileKey, eval_every: int | None = None) -> Shapes:
+    """The `Shapes` of ``key`` (``jax.eval_shape`` of the trainer's init; fast), for a run in
+    chunks of ``eval_every`` env steps (None: not known, `Shapes.iterations` None)."""
     tr = make_trainer(key.train_config())
     lay = tree_layout(key.capacity, key.branching)
     state = jax.eval_shape(tr.init, jax.random.key(0))
@@ -59,6 +60,7 @@ def shapes_of(key: ProfileKey) -> Shapes:
         double=tr.config.dqn.double,
         td3=tr.config.ddpg.td3,
         policy_delay=tr.config.ddpg.policy_delay,
+        iterations=None if eval_every is None else eval_every // key.num_envs,
     )
 
 

@@ -31,7 +31,9 @@ def rows() -> list[dict]:
         profile_row(f"{PREFIX}-jax", "jax", "Toy GPU 80GB", "gpu", figures(sample=120)),
         profile_row(f"{PREFIX}-cuda", "cuda", "Toy GPU 80GB", "gpu", figures(train=70)),
         # another shape: ignored for this run
-        profile_row("dqn-CartPole-v1-h64x64-B999-C4096-K16-E4-S2-jax", "jax", "Toy", "gpu", {}),
+        profile_row(
+            "dqn-CartPole-v1-h64x64-B999-C4096-K16-E4-S2-jax", "jax", "Toy", "gpu", figures()
+        ),
     ]
 
 
@@ -86,6 +88,9 @@ def test_an_unmeasured_backend_on_a_measured_gpu_keeps_the_sheet_model():
     )
 
 
+TEXT_SAMPLE = {"sample": {"median": "1e-6"}}
+
+
 @pytest.mark.parametrize(
     "content, message",
     [
@@ -93,8 +98,20 @@ def test_an_unmeasured_backend_on_a_measured_gpu_keeps_the_sheet_model():
         ("{not json", "not valid JSON"),
         ('{"a": 1}', "not a list of rows"),
         ('[{"key": "k", "backend": "jax"}]', "row 0 lacks 'device_kind'"),
+        # what the model reads of a row, of the type it reads (was a KeyError or a TypeError
+        # halfway through the search)
+        (json.dumps([profile_row("k", "jax", "Toy", ["gpu"], figures())]),
+         r"row 0's sheet is \['gpu'\], not text"),
+        (json.dumps([profile_row("k", "jax", "Toy", "gpu", [1])]),
+         r"row 0's compute is \[1\], not an object"),
+        (json.dumps([*rows(), profile_row("k", "jax", "Toy", "gpu", figures() | {"train": {}})]),
+         r"row 3's compute lacks a median time of 'train' \(got \{\}\)"),
+        (json.dumps([profile_row("k", "jax", "Toy", "gpu", figures() | TEXT_SAMPLE)]),
+         "row 0's compute lacks a median time of 'sample'"),
+        (json.dumps([profile_row("k", "jax", "Toy", "gpu", {"sample": stats(1)})]),
+         r"row 0's compute lacks a median time of 'actors' \(got None\)"),
     ],
-)
+)  # fmt: skip
 def test_a_bad_profile_file_is_refused_with_its_reason(tmp_path, content, message):
     path = tmp_path / "gpu.json"
     if content is not None:

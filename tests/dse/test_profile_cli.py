@@ -343,3 +343,35 @@ def test_outputs_that_cannot_be_written_are_refused_before_profiling(
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("drlhet: error: ") and message in err[0]
     assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
+def test_the_dse_predicts_and_measures_runs_in_the_chunks_of_the_run(tmp_path, monkeypatch):
+    """The pipeline's iterations per call divide a chunk's iterations (`drlhet.dse.pipelined
+    .unroll`): `drlhet dse` predicts (and ``--measure`` runs) the shape's own run, and
+    ``--mapping auto`` predicts the run it picks for, each in its chunks of ``eval_every``."""
+    from drlhet.cli import dse as dse_cli
+    from drlhet.dse.model import Model
+    from tests.dse.test_model import NATIVE, PROFILE, SHAPES, toy_sheets
+
+    asked: list[tuple[str, int]] = []
+
+    def build(key, **kw):  # the toy model of tests/dse/test_model.py, at this chunk
+        asked.append(("model", kw["eval_every"]))
+        shapes = dataclasses.replace(SHAPES, iterations=kw["eval_every"] // key.num_envs)
+        return Model(shapes, toy_sheets(), {"jax": PROFILE, "native": NATIVE}, cpu_cores=2)
+
+    def measure(key, text, delay, chunk_steps):
+        asked.append(("measured", chunk_steps))
+        return {"trained_samples_per_s": 1.0}
+
+    monkeypatch.setattr(dse_cli, "build_model", build)
+    monkeypatch.setattr(dse_cli, "measure_mapping", measure)
+    out = tmp_path / "d.json"
+    args = ["dse", "--num-envs", "2", "--delay", "8", "--devices", "cpu", "--measure"]
+    main([*args, "--cache-dir", str(tmp_path), "--out", str(out)])
+    every = dataclasses.replace(TINY, num_envs=2).train_config().eval_every
+    assert asked[0] == ("model", every) and set(asked[1:]) == {("measured", every)}
+    asked.clear()
+    cfg = TINY.train_config(eval_every=TINY.num_envs * 625, delay=8)
+    dse_cli.auto_mapping(cfg, cfg.delay, log=lambda s: None)
+    assert asked == [("model", TINY.num_envs * 625)]

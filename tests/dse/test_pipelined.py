@@ -1,0 +1,46 @@
+"""drlhet/dse/pipelined.py against the runtime it models: the pipeline's iterations per stage
+call (U) are the runtime's for every delay, SGD steps and chunk."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from drlhet.dse.key import ProfileKey
+from drlhet.dse.model import Model
+from drlhet.dse.pipelined import unroll
+from drlhet.dse.trace import shapes_of
+from drlhet.runtime.config import TrainConfig
+from drlhet.runtime.stages import unroll_of
+from drlhet.runtime.trainer import make_trainer
+from tests.dse.test_model import PROFILE, SHAPES, US, places, toy_sheets
+
+
+@pytest.mark.parametrize("sgd_steps", [1, 2, 3, 4])
+@pytest.mark.parametrize("iterations", [1, 2, 7, 12, 250, 1000, 1250])
+def test_the_models_unroll_is_the_runtimes(sgd_steps, iterations):
+    for delay in range(sgd_steps, 12 * sgd_steps + 1):  # the pipeline runs from delay >= S
+        cfg = TrainConfig(delay=delay, sgd_steps=sgd_steps)
+        assert unroll(delay, sgd_steps, iterations) == unroll_of(cfg, iterations), delay
+
+
+def test_a_run_s_shapes_hold_its_trainers_iterations_per_chunk():
+    key = ProfileKey(num_envs=8)
+    for every in (800, 1000, 4000):
+        tr = make_trainer(key.train_config(eval_every=every))
+        assert shapes_of(key, every).iterations == tr.iterations == every // 8
+    assert shapes_of(key).iterations is None  # the run not known
+
+
+def test_the_prediction_runs_as_many_iterations_a_call_as_the_runtime():
+    # k = 16, S = 2: U = 4 where it divides the chunk (1000 iterations); a chunk of 1250 the
+    # runtime runs with U = 2 (1250 is no multiple of 4 or 3). Per iteration the host's work
+    # is 235 us of dispatch and hops over U (tests/dse/test_model.py's relaxed case)
+    two = places("jax@cpu:0", "jax@cpu:1", "jax@cpu:1")
+    cfg = TrainConfig(delay=16, sgd_steps=2)
+    for iterations, u in ((None, 4), (1000, 4), (1250, 2), (1249, 1)):
+        assert iterations is None or unroll_of(cfg, iterations) == u  # the runtime's U
+        shapes = dataclasses.replace(SHAPES, iterations=iterations)
+        m = Model(shapes, toy_sheets(), {"jax": PROFILE}, cpu_cores=2, host_driven=True)
+        assert m.predict(two, delay=16).terms["busy host"] == pytest.approx(235 / u * US)

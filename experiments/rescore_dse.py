@@ -62,7 +62,9 @@ def rescore(path: Path) -> list[float]:
         paired = []
         for rnd, rec in zip(rounds, row["rounds"], strict=True):
             profiles = {b: _profile(p) for b, p in rnd["profiles"].items()}
-            model = Model(shapes_of(key), sheets, profiles, cpu_cores=os.cpu_count() or 1)
+            # its chunks (rows before 2026-11-30 do not say: U then not lowered to divide them)
+            shapes = shapes_of(key, row.get("chunk_steps"))
+            model = Model(shapes, sheets, profiles, cpu_cores=os.cpu_count() or 1)
             pred = model.predict(_places(row["mapping"]), row["delay"])
             paired.append(pred.trained_samples_per_s / rec["measured"] - 1)
         err = statistics.median(paired)
@@ -85,6 +87,9 @@ def wrong_shape(data: Any) -> str:
     why = why or ("" if data["rows"] else "rows is empty: nothing to re-score")
     for i, row in enumerate(data["rows"] if not why else ()):
         why = why or checked_cli.rows_lacking(row["rounds"], ("measured",), f"rows[{i}].rounds")
+        steps = row.get("chunk_steps")  # absent before 2026-11-30
+        if not why and steps is not None and (type(steps) is not int or steps < 1):
+            why = f"rows[{i}].chunk_steps is {steps!r}, not a whole number of env steps >= 1"
     return f"not validate_dse.py's JSON with its rounds ({why})" if why else ""
 
 

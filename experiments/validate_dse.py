@@ -43,7 +43,7 @@ from drlhet.dse.baselines import baselines
 from drlhet.dse.build import build_model, merge_models, replay_backends_here
 from drlhet.dse.cache import ProfileCache
 from drlhet.dse.key import ProfileKey
-from drlhet.dse.measure import measure_mapping, speed_probe
+from drlhet.dse.measure import measure_mapping, speed_probe, whole_chunk
 from drlhet.dse.model import Model, Prediction
 from drlhet.dse.search import search
 
@@ -163,6 +163,7 @@ def _rows(
                 "batch": key.batch,
                 "capacity": key.capacity,
                 "delay": args.delay,
+                "chunk_steps": whole_chunk(key, args.chunk_steps),
                 "mapping": text,
                 "bottleneck": p.bottleneck,
                 "predicted_trained_samples_per_s": p.trained_samples_per_s,
@@ -272,8 +273,11 @@ def _round(key, rnd: int, delay: int, chunks: int, chunk_steps: int, cache_dir: 
     machine had while profiling (`_at_speed`). Returns ``{"model": the round's Model,
     "records": mapping text -> {predicted, measured, per_chunk, terms_s, speed, tries}}``."""
     jax.config.update("jax_num_cpu_devices", 2)
+    every = whole_chunk(key, chunk_steps)  # the chunks measured: the model's U divides them
     model, ref = _at_speed(
-        lambda: build_model(key, cache=ProfileCache(Path(cache_dir)), reprofile=True, log=_silent)
+        lambda: build_model(
+            key, cache=ProfileCache(Path(cache_dir)), reprofile=True, log=_silent, eval_every=every
+        )
     )
     preds = search(model, DEVICES, delay, present=DEVICES, backends_here=replay_backends_here())
     # cpu:0 and cpu:1 are the same two cores: a mapping and its relabeling (cpu:0 <-> cpu:1) are

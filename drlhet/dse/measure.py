@@ -13,7 +13,13 @@ from drlhet.dse.key import ProfileKey
 from drlhet.runtime.mapping import Mapping
 from drlhet.runtime.run import run
 
-__all__ = ["measure_mapping", "speed_probe"]
+__all__ = ["measure_mapping", "speed_probe", "whole_chunk"]
+
+
+def whole_chunk(key: ProfileKey, chunk_steps: int) -> int:
+    """The env steps of a chunk that `measure_mapping` runs for ``chunk_steps``: whole
+    iterations of ``key.num_envs`` steps, at least one (its ``eval_every``)."""
+    return max(key.num_envs, chunk_steps - chunk_steps % key.num_envs)
 
 
 def measure_mapping(
@@ -27,7 +33,7 @@ def measure_mapping(
     first, which includes compilation): ``trained_samples_per_s``, ``env_steps_per_s``, and the
     per-chunk figures (``per_chunk``)."""
     warmup = max(1_000, key.batch)
-    every = max(key.num_envs, chunk_steps - chunk_steps % key.num_envs)  # whole iterations
+    every = whole_chunk(key, chunk_steps)
     cfg = key.train_config(
         delay=delay,
         eval_every=every,

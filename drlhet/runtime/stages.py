@@ -7,8 +7,9 @@ all paths compute the same numbers for the same seed:
 * `iteration_stages`: one call per iteration and learner step (the strict chain and small
   delays): actors, insert + sample, train, update + sample, update;
 * `pipeline_stages`: with delay ``k >= 2 S`` each stage runs ``U = k // (2 S)`` iterations per
-  call (Zhang, Meng, Prasanna, TPDS 2023, Sec. 5), so the replay stage of call ``c + 1`` needs
-  only the priorities of learner call ``c - 1``.
+  call, lowered until it divides a chunk's iterations (`unroll_of`; Zhang, Meng, Prasanna, TPDS
+  2023, Sec. 5), so the replay stage of call ``c + 1`` needs only the priorities of learner call
+  ``c - 1``.
 
 All stages are vmapped over seeds; the learner is not donated when ``delay >= 1`` (the actors
 keep the previous parameters).

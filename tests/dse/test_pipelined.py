@@ -4,6 +4,9 @@ call (U) are the runtime's for every delay, SGD steps and chunk."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import json
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +47,26 @@ def test_the_prediction_runs_as_many_iterations_a_call_as_the_runtime():
         shapes = dataclasses.replace(SHAPES, iterations=iterations)
         m = Model(shapes, toy_sheets(), {"jax": PROFILE}, cpu_cores=2, host_driven=True)
         assert m.predict(two, delay=16).terms["busy host"] == pytest.approx(235 / u * US)
+
+
+def test_rescore_predicts_with_the_chunks_a_validation_measured(monkeypatch, tmp_path, capsys):
+    # experiments/rescore_dse.py re-predicts a validation's split rows (k = 16) with the U of
+    # their chunks: 5000 env steps (1250 iterations of 4 envs) run U = 2, 4000 (1000) U = 4, as
+    # does a row that does not say (not lowered); a chunk that is no whole number is refused
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.syspath_prepend(str(repo / "experiments"))
+    rescore_dse = importlib.import_module("rescore_dse")
+    data = json.loads((repo / "results/dse_validation_pipeline_k16.json").read_text())
+    row = next(r for r in data["rows"] if r["mapping"].count("cpu:1") == 2)  # a split mapping
+    assert row["delay"] == 16
+
+    def error(steps):
+        path = tmp_path / f"{steps}.json"
+        one = dict(row) if steps is None else {**row, "chunk_steps": steps}
+        path.write_text(json.dumps({**data, "rows": [one]}))
+        assert rescore_dse.wrong_shape(json.loads(path.read_text())) == ""
+        return rescore_dse.rescore(path)[0]
+
+    assert error(4000) == error(None) != error(5000)
+    bad = {**data, "rows": [{**row, "chunk_steps": 4000.5}]}
+    assert "rows[0].chunk_steps is 4000.5" in rescore_dse.wrong_shape(bad)

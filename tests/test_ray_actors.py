@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ from drlhet.agents.dqn import DQNConfig  # noqa: E402
 from drlhet.cli.ray_actors import ray_config  # noqa: E402
 from drlhet.cli.train import CHECKPOINT_EVERY, KEEP_CHECKPOINTS, _saving  # noqa: E402
 from drlhet.runtime.config import TrainConfig  # noqa: E402
+from drlhet.runtime.ray_cluster import check_address, check_run, end_steps, init_ray  # noqa: E402
 from drlhet.runtime.ray_learner import RayConfig, parse_actors, run_ray  # noqa: E402
 
 SMALL = TrainConfig(
@@ -89,7 +91,7 @@ def test_a_killed_actor_restarts_rejoins_and_nothing_is_lost_or_duplicated(two_n
     assert rep["env_steps_reported"] == rep["env_steps_inserted"]
     # every env step the learner counted came from exactly one reported batch
     assert sum(rep["env_steps_inserted"]) == rows[-1]["env_steps"]
-    assert rows[-1]["env_steps"] >= SMALL.warmup + 3 * SMALL.eval_every
+    assert rows[-1]["env_steps"] == end_steps(SMALL, rc) == SMALL.warmup + 3 * SMALL.eval_every
     assert rep["lag_max"] <= rc.lag_bound + rc.rollout
     assert all(np.isfinite(r["eval_return"]).all() for r in rows)
 
@@ -191,15 +193,162 @@ def test_checkpoints_default_to_every_ten_chunks_and_none_with_ray():
     ],
 )
 def test_cli_refuses_bad_ray_flags_in_one_line(tmp_path, flags, error):
+    assert refused(tmp_path, flags).startswith(f"drlhet: error: {error}")
+
+
+def refused(tmp_path: Path, flags: list[str], timeout_s: float = 120) -> str:
+    """The one line of stderr of ``drlhet train`` refusing ``flags`` (exit 2, nothing written),
+    with a Ray of its own (this module's test cluster may run, and Ray joins the newest)."""
     got = subprocess.run(
         [sys.executable, "-m", "drlhet", "train", "--out", str(tmp_path), *flags],
         capture_output=True,
         text=True,
+        env={**os.environ, "RAY_ADDRESS": "local"},
+        timeout=timeout_s,
     )
     lines = got.stderr.strip().splitlines()
     assert got.returncode == 2 and len(lines) == 1, got.stderr[-2000:]
-    assert lines[0].startswith(f"drlhet: error: {error}")
     assert not any(tmp_path.iterdir())
+    return lines[0]
+
+
+@pytest.fixture
+def closed_port():
+    """A port of 127.0.0.1 that refuses connections: bound, never listening."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
+
+
+def test_cli_refuses_an_address_nothing_answers_at_up_front(tmp_path, closed_port):
+    """``ray.init`` waited without end for an address where no cluster runs (a closed port, a
+    host that does not answer): the CLI hung after its plan."""
+    address = f"127.0.0.1:{closed_port}"
+    flags = ["--actors", "ray:1", "--ray-address", address, "--steps", "384", "--warmup",
+             "128", "--eval-every", "128"]  # fmt: skip
+    t = time.monotonic()
+    line = refused(tmp_path, flags, timeout_s=90)
+    assert line == (
+        f"drlhet: error: --ray-address {address} cannot be reached (Connection refused); is "
+        "its cluster started?"
+    )
+    assert time.monotonic() - t < 60
+
+
+def test_an_address_is_probed_briefly_and_only_when_it_names_a_host(closed_port):
+    with pytest.raises(ValueError, match=rf"^--ray-address ray://127.0.0.1:{closed_port} cannot"):
+        check_address(f"ray://127.0.0.1:{closed_port}")
+    with socket.socket() as s:  # a host that does not answer: its backlog full, SYNs dropped
+        s.bind(("127.0.0.1", 0))
+        s.listen(0)
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+        with socket.create_connection(s.getsockname(), timeout=1):
+            t = time.monotonic()
+            with pytest.raises(ValueError, match=rf"^--ray-address {address} cannot be reached"):
+                check_address(address, timeout_s=0.5)
+            assert time.monotonic() - t < 3
+    with pytest.raises(ValueError, match=r"the port must be in \[1, 65535\]"):
+        check_address("127.0.0.1:99999")
+    with socket.socket() as s:  # something answers: Ray's to join
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        check_address(f"127.0.0.1:{s.getsockname()[1]}")
+    for left_to_ray in (None, "auto", "local"):
+        check_address(left_to_ray)
+
+
+def test_an_address_where_ray_joins_no_cluster_is_named_in_one_line(monkeypatch):
+    """Something other than Ray's GCS answering there (a proxy: this VM's network answers any
+    outside address) made ``ray.init`` give up after ~20 s with a ``ConnectionError``: a
+    traceback and exit status 1 from the CLI."""
+
+    def no_cluster(**kwargs):
+        raise ConnectionError(f"Failed to connect to Ray cluster at {kwargs['address']}")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", no_cluster)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+        with pytest.raises(ValueError) as e:
+            init_ray(RayConfig(actors=1, address=address))
+    assert str(e.value) == (
+        f"--ray-address {address}: no Ray cluster joined there (Failed to connect to Ray "
+        f"cluster at {address})"
+    )
+    with pytest.raises(ConnectionError):  # no address given: Ray's own error, as it was
+        init_ray(RayConfig(actors=1))
+
+
+def test_a_cluster_whose_cpus_other_jobs_hold_is_refused_up_front(two_nodes):
+    """`init_ray` checked the cluster's CPUs in all: with one of two held by another job, the
+    second actor could not be placed and the run failed after 300 s ("did not come back")."""
+
+    @ray.remote(num_cpus=1)
+    class Holder:
+        def ready(self) -> bool:
+            return True
+
+    holder = Holder.remote()
+    try:
+        ray.get(holder.ready.remote())
+        deadline = time.monotonic() + 30  # the resource view follows the placement shortly
+        while ray.available_resources().get("CPU", 0) != 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ray.available_resources().get("CPU", 0) == 1
+        t = time.monotonic()
+        with pytest.raises(ValueError) as e:
+            init_ray(RayConfig(actors=2))
+        assert str(e.value) == (
+            "--actors ray:2 needs a free CPU each; the Ray cluster has 2, 1 free (other jobs "
+            "hold the rest)"
+        )
+        assert time.monotonic() - t < 30
+        init_ray(RayConfig(actors=1))  # one is free
+    finally:
+        ray.kill(holder)
+
+
+def ray_run(steps: int, warmup: int, eval_every: int) -> TrainConfig:
+    return TrainConfig(steps=steps, warmup=warmup, eval_every=eval_every, num_envs=4)
+
+
+@pytest.mark.parametrize(
+    "cfg,end",
+    [
+        (ray_run(1792, 256, 512), 1792),  # whole calls: exactly the chunks
+        (ray_run(60000, 128, 192), 59904),  # chunks end within calls: the last call's end
+        (ray_run(60000, 1000, 5000), 56064),
+    ],
+)
+def test_a_ray_run_ends_at_the_first_whole_call_past_its_chunks(cfg, end):
+    rc = RayConfig(actors=1, rollout=32)
+    assert end_steps(cfg, rc) == end <= cfg.steps
+    check_run(cfg, rc)
+
+
+def test_a_ray_run_that_would_end_past_its_steps_is_refused():
+    """The learner takes whole actor calls: the run ended at the first call's end at or past
+    its last chunk's, up to a call past ``--steps``."""
+    cfg = ray_run(356, 100, 128)  # 2 chunks end at 356; calls of 128 end at 384
+    with pytest.raises(ValueError) as e:
+        check_run(cfg, RayConfig(actors=1, rollout=32))
+    assert str(e.value) == (
+        "--steps 356: a Ray run moves in whole actor calls of 128 env steps (--rollout 32 x "
+        "--num-envs 4) and would end at 384, past it; pass --steps 384 (the same chunks)"
+    )
+    check_run(ray_run(384, 100, 128), RayConfig(actors=1, rollout=32))
+    with pytest.raises(ValueError, match="--eval-every 64 is below one Ray actor call"):
+        check_run(ray_run(356, 100, 64), RayConfig(actors=1, rollout=32))
+
+
+def test_cli_refuses_a_ray_run_past_its_steps(tmp_path):
+    flags = ["--actors", "ray:1", "--steps", "356", "--warmup", "100", "--eval-every", "128",
+             "--batch-size", "32", "--buffer-size", "1000", "--eval-envs", "2", "--dqn.hidden",
+             "8", "--seeds", "1", "--no-progress"]  # fmt: skip
+    line = refused(tmp_path, flags, timeout_s=300)
+    assert line.startswith("drlhet: error: --steps 356: a Ray run moves in whole actor calls")
 
 
 def test_a_report_in_a_row_is_the_report_then():

@@ -74,21 +74,19 @@ def ray_runner(remote, config: TrainConfig):
     are put in place, which Ray's own SIGTERM handler would replace.
 
     Raises:
-      ValueError: ``--eval-every`` below one actor call's env steps (``--rollout`` x
-        ``--num-envs``: the learner takes whole calls, so a chunk could get none), or a Ray
-        cluster with fewer CPUs than actors, or an address Ray refuses.
+      ValueError: a run the actors cannot run as asked (`check_run`: ``--eval-every`` below
+        one actor call's env steps, ``--rollout`` x ``--num-envs``, so that a chunk could get
+        none; or an end past ``--steps``, as the learner takes whole calls), or a Ray cluster
+        that cannot take it (`init_ray`: an address that cannot be reached, fewer CPUs than
+        actors, in all or free), or an address Ray refuses.
     """
     import jax
 
     from drlhet.backends import reference
-    from drlhet.runtime.ray_learner import init_ray, run_ray
+    from drlhet.runtime.ray_cluster import check_run, init_ray
+    from drlhet.runtime.ray_learner import run_ray
 
-    call = remote.rollout * config.num_envs
-    if config.eval_every < call:
-        raise ValueError(
-            f"--eval-every {config.eval_every} is below one Ray actor call's env steps "
-            f"(--rollout {remote.rollout} x --num-envs {config.num_envs} = {call})"
-        )
+    check_run(config, remote)
     init_ray(remote)
     here = f"{jax.devices()[0].platform}:0"  # where run_ray's replay and learner run
     where = f"actors=ray:{remote.actors},replay={config.backend}@{here},"

@@ -10,6 +10,11 @@ takes; an actor acts with parameters at most ``sync_every`` + one call behind, a
 every inserted batch (learner iterations between the parameters it was collected with and the
 learner's at insertion) is measured and reported, like the delay k.
 
+The learner takes whole actor calls: a chunk ends at the first call's end at or past its own
+(each row counts what its chunk ran). What the run asks of Ray (an address that answers, a free
+CPU per actor, an end within ``steps``) is checked before it starts (`drlhet.runtime
+.ray_cluster`).
+
 Faults: the actors are started with ``max_restarts=-1``. A call that fails because its actor
 died is counted and dropped (its transitions were never inserted); the restarted actor is sent
 the newest parameters and its next sequence number before anything else, and the run goes on.
@@ -23,9 +28,7 @@ Prasanna, TPDS 2023, Sec. 3); Ray is the distributed engine, not a home-made one
 from __future__ import annotations
 
 import dataclasses
-import logging
 import time
-import warnings
 from typing import Any
 
 import jax
@@ -37,10 +40,11 @@ from drlhet.runtime.chunks import check_replay_error, chunk_row, host_summary, s
 from drlhet.runtime.compiling import jit
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.ray_actor import RolloutActor, params_digest
+from drlhet.runtime.ray_cluster import check_run, init_ray
 from drlhet.runtime.saving import ChunkHook
 from drlhet.runtime.trainer import Trainer, make_trainer
 
-__all__ = ["RayConfig", "RayReport", "parse_actors", "init_ray", "run_ray"]
+__all__ = ["RayConfig", "RayReport", "parse_actors", "run_ray"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,26 +301,6 @@ def _chunk(lr: _Learner, i: int, t0: float, last: float) -> dict:
     return {**row, "eval_s": eval_s, "ray": lr.report.as_dict()}
 
 
-def init_ray(rc: RayConfig) -> None:
-    """Starts Ray (or joins ``rc.address``) unless it runs, and checks that its cluster has a
-    CPU for each actor (one Ray cannot place never answers; the learner would wait for it);
-    ``ValueError`` if not. Ray puts its own SIGTERM handler in place: start it first."""
-    import ray
-
-    if not ray.is_initialized():
-        with warnings.catch_warnings():  # Ray forks its processes after JAX started: harmless
-            warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
-            ray.init(
-                address=rc.address,
-                include_dashboard=False,
-                log_to_driver=False,
-                logging_level=logging.ERROR,
-            )
-    cpus = ray.cluster_resources().get(CPU.upper(), 0)  # Ray's name of the resource
-    if cpus < rc.actors:
-        raise ValueError(f"--actors ray:{rc.actors} needs a CPU each; the Ray cluster has {cpus:g}")
-
-
 def _start_actors(cfg: TrainConfig, rc: RayConfig) -> tuple[list, list[str]]:
     import ray
 
@@ -370,13 +354,18 @@ def run_ray(
     Returns:
       ``(agent state [S], rows, report)``: one row per chunk as `drlhet.runtime.run.run`'s, each
       with the actors' report so far under ``"ray"`` and the evaluation's seconds
-      (``eval_s``, part of ``chunk_s``); the final report (`RayReport.as_dict`).
+      (``eval_s``, part of ``chunk_s``); the final report (`RayReport.as_dict`). Run to its
+      end, the last row's ``env_steps`` is `drlhet.runtime.ray_cluster.end_steps`, within
+      ``cfg.steps``.
 
     Raises:
-      ValueError: a bad configuration.
+      ValueError: a bad configuration, or one that a Ray run cannot run as asked
+        (`drlhet.runtime.ray_cluster.check_run`), or a Ray cluster that cannot take it
+        (`drlhet.runtime.ray_cluster.init_ray`).
       ImportError: Ray is not installed (the ``ray`` extra).
     """
     tr = make_trainer(cfg)
+    check_run(cfg, rc)
     actors, names = _start_actors(cfg, rc)
     import ray
 

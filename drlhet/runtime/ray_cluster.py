@@ -1,0 +1,142 @@
+"""Ray for a run with actors (`drlhet.runtime.ray_learner`), checked before the run starts: the
+cluster's address answers, it has a free CPU for each actor, and the run, which the learner
+takes in whole actor calls, ends within its ``steps``.
+
+Each check replaces a failure that came late or never: ``ray.init`` retries an address nothing
+answers at for minutes on end (a closed port: 20 tries of about 35 s); an actor Ray cannot
+place never answers (the learner waited for it, then gave up after minutes); a run ended at the
+first whole actor call at or past its last chunk's end, which could be past ``steps``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+import time
+import warnings
+from typing import TYPE_CHECKING
+
+from drlhet.backends import CPU
+from drlhet.runtime.config import TrainConfig, chunks_of
+
+if TYPE_CHECKING:
+    from drlhet.runtime.ray_learner import RayConfig
+
+__all__ = ["PROBE_S", "FREE_WAIT_S", "check_address", "check_run", "end_steps", "init_ray"]
+
+PROBE_S = 3.0
+"""Seconds a cluster's address has to accept a TCP connection before ``ray.init`` is tried."""
+
+FREE_WAIT_S = 5.0
+"""Seconds to wait for the CPUs the actors need to come free (a run's actors, killed at its end,
+give theirs back a moment later) before a cluster whose CPUs other jobs hold is refused."""
+
+_HOST_PORT = re.compile(r"(?:ray://)?(?P<host>[\w.-]+):(?P<port>\d+)")
+
+
+def check_address(address: str | None, timeout_s: float = PROBE_S) -> None:
+    """Refuses a cluster's address, ``HOST:PORT`` (its head's GCS) or ``ray://HOST:PORT`` (Ray
+    Client), where nothing accepts a TCP connection within ``timeout_s``: ``ray.init`` would
+    retry it for minutes on end. Anything else (None, ``auto``, ``local``) is left to Ray.
+
+    Raises:
+      ValueError: the address, named with the reason (refused, no answer, unknown host, a port
+        out of range).
+    """
+    match = None if address is None else _HOST_PORT.fullmatch(address)
+    if match is None:
+        return
+    port = int(match["port"])
+    if not 0 < port < 65536:
+        raise ValueError(f"--ray-address {address}: the port must be in [1, 65535]")
+    try:
+        with socket.create_connection((match["host"], port), timeout=timeout_s):
+            return
+    except TimeoutError:
+        why = f"no answer in {timeout_s:g} s"
+    except OSError as e:  # refused, unreachable, unknown host
+        why = e.strerror or type(e).__name__
+    raise ValueError(f"--ray-address {address} cannot be reached ({why}); is its cluster started?")
+
+
+def init_ray(rc: RayConfig, free_wait_s: float = FREE_WAIT_S) -> None:
+    """Starts Ray (or joins ``rc.address``, once `check_address` finds it answering) unless it
+    runs, and checks that its cluster has a CPU for each actor, free (an actor Ray cannot place
+    never answers; the learner would wait for it): if fewer are free, waits up to
+    ``free_wait_s`` for them. Ray puts its own SIGTERM handler in place: start it first.
+
+    Raises:
+      ValueError: an address that cannot be reached, or where Ray joins no cluster; too few
+        CPUs in all, or free (other jobs hold them); named.
+    """
+    import ray
+
+    if not ray.is_initialized():
+        check_address(rc.address)
+        _start(ray, rc.address)
+    resource = CPU.upper()  # Ray's name of the resource
+    cpus = ray.cluster_resources().get(resource, 0)
+    if cpus < rc.actors:
+        raise ValueError(f"--actors ray:{rc.actors} needs a CPU each; the Ray cluster has {cpus:g}")
+    deadline = time.monotonic() + free_wait_s
+    while (free := ray.available_resources().get(resource, 0)) < rc.actors:
+        if time.monotonic() > deadline:
+            raise ValueError(
+                f"--actors ray:{rc.actors} needs a free CPU each; the Ray cluster has {cpus:g}, "
+                f"{free:g} free (other jobs hold the rest)"
+            )
+        time.sleep(0.1)
+
+
+def _start(ray, address: str | None) -> None:
+    """``ray.init`` at ``address``; a cluster it does not join there (something else answers,
+    e.g. a proxy, or ``auto`` finds none) is a ``ValueError`` naming the address, after Ray's
+    own retries (about 20 s)."""
+    try:
+        with warnings.catch_warnings():  # Ray forks its processes after JAX started: harmless
+            warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
+            ray.init(
+                address=address,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.ERROR,
+            )
+    except ConnectionError as e:
+        if address is None:
+            raise
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"--ray-address {address}: no Ray cluster joined there ({why})") from None
+
+
+def end_steps(cfg: TrainConfig, rc: RayConfig) -> int:
+    """The env steps per seed a Ray run of ``cfg`` ends at: the learner takes whole actor calls
+    (``rollout`` x ``num_envs`` env steps each), so each chunk, the last one too, ends at the
+    first call's end at or past its own (``warmup`` + i x ``eval_every``, `chunks_of`)."""
+    call = rc.rollout * cfg.num_envs
+    end = cfg.warmup + chunks_of(cfg) * cfg.eval_every
+    return -(-end // call) * call
+
+
+def check_run(cfg: TrainConfig, rc: RayConfig) -> None:
+    """Refuses a Ray run of ``cfg`` whose chunks could get no actor call (``eval_every`` below
+    one call's env steps), or which would end past ``steps`` (`end_steps`). An exact end would
+    need programs for a shorter call on both sides (the actors' rollout and the learner's scan
+    have a static length): the message names the ``steps`` that fits instead.
+
+    Raises:
+      ValueError: either, named with the numbers to change.
+    """
+    call = rc.rollout * cfg.num_envs
+    sizes = f"--rollout {rc.rollout} x --num-envs {cfg.num_envs}"
+    if cfg.eval_every < call:
+        raise ValueError(
+            f"--eval-every {cfg.eval_every} is below one Ray actor call's env steps "
+            f"({sizes} = {call})"
+        )
+    end = end_steps(cfg, rc)
+    if end > cfg.steps:
+        raise ValueError(
+            f"--steps {cfg.steps}: a Ray run moves in whole actor calls of {call} env steps "
+            f"({sizes}) and would end at {end}, past it; pass --steps {end} (the same chunks)"
+        )

@@ -387,6 +387,9 @@ def test_sigterm_ends_a_ray_run_after_its_chunk_and_keeps_its_folder(tmp_path):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-2000:]
     assert "stopped after chunk" in out and "SIGTERM: stopping after this chunk" in err
+    # the plan names where the run ends: chunks end on whole calls (59,904, not 59,848 steps)
+    assert "training 59,904 env steps per seed (--steps 60,000): 128 of warm-up" in out
+    assert "each ending on a whole actor call of 128" in out
     rows = [json.loads(r) for r in metrics.read_text().splitlines()]
     assert len(rows) >= 4 and (run / "curve.png").is_file()
     ran = [b["env_steps"] - a["env_steps"] for a, b in zip(rows, rows[1:], strict=False)]

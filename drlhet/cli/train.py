@@ -11,7 +11,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import tyro
 
@@ -40,6 +40,7 @@ from drlhet.cli.stopping import stop_on_signals
 from drlhet.runtime.config import TrainConfig, check, chunks_of, tree_shape, warmup_steps
 from drlhet.runtime.mapping import Mapping, cpu_devices_named
 from drlhet.runtime.memory import estimate_memory, size_text
+from drlhet.runtime.ray_cluster import end_steps
 from drlhet.runtime.run import Start, default_mapping, run
 from drlhet.runtime.saving import Stopped
 from drlhet.runtime.trainer import make_trainer
@@ -127,7 +128,7 @@ def train_command(
         runner = run if remote is None else ray_runner(remote, tr.config)
     if finished_run(config, saved, tr.chunks, run_dir):
         return run_dir
-    print(_plan(tr.config, tr.chunks, str(placed)))
+    print(_plan(tr.config, tr.chunks, str(placed), remote))
     start = _start(saved, run_dir)
     with _removed_on_failure(run_dir), stop_on_signals(saving=every > 0) as stop:
         rows, reached, wall = _train(
@@ -276,11 +277,17 @@ def _check_memory(tr, config: TrainConfig, copies: int) -> None:
         )
 
 
-def _plan(config: TrainConfig, chunks: int, mapping: str) -> str:
+def _plan(config: TrainConfig, chunks: int, mapping: str, remote: Any = None) -> str:
     """What the run will do, in env steps per seed, and on what: a placement that simulates its
-    hardware is named before the wait, not only beside the figures."""
+    hardware is named before the wait, not only beside the figures. A Ray run (``remote``, its
+    `RayConfig`) ends its warm-up and chunks on whole actor calls (`end_steps`)."""
     warm = warmup_steps(config)
     total = warm + chunks * config.eval_every
+    whole = ""
+    if remote is not None:
+        call = remote.rollout * config.num_envs
+        warm, total = -(-config.warmup // call) * call, end_steps(config, remote)
+        whole = f", each ending on a whole actor call of {call:,}"
     notes = "".join(
         f"\nnote: {part} simulates its hardware here (right results, not its speed)"
         for part in simulated(mapping)
@@ -288,7 +295,7 @@ def _plan(config: TrainConfig, chunks: int, mapping: str) -> str:
     return (
         f"training {total:,} env steps per seed (--steps {config.steps:,}): {warm:,} of warm-up "
         f"with random actions, then {chunks} chunk{'s' * (chunks > 1)} of {config.eval_every:,}"
-        f" (--eval-every), each followed by an evaluation{notes}"
+        f" (--eval-every){whole}, each followed by an evaluation{notes}"
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -17,7 +18,7 @@ from drlhet.agents.dqn import DQNConfig  # noqa: E402
 from drlhet.envs import make_env  # noqa: E402
 from drlhet.envs.host import HostPool  # noqa: E402
 from drlhet.runtime.config import TrainConfig  # noqa: E402
-from drlhet.runtime.run import run  # noqa: E402
+from drlhet.runtime.run import Start, run  # noqa: E402
 
 spaces = gym.spaces
 
@@ -165,6 +166,21 @@ def test_a_split_mapping_trains_host_envs_as_the_fused_loop_does():
         )
         for x, y in zip(a, b, strict=True):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=field)
+
+
+def test_a_resumed_run_starts_fresh_episodes_and_inserts_no_step_never_taken():
+    # a run resumed after chunk 1 (a fresh pool: a new process's) from its state, in host
+    # arrays as a checkpoint gives them. Every CartPole step rewards 1: a transition whose
+    # reward is 0 is of an action never taken (the pool's cut step, inserted once per env)
+    first, _ = run(SMALL)
+    longer = dataclasses.replace(SMALL, steps=SMALL.steps + SMALL.eval_every)
+    before = int(first.replay.size[0])
+    states, rows = run(longer, start=Start(jax.device_get(first), 1))
+    assert [r["chunk"] for r in rows] == [2]
+    size = np.asarray(states.replay.size)
+    assert np.all(size == before + SMALL.eval_every)  # (the buffer is not full)
+    rewards = np.asarray(states.replay.storage["reward"])[:, : before + SMALL.eval_every]
+    assert np.all(rewards >= 1.0), np.argwhere(rewards < 1.0)
 
 
 def test_ddpg_trains_a_continuous_host_env_with_delay():

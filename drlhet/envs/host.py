@@ -21,9 +21,9 @@ dimensions are exposed to the agent as [-1, 1] and rescaled on the host. Anythin
 `ValueError` naming the space.
 
 Limits: the environments' simulator state is not part of the `TrainState`, so a run resumed
-from a checkpoint starts fresh episodes (the first step after a resume inserts one cut
-transition per environment: reward 0, truncated); host callbacks also keep the program out of
-JAX's persistent compilation cache.
+from a checkpoint starts fresh episodes (`drlhet.runtime.run` resets them and cuts the episodes
+in the n-step FIFO where they stood, as truncations); host callbacks also keep the program out
+of JAX's persistent compilation cache.
 """
 
 from __future__ import annotations
@@ -87,8 +87,9 @@ def _check_spaces(name: str, env) -> tuple[tuple[int, ...], bool, int, np.ndarra
 class HostPool:
     """``S x N`` gymnasium environments of one id on the host (mutable; host side only).
 
-    Created empty; the first ``reset`` (or a ``step`` after a resume) makes the environments
-    for the number of seeds it is called with. Thread-safe: XLA may call from any thread.
+    Created empty; the first ``reset`` makes the environments for the number of seeds it is
+    called with (a ``step`` before any makes them too, see `step`). Thread-safe: XLA may call
+    from any thread.
     """
 
     def __init__(self, env_id: str, num_envs: int, low: np.ndarray, high: np.ndarray, scale: bool):
@@ -131,10 +132,13 @@ class HostPool:
 
     def step(self, counters: np.ndarray, actions: np.ndarray):
         """Counters ``[S, N]``, actions ``[S, N, ...]`` -> ``(obs, next_obs, reward,
-        terminated, truncated)``, each ``[S, N, ...]``; finished environments are reset."""
+        terminated, truncated)``, each ``[S, N, ...]``; finished environments are reset. A step
+        before any reset for these seeds (a saved state stepped without `drlhet.runtime.run`'s
+        fresh episodes) takes no action: it starts fresh episodes and returns a cut step
+        (reward 0, truncated, from the reset observations)."""
         seeds = actions.shape[0]
         with self.lock:
-            if len(self.envs) != seeds * self.num_envs:  # after a resume: fresh episodes
+            if len(self.envs) != seeds * self.num_envs:  # no reset yet: fresh episodes
                 obs = self.reset(np.asarray(counters).reshape(seeds, -1)[:, 0] + 1)
                 zero = np.zeros((seeds, self.num_envs), np.float32)
                 cut = np.ones((seeds, self.num_envs), bool)

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["NStepFns", "make_nstep"]
+__all__ = ["NStepFns", "cut", "make_nstep"]
 
 
 class NStepFns(NamedTuple):
@@ -84,3 +84,12 @@ def make_nstep(n: int, gamma: float) -> NStepFns:
         }
 
     return NStepFns(init, push, transition)
+
+
+def cut(fifo: Any) -> Any:
+    """``fifo`` (`NStepFns.init`'s) with its newest step ending its episode as a truncation, so
+    that the windows still to be extended end there and bootstrap from its ``next_obs`` (the
+    true observation after it), never reaching into the steps pushed after it. For episodes
+    cut short outside the environment: a run resumed on host environments, whose simulators
+    start afresh (`drlhet.runtime.run`). An episode that ended at that step is unchanged."""
+    return {**fifo, "done": fifo["done"].at[-1].set(True)}

@@ -20,7 +20,10 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 
+from drlhet.envs.host import is_host_env
+from drlhet.replay.nstep import cut
 from drlhet.runtime.compiling import jit
 from drlhet.runtime.config import TrainConfig, tree_shape
 from drlhet.runtime.fused import run_fused
@@ -101,7 +104,7 @@ def run(
             states = jit(jax.vmap(tr.init))(keys)
             states = jit(jax.vmap(tr.warmup), donate_argnums=0)(states)
     else:
-        states = start.states
+        states = _fresh_episodes(tr, start.states) if is_host_env(cfg.env) else start.states
     first = 0 if start is None else start.chunk + 1
     if first >= tr.chunks:  # resumed after its last chunk: nothing left to run
         return states, []
@@ -111,6 +114,25 @@ def run(
     if cfg.delay >= cfg.sgd_steps:
         return _pipeline_segments(tr, states, devices, t0, hook, extra, first)
     return run_iteration_loop(tr, states, devices, t0, hook, extra, first)
+
+
+def _fresh_episodes(tr: Trainer, states: Any) -> Any:
+    """``states`` (``[S]`` seeds) with their host environments started afresh: a checkpoint
+    holds no simulator state. Each seed's environments are reset from a key split off its own
+    (new episodes, their returns from 0), and the episodes its n-step FIFO holds are cut where
+    they stood (`drlhet.replay.nstep.cut`): the transitions still to come out of it end at the
+    last step taken and bootstrap from the observation after it. (Without it, the first step
+    of the resumed run inserted a transition per environment of an action never taken.)"""
+
+    def fresh(fifo, episode_return, key):
+        key, k_env = jax.random.split(key)
+        obs, env_state = tr.env.reset(k_env)
+        return env_state, obs.astype(jnp.float32), cut(fifo), jnp.zeros_like(episode_return), key
+
+    env_state, obs, fifo, ret, key = jit(jax.vmap(fresh))(
+        states.fifo, states.episode_return, states.key
+    )
+    return states._replace(env_state=env_state, obs=obs, fifo=fifo, episode_return=ret, key=key)
 
 
 def _pipeline_segments(tr: Trainer, states, devices, t0, hook: ChunkHook, extra, first: int):

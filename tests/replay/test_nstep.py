@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from drlhet.replay.nstep import make_nstep
+from drlhet.replay.nstep import cut, make_nstep
 
 GAMMA = 0.9
 EXAMPLE = {
@@ -18,8 +18,9 @@ EXAMPLE = {
 }
 
 
-def run(n, rewards, terminated, truncated):
-    """Pushes T steps of one env (obs t = t, next_obs = t + 0.5); returns each transition."""
+def run(n, rewards, terminated, truncated, cuts=()):
+    """Pushes T steps of one env (obs t = t, next_obs = t + 0.5), the FIFO `cut` after each
+    step in ``cuts``; returns each transition."""
     fns = make_nstep(n, GAMMA)
     fifo = fns.init(EXAMPLE, 1)
     out = []
@@ -33,6 +34,8 @@ def run(n, rewards, terminated, truncated):
             jnp.asarray([te]),
             jnp.asarray([tr]),
         )
+        if t in cuts:
+            fifo = cut(fifo)
         if t >= n - 1:
             out.append({k: np.asarray(v)[0] for k, v in fns.transition(fifo).items()})
     return out
@@ -67,6 +70,29 @@ def test_matches_the_direct_computation_across_episode_ends(n):
     for t, g in enumerate(got):
         want = expected(n, rewards, terminated, truncated, t)
         assert float(g["obs"][0]) == want["obs"] and int(g["action"]) == want["action"]
+        np.testing.assert_allclose(g["reward"], want["reward"], rtol=1e-6)
+        np.testing.assert_allclose(g["discount"], want["discount"], rtol=1e-6)
+        assert float(g["next_obs"][0]) == want["next_obs"], (t, g, want)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_a_cut_ends_the_episodes_in_the_fifo_as_a_truncation_there(n):
+    # a resumed run on host environments cuts its episodes after the last step it took: the
+    # windows still in the FIFO end there and bootstrap from that step's next_obs, as if the
+    # environment had truncated it; a step that ended its episode already is unchanged
+    rng = np.random.default_rng(n)
+    steps = 30
+    rewards = rng.random(steps).round(2).tolist()
+    terminated = [t in (4, 17) for t in range(steps)]
+    truncated = [t == 11 for t in range(steps)]
+    cuts = (8, 11, 17, 20)
+    got = run(n, rewards, terminated, truncated, cuts)
+    as_truncated = [
+        tr or (t in cuts and not te)
+        for t, (te, tr) in enumerate(zip(terminated, truncated, strict=True))
+    ]
+    for t, g in enumerate(got):
+        want = expected(n, rewards, terminated, as_truncated, t)
         np.testing.assert_allclose(g["reward"], want["reward"], rtol=1e-6)
         np.testing.assert_allclose(g["discount"], want["discount"], rtol=1e-6)
         assert float(g["next_obs"][0]) == want["next_obs"], (t, g, want)

@@ -45,18 +45,22 @@ def q_values(state, obs, hidden=(32,)):
     return QNetwork(hidden, 2, DQNConfig().dueling).apply(state.agent.params, obs)
 
 
+# gamma 0.5, not the default 0.99: Q(0) = gamma on probe-two-step, and 0.99 lay within the
+# tolerance of 1.0, the value of a run that never discounts
+GAMMA = 0.5
+LEARNS = DQNConfig(hidden=(32,), learning_rate=3e-3, epsilon_steps=500, gamma=GAMMA)
+
+
 @pytest.mark.parametrize(
     "env, obs, expected",
     [
         ("probe-constant", [[1.0]], [[1.0, 1.0]]),
-        ("probe-two-step", [[0.0], [1.0]], [[0.99, 0.99], [1.0, 1.0]]),
+        ("probe-two-step", [[0.0], [1.0]], [[GAMMA, GAMMA], [1.0, 1.0]]),
         ("probe-action", [[0.0], [1.0]], [[1.0, 0.0], [0.0, 1.0]]),
     ],
 )
 def test_dqn_learns_known_values(env, obs, expected):
-    cfg = TrainConfig(
-        env=env, dqn=DQNConfig(hidden=(32,), learning_rate=3e-3, epsilon_steps=500), **FAST
-    )
+    cfg = TrainConfig(env=env, dqn=LEARNS, **FAST)
     tr, state = trained_agent(cfg)
     q = q_values(state, jnp.asarray(obs))
     np.testing.assert_allclose(q, expected, atol=0.1)
@@ -275,12 +279,12 @@ def test_dqn_learns_with_delayed_priority_updates():
     cfg = TrainConfig(
         env="probe-two-step",
         delay=3,
-        dqn=DQNConfig(hidden=(32,), learning_rate=3e-3, epsilon_steps=500),
+        dqn=LEARNS,
         **FAST,
     )
     _, state = trained_agent(cfg)
     q = q_values(state, jnp.asarray([[0.0], [1.0]]))
-    np.testing.assert_allclose(q, [[0.99, 0.99], [1.0, 1.0]], atol=0.1)
+    np.testing.assert_allclose(q, [[GAMMA, GAMMA], [1.0, 1.0]], atol=0.1)
     assert state.pending.indices.shape == (3, cfg.batch_size)
 
 

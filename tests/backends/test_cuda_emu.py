@@ -152,8 +152,10 @@ def emu_weigh(
     trees = nodes.shape[0]
     t = np.ascontiguousarray(np.reshape(targets, (trees, -1)), F32)
     size, beta = np.ascontiguousarray(size, np.int32), np.ascontiguousarray(beta, F32)
-    idx, probs, w = np.zeros(t.shape, np.int32), np.zeros(t.shape, F32), np.zeros(t.shape, F32)
-    err = np.zeros(trees, np.int32)
+    # the outputs start as garbage, as XLA leaves them: a launch that skips a write (a refused
+    # tree's zero weights, say) cannot pass on zeros it never wrote
+    idx, err = np.full(t.shape, -1, np.int32), np.full(trees, -1, np.int32)
+    probs, w = np.full(t.shape, np.nan, F32), np.full(t.shape, np.nan, F32)
     rc = lib.drlhet_emu_weigh(
         ptr(nodes), ctypes.c_int64(capacity), ctypes.c_int(k), ptr(t), ctypes.c_int64(trees),
         ctypes.c_int64(t.shape[1]), ptr(size), ptr(beta), ctypes.c_int32(checks.ERR_EMPTY),

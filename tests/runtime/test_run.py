@@ -106,11 +106,15 @@ def test_pipelined_host_loop_runs_with_delay(backend):
     assert rows[-1]["delay"] == 3
 
 
-def test_pipelined_stages_apply_each_update_k_learner_steps_later():
-    # k >= 2 x sgd_steps: stages run U = k // (2 sgd_steps) iterations per call
+def test_pipelined_stages_run_u_iterations_a_call_with_k_updates_pending():
+    # k >= 2 x sgd_steps: stages run U = k // (2 sgd_steps) iterations per call, and the run
+    # ends with the last k learner steps' updates not yet applied. (Where each update lands is
+    # compared bit for bit with the fused scan at U = 1, test_host_loop_equals_fused_scan; at
+    # U >= 2 the pipeline applies a call's updates together, which no other path does.)
     cfg = TrainConfig(**{**SMALL.__dict__, "delay": 5, "sgd_steps": 1})
     state, rows = run(cfg, "actors=cpu:0,replay=native@cpu:1,learner=cpu:0")
     assert rows[-1]["iterations_per_stage_call"] == 2
+    assert state.pending.indices.shape == (cfg.seeds, 5, cfg.batch_size)
     assert int(np.max(state.replay.error)) == 0
     assert rows[-1]["env_steps"] == cfg.steps + 2 * cfg.num_envs
     assert all(np.isfinite(r["loss"]).all() for r in rows)

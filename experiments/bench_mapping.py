@@ -212,8 +212,16 @@ def _print(rows: list[dict]) -> None:
         )
 
 
-LEAST = {"delays": 0, "rounds": 1, "chunks": 1, "chunk_steps": 1}
-"""The smallest value of each count (`checked_cli.refused_counts`)."""
+def refused(args: Args) -> str:
+    """Why ``args`` cannot run, in one line, or "": a configuration or mapping that is not one
+    of `CONFIGS` and `MAPPINGS`, or none."""
+    why = checked_cli.unknown_names("--configs", args.configs, CONFIGS)
+    return why or checked_cli.unknown_names("--mappings", args.mappings, MAPPINGS)
+
+
+LEAST = {"delays": 0, "rounds": 1, "chunks": 2, "chunk_steps": 1}
+"""The smallest value of each count (`checked_cli.refused_counts`; the first chunk compiles, and
+is not counted)."""
 
 if __name__ == "__main__":
-    checked_cli.run(Args, main, LEAST)
+    checked_cli.run(Args, main, LEAST, refused)

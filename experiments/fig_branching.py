@@ -38,7 +38,7 @@ class Args:
     repeats: int = 5
     """Timed repeats per measurement (after a warm-up that includes compilation); >= 5."""
     backends: tuple[str, ...] = ("jax", "native")
-    modes: tuple[str, ...] = ("percall", "fused")
+    modes: tuple[Literal["percall", "fused"], ...] = ("percall", "fused")
     sheets: tuple[str, ...] = ("u250", "h100")
     """Device sheets of the modeled devices (``drlhet/dse/sheets``)."""
     threading: Literal["default", "pin1", "xla1"] = "default"
@@ -75,8 +75,6 @@ def plot(args: Args, rows: list[dict], path: Path) -> None:
 def main(args: Args) -> list[dict]:
     if args.full and args.repeats == Args.repeats:
         args = dataclasses.replace(args, repeats=FULL_REPEATS)
-    if args.repeats < 2:
-        raise ValueError(f"repeats must be >= 2, got {args.repeats}")
     points = [(args.capacity, args.batch, k) for k in args.branchings]
     rows = fp.measure(
         points,
@@ -101,8 +99,17 @@ def main(args: Args) -> list[dict]:
     return rows
 
 
-LEAST = {"branchings": 2, "capacity": 1, "batch": 1, "repeats": 1}
-"""The smallest value of each count (`checked_cli.refused_counts`)."""
+def refused(args: Args) -> str:
+    """Why ``args`` cannot run, in one line, or "": a device sheet that is not shipped (asked
+    before anything is measured; imports no jax: ``--threading xla1`` acts before it is)."""
+    from drlhet.dse.devices import load_sheets
+
+    return checked_cli.unknown_names("--sheets", args.sheets, load_sheets()) if args.sheets else ""
+
+
+LEAST = {"branchings": 2, "capacity": 1, "batch": 1, "repeats": 2}
+"""The smallest value of each count (`checked_cli.refused_counts`; a spread needs two
+repeats)."""
 
 if __name__ == "__main__":
-    checked_cli.run(Args, main, LEAST)
+    checked_cli.run(Args, main, LEAST, refused)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import checked_cli
@@ -54,6 +55,8 @@ def refused(args: Args) -> str:
     """Why ``args`` cannot run, in one line, or "": the configuration, or either mapping (one
     that does not parse, or names a backend or device that is not here); both asked before
     the first run trains."""
+    if math.isnan(args.target):  # no return reaches it: every run would train for nothing
+        return "--target must be a number, got nan"
     _two_cpu_devices()
     cfg = _config(args)
     why = checked_cli.refused_config(cfg, args.fused, "--fused")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import platform
 import statistics
@@ -109,6 +110,8 @@ def refused(args: Args) -> str:
     ``--eval-every`` that is not a multiple of the envs stepped together; asked before any
     system is launched or anything is written."""
     why = checked_cli.unknown_names("--systems", args.systems, SYSTEMS)
+    if not why and args.target is not None and math.isnan(args.target):
+        why = "--target must be a number, got nan"
     envs = base_spec(args).num_envs
     every = args.eval_every
     if not why and every is not None and (every <= 0 or every % envs):

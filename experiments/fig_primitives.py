@@ -76,7 +76,7 @@ class Args:
     """Timed repeats per measurement (after a warm-up that includes compilation); >= 2 (a row
     holds their spread)."""
     backends: tuple[str, ...] = ("jax", "native")
-    modes: tuple[str, ...] = ("percall", "fused")
+    modes: tuple[Literal["percall", "fused"], ...] = ("percall", "fused")
     sheets: tuple[str, ...] = ("u250", "h100")
     """Device sheets of the modeled devices (``drlhet/dse/sheets``)."""
     threading: Literal["default", "pin1", "xla1"] = "default"

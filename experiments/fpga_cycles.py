@@ -141,10 +141,15 @@ def stepped(args: Args) -> list[dict]:
     return rows
 
 
+def refused(args: Args) -> str:
+    """Why ``args`` cannot run, in one line, or "": a board without an FPGA device sheet."""
+    sheets = load_sheets()
+    fpgas = sorted(name for name, s in sheets.items() if s["kind"] == "fpga")
+    return checked_cli.unknown_names("--board", [args.board], fpgas)
+
+
 def main(args: Args) -> list[dict]:
     sheets = load_sheets()
-    if args.board not in sheets or sheets[args.board]["kind"] != "fpga":
-        raise SystemExit(f"--board must be an FPGA sheet, got {args.board!r}")
     sheet = sheets[args.board]
     rows = commands(args, sheet)
     rows += primitives(sheet, sheets[sheet["link"]], TrainConfig())
@@ -157,5 +162,8 @@ def main(args: Args) -> list[dict]:
     return rows
 
 
+LEAST = {"capacity": 1, "batch": 1, "branchings": 2}
+"""The smallest value of each count (`checked_cli.refused_counts`; K 1 never ends a tree)."""
+
 if __name__ == "__main__":
-    checked_cli.run(Args, main, {})
+    checked_cli.run(Args, main, LEAST, refused)

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from drlhet import backends
 from drlhet.agents.ddpg import DDPGConfig, make_ddpg
 from drlhet.agents.dqn import DQNConfig, make_dqn
+from drlhet.backends.learner_spec import MAX_BATCH
 from drlhet.dse.devices import learner_cycles, load_sheets
 from drlhet.dse.devices.learner_testbench import build, stepped_cycles, stepped_ddpg_cycles
 
@@ -138,6 +139,17 @@ def row(args: Args, name: str, net: tuple, b: int, clock: float, exe: Path | Non
     return out
 
 
+def refused(args: Args) -> str:
+    """Why ``args`` cannot run, in one line, or "": a board without an FPGA device sheet, or a
+    batch the learner module does not train."""
+    fpgas = sorted(name for name, s in load_sheets().items() if s["kind"] == "fpga")
+    why = checked_cli.unknown_names("--board", [args.board], fpgas)
+    big = [b for b in args.batches if b > MAX_BATCH]
+    if not why and big:
+        why = f"--batches must be at most {MAX_BATCH} (the learner module's batch), got {big}"
+    return why
+
+
 def main(args: Args) -> list[dict]:
     sheet = load_sheets()[args.board]
     clock = float(sheet["values"]["clock_mhz"]["value"])
@@ -165,5 +177,8 @@ def main(args: Args) -> list[dict]:
     return rows
 
 
+LEAST = {"batches": 1, "steps": 1, "repeats": 1}
+"""The smallest value of each count (`checked_cli.refused_counts`)."""
+
 if __name__ == "__main__":
-    checked_cli.run(Args, main, {})
+    checked_cli.run(Args, main, LEAST, refused)

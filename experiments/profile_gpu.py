@@ -56,9 +56,6 @@ class Args:
 
 
 def main(args: Args) -> list[dict]:
-    unknown = [s for s in args.shapes if s not in SHAPES]
-    if unknown:
-        raise SystemExit(f"profile_gpu: unknown --shapes {unknown}; known: {list(SHAPES)}")
     try:
         gpu = jax.devices(GPU)[0]
     except RuntimeError as e:
@@ -99,5 +96,10 @@ def main(args: Args) -> list[dict]:
     return rows
 
 
+LEAST = {"repeats": 1, "steps": 1}
+"""The smallest value of each count (`checked_cli.refused_counts`)."""
+
 if __name__ == "__main__":
-    checked_cli.run(Args, main, {})
+    checked_cli.run(
+        Args, main, LEAST, lambda a: checked_cli.unknown_names("--shapes", a.shapes, SHAPES)
+    )

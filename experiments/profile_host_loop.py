@@ -60,13 +60,38 @@ class Timers:
         return timed
 
 
+def config(args: Args):
+    """The training configuration profiled (a `TrainConfig`)."""
+    from drlhet.agents.dqn import DQNConfig
+    from drlhet.runtime.config import TrainConfig
+
+    return TrainConfig(
+        batch_size=args.batch_size,
+        buffer_size=args.buffer_size,
+        delay=args.delay,
+        sgd_steps=2,
+        warmup=max(1_000, args.batch_size),
+        eval_every=args.chunk_steps,
+        eval_envs=2,
+        steps=1_000 + args.chunks * args.chunk_steps,
+        dqn=DQNConfig(hidden=(64, 64)),
+    )
+
+
+def refused(args: Args) -> str:
+    """Why ``args`` cannot run, in one line, or "": the configuration, or a mapping that does
+    not parse or names a backend or device that is not here; asked before the probes run."""
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", 2)  # before jax starts, as main does
+    return checked_cli.refused_config(config(args), args.mapping, "--mapping")
+
+
 def profile_loop(args: Args) -> dict:
     """Runs the configuration with every stage and transfer timed (after the first chunk)."""
     import jax
 
-    from drlhet.agents.dqn import DQNConfig
     from drlhet.runtime import host_loop, pipeline, stages
-    from drlhet.runtime.config import TrainConfig
     from drlhet.runtime.run import run
 
     timers = Timers()
@@ -85,17 +110,7 @@ def profile_loop(args: Args) -> dict:
     host_loop.iteration_stages = timed_stages(stages.iteration_stages)  # type: ignore[assignment]
     pipeline.pipeline_stages = timed_stages(stages.pipeline_stages)  # type: ignore[assignment]
     jax.device_put = timers.wrap("device_put", jax.device_put)
-    cfg = TrainConfig(
-        batch_size=args.batch_size,
-        buffer_size=args.buffer_size,
-        delay=args.delay,
-        sgd_steps=2,
-        warmup=max(1_000, args.batch_size),
-        eval_every=args.chunk_steps,
-        eval_envs=2,
-        steps=1_000 + args.chunks * args.chunk_steps,
-        dqn=DQNConfig(hidden=(64, 64)),
-    )
+    cfg = config(args)
     marks: list[float] = []
 
     def on_chunk(row):
@@ -276,5 +291,9 @@ def main(args: Args) -> dict:
     return result
 
 
+LEAST = {"delay": 0, "batch_size": 1, "buffer_size": 1, "chunk_steps": 1, "chunks": 2}
+"""The smallest value of each count (`checked_cli.refused_counts`; the first chunk compiles, and
+is not counted)."""
+
 if __name__ == "__main__":
-    checked_cli.run(Args, main, {})
+    checked_cli.run(Args, main, LEAST, refused)

@@ -226,5 +226,44 @@ def main(args: Args) -> None:
     print(f"wrote {args.out}")
 
 
+def refused(args: Args) -> str:
+    """Why ``args`` cannot run, in one line, or "": non-finite priority decades, or a backend
+    that is not registered, does not load here or refuses this buffer (its capacity, K,
+    alpha); asked before any backend's process starts (which would end in a traceback, its
+    row marked failed)."""
+    if args.child:  # the parent asked
+        return ""
+    if not all(math.isfinite(u) for u in args.decades):
+        return f"--decades must be finite, got {list(args.decades)}"
+    from drlhet import backends
+    from drlhet.replay.prioritized import make_prioritized_replay
+
+    why = checked_cli.unknown_names("--backends", args.backends, backends.names())
+    for name in args.backends if not why else ():
+        try:
+            ops = backends.tree_ops(name)
+            why = backends.get(name).refuses((args.capacity, args.branching))
+            make_prioritized_replay(
+                args.capacity, args.batch, alpha=args.alpha, branching=args.branching, tree_ops=ops
+            )
+        except (ValueError, backends.BackendUnavailable) as e:
+            why = str(e)
+        if why:
+            return f"--backends {name}: {why}"
+    return why
+
+
+LEAST = {
+    "updates": 1,
+    "fpga_updates": 0,
+    "capacity": 1,
+    "branching": 2,
+    "batch": 1,
+    "inserts": 1,
+    "delay": 0,
+    "block": 1,
+}
+"""The smallest value of each count (`checked_cli.refused_counts`)."""
+
 if __name__ == "__main__":
-    checked_cli.run(Args, main, {})
+    checked_cli.run(Args, main, LEAST, refused)

@@ -290,6 +290,11 @@ PRIMITIVES_TINY = (
     "--out f.json --plot f.png"
 )
 PEERS_TINY = "--steps 1 --timeout-s 1 --out p.json --plot p.png"  # a launch ends in a second
+SOAK_TINY = "--backends jax --capacity 64 --batch 8 --inserts 4 --updates 8 --block 1 --out s.json"
+BRANCHING_TINY = (
+    "--branchings 4 --capacity 64 --batch 8 --repeats 2 --backends jax --modes fused --sheets "
+    "--out b.json --plot b.png"
+)
 VALIDATION = REPO / "results" / "dse_validation_in_program_k4.json"  # read, never written
 BAD_INPUT = [
     # 7: a folder where a file goes, and empty paths
@@ -362,6 +367,32 @@ BAD_INPUT = [
     ),
     ("kernel_times", "--csv-files --out k.json", "--csv-files: no file given"),
     ("kernel_stalls", "--csv-files --out k.json", "--csv-files: no file given"),
+    # 15: the scripts that checked no count (a child's traceback and exit 0, a file of nonsense,
+    # K 1 looping for ever), names that were tracebacks or exit 1, a count the first chunk eats
+    # (each first option refused before the one the old code tripped on)
+    ("soak_replay", f"{SOAK_TINY} --updates 0", "--updates must be >= 1, got 0"),
+    ("soak_replay", f"{SOAK_TINY} --backends bogus", "--backends takes one or more of cuda,"),
+    (
+        "soak_replay",
+        f"{SOAK_TINY} --backends fpga --branching 3",
+        "--backends fpga: the FPGA replay module supports K in (4, 8, 16, 32, 64), got 3",
+    ),
+    ("fpga_cycles", "--capacity 0 --out c.json", "--capacity must be >= 1, got 0"),
+    ("fpga_cycles", "--branchings 1 --board bogus --out c.json", "--branchings must be integ"),
+    ("fpga_cycles", "--board h100 --out c.json", "--board takes one or more of u200, u250;"),
+    ("fpga_learner", "--board bogus --out l.json", "--board takes one or more of u200, u250;"),
+    ("fpga_learner", "--batches 16 512 --out l.json", "--batches must be at most 256 (the lea"),
+    ("profile_gpu", "--shapes bogus --out g.json", "--shapes takes one or more of default, large"),
+    ("profile_host_loop", "--mapping bogus --out h.json", "--mapping bogus: mapping item 'bog"),
+    ("profile_host_loop", "--chunks 1 --mapping bogus --out h.json", "--chunks must be >= 2"),
+    ("bench_mapping", "--configs bogus --out m.json", "--configs takes one or more of jax-b256,"),
+    ("bench_mapping", "--chunks 1 --configs bogus --out m.json", "--chunks must be >= 2, got 1"),
+    ("fig_branching", f"{BRANCHING_TINY} --modes bogus", "invalid choice 'bogus' for argument"),
+    ("fig_branching", f"{BRANCHING_TINY} --repeats 1", "--repeats must be >= 2, got 1"),
+    ("fig_branching", f"{BRANCHING_TINY} --sheets bogus", "--sheets takes one or more of"),
+    ("fig_primitives", f"{PRIMITIVES_TINY} --modes bogus", "invalid choice 'bogus' for argument"),
+    ("fig_peers", f"--target nan {PEERS_TINY}", "--target must be a number, got nan"),
+    ("fig_mapping_parity", f"--target nan {PARITY}", "--target must be a number, got nan"),
 ]
 
 

@@ -178,17 +178,29 @@ def test_resume_skips_a_corrupt_checkpoint_naming_it(tmp_path, capsys):
 
 def test_a_new_run_is_refused_the_folder_of_another_and_leaves_it_alone(tmp_path, capsys):
     """A fresh run named as an existing one would write over its metrics and mix its
-    checkpoints with the other's (retention deleting them, --resume taking the other's)."""
-    for held in ("metrics.jsonl", "checkpoints"):
-        run = tmp_path / held.split(".")[0]
+    checkpoints with the other's (retention deleting them, --resume taking the other's).
+    --resume is advised only where a checkpoint is there to go on from (a run stopped before
+    its first was advised it, which then said "no checkpoint in ...")."""
+    for name, held in [("stopped", "metrics.jsonl"), ("empty", "checkpoints"), ("saved", "")]:
+        run = tmp_path / name
         run.mkdir()
-        (run / held).mkdir() if held == "checkpoints" else (run / held).write_text("{}\n")
+        if name == "saved":  # a complete checkpoint (orbax's commit marker)
+            held = "checkpoints"
+            (run / held / "3").mkdir(parents=True)
+            (run / held / "3" / "_CHECKPOINT_METADATA").write_text("{}")
+        (run / held).mkdir(exist_ok=True) if held == "checkpoints" else (run / held).write_text("")
+        before = sorted(run.rglob("*"))
         with pytest.raises(SystemExit) as e:
-            main(["train", "--out", str(tmp_path), "--name", run.name, "--no-progress"])
+            main(["train", "--out", str(tmp_path), "--name", name, "--no-progress"])
         assert e.value.code == 2
-        err = capsys.readouterr().err
-        assert f"{run} already holds a run ({held}); go on with it with --resume {run}" in err
-        assert [p.name for p in run.iterdir()] == [held]
+        go_on = (
+            f"go on with it with --resume {run}"
+            if name == "saved"
+            else "it has no checkpoint to go on from (stopped before its first); remove it"
+        )
+        line = f"{run} already holds a run ({held}); {go_on}, or give another --name"
+        assert line in capsys.readouterr().err
+        assert sorted(run.rglob("*")) == before
 
 
 def test_a_checkpoint_is_read_with_the_replay_its_mapping_placed():
@@ -208,6 +220,28 @@ def test_a_checkpoint_is_read_with_the_replay_its_mapping_placed():
     assert jax.tree.structure(got) == jax.tree.structure(want)
     assert jax.tree.leaves(got) == jax.tree.leaves(want)
     assert jax.tree.structure(got) != jax.tree.structure(initial_example(config))
+
+
+def test_resume_with_mapping_auto_creates_its_devices_before_the_checkpoint_is_read(
+    tmp_path, monkeypatch
+):
+    """Reading the checkpoint starts JAX with the devices it has then: ``--resume RUN
+    --mapping auto`` was always refused (``2 CPU devices are needed; JAX already started with
+    1``), the devices that auto searches over created only after the read."""
+    from drlhet.cli import train as cli_train
+    from drlhet.runtime.config import TrainConfig
+
+    calls: list[tuple] = []
+    saved_mapping = "actors=jax@cpu:0,replay=jax@cpu:0,learner=jax@cpu:0"
+    monkeypatch.setattr(cli_train, "peek_run", lambda run_dir: (TrainConfig(), saved_mapping))
+    monkeypatch.setattr(cli_train, "set_cpu_devices", lambda n: calls.append(("devices", n)))
+    monkeypatch.setattr(
+        cli_train, "resume_run", lambda run_dir: calls.append(("read",)) or (0, 0, 0)
+    )
+    for given, devices in ((None, 2), (3, 3)):
+        calls.clear()
+        cli_train._resume(TrainConfig(), tmp_path, "auto", given, Path("runs"), None)
+        assert calls == [("devices", devices), ("read",)]
 
 
 def test_sigterm_stops_after_the_chunk_with_its_checkpoint_and_resume_goes_on(tmp_path, capsys):

@@ -231,6 +231,17 @@ def test_an_out_where_no_folder_can_be_made_is_refused_and_nothing_is_made(tmp_p
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["taken"]
 
 
+@pytest.mark.parametrize("out", [["--out", ""], ["--out="]])
+def test_an_empty_out_is_refused_not_read_as_the_current_folder(tmp_path, capsys, monkeypatch, out):
+    """``--out "$RUNS"`` with the variable unset: the run went into the current folder."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", *TINY, *out])
+    assert exit_info.value.code == 2
+    assert one_error_line(capsys) == "drlhet: error: --out is empty; name the path"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_mapping_beyond_the_cores_is_refused_not_given_devices(tmp_path, capsys, monkeypatch):
     """``cpu:7`` on a 2-core machine used to create 8 XLA CPU devices without a word."""
     monkeypatch.setattr("drlhet.cli.train.os.cpu_count", lambda: 2)
@@ -353,13 +364,13 @@ def test_a_run_names_the_placements_that_only_simulate_their_hardware():
     assert simulated("actors=jax@cpu:0,replay=native@cpu:0,learner=jax@cpu:0") == []
 
 
-def test_mapping_auto_profiles_only_once_the_run_directory_is_known_good(
-    tmp_path, capsys, monkeypatch
-):
-    # the DSE's profiles take minutes: a bad --out or --name was refused only after them
+def test_mapping_auto_profiles_only_once_its_options_are_known_good(tmp_path, capsys, monkeypatch):
+    # the DSE's profiles take minutes: a bad --out or --name was refused only after them, and
+    # --cpu-devices 0 was taken as not given (2 devices)
     monkeypatch.setattr("drlhet.cli.train.auto_mapping", lambda *a, **k: pytest.fail("profiled"))
     (tmp_path / "file").write_text("")
-    for args in (["--out", str(tmp_path / "file")], ["--name", "a" * 300]):
+    bad = (["--out", str(tmp_path / "file")], ["--name", "a" * 300], ["--cpu-devices", "0"])
+    for args in bad:
         with pytest.raises(SystemExit) as stop:
             main(["train", "--mapping", "auto", "--no-memory-check", *args])
         assert stop.value.code == 2

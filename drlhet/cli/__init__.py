@@ -18,7 +18,7 @@ import traceback
 
 import tyro
 
-from drlhet.cli.common import UsageError, command_line
+from drlhet.cli.common import UsageError, command_line, empty_paths
 from drlhet.cli.dse import dse_command, profile_command
 from drlhet.cli.train import backends_command, train_command
 from drlhet.parse_errors import HeldStderr
@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> None:
     end = args.index("--") if "--" in args else len(args)
     debug = DEBUG in args[:end]
     args = [a for i, a in enumerate(args) if i >= end or a != DEBUG]
+    if why := empty_paths(args):
+        _end(False, EXIT_BAD_INPUT, f"drlhet: error: {why}")
     commands = {"train": train_command, "backends": backends_command}
     commands |= {"profile": profile_command, "dse": dse_command}
     # the options written (what --resume refuses); tyro's refusals: read back, told in one line

@@ -23,6 +23,7 @@ __all__ = [
     "FLAGS_GIVEN",
     "command_line",
     "flags_given",
+    "empty_paths",
     "bad_input",
     "available_memory",
     "cache_dir",
@@ -146,6 +147,23 @@ def flags_given(args: list[str]) -> frozenset[str]:
     )
 
 
+PATH_OPTIONS = ("--out", "--cache-dir", "--resume", "--gpu-profile")
+"""The commands' options that name a file or folder."""
+
+
+def empty_paths(args: list[str]) -> str:
+    """Why ``args`` (before ``--``) are refused: a path option given an empty value (``--out
+    ""``, ``--out=``: an unset shell variable, say), which a path reads as the current folder
+    (a run directory, a cache made there); or ""."""
+    end = args.index("--") if "--" in args else len(args)
+    for i, arg in enumerate(args[:end]):
+        option, eq, value = arg.partition("=")
+        given = value if eq else (args[i + 1] if i + 1 < end else None)
+        if option in PATH_OPTIONS and given is not None and not given.strip():
+            return f"{option} is empty; name the path"
+    return ""
+
+
 @contextlib.contextmanager
 def command_line(args: list[str]) -> Iterator[None]:
     """`FLAGS_GIVEN` set to ``args``' options inside (and as it was after)."""
@@ -178,9 +196,16 @@ def run_directory(out: Path, name: str) -> Path:
         raise ValueError(f"--out {out}: {run_dir} exists and is not a folder")
     held = [f for f in ("checkpoints", "metrics.jsonl") if (run_dir / f).exists()]
     if held:  # a new run there would write over its files and mix with its checkpoints
+        from drlhet.checkpoint import Checkpoints
+
+        go_on = (
+            f"go on with it with --resume {run_dir}"
+            if Checkpoints(run_dir / "checkpoints").chunks()
+            else "it has no checkpoint to go on from (stopped before its first); remove it"
+        )
         raise ValueError(
-            f"--name {name}: {run_dir} already holds a run ({held[0]}); go on with it with "
-            f"--resume {run_dir}, or give another --name"
+            f"--name {name}: {run_dir} already holds a run ({held[0]}); {go_on}, or give "
+            "another --name"
         )
     check_writable(run_dir, f"--out {out}", "run directory")
     return run_dir

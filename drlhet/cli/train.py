@@ -52,6 +52,8 @@ CHECKPOINT_EVERY = 10
 """Chunks between checkpoints when ``--checkpoint-every`` is not given (runs without Ray)."""
 KEEP_CHECKPOINTS = 2
 """Checkpoints kept when ``--keep-checkpoints`` is not given."""
+AUTO_CPU_DEVICES = 2
+"""XLA CPU devices that ``--mapping auto`` searches over when ``--cpu-devices`` is not given."""
 
 
 class _Stop(Exception):
@@ -182,15 +184,17 @@ def _start(saved, run_dir: Path) -> Start | None:
 
 def _resume(config: TrainConfig, run_dir: Path, mapping: str | None, cpu_devices, out, name):
     """``(config, mapping, checkpoint)`` to go on with from ``run_dir``; the XLA CPU devices its
-    mapping needs are created before the checkpoint is read (reading it starts JAX). ``out``
+    mapping needs (``auto``: those it searches over) are created before the checkpoint is read
+    (reading it starts JAX, which then keeps the devices it has). ``out``
     and ``name`` (the run's folder is ``run_dir``) are refused unless left at their default."""
     refuse_flags_with_resume(config, FLAGS_GIVEN.get())
     if out != Path("runs") or name is not None:
         raise ValueError(f"--resume goes on in {run_dir}; drop --out and --name")
     config, saved_mapping = peek_run(run_dir)
     mapping = mapping or saved_mapping
-    if mapping != "auto":
-        set_cpu_devices(_cpu_devices(mapping, cpu_devices))
+    set_cpu_devices(
+        _auto_devices(cpu_devices) if mapping == "auto" else _cpu_devices(mapping, cpu_devices)
+    )
     _, _, saved = resume_run(run_dir)
     return config, mapping, saved
 
@@ -202,7 +206,7 @@ def _prepare(config: TrainConfig, mapping: str | None, cpu_devices, memory_check
     check(config)
     chunks_of(config)
     if mapping == "auto":
-        set_cpu_devices(cpu_devices or 2)
+        set_cpu_devices(_auto_devices(cpu_devices))
         if memory_check:  # before profiling: the run's shapes do not depend on the mapping
             _check_memory(_trainer(config, default_mapping(config)), config, 1 + saving)
         with bad_input("--mapping auto: "):
@@ -220,6 +224,12 @@ def _prepare(config: TrainConfig, mapping: str | None, cpu_devices, memory_check
     if memory_check:
         _check_memory(tr, config, 1 + saving)
     return placed, tr
+
+
+def _auto_devices(given: int | None) -> int:
+    """The XLA CPU devices that ``--mapping auto`` searches over: ``given`` (0 too, which
+    `set_cpu_devices` refuses), else `AUTO_CPU_DEVICES`."""
+    return AUTO_CPU_DEVICES if given is None else given
 
 
 def _cpu_devices(mapping: str, given: int | None) -> int:

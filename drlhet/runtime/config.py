@@ -78,6 +78,12 @@ one would repeat a smaller one's run."""
 MAX_BUFFER = (1 << 31) - 1
 """Slots a buffer can have: its indices are int32 inside the jitted program."""
 
+MAX_BRANCHING = 1024
+"""Widest tree node: the programs sum a node's K children one by one (the order every backend
+keeps), so they grow with K (one tree write compiled in 2.7 s at K = 2048 and 27 s at 16384
+on the 2-core VM; K = 10^8 had taken 14 GiB, still tracing, when it was stopped). The native
+and CUDA backends hold K <= 256."""
+
 _POSITIVE = (
     "steps",
     "num_envs",
@@ -165,6 +171,21 @@ def _check_sizes(cfg: TrainConfig) -> None:
         )
     if cfg.branching < 2:
         raise ConfigError(f"branching must be >= 2, got {cfg.branching}", "branching")
+    if cfg.branching > MAX_BRANCHING:
+        raise ConfigError(
+            f"branching must be <= {MAX_BRANCHING} (a node's children are summed one by one: "
+            f"the programs grow with it), got {cfg.branching}",
+            "branching",
+        )
+    iterations = cfg.steps // cfg.num_envs
+    if n_step_of(cfg) > iterations:  # the warm-up's fill alone would outrun the run
+        raise ConfigError(
+            f"n_step ({n_step_of(cfg)}) must be <= steps / num_envs ({iterations}), the "
+            "iterations of the whole run: a longer window never fills within it",
+            "n_step",
+            "steps",
+            "num_envs",
+        )
     nodes = layout(cfg.buffer_size, cfg.branching).size
     if not cfg.uniform and nodes > MAX_BUFFER:
         raise ConfigError(

@@ -46,6 +46,10 @@ def test_warmup_steps_count_the_rounding_and_the_n_step_window():
         ({"learner": "nope"}, "learner 'nope' is not registered (for training: fpga, jax)", 1),
         ({"learner": "native"}, "learner 'native' does not implement training (fpga, jax do)", 1),
         ({"branching": 1}, "branching must be >= 2, got 1", 1),
+        # was taken: 10^8 traced for minutes into 14 GiB before anything was refused
+        ({"branching": 1025}, "branching must be <= 1024 (a node's children are summed", 1),
+        # was taken: --n-step 1000000 ran a warm-up 40 times --steps (and still filling)
+        ({"n_step": 501}, "n_step (501) must be <= steps / num_envs (500), the iterations", 3),
         ({"buffer_size": 2**31 - 1}, "needs 2290649248 tree nodes", 2),
         ({"backend": "fpga", "branching": 2}, "cannot hold buffer_size 1000 at branching 2", 3),
         ({"backend": "native", "branching": 300}, "the native backend supports K <= 256", 3),

@@ -4,6 +4,8 @@ and a non-empty PNG, and a figure for a device that is not here is labelled mode
 
 import importlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -151,3 +153,18 @@ def test_fig_delay_reads_train_runs(experiment, tmp_path):
     saved = json.loads((tmp_path / "out" / "delay_td3-hopper.json").read_text())
     assert saved["config"]["env"] == "gymnasium:Hopper-v5"
     assert (tmp_path / "out" / "h.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_profile_host_loop_times_the_host_driven_stages(tmp_path):
+    # experiments/profile_host_loop.py wraps the host loops' stages with timers: after the
+    # in-program channels became the CPU splits' default it ran none of them, and its wrappers
+    # hid the stages' `lower` (an AttributeError on its default mapping, whatever the input)
+    out = tmp_path / "p.json"
+    args = ["--chunks", "2", "--chunk-steps", "200", "--buffer-size", "1024", "--batch-size",
+            "32", "--out", str(out)]  # fmt: skip
+    script = REPO / "experiments" / "profile_host_loop.py"
+    got = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr[-2000:]
+    host = json.loads(out.read_text())["loop"]["host"]
+    assert {"actor", "replay", "learner", "device_put"} <= set(host), host
+    assert all(v["calls"] > 0 and v["seconds"] > 0 for v in host.values())

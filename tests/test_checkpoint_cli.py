@@ -269,3 +269,20 @@ def test_sigterm_stops_after_the_chunk_with_its_checkpoint_and_resume_goes_on(tm
     main(["train", "--resume", str(tmp_path / "run"), "--no-progress"])
     _, rows = final(tmp_path / "run")
     assert [r["chunk"] for r in rows] == list(range(20))
+
+
+def test_peek_names_checkpoints_whose_metadata_does_not_read_back(tmp_path):
+    # "no checkpoint" was said of a folder of complete checkpoints whose metadata was garbage
+    from drlhet.cli.checkpoints import peek_run
+
+    meta = tmp_path / "checkpoints" / "3" / "meta"
+    meta.mkdir(parents=True)
+    (meta / "metadata").write_text("{not json")
+    (meta.parent / "_CHECKPOINT_METADATA").write_text("{}")
+    with pytest.raises(
+        ValueError, match=r"no checkpoint in .* whose metadata reads back \(chunks 3\)"
+    ):
+        peek_run(tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"no checkpoint in \S+$"):
+        peek_run(tmp_path / "empty")

@@ -102,6 +102,11 @@ def peek_run(run_dir: Path) -> tuple[TrainConfig, str]:
             return config_from_dict(meta["config"]), meta["mapping"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
+    if store.chunks():  # checkpoints there, none whose metadata reads back
+        raise ValueError(
+            f"--resume {run_dir}: no checkpoint in {store.folder} whose metadata reads back "
+            f"(chunks {', '.join(map(str, store.chunks()))})"
+        )
     raise ValueError(f"--resume {run_dir}: no checkpoint in {store.folder}")
 
 

@@ -271,6 +271,16 @@ def test_a_run_that_does_not_fit_in_memory_is_refused_with_the_figure(
     assert "--buffer-size 1073741824 x --seeds 1: the run needs ~52.3 GiB" in line
     assert "this machine has 24.0 GiB available (MemAvailable)" in line
     assert not (tmp_path / "runs").exists()
+    # an evaluation's working set counts too: 10^9 environments (~100 B each) ran out of
+    # memory mid-run (a run not refused fails here, not by running out of memory)
+    monkeypatch.setattr("drlhet.cli.train.run", lambda *a, **k: pytest.fail("not refused"))
+    args = ["--eval-envs", str(10**9), "--steps", "6000", "--dqn.hidden", "8"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", *args, "--out", str(tmp_path / "runs"), "--checkpoint-every", "0"])
+    assert exit_info.value.code == 2
+    line = one_error_line(capsys)
+    assert "--eval-envs 1000000000 x --seeds 1: the run needs ~" in line
+    assert "lower --eval-envs or --seeds" in line and not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize("debug", [False, True])

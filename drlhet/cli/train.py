@@ -279,11 +279,18 @@ def _check_memory(tr, config: TrainConfig, copies: int) -> None:
     need = estimate_memory(tr, config.seeds, copies=copies)
     if need.total > free:
         text = size_text
+        evaluating = need.evaluation > need.total // 2  # its evaluation, not its state
+        what = (
+            f"--eval-envs {config.eval_envs} x --seeds {config.seeds}"
+            if evaluating
+            else f"--buffer-size {config.buffer_size} x --seeds {config.seeds}"
+        )
         raise ValueError(
-            f"--buffer-size {config.buffer_size} x --seeds {config.seeds}: the run needs "
-            f"~{text(need.total)} (replay {text(need.replay)}, agents {text(need.agent)}), "
-            f"this machine has {text(free)} available ({source}); lower --buffer-size or "
-            "--seeds (--no-memory-check runs it anyway)"
+            f"{what}: the run needs ~{text(need.total)} (replay {text(need.replay)}, agents "
+            f"{text(need.agent)}, evaluation {text(need.evaluation)}), this machine has "
+            f"{text(free)} available ({source}); lower "
+            f"{'--eval-envs' if evaluating else '--buffer-size'} or --seeds "
+            "(--no-memory-check runs it anyway)"
         )
 
 

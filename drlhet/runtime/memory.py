@@ -36,17 +36,21 @@ class MemoryEstimate(NamedTuple):
         the parameters (``delay >= 1``).
       other: environment states, n-step windows, delayed priority updates, keys, counters.
       copies: copies of the state the run keeps at its peak.
+      evaluation: an evaluation's working set, outside the state: ``eval_envs`` environments'
+        states and observations, and the networks' activations over them (each layer's
+        outputs, twice: before and after the nonlinearity); a lower bound.
     """
 
     replay: int
     agent: int
     other: int
     copies: int
+    evaluation: int = 0
 
     @property
     def total(self) -> int:
-        """Bytes the run needs: ``copies x (replay + agent + other)``."""
-        return self.copies * (self.replay + self.agent + self.other)
+        """Bytes the run needs: ``copies x (replay + agent + other) + evaluation``."""
+        return self.copies * (self.replay + self.agent + self.other) + self.evaluation
 
 
 def nbytes(tree: Any) -> int:
@@ -81,7 +85,23 @@ def estimate_memory(tr: Trainer, seeds: int, copies: int = 1) -> MemoryEstimate:
     replay = nbytes(state.replay)
     agent = nbytes((state.agent, state.actor_agent))
     other = nbytes(state) - replay - agent
-    return MemoryEstimate(seeds * replay, seeds * agent, seeds * other, copies)
+    evaluation = tr.config.eval_envs * _per_eval_env(tr, state)
+    return MemoryEstimate(seeds * replay, seeds * agent, seeds * other, copies, seeds * evaluation)
+
+
+def _per_eval_env(tr: Trainer, state: Any) -> int:
+    """Bytes an evaluation needs per environment: its state and observation (as a training
+    environment's), and 2 x 4 bytes per output of each layer of the networks (a kernel
+    ``[in, out]``, or ``[critics, in, out]`` for vmapped critics)."""
+    env = (nbytes(state.env_state) + nbytes(state.obs)) // tr.config.num_envs
+    agent = state.agent
+    nets = agent.params if tr.config.algo == "dqn" else (agent.actor, agent.critic)
+    outputs = sum(
+        int(np.prod(x.shape[:-2])) * x.shape[-1]
+        for path, x in jax.tree_util.tree_flatten_with_path(nets)[0]
+        if getattr(path[-1], "key", None) == "kernel"
+    )
+    return env + 2 * 4 * outputs
 
 
 def size_text(n: int) -> str:

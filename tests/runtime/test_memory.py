@@ -34,7 +34,8 @@ def test_seeds_and_copies_multiply():
         3 * one.agent,
         3 * one.other,
     )
-    assert three.total == 6 * one.total
+    assert three.evaluation == 3 * one.evaluation  # one evaluation at a time, not copied
+    assert three.total == 6 * (one.total - one.evaluation) + three.evaluation
 
 
 def test_the_agent_counts_parameters_optimizer_and_targets():
@@ -58,3 +59,13 @@ def test_bad_counts_are_refused(seeds, copies):
         estimate_memory(
             make_trainer(dataclasses.replace(CARTPOLE, buffer_size=4_096)), seeds, copies
         )
+
+
+def test_an_evaluation_counts_its_environments_and_activations():
+    # CartPole, hidden (8,): per evaluation env its state (int32 counter, float32 x 4 and
+    # more) and obs (4 float32), and 2 x 4 B per layer output (8 + 2); seeds multiply
+    tr = make_trainer(dataclasses.replace(CARTPOLE, buffer_size=4_096, eval_envs=1_000))
+    one, two = estimate_memory(tr, seeds=1), estimate_memory(tr, seeds=2)
+    assert 1_000 * (16 + 8 * 10) <= one.evaluation <= 1_000 * (16 + 8 * 10 + 64)
+    assert two.evaluation == 2 * one.evaluation
+    assert one.total == one.replay + one.agent + one.other + one.evaluation

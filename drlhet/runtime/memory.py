@@ -8,7 +8,9 @@ trainer's ``init`` (nothing is allocated) and multiplies by the copies the run k
 path donates the state to each compiled step, so a run holds one copy of it at its peak
 (measured on the development VM: CartPole, 2^23 slots, fused, per-iteration and pipelined
 paths, peak resident memory grew by 0.9 to 1.2 times the estimate); a checkpoint adds a host
-copy while it is written. JAX's own runtime (about 0.6 GiB) is not counted.
+copy while it is written. An evaluation's working set (its environments and the networks'
+activations over them) is counted once, as a lower bound: with ``eval_envs`` in the millions it
+is the larger part. JAX's own runtime (about 0.6 GiB) is not counted.
 
 Pure: reads neither the machine nor any setting; the CLI compares the figure with the memory
 the machine has.

@@ -283,6 +283,10 @@ def test_peek_names_checkpoints_whose_metadata_does_not_read_back(tmp_path):
         ValueError, match=r"no checkpoint in .* whose metadata reads back \(chunks 3\)"
     ):
         peek_run(tmp_path)
+    # valid JSON whose mapping is not text: skipped too (it failed later, exit 1)
+    (meta / "metadata").write_text('{"config": {}, "mapping": 5}')
+    with pytest.raises(ValueError, match=r"whose metadata reads back \(chunks 3\)"):
+        peek_run(tmp_path)
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match=r"no checkpoint in \S+$"):
         peek_run(tmp_path / "empty")

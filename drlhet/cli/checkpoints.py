@@ -99,6 +99,8 @@ def peek_run(run_dir: Path) -> tuple[TrainConfig, str]:
     for chunk in reversed(store.chunks()):
         try:
             meta = json.loads((store.folder / str(chunk) / "meta" / "metadata").read_text())
+            if not isinstance(meta["mapping"], str):  # parsed later: it must be text
+                raise TypeError(f"mapping {meta['mapping']!r} is not text")
             return config_from_dict(meta["config"]), meta["mapping"]
         except (OSError, ValueError, KeyError, TypeError):
             continue

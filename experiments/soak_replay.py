@@ -224,6 +224,9 @@ def main(args: Args) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=1) + "\n")
     print(f"wrote {args.out}")
+    failed = [f"{r['backend']} (exit {r['failed']})" for r in rows if "failed" in r]
+    if failed:  # the rows are kept; the run's status says that some backend did not finish
+        sys.exit(f"soak_replay: failed: {', '.join(failed)}")
 
 
 def refused(args: Args) -> str:

@@ -420,3 +420,15 @@ def test_the_ncu_scripts_usage_names_the_option_of_their_files(script):
     assert text is not None
     usage = [ln for ln in text.split("Usage:")[1].splitlines() if "python experiments/" in ln]
     assert usage and all(f"{script}.py --csv-files " in ln for ln in usage), usage
+
+
+def test_a_soak_whose_backend_failed_keeps_its_rows_and_says_so(cli, monkeypatch, tmp_path):
+    # a child that crashed was a row marked failed, and the soak exited 0
+    crashed = subprocess.CompletedProcess([], 3, stdout="")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: crashed)
+    with pytest.raises(SystemExit) as stop:
+        cli("soak_replay", *shlex.split(SOAK_TINY))
+    assert stop.value.code == "soak_replay: failed: jax (exit 3)"
+    assert json.loads((tmp_path / "s.json").read_text()) == [
+        {"backend": "jax", "failed": 3, "measured": True}
+    ]

@@ -40,7 +40,7 @@ from drlhet.cli.stopping import stop_on_signals
 from drlhet.runtime.config import TrainConfig, check, chunks_of, tree_shape, warmup_steps
 from drlhet.runtime.mapping import Mapping, cpu_devices_named
 from drlhet.runtime.memory import estimate_memory, size_text
-from drlhet.runtime.ray_cluster import end_steps
+from drlhet.runtime.ray_cluster import end_steps, warmup_end
 from drlhet.runtime.run import Start, default_mapping, run
 from drlhet.runtime.saving import Stopped
 from drlhet.runtime.trainer import make_trainer
@@ -303,7 +303,7 @@ def _plan(config: TrainConfig, chunks: int, mapping: str, remote: Any = None) ->
     whole = ""
     if remote is not None:
         call = remote.rollout * config.num_envs
-        warm, total = -(-config.warmup // call) * call, end_steps(config, remote)
+        warm, total = warmup_end(config, remote), end_steps(config, remote)
         whole = f", each ending on a whole actor call of {call:,}"
     notes = "".join(
         f"\nnote: {part} simulates its hardware here (right results, not its speed)"

@@ -48,11 +48,12 @@ class TrainConfig:
     batch_size: int = 128
     n_step: int | None = None
     """n-step returns (sum_i gamma^i r_i over up to n steps of one episode); None: 3 for DQN
-    (Rainbow's choice; it made CartPole reliable here), 1 for DDPG."""
+    (Rainbow's choice; it made CartPole reliable here), 1 for DDPG. At most steps / num_envs."""
     alpha: float = 0.6
     beta_start: float = 0.4
     """IS exponent at the start, annealed linearly to 1 at the end of training."""
     branching: int = 16
+    """K, children per node of the sum tree, 2 to `MAX_BRANCHING` (1024)."""
     backend: str | None = None
     """Replay backend (`drlhet.backends`; ``drlhet backends`` lists them); None: the fastest one
     that loads on the device the replay runs on."""

@@ -23,7 +23,15 @@ from drlhet.runtime.config import TrainConfig, chunks_of
 if TYPE_CHECKING:
     from drlhet.runtime.ray_learner import RayConfig
 
-__all__ = ["PROBE_S", "FREE_WAIT_S", "check_address", "check_run", "end_steps", "init_ray"]
+__all__ = [
+    "PROBE_S",
+    "FREE_WAIT_S",
+    "check_address",
+    "check_run",
+    "end_steps",
+    "init_ray",
+    "warmup_end",
+]
 
 PROBE_S = 3.0
 """Seconds a cluster's address has to accept a TCP connection before ``ray.init`` is tried."""
@@ -107,6 +115,13 @@ def _start(ray, address: str | None) -> None:
             raise
         why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"--ray-address {address}: no Ray cluster joined there ({why})") from None
+
+
+def warmup_end(cfg: TrainConfig, rc: RayConfig) -> int:
+    """The env steps per seed a Ray run's warm-up ends at: the first whole actor call
+    (``rollout`` x ``num_envs`` env steps) at or past ``warmup``."""
+    call = rc.rollout * cfg.num_envs
+    return -(-cfg.warmup // call) * call
 
 
 def end_steps(cfg: TrainConfig, rc: RayConfig) -> int:

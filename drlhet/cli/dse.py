@@ -97,7 +97,9 @@ def dse_command(
         device sheets (``h100``, ``h200``, ``a100``, ``u200``, ``u250``); absent ones are modeled.
         Default: ``cpu`` and every shipped sheet of a device.
       top: rows to print (the JSON has them all).
-      measure: also run every runnable mapping and print its measured throughput.
+      measure: also run every runnable mapping and print its measured throughput (in chunks
+        of the shape's own ``eval_every``, as predicted: the pipeline's iterations per call
+        divide them).
       cache_dir: profile cache folder.
       reprofile: measure the profiles again even when cached.
       out: JSON with every prediction.

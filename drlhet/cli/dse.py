@@ -136,13 +136,7 @@ def dse_command(
     if not any(p.note == "" for p in preds):
         why = preds[0].note if preds else "no placement has costs"
         raise UsageError(f"--devices {','.join(devs)}: no mapping is feasible ({why})")
-    measured: dict[str, float] = {}
-    if measure:
-        for p in preds:
-            if p.runnable:
-                m = measure_mapping(shape, p.mapping_text(), delay, chunk_steps=every)
-                measured[p.mapping_text()] = m["trained_samples_per_s"]
-                print(f"measured {p.mapping_text()}: {measured[p.mapping_text()]:,.0f}", flush=True)
+    measured = _measure_runnable(shape, preds, delay, every) if measure else {}
     _print_ranking(shape, delay, preds, measured if measure else None, top)
     feasible = [p for p in preds if p.note == ""]
     best = feasible[0]
@@ -156,6 +150,19 @@ def dse_command(
     out.write_text(json.dumps(result, indent=1))
     print(f"all predictions: {out}")
     return result
+
+
+def _measure_runnable(
+    shape: ProfileKey, preds: list[Prediction], delay: int, every: int
+) -> dict[str, float]:
+    """Runs every runnable mapping in chunks of ``every`` steps; its trained samples/s."""
+    measured: dict[str, float] = {}
+    for p in preds:
+        if p.runnable:
+            m = measure_mapping(shape, p.mapping_text(), delay, chunk_steps=every)
+            measured[p.mapping_text()] = m["trained_samples_per_s"]
+            print(f"measured {p.mapping_text()}: {measured[p.mapping_text()]:,.0f}", flush=True)
+    return measured
 
 
 _KEY_OPTIONS = {

@@ -1,7 +1,8 @@
 """DDPG (Lillicrap et al., 2016) with optional TD3 refinements (Fujimoto et al., 2018).
 
 `make_ddpg(config, ...)` returns `drlhet.agents.base.AgentFns(init, act, update)`;
-``update`` returns ``|TD| + eps`` of the (first) critic as the new priorities.
+``update`` returns ``|TD| + eps`` as the new priorities [B], the larger of the critics' |TD| for
+TD3's twins (as the PER / LAP reference for TD3 does, Fujimoto et al., 2020).
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ def make_ddpg(
         q_tm1 = critic_apply(c_params, batch["obs"], batch["action"])  # [n, B]
         td = jax.vmap(lambda q: jax.vmap(q_td)(q, batch["reward"], batch["discount"], q_t))(q_tm1)
         loss = jnp.mean(weights[None] * td**2)
-        return loss, td[0]
+        return loss, jnp.max(jnp.abs(td), axis=0)  # [B]: the larger of the critics' |td|
 
     def actor_loss(a_params, c_params, batch, weights):
         a = policy(a_params, batch["obs"])
@@ -149,7 +150,7 @@ def make_ddpg(
         return -jnp.mean(weights * q if config.actor_is_weights else q)
 
     def update(state, batch, weights, key):
-        (c_loss, td), c_grads = jax.value_and_grad(critic_loss, has_aux=True)(
+        (c_loss, abs_td), c_grads = jax.value_and_grad(critic_loss, has_aux=True)(
             state.critic, state, batch, weights, key
         )
         c_updates, c_opt = critic_opt.update(c_grads, state.critic_opt, state.critic)
@@ -157,11 +158,11 @@ def make_ddpg(
         a_loss, a_grads = jax.value_and_grad(actor_loss)(state.actor, c_params, batch, weights)
         a_updates, a_opt = actor_opt.update(a_grads, state.actor_opt, state.actor)
         new = _step(config, state, c_params, c_opt, a_updates, a_opt)
-        priorities = jnp.abs(td) + config.priority_eps
+        priorities = abs_td + config.priority_eps
         return (
             new,
             priorities,
-            {"loss": c_loss, "actor_loss": a_loss, "abs_td": jnp.mean(jnp.abs(td))},
+            {"loss": c_loss, "actor_loss": a_loss, "abs_td": jnp.mean(abs_td)},
         )
 
     return AgentFns(init, act, update)

@@ -212,7 +212,7 @@ inline float ActorStep(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMemor
 }
 
 // One DDPG / TD3 learner step, in place on the memories. `steps` is the learner's step count
-// after this step (TD3's delay clock); `priorities` [B] receives |td_0| + eps.
+// after this step (TD3's delay clock); `priorities` [B] receives max_c |td_c| + eps.
 inline DdpgStepOut DdpgStep(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMemory& m,
                             int32_t actor_count, int32_t critic_count, int32_t steps,
                             const DdpgBatch& b, float* priorities, DdpgScratch* s) {
@@ -225,7 +225,8 @@ inline DdpgStepOut DdpgStep(const DdpgNets& n, const DdpgConfig& cfg, const Ddpg
   out.actor_loss = ActorStep(n, cfg, m, b, do_actor, &out.actor_count, s);
   float sum = 0.0f;
   for (int row = 0; row < b.batch; ++row) {
-    const float a = std::fabs(s->td[0][row]);
+    float a = std::fabs(s->td[0][row]);  // the larger of the critics' |td| (TD3's twins)
+    for (int c = 1; c < cfg.critics; ++c) a = std::fmax(a, std::fabs(s->td[c][row]));
     priorities[row] = a + float(cfg.priority_eps);
     sum += a;
   }

@@ -125,6 +125,34 @@ def test_ddpg_update_returns_abs_td_plus_eps():
     np.testing.assert_allclose(prio, np.abs(batch["reward"] + 0.9 * q_t - q) + 1e-3, rtol=1e-5)
 
 
+def test_td3_priorities_are_the_larger_of_the_twin_critics_td():
+    """TD3's priorities: max over its two critics of |TD| + eps (the PER / LAP reference's)."""
+    cfg = DDPGConfig(hidden=(8,), priority_eps=1e-3, td3=True, target_noise=0.0)
+    agent = make_ddpg(cfg, (3,), 1, -2.0, 2.0)
+    state = agent.init(jax.random.key(0))
+    batch = {
+        "obs": jax.random.normal(jax.random.key(2), (16, 3)),
+        "action": jax.random.uniform(jax.random.key(3), (16, 1), minval=-2.0, maxval=2.0),
+        "reward": jnp.arange(16.0) / 4.0,
+        "discount": jnp.full((16,), 0.9),
+        "next_obs": jax.random.normal(jax.random.key(4), (16, 3)),
+    }
+    _, prio, metrics = agent.update(state, batch, jnp.ones(16), jax.random.key(1))
+    from drlhet.agents.networks import Actor, Critic
+
+    a_t = Actor((8,), 1, -2.0, 2.0).apply(state.target_actor, batch["next_obs"])
+
+    def q(params, i, obs, act):
+        return Critic((8,)).apply(jax.tree.map(lambda x: x[i], params), obs, act)
+
+    q_t = jnp.minimum(*(q(state.target_critic, i, batch["next_obs"], a_t) for i in (0, 1)))
+    y = batch["reward"] + 0.9 * q_t
+    td = np.abs([y - q(state.critic, i, batch["obs"], batch["action"]) for i in (0, 1)])
+    assert (td[1] > td[0]).any() and (td[0] > td[1]).any()  # both critics decide some rows
+    np.testing.assert_allclose(prio, td.max(axis=0) + 1e-3, rtol=1e-5)
+    np.testing.assert_allclose(metrics["abs_td"], td.max(axis=0).mean(), rtol=1e-5)
+
+
 def test_huber():
     np.testing.assert_allclose(huber(jnp.array([0.5, -2.0])), [0.125, 1.5])
 

@@ -47,6 +47,8 @@ class DDPGConfig:
     target_noise_clip: float = 0.5
     policy_delay: int = 2
     priority_eps: float = 1e-6
+    """Added to |TD| for the new priorities; > 0, so that a transition whose TD error is zero
+    is still drawn (PER's epsilon, Schaul et al., 2016)."""
     actor_is_weights: bool = False
     """Weight the actor's loss by the batch's importance-sampling weights too: PER's bias
     correction (Schaul et al., 2016) applied to the policy objective, which otherwise follows
@@ -63,7 +65,7 @@ RANGES = {
     "target_noise": NON_NEGATIVE,
     "target_noise_clip": NON_NEGATIVE,
     "policy_delay": COUNT,
-    "priority_eps": NON_NEGATIVE,
+    "priority_eps": POSITIVE,
 }
 """`DDPGConfig`'s field -> `drlhet.agents.ranges.Rule` (`check_ranges`)."""
 

@@ -21,7 +21,6 @@ from drlhet.agents.ranges import (
     CLIP_NORM,
     FRACTION,
     NATURAL,
-    NON_NEGATIVE,
     POSITIVE,
     UNIT,
     WIDTHS,
@@ -56,6 +55,8 @@ class DQNConfig:
     epsilon_steps: int = 10_000
     """Env steps (all environments together) over which epsilon decays linearly."""
     priority_eps: float = 1e-6
+    """Added to |TD| for the new priorities; > 0, so that a transition whose TD error is zero
+    is still drawn (PER's epsilon, Schaul et al., 2016)."""
 
 
 RANGES = {
@@ -69,7 +70,7 @@ RANGES = {
     "epsilon_start": UNIT,
     "epsilon_end": UNIT,
     "epsilon_steps": NATURAL,
-    "priority_eps": NON_NEGATIVE,
+    "priority_eps": POSITIVE,
 }
 """`DQNConfig`'s field -> `drlhet.agents.ranges.Rule` (`check_ranges`)."""
 

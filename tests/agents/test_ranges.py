@@ -27,7 +27,7 @@ DQN_CASES = {
     "epsilon_start": ([-0.1, 2.0, NAN], [0.0, 1.0]),
     "epsilon_end": ([-0.1, 2.0, NAN], [0.0, 1.0]),
     "epsilon_steps": ([-5], [0, 1]),
-    "priority_eps": ([-1e-6, NAN, INF], [0.0, 1e-6]),
+    "priority_eps": ([0.0, -1e-6, NAN, INF], [1e-12, 1e-6]),
 }
 DDPG_CASES = {
     "hidden": ([(0,), (256, 0)], [(), (8,)]),
@@ -39,7 +39,7 @@ DDPG_CASES = {
     "target_noise": ([-0.1, NAN], [0.0]),
     "target_noise_clip": ([-0.5, INF], [0.0]),
     "policy_delay": ([0, -1], [1]),
-    "priority_eps": ([-1.0, NAN], [0.0]),
+    "priority_eps": ([0.0, -1.0, NAN], [1e-6]),
 }
 AGENTS = [(dqn.DQNConfig, dqn.RANGES, DQN_CASES), (ddpg.DDPGConfig, ddpg.RANGES, DDPG_CASES)]
 

@@ -257,6 +257,23 @@ def test_an_address_is_probed_briefly_and_only_when_it_names_a_host(closed_port)
         check_address(left_to_ray)
 
 
+def test_ray_address_from_the_environment_is_probed_and_named(closed_port, monkeypatch):
+    """Without ``--ray-address``, ``ray.init`` joins ``RAY_ADDRESS``: it was not probed (a
+    closed port had Ray retrying for minutes) and its errors named no address."""
+    address = f"127.0.0.1:{closed_port}"
+    monkeypatch.setenv("RAY_ADDRESS", address)
+    with pytest.raises(ValueError) as e:
+        check_address(None, timeout_s=0.5)
+    assert str(e.value) == (
+        f"RAY_ADDRESS={address} (from the environment) cannot be reached (Connection refused); "
+        "is its cluster started?"
+    )
+    with pytest.raises(ValueError, match=r"^--ray-address ray://127.0.0.1:\d+ cannot"):
+        check_address(f"ray://{address}")  # the option, where given, is what Ray joins
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    check_address(None)
+
+
 def test_an_address_where_ray_joins_no_cluster_is_named_in_one_line(monkeypatch):
     """Something other than Ray's GCS answering there (a proxy: this VM's network answers any
     outside address) made ``ray.init`` give up after ~20 s with a ``ConnectionError``: a
@@ -273,11 +290,15 @@ def test_an_address_where_ray_joins_no_cluster_is_named_in_one_line(monkeypatch)
         address = f"127.0.0.1:{s.getsockname()[1]}"
         with pytest.raises(ValueError) as e:
             init_ray(RayConfig(actors=1, address=address))
+        monkeypatch.setenv("RAY_ADDRESS", address)  # no option: the environment's, named
+        with pytest.raises(ValueError, match=rf"^RAY_ADDRESS={address} \(from the env"):
+            init_ray(RayConfig(actors=1))
     assert str(e.value) == (
         f"--ray-address {address}: no Ray cluster joined there (Failed to connect to Ray "
         f"cluster at {address})"
     )
-    with pytest.raises(ConnectionError):  # no address given: Ray's own error, as it was
+    monkeypatch.delenv("RAY_ADDRESS")
+    with pytest.raises(ConnectionError):  # no address anywhere: Ray's own error, as it was
         init_ray(RayConfig(actors=1))
 
 

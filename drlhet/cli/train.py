@@ -112,7 +112,8 @@ def train_command(
       actors: ``ray:N``: N Ray actors feed this process's replay and learner (the ``ray``
         extra; no checkpoints); ``--sync-every`` learner iterations between parameter broadcasts
         and ``--rollout`` iterations per actor call (32 each), ``--ray-address`` a cluster to
-        join (`drlhet.runtime.ray_learner`); the three are refused without ``--actors``.
+        join (default: ``RAY_ADDRESS``, else a Ray of its own; `drlhet.runtime.ray_learner`);
+        the three are refused without ``--actors``.
     """
     saved = None
     with bad_input():

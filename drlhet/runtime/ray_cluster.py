@@ -11,6 +11,7 @@ first whole actor call at or past its last chunk's end, which could be past ``st
 from __future__ import annotations
 
 import logging
+import os
 import re
 import socket
 import time
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PROBE_S",
     "FREE_WAIT_S",
+    "address_named",
     "check_address",
     "check_run",
     "end_steps",
@@ -43,21 +45,33 @@ give theirs back a moment later) before a cluster whose CPUs other jobs hold is 
 _HOST_PORT = re.compile(r"(?:ray://)?(?P<host>[\w.-]+):(?P<port>\d+)")
 
 
+def address_named(address: str | None) -> tuple[str | None, str]:
+    """The address ``ray.init(address)`` joins and how to name it in an error: ``address``
+    (``--ray-address``), or where it is None, ``RAY_ADDRESS`` from the environment, which
+    ``ray.init`` reads then (None, "" where neither is set)."""
+    if address is not None:
+        return address, f"--ray-address {address}"
+    env = os.environ.get("RAY_ADDRESS") or None
+    return env, ("" if env is None else f"RAY_ADDRESS={env} (from the environment)")
+
+
 def check_address(address: str | None, timeout_s: float = PROBE_S) -> None:
     """Refuses a cluster's address, ``HOST:PORT`` (its head's GCS) or ``ray://HOST:PORT`` (Ray
     Client), where nothing accepts a TCP connection within ``timeout_s``: ``ray.init`` would
-    retry it for minutes on end. Anything else (None, ``auto``, ``local``) is left to Ray.
+    retry it for minutes on end. None stands for ``RAY_ADDRESS`` (`address_named`); anything
+    else (``auto``, ``local``, neither set) is left to Ray.
 
     Raises:
       ValueError: the address, named with the reason (refused, no answer, unknown host, a port
         out of range).
     """
+    address, named = address_named(address)
     match = None if address is None else _HOST_PORT.fullmatch(address)
     if match is None:
         return
     port = int(match["port"])
     if not 0 < port < 65536:
-        raise ValueError(f"--ray-address {address}: the port must be in [1, 65535]")
+        raise ValueError(f"{named}: the port must be in [1, 65535]")
     try:
         with socket.create_connection((match["host"], port), timeout=timeout_s):
             return
@@ -65,7 +79,7 @@ def check_address(address: str | None, timeout_s: float = PROBE_S) -> None:
         why = f"no answer in {timeout_s:g} s"
     except OSError as e:  # refused, unreachable, unknown host
         why = e.strerror or type(e).__name__
-    raise ValueError(f"--ray-address {address} cannot be reached ({why}); is its cluster started?")
+    raise ValueError(f"{named} cannot be reached ({why}); is its cluster started?")
 
 
 def init_ray(rc: RayConfig, free_wait_s: float = FREE_WAIT_S) -> None:
@@ -111,10 +125,11 @@ def _start(ray, address: str | None) -> None:
                 logging_level=logging.ERROR,
             )
     except ConnectionError as e:
-        if address is None:
+        joined, named = address_named(address)
+        if joined is None:
             raise
         why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"--ray-address {address}: no Ray cluster joined there ({why})") from None
+        raise ValueError(f"{named}: no Ray cluster joined there ({why})") from None
 
 
 def warmup_end(cfg: TrainConfig, rc: RayConfig) -> int:

@@ -106,6 +106,9 @@ class Backend:
         asked before a run starts; None: any tree.
       holds: the trees ``accepts`` lets through, in words (shown by ``drlhet backends``).
       summary: one line for listings.
+      settings: ``() -> text`` naming what its module-level path switches say now (read when
+        a program is traced, so they change what is measured): part of a measured profile's
+        cache key. None: it has none.
     """
 
     name: str
@@ -122,6 +125,7 @@ class Backend:
     accepts: Callable[[int, int], str] | None = None
     holds: str = ""
     summary: str = ""
+    settings: Callable[[], str] | None = None
 
     def __post_init__(self) -> None:
         bad = [p for p in self.platforms if p not in PLATFORMS]

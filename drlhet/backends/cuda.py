@@ -208,6 +208,17 @@ def _paths() -> dict:
         "BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "TAGGED_SIBLINGS")}  # fmt: skip
 
 
+_SETTINGS = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "TAGGED_CLAIMS",
+             "TAGGED_SIBLINGS", "SHARED_TOP", "SPREAD_MIN_BATCH", "SPREAD_THREADS",
+             "OWN_SAMPLE_MAX_BATCH", "KEY_TARGETS")  # fmt: skip
+
+
+def settings() -> str:
+    """Every path switch of this module as it is now, ``name=value`` joined by commas: a GPU
+    profile measured with other settings is not reused (`Backend.settings`)."""
+    return ",".join(f"{name.lower()}={int(globals()[name])}" for name in _SETTINGS)
+
+
 def weigh(
     tree: SumTreeState, targets: jax.Array, size: jax.Array, beta: jax.Array
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array] | None:
@@ -373,5 +384,6 @@ BACKEND = register(
         holds=f"K <= {MAX_BRANCHING} and capacity <= 2^31 - 1",
         summary="CUDA sum tree as XLA FFI custom calls inside jit (float32 trees); on a CPU "
         "device, its kernels under a host emulation of CUDA (function, not speed)",
+        settings=settings,
     )
 )

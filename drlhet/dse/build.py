@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import os
 import statistics
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from typing import Any
 
 import jax
 
-from drlhet.backends.base import CPU, GPU, providing
+from drlhet.backends.base import CPU, GPU, get, providing
 from drlhet.dse.baselines import host_replay_backend, profile_python_replay
 from drlhet.dse.cache import ProfileCache
 from drlhet.dse.devices import load_sheets
@@ -78,6 +79,15 @@ def first_gpu() -> Any:
         return None
 
 
+def _settings(backend: str) -> str:
+    """``backend``'s path switches as they are now (`Backend.settings`), hashed, as a suffix of
+    its profiles' cache keys ("" for a backend without switches)."""
+    describe = get(backend).settings
+    if describe is None:
+        return ""
+    return "+" + hashlib.sha1(describe().encode()).hexdigest()[:8]
+
+
 def gpu_rows_here(
     key: ProfileKey,
     cache: ProfileCache,
@@ -99,7 +109,7 @@ def gpu_rows_here(
     rows = []
     for backend in replay_backends_here(key, GPU):
         k = dataclasses.replace(key, backend=backend)
-        cache_key = dataclasses.replace(key, backend=f"{backend}@{sheet}")
+        cache_key = dataclasses.replace(key, backend=f"{backend}@{sheet}{_settings(backend)}")
         figs = None if reprofile else cache.get(cache_key)
         if figs is None:
             log(f"profiling {k.name()} on {gpu.device_kind} (measured; cached in {cache.path})")

@@ -155,6 +155,35 @@ def test_a_gpu_present_here_is_profiled_once_then_read_from_the_cache(tmp_path, 
     assert build.gpu_rows_here(key, cache, log=lambda _: None) == []
 
 
+def test_a_cuda_profile_is_measured_again_when_its_path_switches_change(tmp_path, monkeypatch):
+    """The cuda backend's module switches (read when traced) change what a profile measures;
+    a profile cached under other switches was reused as if measured with these."""
+    from drlhet.backends import cuda
+
+    calls = []
+
+    def measure(key, device):
+        calls.append(key.backend)
+        return figures()
+
+    monkeypatch.setattr(build, "first_gpu", lambda: _StandIn())
+    monkeypatch.setattr(build, "compute_figures", measure)
+    monkeypatch.setattr(build, "replay_backends_here", lambda key, platform: [cuda.BACKEND.name])
+    key = ProfileKey(batch=100, capacity=4096)
+    cache = ProfileCache(tmp_path, fp="test")
+    build.gpu_rows_here(key, cache, log=lambda _: None)
+    build.gpu_rows_here(key, cache, log=lambda _: None)
+    assert len(calls) == 1  # cached
+    was = cuda.CLUSTER_MAX_BATCH
+    monkeypatch.setattr(cuda, "CLUSTER_MAX_BATCH", 0)
+    build.gpu_rows_here(key, cache, log=lambda _: None)
+    assert len(calls) == 2  # other switches: measured again
+    monkeypatch.setattr(cuda, "CLUSTER_MAX_BATCH", was)
+    monkeypatch.setattr(cuda, "KEY_TARGETS", False)
+    build.gpu_rows_here(key, cache, log=lambda _: None)
+    assert len(calls) == 3 and len(cache.load()) == 3
+
+
 @pytest.mark.parametrize("content", [None, "[{}]"])
 def test_the_cli_refuses_a_bad_gpu_profile_in_one_line_before_profiling(
     tmp_path, capsys, monkeypatch, content

@@ -97,6 +97,8 @@ def one_error_line(capsys) -> str:
             "--mapping names cpu:1 but --cpu-devices is 1",
         ),
         (["--env", "Pendulum-v1", "--steps", "6000"], "DQN needs discrete actions"),
+        (["--env", "Bogus-v0"], "--env: unknown environment 'Bogus-v0'; gymnax offers"),
+        (["--dqn.priority-eps", "0"], "--dqn.priority-eps must be finite and > 0, got 0.0"),
         (["--dqn.learning-rate", "nan"], "--dqn.learning-rate must be finite and > 0, got nan"),
         (["--ddpg.tau", "2"], "--ddpg.tau must be in (0, 1], got 2.0"),
         (["--dqn.hidden", "64", "0"], "--dqn.hidden must be layer widths >= 1, got (64, 0)"),

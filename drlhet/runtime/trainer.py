@@ -25,7 +25,14 @@ from drlhet.replay.delayed import DelayedUpdates, make_delayed_updates
 from drlhet.replay.nstep import NStepFns, make_nstep
 from drlhet.replay.prioritized import ReplayFns, make_prioritized_replay
 from drlhet.replay.uniform import make_uniform_replay
-from drlhet.runtime.config import TrainConfig, check, chunks_of, n_step_of, with_backend
+from drlhet.runtime.config import (
+    ConfigError,
+    TrainConfig,
+    check,
+    chunks_of,
+    n_step_of,
+    with_backend,
+)
 from drlhet.runtime.parts import Parts, make_parts
 
 __all__ = ["TrainState", "Trainer", "make_trainer"]
@@ -90,7 +97,10 @@ def make_trainer(cfg: TrainConfig, platform: str | None = None) -> Trainer:
     """
     check(cfg)
     cfg = with_backend(cfg, platform or jax.default_backend())
-    env, eval_env = make_env(cfg.env, cfg.num_envs), make_env(cfg.env, cfg.eval_envs)
+    try:
+        env, eval_env = make_env(cfg.env, cfg.num_envs), make_env(cfg.env, cfg.eval_envs)
+    except ValueError as e:  # an unknown name: the field named, the environments' words after
+        raise ConfigError("env", "env", reason=str(e)) from e
     agent, gamma = _make_agent(cfg, env)
     replay = _make_replay(cfg)
     nstep = make_nstep(n_step_of(cfg), gamma)

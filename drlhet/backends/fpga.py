@@ -26,7 +26,7 @@ from drlhet.backends.native import library_path
 from drlhet.backends.rmm_spec import BRANCHING, MAX_CAPACITY, accepts
 from drlhet.replay import fixed_point as fp
 from drlhet.replay.fixed_point import FixedDraw, FixedTreeState
-from drlhet.replay.sum_tree import TreeOps
+from drlhet.replay.sum_tree import TreeLayout, TreeOps, layout
 from drlhet.replay.uint64 import U64
 
 __all__ = ["write", "draw", "serve", "OPS_NAME", "SUPPORTED_BRANCHING", "MAX_CAPACITY"]
@@ -77,7 +77,9 @@ def write(
     check(tree)
     _library()
     indices = jnp.asarray(indices, jnp.int32)
-    if indices.shape[-1:] == (0,):
+    if indices.ndim != 1:  # under vmap too: the mapped axis is not in the shape
+        raise ValueError(f"indices must be [B] (one tree; vmap for more), got {indices.shape}")
+    if indices.shape[0] == 0:
         return tree
     values = jnp.broadcast_to(jnp.asarray(values, jnp.float32), indices.shape)  # B read each
     keep = jnp.ones(indices.shape, bool) if keep is None else jnp.asarray(keep, bool)
@@ -99,16 +101,15 @@ def draw(tree: FixedTreeState, bits: jax.Array, stratified: bool = True) -> Fixe
     check(tree)
     _library()
     bits = jnp.asarray(bits, jnp.uint32)
-    if bits.ndim < 2 or bits.shape[-1] != 2:  # the module reads two words a draw
-        raise ValueError(f"bits must be [..., B, 2] uint32 (two words a draw), got {bits.shape}")
-    b = bits.shape[-2]
+    if bits.ndim != 2 or bits.shape[-1] != 2:  # the module reads two words a draw
+        raise ValueError(f"bits must be [B, 2] uint32 (two words a draw), got {bits.shape}")
+    b = bits.shape[0]
     if stratified and b > fp.u64.MAX_DIVISOR:
         raise ValueError(f"stratified sampling takes B <= {fp.u64.MAX_DIVISOR}, got {b}")
-    lead = bits.shape[:-2]
     out = (
-        jax.ShapeDtypeStruct(lead + (b,), jnp.int32),
-        jax.ShapeDtypeStruct(lead + (b,), jnp.uint32),
-        jax.ShapeDtypeStruct(lead + (2,), jnp.uint32),
+        jax.ShapeDtypeStruct((b,), jnp.int32),
+        jax.ShapeDtypeStruct((b,), jnp.uint32),
+        jax.ShapeDtypeStruct((2,), jnp.uint32),
     )
     call = jax.ffi.ffi_call("drlhet_rmm_sample", out, vmap_method="broadcast_all")
     indices, values, root = call(
@@ -128,15 +129,22 @@ def serve(
 ) -> int:
     """Serves one command of the host protocol (``hls/rmm/rmm.h``) on a tree held in NumPy
     ``uint32`` arrays ``memory = (leaves, hi, lo)``, in place: what a board does with its
-    buffers (the drivers' stand-in calls it). Returns 0, -1 for a bad command, -2 for a bad
-    layout; raises ``ValueError`` for a buffer that is not contiguous uint32 or is smaller than
-    the layout or the command needs."""
+    buffers (the drivers' stand-in calls it). Returns 0, -1 for a bad command, -2 for a build
+    the module does not take (`drlhet.backends.rmm_spec.accepts`); raises ``ValueError`` for
+    ``frac_bits`` outside [0, 31], a buffer that is not contiguous uint32 (``memory`` and
+    ``out`` writable too) or is smaller than the layout or the command needs."""
     ptr = ctypes.POINTER(ctypes.c_uint32)
     arrays = (*memory, cmd, inputs, out)
     for a in arrays:
         if a.dtype != np.uint32 or not a.flags.c_contiguous:
             raise ValueError("the module's buffers are contiguous uint32 arrays")
-    _check_sizes(capacity, branching, frac_bits, memory, cmd, inputs, out)
+    if not all(a.flags.writeable for a in (*memory, out)):
+        raise ValueError("the module writes its memory and out: they must be writable")
+    if not isinstance(frac_bits, int | np.integer) or not 0 <= frac_bits <= 31:
+        raise ValueError(f"frac_bits {frac_bits!r} outside [0, 31]")
+    if capacity < 1 or accepts(capacity, branching):
+        return -2  # no layout: nothing read or written
+    _check_sizes(layout(capacity, branching), memory, cmd, inputs, out)
     return int(
         _library().drlhet_rmm_serve(
             capacity, branching, frac_bits, *(a.ctypes.data_as(ptr) for a in arrays)
@@ -144,17 +152,13 @@ def serve(
     )
 
 
-def _check_sizes(capacity, branching, frac_bits, memory, cmd, inputs, out) -> None:
+def _check_sizes(lay: TreeLayout, memory, cmd, inputs, out) -> None:
     """Refuses buffers smaller than the layout or the command needs (the module would read
     or write past them): ``ValueError`` naming the buffer."""
-    try:
-        tree = jax.eval_shape(lambda: fp.init(capacity, branching, frac_bits))
-    except ValueError:  # no layout: the module answers -2 itself, reading nothing
-        return
-    wants = (tree.leaves, tree.hi, tree.lo)
+    wants = (lay.widths[-1], lay.offsets[-1], lay.offsets[-1])
     for name, a, want in zip(("leaves", "hi", "lo"), memory, wants, strict=True):
-        if a.size < want.size:
-            raise ValueError(f"{name} holds {a.size} words; the tree's layout needs {want.size}")
+        if a.size < want:
+            raise ValueError(f"{name} holds {a.size} words; the tree's layout needs {want}")
     if cmd.size < 3:
         raise ValueError(f"cmd holds {cmd.size} words; the protocol's command is 3")
     b = int(cmd[1])

@@ -65,6 +65,15 @@ def _cmd(op: int, batch: int, flags: int) -> np.ndarray:
     return np.array([op, batch, flags], np.uint32)
 
 
+def _integers(name: str, a: np.ndarray) -> np.ndarray:
+    """``a`` as int64, refusing a non-integer dtype (a float index would be truncated)."""
+    if not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(f"{name} must have an integer dtype, got {a.dtype}")
+    if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"{name}: {int(a.max())} is past int64")
+    return a.astype(np.int64)
+
+
 def _words(max_batch: int) -> tuple[int, int]:
     """Words of the input and output buffers for batches of up to ``max_batch``."""
     return 2 * max_batch, 2 * max_batch + 2
@@ -202,14 +211,16 @@ class BoardTree:
         duplicates win); returns how many were clamped to the leaf format's range.
 
         Raises:
-          ValueError: a value that is negative, NaN or infinite, an index outside
-            ``[0, capacity)``, mismatched shapes or B past the board's buffers; nothing is sent.
+          ValueError: a value that is negative, NaN or infinite, an index that is not an
+            integer or is outside ``[0, capacity)``, mismatched shapes or B past the board's
+            buffers; nothing is sent.
         """
-        idx = np.asarray(indices).reshape(-1).astype(np.int64)
+        raw = np.asarray(indices).reshape(-1)
         v = np.asarray(values, np.float32).reshape(-1)
-        if idx.shape != v.shape:
-            raise ValueError(f"indices {idx.shape} and values {v.shape} must both be [B]")
-        self._batch(idx.size)
+        if raw.shape != v.shape:
+            raise ValueError(f"indices {raw.shape} and values {v.shape} must both be [B]")
+        self._batch(raw.size)
+        idx = _integers("indices", raw)
         bad = ~np.isfinite(v) | (v < 0)
         if bad.any():
             raise ValueError(f"priorities must be finite and >= 0, got {float(v[bad][0])}")
@@ -243,12 +254,21 @@ class BoardTree:
 
     def read(self, level: int, slots: np.ndarray) -> np.ndarray:
         """Values of ``slots [n]`` of ``level`` (0: the root's, ``depth``: the leaves) as
-        uint64, read ``max_batch`` at a time (checkpoints)."""
-        if not 0 <= level <= self.depth:
-            raise ValueError(f"level must be in [0, {self.depth}], got {level}")
-        s = np.asarray(slots, np.int64).reshape(-1)
-        if s.size == 0:
+        uint64, read ``max_batch`` at a time (checkpoints).
+
+        Raises:
+          ValueError: a level outside ``[0, depth]``, or a slot that is not an integer or is
+            outside the level's width; nothing is sent.
+        """
+        if not isinstance(level, int | np.integer) or not 0 <= level <= self.depth:
+            raise ValueError(f"level must be an integer in [0, {self.depth}], got {level!r}")
+        raw = np.asarray(slots).reshape(-1)
+        if raw.size == 0:
             return np.zeros(0, np.uint64)
+        s, width = _integers("slots", raw), layout(self.capacity, self.branching).widths[level]
+        past = (s < 0) | (s >= width)
+        if past.any():
+            raise ValueError(f"slot {int(s[past][0])} outside level {level}'s [0, {width})")
         parts = []
         for start in range(0, s.size, self.board.max_batch):
             chunk = s[start : start + self.board.max_batch].astype(np.uint32)

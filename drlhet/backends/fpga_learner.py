@@ -83,6 +83,15 @@ def _widths(hidden: tuple[int, ...]) -> dict[str, np.int64]:
     }
 
 
+def _rows(batch: Any, name: str, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
+    """``batch[name]`` reshaped to ``shape`` (``[B]`` or ``[B, width]``) as ``dtype``; the
+    module reads that many values, so another size is refused (it read past a shorter array)."""
+    x = jnp.asarray(batch[name])
+    if x.size != math.prod(shape):
+        raise ValueError(f"batch[{name!r}] has shape {x.shape}; the step takes {list(shape)}")
+    return jnp.reshape(x, shape).astype(dtype)
+
+
 def _dqn_update(config: Any, obs_dim: int, num_actions: int, call: Any):
     """DQN's ``update`` through the module (see `wrap`)."""
     hidden = tuple(config.hidden)
@@ -120,11 +129,11 @@ def _dqn_update(config: Any, obs_dim: int, num_actions: int, call: Any):
             jax.ShapeDtypeStruct((2,), jnp.float32),
         )
         data = (
-            jnp.reshape(batch["obs"], (b, obs_dim)).astype(jnp.float32),
-            jnp.asarray(batch["action"], jnp.int32),
-            jnp.asarray(batch["reward"], jnp.float32),
-            jnp.asarray(batch["discount"], jnp.float32),
-            jnp.reshape(batch["next_obs"], (b, obs_dim)).astype(jnp.float32),
+            _rows(batch, "obs", (b, obs_dim)),
+            _rows(batch, "action", (b,), jnp.int32),
+            _rows(batch, "reward", (b,)),
+            _rows(batch, "discount", (b,)),
+            _rows(batch, "next_obs", (b, obs_dim)),
             jnp.asarray(weights, jnp.float32),
         )
         params, target, mu, nu, count, priorities, metrics = call(
@@ -206,11 +215,11 @@ def _ddpg_update(config: Any, obs_dim: int, action_dim: int, bounds: tuple, call
         operands = [memory[k] for k in order]
         steps = state.steps + 1
         data = (
-            jnp.reshape(batch["obs"], (b, obs_dim)).astype(jnp.float32),
-            jnp.reshape(batch["action"], (b, action_dim)).astype(jnp.float32),
-            jnp.asarray(batch["reward"], jnp.float32),
-            jnp.asarray(batch["discount"], jnp.float32),
-            jnp.reshape(batch["next_obs"], (b, obs_dim)).astype(jnp.float32),
+            _rows(batch, "obs", (b, obs_dim)),
+            _rows(batch, "action", (b, action_dim)),
+            _rows(batch, "reward", (b,)),
+            _rows(batch, "discount", (b,)),
+            _rows(batch, "next_obs", (b, obs_dim)),
             jnp.asarray(weights, jnp.float32),
             _ddpg_noise(config, key, (b, action_dim), 0.5 * (high - low)),
         )

@@ -23,6 +23,19 @@ constexpr int kWidths[kMaxHidden] = {LEARNER_H0, LEARNER_H1, LEARNER_H2};
 constexpr int kHidden = (LEARNER_H0 > 0) + (LEARNER_H1 > 0) + (LEARNER_H2 > 0);
 constexpr int kObs = LEARNER_OBS, kActions = LEARNER_ACTIONS;
 
+// MakeNet would refuse the network at run time, unchecked: refuse it when the top is built.
+constexpr bool Fits(int w, bool absent_ok) {
+  return (absent_ok && w == 0) || (w >= 1 && w <= kMaxWidth);
+}
+static_assert((LEARNER_H1 == 0 || LEARNER_H0 > 0) && (LEARNER_H2 == 0 || LEARNER_H1 > 0),
+              "LEARNER_H0..H2: the hidden widths first, the absent ones (0) last");
+static_assert(Fits(kObs, false) && Fits(kActions, false) && Fits(LEARNER_H0, true) &&
+                  Fits(LEARNER_H1, true) && Fits(LEARNER_H2, true) &&
+                  (LEARNER_ALGO == 0 || Fits(kObs + kActions, false)),
+              "a layer outside the module's widths (1..kMaxWidth, hls/learner/mlp.h)");
+static_assert(LEARNER_ALGO == 0 || LEARNER_CRITICS == 1 || LEARNER_CRITICS == 2,
+              "LEARNER_CRITICS must be 1 or 2");
+
 // Floats in the parameter memory of a network of `in` inputs and heads `h0` (and `h1`).
 constexpr int64_t NetSize(int in, int h0, int h1) {
   int64_t size = 0;
@@ -99,7 +112,13 @@ void Step(int b, float* out) {
   cfg.period = int32_t(hp[8]), cfg.double_q = hp[9] != 0.0, cfg.opt.sgd = hp[10] != 0.0;
   cfg.dueling = LEARNER_DUELING != 0;
   const float* x = batch_in;
-  for (int row = 0; row < b; ++row) action[row] = int32_t(x[b * kObs + row]);
+  bool ok = true;  // every action an integer in [0, actions): else the step does nothing
+  for (int row = 0; row < b; ++row) {
+    const float a = x[b * kObs + row];
+    ok = ok && a >= 0.0f && a < float(kActions) && a == std::floor(a);  // NaN: false
+    action[row] = ok ? int32_t(a) : 0;
+  }
+  if (!ok) return;  // an action past the Q-values would index past the step's arrays
   float* m = memory;
   steps += 1;
   const DqnStepOut o = DqnStep(net, cfg, m, m + kParams, m + 2 * kParams, m + 3 * kParams,

@@ -46,7 +46,8 @@ namespace top {
 //   kStep   cmd[1] = B; in = the batch (obs [B][D], action [B] (DQN, as floats) or [B][M],
 //           reward, discount [B], next_obs [B][D], weights [B], DDPG: noise [B][M]);
 //           out = priorities [B], then the metrics (loss, mean |td|; DDPG: loss, actor loss,
-//           mean |td|).
+//           mean |td|). A DQN step with an action that is not an integer in [0, actions) does
+//           nothing (as a batch past kMaxBatch): out, the memories and the counts untouched.
 //   kStore  out = the memories as kLoad takes them; cmd[1..3] written back with the counts.
 enum Command : uint32_t { kLoad = 0, kStep = 1, kStore = 2 };
 constexpr int kHyper = 16;

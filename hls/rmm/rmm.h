@@ -46,8 +46,8 @@ typedef ap_uint<32> leaf_t;
 typedef ap_uint<64> node_t;
 typedef ap_uint<128> wide_t;
 
-const int kMaxDepth = 16;             // levels below the root: K = 4 and 2^31 leaves
-const int64_t kMaxCapacity = 1LL << 31;  // indices are int32 on the host
+const int kMaxDepth = 16;                // levels below the root (K = 4, 2^30 leaves: 15)
+const int64_t kMaxCapacity = 1LL << 30;  // drlhet/backends/rmm_spec.py's MAX_CAPACITY
 const uint32_t kDropped = 0xFFFFFFFFu;  // an index the module skips (>= every capacity)
 const int kMaxStratifiedBatch = 1 << 16;
 

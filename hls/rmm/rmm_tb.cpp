@@ -176,6 +176,18 @@ int main(int argc, char** argv) {
       if (want[w] != got[w]) return Fail("a node of rmm_top differs", commands + level, int(w));
     }
   }
+  // a read of a level past the leaves is refused by Serve and leaves rmm_top's out untouched
+  for (const uint32_t level : {uint32_t(lay.depth + 1), 32u + 1u}) {
+    const uint32_t cmd[rmm::kCmdWords] = {rmm::kRead, 1, level}, slot[1] = {0};
+    std::vector<uint32_t> got(2, 0xA5A5A5A5u);
+    if (rmm::Serve<RMM_K>(model, lay, RMM_FRAC_BITS, cmd, slot, got.data()) != -1) {
+      return Fail("Serve read a level past the leaves", commands, int(level));
+    }
+    rmm_top(cmd, slot, got.data());
+    if (got[0] != 0xA5A5A5A5u || got[1] != 0xA5A5A5A5u) {
+      return Fail("rmm_top read a level past the leaves", commands, int(level));
+    }
+  }
   std::printf("PASS K=%d capacity=%lld depth=%d commands=%d\n", RMM_K,
               static_cast<long long>(lay.capacity), lay.depth, commands);
   return 0;

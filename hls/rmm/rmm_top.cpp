@@ -65,7 +65,10 @@ struct LevelMem {
 void Front(const uint32_t* cmd, const uint32_t* in, Stream<Item>& out) {
   static FrontMem mem;
 #pragma HLS BIND_STORAGE variable = mem.table_ type = ram_2p impl = uram
-  const uint32_t op = cmd[0], b = (op >= kWrite && op <= kRead) ? cmd[1] : 0;
+  const uint32_t op = cmd[0];
+  // a read of a level past the leaves is a bad command, as in Serve (Item::level would wrap it)
+  const bool known = op == kWrite || op == kSample || (op == kRead && cmd[2] <= kDepth);
+  const uint32_t b = known ? cmd[1] : 0;
   const bool stratified = (cmd[2] & kStratified) != 0;
   node_t root = mem.root();
   uint32_t clamped = 0;
@@ -185,7 +188,8 @@ back:
 }  // namespace rmm
 }  // namespace drlhet
 
-// A command with an unknown op does nothing; a stratified B > 65536 is refused by the host.
+// A command with an unknown op or a read of a level past the leaves does nothing (Serve answers
+// -1); a stratified B > 65536 is refused by the host.
 extern "C" void rmm_top(const uint32_t* cmd, const uint32_t* in, uint32_t* out) {
 #pragma HLS INTERFACE m_axi port = cmd offset = slave bundle = gmem0 depth = 3
 #pragma HLS INTERFACE m_axi port = in offset = slave bundle = gmem0 depth = 8192

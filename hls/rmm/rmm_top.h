@@ -26,7 +26,7 @@ namespace top {
 constexpr int K = RMM_K;
 constexpr Layout kLay = LayoutOf(RMM_CAPACITY, K);
 constexpr int kDepth = kLay.depth;
-static_assert(kDepth > 0, "RMM_K must be in {4, 8, 16, 32, 64}, RMM_CAPACITY in [2, 2^31]");
+static_assert(kDepth > 0, "RMM_K must be in {4, 8, 16, 32, 64}, RMM_CAPACITY in [1, 2^30]");
 
 }  // namespace top
 }  // namespace rmm

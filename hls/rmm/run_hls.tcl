@@ -3,17 +3,19 @@
 # where Vitis HLS 2023.2 or later is installed, from the repository root:
 #   vitis_hls -f hls/rmm/run_hls.tcl
 # Configuration (environment, defaults in brackets): RMM_K [16], RMM_CAPACITY [4194304],
-# RMM_PART [xcu250-figd2104-2L-e: Alveo U250], RMM_CLOCK_NS [3.33: 300 MHz].
+# RMM_FRAC_BITS [20: BoardTree's frac_bits], RMM_PART [xcu250-figd2104-2L-e: Alveo U250],
+# RMM_CLOCK_NS [3.33: 300 MHz].
 proc env_or {name fallback} {
   if {[info exists ::env($name)]} { return $::env($name) }
   return $fallback
 }
 set k [env_or RMM_K 16]
 set capacity [env_or RMM_CAPACITY 4194304]
+set frac_bits [env_or RMM_FRAC_BITS 20]
 set part [env_or RMM_PART xcu250-figd2104-2L-e]
 set clock [env_or RMM_CLOCK_NS 3.33]
 set here [file dirname [file normalize [info script]]]
-set defs "-std=c++17 -I$here -DRMM_K=$k -DRMM_CAPACITY=$capacity"
+set defs "-std=c++17 -I$here -DRMM_K=$k -DRMM_CAPACITY=$capacity -DRMM_FRAC_BITS=$frac_bits"
 
 open_project -reset rmm_k${k}
 set_top rmm_top

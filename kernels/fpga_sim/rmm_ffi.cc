@@ -90,7 +90,8 @@ ffi::Error WriteImpl(ffi::Buffer<ffi::U32> leaves, ffi::Buffer<ffi::U32> hi,
     if (ServeAny(tree, lay, int(frac_bits), cmd, in.data(), out) != 0) {
       return ffi::Error::InvalidArgument("rmm: write command refused");
     }
-    saturated_out->typed_data()[v] += int32_t(out[0]);
+    int32_t* count = saturated_out->typed_data() + v;  // wraps, as the reference's int32
+    *count = int32_t(uint32_t(*count) + out[0]);
   }
   return ffi::Error::Success();
 }

@@ -5,6 +5,8 @@ probabilities and IS weights, eagerly, under jit, vmap and scan, in a buffer and
 
 from __future__ import annotations
 
+import ctypes
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -213,3 +215,53 @@ def test_buffers_and_shapes_the_module_would_read_past_are_refused():
     np.testing.assert_array_equal(got.leaves, want.leaves)
     with pytest.raises(ValueError, match=r"two words a draw\), got \(4, 1\)"):
         fpga.draw(got, jnp.zeros((4, 1), jnp.uint32))
+
+
+def test_batches_of_another_rank_are_refused_outside_vmap():
+    """``write`` took indices ``[2, 4]`` on one tree as one batch of 8 (the reference refuses
+    it), and ``draw`` bits ``[2, 4, 2]`` failed inside the module ("tree buffers do not
+    match"). Now both are refused naming the shape; under vmap they are [B] and [B, 2]."""
+    tree = fp.update(fp.init(64, 4), np.arange(64), np.ones(64, np.float32))
+    with pytest.raises(ValueError, match=r"indices must be \[B\].*got \(2, 4\)"):
+        fpga.write(tree, jnp.zeros((2, 4), jnp.int32), jnp.ones((2, 4)))
+    with pytest.raises(ValueError, match=r"bits must be \[B, 2\].*got \(2, 4, 2\)"):
+        fpga.draw(tree, jnp.zeros((2, 4, 2), jnp.uint32))
+    trees = jax.tree.map(lambda x: jnp.stack([x, x]), tree)
+    drawn = jax.vmap(fpga.draw)(trees, jnp.zeros((2, 4, 2), jnp.uint32))
+    assert drawn.indices.shape == (2, 4)
+
+
+def test_serve_checks_sizes_for_every_build_the_module_takes():
+    """`serve` sized the buffers from `fixed_point.init`, which refuses ``frac_bits`` past 31
+    and capacities past 2^30: there it skipped the size checks and the module (which took up
+    to 2^31 leaves and any ``frac_bits``) wrote past the caller's arrays. Now such a
+    ``frac_bits`` is refused, such a capacity answered -2, and read-only buffers refused."""
+    tree = fp.init(16, 4)
+    memory = tuple(np.zeros(x.size, np.uint32) for x in (tree.leaves, tree.hi, tree.lo))
+    cmd, inputs = np.uint32([1, 2, 0]), np.uint32([15, 15, 0, 0])
+    for frac_bits in (40, -1):
+        with pytest.raises(ValueError, match=f"frac_bits {frac_bits} outside"):
+            fpga.serve(16, 4, frac_bits, memory, cmd, inputs, np.zeros(1, np.uint32))
+    read = np.uint32([3, 1, 0])  # the root, one slot: in range of one-word arrays
+    tiny = (np.zeros(1, np.uint32),) * 3
+    out = np.zeros(2, np.uint32)
+    assert fpga.serve((1 << 30) + 1, 64, 20, tiny, read, np.uint32([0]), out) == -2
+    ptr = ctypes.POINTER(ctypes.c_uint32)
+    words = (*tiny, read, np.uint32([0]), out)  # the module itself takes rmm_spec's capacities
+    args = ((1 << 30) + 1, 64, 20, *(a.ctypes.data_as(ptr) for a in words))
+    assert fpga._library().drlhet_rmm_serve(*args) == -2
+    frozen = np.zeros(1, np.uint32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="must be writable"):
+        fpga.serve(16, 4, 20, memory, cmd, inputs, frozen)
+    assert not any(m.any() for m in memory)
+
+
+def test_the_saturation_count_wraps_as_the_reference():
+    """``saturated`` is int32 and wraps (`FixedTreeState`); the module's count wrapped by a
+    signed overflow (undefined in C++), now by unsigned arithmetic."""
+    tree = fp.init(16, 4)
+    tree = fp.FixedTreeState(tree.leaves, tree.hi, tree.lo, jnp.int32(2**31 - 1), 16, 4, 20)
+    v = np.float32([1e-9, 1e30])  # both clamped
+    got, want = fpga.write(tree, np.arange(2), v), fp.write(tree, np.arange(2), v)
+    assert int(got.saturated) == int(want.saturated) == -(2**31) + 1

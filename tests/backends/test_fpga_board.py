@@ -134,3 +134,30 @@ def test_bad_input_is_refused_before_a_word_is_sent(monkeypatch, bitstream):
         BoardTree(tree.board, 1 << 30, 16, memory=memory)
     with pytest.raises(ValueError, match="leaves .* exceed the board's on-chip .* and DDR"):
         BoardTree(tree.board, 1 << 23, 16, memory=(memory[0], 1e6))
+
+
+def test_indices_slots_and_levels_that_are_not_in_range_integers_are_refused(
+    monkeypatch, bitstream
+):
+    """A float index was truncated (``write([1.7], ...)`` wrote leaf 1), and ``read`` sent
+    slots as uint32 unchecked: slot 2^32 + 1 read slot 1, -1 and slots past the level read 0,
+    and level 1.5 read level 1. Now refused with the value, before a word is sent."""
+    memory = Memory(N, K)
+    tree = BoardTree(board_for("pynq", monkeypatch, bitstream, memory, max_batch=64), N, K)
+    tree.write([1, 2], [1.0, 2.0])
+    runs, width = memory.runs, fp.init(N, K).layout.widths[1]
+    with pytest.raises(ValueError, match="indices must have an integer dtype, got float64"):
+        tree.write(np.array([1.7, 2.2]), [3.0, 4.0])
+    for slot, match in (
+        ((1 << 32) + 1, f"slot {(1 << 32) + 1} outside level 1's"),
+        (-1, "slot -1 outside"),
+        (width, f"slot {width} outside level 1's \\[0, {width}\\)"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            tree.read(1, [0, slot])
+    with pytest.raises(ValueError, match="slots must have an integer dtype"):
+        tree.read(1, [0.0])
+    with pytest.raises(ValueError, match="level must be an integer in .*got 1.5"):
+        tree.read(1.5, [0])  # type: ignore[arg-type]
+    assert memory.runs == runs
+    assert tree.read(tree.depth, np.uint64([1, 2])).tolist() == [1 << 20, 2 << 20]

@@ -193,3 +193,16 @@ def test_training_runs_the_module_in_the_fused_loop(wrap):
     assert int(state.agent.steps[0]) > 0
     assert int(state.agent.opt_state[1][0].count[0]) == int(state.agent.steps[0])
     assert len(history) == 2 and all(np.isfinite(h["loss"]).all() for h in history)
+
+
+@pytest.mark.parametrize("name", ["action", "reward", "discount", "next_obs"])
+def test_a_batch_field_of_another_size_is_refused(wrap, name):
+    """The module reads B rows of every field: a ``discount`` of B - 1 rows ran, reading past
+    its buffer (the JAX step refuses it), and a short ``action`` read a garbage action."""
+    config = DQNConfig(hidden=(8,))
+    agent = make_dqn(config, (D,), A)
+    sim = wrap("dqn", config, agent, (D,), A, 4)
+    data, w = batch_of(jax.random.key(1), 4)
+    data[name] = data[name][:3]
+    with pytest.raises(ValueError, match=f"batch\\['{name}'\\] has shape \\(3"):
+        jax.jit(sim.update)(agent.init(jax.random.key(0)), data, w, jax.random.key(0))

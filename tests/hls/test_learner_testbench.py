@@ -4,6 +4,7 @@ stepped count of the same loops (``hls/learner/learner_tb.cpp --cycles``)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -136,10 +137,8 @@ int main() {  // a step command of B past kMaxBatch: nothing read or written
 """
 
 
-def test_the_top_does_nothing_for_a_batch_past_its_buffers(tmp_path):
-    """``learner_top``'s step command takes B from the host: past ``kMaxBatch`` it wrote past
-    its buffers (AddressSanitizer: a global-buffer-overflow); now it does nothing, as an
-    unknown command."""
+def _run_with_asan(tmp_path, source: str):
+    """Compiles ``source`` (which includes learner_top.cpp) with AddressSanitizer and runs it."""
     import shutil
     import subprocess
 
@@ -147,9 +146,84 @@ def test_the_top_does_nothing_for_a_batch_past_its_buffers(tmp_path):
 
     cxx = shutil.which("g++") or shutil.which("c++")
     assert cxx, "no C++ compiler, which `make test` needs for the kernels anyway"
-    src, exe = tmp_path / "over.cpp", tmp_path / "over"
-    src.write_text(TOP_OVER_BATCH)
+    src, exe = tmp_path / "top.cpp", tmp_path / "top"
+    src.write_text(source)
     cmd = [cxx, "-std=c++17", "-O1", "-g", "-w", "-fsanitize=address", f"-I{LEARNER_DIR}"]
     subprocess.run([*cmd, str(src), "-o", str(exe)], check=True, capture_output=True)
-    done = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    return subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+
+
+def test_the_top_does_nothing_for_a_batch_past_its_buffers(tmp_path):
+    """``learner_top``'s step command takes B from the host: past ``kMaxBatch`` it wrote past
+    its buffers (AddressSanitizer: a global-buffer-overflow); now it does nothing, as an
+    unknown command."""
+    done = _run_with_asan(tmp_path, TOP_OVER_BATCH)
     assert done.returncode == 0 and done.stdout.strip() == "untouched", done.stderr[-1500:]
+
+
+TOP_BAD_ACTION = r"""
+#include <cmath>
+#include <cstdio>
+#include <vector>
+#include "learner_top.cpp"
+int main() {  // DQN 4-64-64-2: a step whose action is not in {0, 1} changes nothing
+  namespace t = drlhet::learner::top;
+  std::vector<double> hp(t::kHyper, 0.0);
+  hp[0] = 1e-3, hp[1] = 0.9, hp[2] = 0.999, hp[3] = 1e-8, hp[4] = 10, hp[5] = 1, hp[9] = 1;
+  std::vector<float> mem(t::kMemory, 0.01f), out(t::kMemory, -7.0f);
+  uint32_t load[4] = {t::kLoad, 5, 0, 9};
+  learner_top(load, hp.data(), mem.data(), out.data());
+  const int b = 4;
+  std::vector<float> batch(size_t(b) * (2 * LEARNER_OBS + 4), 0.5f);
+  float* action = batch.data() + b * LEARNER_OBS;
+  for (float bad : {2.0f, -1.0f, 0.5f, NAN, 1e9f}) {
+    for (int row = 0; row < b; ++row) action[row] = row == 2 ? bad : 1.0f;
+    uint32_t step[4] = {t::kStep, uint32_t(b), 0, 0};
+    learner_top(step, hp.data(), batch.data(), out.data());
+    for (float v : out) if (v != -7.0f) return 3;
+  }
+  uint32_t store[4] = {t::kStore, 0, 0, 0};
+  learner_top(store, hp.data(), batch.data(), out.data());
+  if (out != mem || store[1] != 5 || store[3] != 9) return 4;
+  action[2] = 0.0f;  // a good step does step
+  uint32_t step[4] = {t::kStep, uint32_t(b), 0, 0};
+  learner_top(step, hp.data(), batch.data(), out.data());
+  learner_top(store, hp.data(), batch.data(), out.data());
+  if (out == mem || store[1] != 6 || store[3] != 10) return 5;
+  std::puts("untouched");
+}
+"""
+
+
+def test_the_top_does_nothing_for_an_action_past_the_q_values(tmp_path):
+    """A DQN step's actions come from the host as floats: one outside [0, actions) (or NaN,
+    or not whole) indexed past the step's Q-value arrays and stepped; now the step does
+    nothing, as for a batch past its buffers."""
+    done = _run_with_asan(tmp_path, TOP_BAD_ACTION)
+    assert done.returncode == 0 and done.stdout.strip() == "untouched", (
+        done.returncode,
+        done.stderr[-1500:],
+    )
+
+
+@pytest.mark.parametrize(
+    "defines, match",
+    [
+        ({"LEARNER_H0": 0}, "the absent ones \\(0\\) last"),
+        ({"LEARNER_OBS": 300}, "outside the module's widths"),
+        ({"LEARNER_ALGO": 1, "LEARNER_OBS": 250, "LEARNER_ACTIONS": 7}, "module's widths"),
+        (
+            {"LEARNER_ALGO": 1, "LEARNER_OBS": 3, "LEARNER_ACTIONS": 1, "LEARNER_CRITICS": 3},
+            "1 or 2",
+        ),
+    ],
+)
+def test_a_top_the_module_cannot_hold_does_not_build(tmp_path, defines, match):
+    """``LEARNER_H0=0`` with ``H1=64`` (a gap), a 300-wide input or a 257-wide critic input
+    built a top whose ``MakeNet`` failed unchecked at run time: the step ran on an
+    uninitialised network. Now the build stops, naming why."""
+    import subprocess
+
+    with pytest.raises(subprocess.CalledProcessError) as e:
+        build(tmp_path, defines)
+    assert re.search(match, e.value.stderr), e.value.stderr[-1500:]

@@ -67,9 +67,9 @@ class Checkpoints:
     """
 
     def __init__(self, folder: Path, keep: int = 3):
-        if keep < 1:
-            raise ValueError(f"keep must be >= 1, got {keep}")
-        self.folder, self.keep = Path(folder), keep
+        if not isinstance(keep, int | np.integer) or isinstance(keep, bool) or keep < 1:
+            raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
+        self.folder, self.keep = Path(folder), int(keep)
         self._manager: Any = None
 
     def _open(self):

@@ -311,3 +311,22 @@ def test_keys_come_back_typed(small_run):
     got = Checkpoints(small_run[0]).restore(initial_example(SMALL)).states
     assert jax.dtypes.issubdtype(got.key.dtype, jax.dtypes.prng_key)
     np.testing.assert_array_equal(jax.random.key_data(got.key), jax.random.key_data(full.key))
+
+
+def test_a_checkpoint_of_other_dtypes_is_refused_naming_the_leaf(tmp_path):
+    # same shapes, another dtype (a float64 tree, an int counter): restored as written, the
+    # state would carry the checkpoint's dtypes into a run compiled for the configuration's
+    state = {"tree": np.arange(4, dtype=np.float32), "size": np.int32(3), "key": jax.random.key(1)}
+    ckpt = Checkpoints(tmp_path / "ckpt", keep=1)
+    ckpt.save(0, state, [], {"config": {}, "mapping": ""})
+    other = jax.eval_shape(lambda: {**state, "tree": jax.numpy.zeros(4, jax.numpy.int32)})
+    with pytest.raises(CheckpointError, match=r"state\['tree'\] is float32\[4\] .* int32\[4\]"):
+        ckpt.restore(other)
+    got = ckpt.restore(jax.eval_shape(lambda: state)).states  # its own shapes still restore
+    np.testing.assert_array_equal(got["tree"], state["tree"])
+
+
+@pytest.mark.parametrize("keep", [0, 1.5, True, "3"])
+def test_keep_must_be_a_positive_integer(tmp_path, keep):
+    with pytest.raises(ValueError, match="keep must be an integer >= 1"):
+        Checkpoints(tmp_path / "ckpt", keep=keep)

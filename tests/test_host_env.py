@@ -211,6 +211,6 @@ def test_cli_names_a_bad_host_env_in_one_line():
     )
     assert got.returncode == 2
     assert got.stderr.strip().splitlines() == [
-        "drlhet: error: gymnasium:FrozenLake-v1: observation space Discrete(16) is not "
+        "drlhet: error: --env: gymnasium:FrozenLake-v1: observation space Discrete(16) is not "
         "supported (drlhet needs a Box; flatten or one-hot it with a gymnasium wrapper)"
     ]

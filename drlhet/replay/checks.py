@@ -176,10 +176,16 @@ def int32_or_never(x: Any, shape: tuple[int, ...], name: str) -> tuple[jax.Array
     return _to_int32(_integer_vector(x, name, shape))
 
 
-def _positive(p: jax.Array) -> jax.Array:
-    """``p > 0`` on the bits: XLA's CPU compares subnormals as 0 (denormals-are-zero)."""
-    bits = jnp.dtype(f"int{8 * p.dtype.itemsize}")
-    return jax.lax.bitcast_convert_type(p, bits) > 0
+def _signs(given: Any, raw: jax.Array) -> tuple[Any, Any]:
+    """``(p > 0, p < 0)`` of the priorities as given (``raw``: cast to the tree's dtype), so
+    that a float64 1e-50, 0 in float32, is still positive (and -1e-50 negative). Host input is
+    compared on the host (NumPy keeps subnormals and float64), float arrays on their bits (XLA's
+    CPU compares subnormals as 0: denormals-are-zero)."""
+    if isinstance(given, np.ndarray):
+        return jnp.asarray(given > 0), jnp.asarray(given < 0)
+    x = given if jnp.issubdtype(given.dtype, jnp.floating) else raw
+    bits = jax.lax.bitcast_convert_type(x, jnp.dtype(f"int{8 * x.dtype.itemsize}"))
+    return bits > 0, (bits < 0) & (bits != jnp.iinfo(bits.dtype).min)  # -0.0 is not negative
 
 
 def leaf_values(p: Any, alpha: float, dtype, shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
@@ -187,36 +193,47 @@ def leaf_values(p: Any, alpha: float, dtype, shape: tuple[int, ...]) -> tuple[ja
 
     Returns:
       ``(v [B], ok [])``: ``v`` is 0 for ``p = 0`` and ``max(p ** alpha, PRIORITY_MIN)`` for a
-      positive ``p``; ``ok`` is False when some ``p`` is negative, NaN or infinite or some
-      ``p ** alpha`` exceeds ``PRIORITY_MAX`` (the caller refuses the whole batch).
+      positive ``p``; ``ok`` is False when some ``p`` is negative, NaN or infinite (in the
+      tree's dtype) or some ``p ** alpha`` exceeds ``PRIORITY_MAX`` (the caller refuses the
+      whole batch). Signs are those of ``p`` as given, before the cast to ``dtype``.
 
     Raises:
-      ValueError: a shape other than ``shape``; eagerly, a value that makes ``ok`` False.
+      ValueError: a shape other than ``shape`` or a dtype that is not a real number; eagerly, a
+        value that makes ``ok`` False.
     """
-    raw = jnp.asarray(p, dtype)
+    given = p if isinstance(p, jax.Array) else np.asarray(p)
+    real = (jnp.bool_, jnp.integer, jnp.floating)
+    if not any(jnp.issubdtype(given.dtype, kind) for kind in real):
+        raise ValueError(f"priorities must be real numbers, got dtype {given.dtype}")
+    raw = jnp.asarray(given, dtype)
     if raw.shape != shape:
         raise ValueError(f"priorities must have shape {shape}, got {raw.shape}")
     power = raw if alpha == 1.0 else jnp.power(raw, alpha)
-    finite = jnp.isfinite(raw) & (raw >= 0)
+    positive, negative = _signs(given, raw)
+    finite = jnp.isfinite(raw) & ~negative
     ok = jnp.all(finite & ~(power > PRIORITY_MAX))
-    v = jnp.where(_positive(raw) & finite, jnp.maximum(power, PRIORITY_MIN), 0).astype(dtype)
+    v = jnp.where(positive & finite, jnp.maximum(power, PRIORITY_MIN), 0).astype(dtype)
     if concrete(raw, power):  # (a constant inside jit is concrete, its power is not)
-        r, pw = np.asarray(raw), np.asarray(power)
-        bad = ~np.isfinite(r) | (r < 0)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"priorities must be finite and >= 0, got {float(r[i]):.9g} at position {i}; "
-                "the buffer is unchanged"
-            )
-        big = pw > PRIORITY_MAX
-        if big.any():
-            i = int(np.flatnonzero(big)[0])
-            raise ValueError(
-                f"priority {float(r[i]):.9g} at position {i}: p ** alpha = {float(pw[i]):.9g} is "
-                f"above the largest representable {PRIORITY_MAX:.3g} (2^32); buffer unchanged"
-            )
+        _raise_if_refused(np.asarray(given), np.asarray(raw), np.asarray(power))
     return v, ok
+
+
+def _raise_if_refused(given: np.ndarray, raw: np.ndarray, power: np.ndarray) -> None:
+    """Eagerly: the ``ValueError`` of the first refused priority, naming it as given."""
+    bad = ~np.isfinite(raw) | (given < 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"priorities must be finite and >= 0 as the tree's {raw.dtype}, got "
+            f"{float(given[i]):.9g} at position {i}; the buffer is unchanged"
+        )
+    big = power > PRIORITY_MAX
+    if big.any():
+        i = int(np.flatnonzero(big)[0])
+        raise ValueError(
+            f"priority {float(given[i]):.9g} at position {i}: p ** alpha = {float(power[i]):.9g} "
+            f"is above the largest representable {PRIORITY_MAX:.3g} (2^32); buffer unchanged"
+        )
 
 
 def check_beta(beta: Any) -> jax.Array:

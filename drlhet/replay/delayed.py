@@ -13,7 +13,9 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from drlhet.replay import checks
 from drlhet.replay.prioritized import ReplayFns
 
 __all__ = ["PendingUpdates", "DelayedUpdates", "after_sample", "make_delayed_updates"]
@@ -34,7 +36,8 @@ class DelayedUpdates(NamedTuple):
       init: ``() -> PendingUpdates``, empty.
       push: ``(replay_state, pending, indices [B], stamps [B], priorities [B])
         -> (replay_state, pending)``: queues this update and applies the one pushed k calls ago
-        (with k = 0, applies this one at once).
+        (with k = 0, applies this one at once). What it queues is checked first, as the update
+        will check it (eagerly a bad index or priority raises ``ValueError``, nothing queued).
     """
 
     init: Any
@@ -60,8 +63,11 @@ def after_sample(stamps: jax.Array, sampled: jax.Array) -> jax.Array:
 
 def make_delayed_updates(replay: ReplayFns, delay: int, batch_size: int) -> DelayedUpdates:
     """Builds a priority-update queue of ``delay`` learner steps for ``replay``."""
-    if delay < 0:
-        raise ValueError(f"delay must be >= 0, got {delay}")
+    if not isinstance(delay, int | np.integer) or delay < 0:
+        raise ValueError(f"delay must be an integer >= 0, got {delay!r}")
+    if not isinstance(batch_size, int | np.integer) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    delay, batch_size = int(delay), int(batch_size)
 
     def init() -> PendingUpdates:
         return PendingUpdates(
@@ -73,13 +79,28 @@ def make_delayed_updates(replay: ReplayFns, delay: int, batch_size: int) -> Dela
     def push(rep, pending: PendingUpdates, indices, stamps, priorities):
         if delay == 0:
             return replay.update_priorities(rep, indices, priorities, stamps), pending
+        new = _checked(rep, indices, stamps, priorities, batch_size)
         # `indices` are the ones just sampled: the write waits for the sample's reads
-        stamps0 = after_sample(pending.stamps[0], indices)
+        stamps0 = after_sample(pending.stamps[0], new[0])
         rep = replay.update_priorities(rep, pending.indices[0], pending.priorities[0], stamps0)
-        new = (indices, stamps, priorities.astype(jnp.float32))
         pending = PendingUpdates(
             *(jnp.concatenate([q[1:], x[None]], axis=0) for q, x in zip(pending, new, strict=True))
         )
         return rep, pending
 
     return DelayedUpdates(init, push)
+
+
+def _checked(rep, indices, stamps, priorities, b: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(indices, stamps, priorities)`` ``[B]`` to queue (int32, int32, float32), checked now as
+    `ReplayFns.update_priorities` checks them when they are applied: dtypes and shapes always;
+    eagerly, an index outside the filled slots and a negative, NaN or infinite priority raise
+    ``ValueError`` (queued, a bad value would fail every later push, the queue stuck behind
+    it). Under ``jit`` an index int32 cannot hold is queued as -1 and its stamp as -1 (never
+    matched); the update that applies the batch refuses it (``state.error``)."""
+    idx, _ = checks.indices_in_range(indices, rep.size)  # before any cast: 2^32 + 3 is not 3
+    if idx.shape != (b,):
+        raise ValueError(f"index array must have shape ({b},), got {idx.shape}")
+    want, _ = checks.int32_or_never(stamps, (b,), "stamps")  # -1 where int32 cannot hold it
+    checks.leaf_values(priorities, 0.0, jnp.float32, (b,))  # eager: raises on a bad value
+    return idx, want, jnp.asarray(priorities, jnp.float32)

@@ -32,7 +32,9 @@ class NStepFns(NamedTuple):
       init: ``(example_transition, num_envs) -> fifo``: zeros, each leaf ``[n, N, ...]``; the
         example holds one unbatched ``obs``, ``action``, ``reward``, ``discount``, ``next_obs``.
       push: ``(fifo, obs [N, ...], action [N, ...], reward [N], next_obs [N, ...],
-        terminated [N] bool, truncated [N] bool) -> fifo``: drops the oldest step, appends this.
+        terminated [N] bool, truncated [N] bool) -> fifo``: drops the oldest step, appends this;
+        a field of another shape, or a dtype not castable within its kind to the FIFO's, raises
+        ``ValueError`` naming it (also while tracing).
       transition: ``(fifo) -> transitions``: the oldest step of each environment extended to n
         steps (``obs``, ``action``, ``reward``, ``discount``, ``next_obs``, each ``[N, ...]``).
     """
@@ -52,10 +54,17 @@ def make_nstep(n: int, gamma: float) -> NStepFns:
     powers = jnp.asarray(gamma ** np.arange(n + 1), jnp.float32)
 
     def init(example: Any, num_envs: int) -> Any:
+        missing = [k for k in ("obs", "action", "reward", "next_obs") if k not in example]
+        if missing:
+            raise ValueError(f"n-step example transition lacks {', '.join(missing)}")
         fields = {**example, "done": jnp.bool_(False), "terminated": jnp.bool_(False)}
-        return jax.tree.map(lambda x: jnp.zeros((n, num_envs) + jnp.shape(x), x.dtype), fields)
+        return jax.tree.map(
+            lambda x: jnp.zeros((n, num_envs) + jnp.shape(x), jnp.result_type(x)), fields
+        )
 
     def push(fifo, obs, action, reward, next_obs, terminated, truncated):
+        given = {"obs": obs, "action": action, "reward": reward, "next_obs": next_obs}
+        _check_step(fifo, {**given, "terminated": terminated, "truncated": truncated})
         step = {
             "obs": obs,
             "action": action,
@@ -65,7 +74,9 @@ def make_nstep(n: int, gamma: float) -> NStepFns:
             "done": terminated | truncated,
             "terminated": terminated,
         }
-        return jax.tree.map(lambda q, x: jnp.concatenate([q[1:], x[None]], axis=0), fifo, step)
+        return jax.tree.map(
+            lambda q, x: jnp.concatenate([q[1:], jnp.asarray(x, q.dtype)[None]], axis=0), fifo, step
+        )
 
     def transition(fifo):
         done = fifo["done"].astype(jnp.float32)  # [n, N]
@@ -84,6 +95,32 @@ def make_nstep(n: int, gamma: float) -> NStepFns:
         }
 
     return NStepFns(init, push, transition)
+
+
+def _check_step(fifo: Any, fields: dict) -> None:
+    """Each of ``fields`` (pytrees of ``[N, ...]``) against one step of the FIFO's ``[n, N, ...]``:
+    the same structure and shapes (nothing is broadcast) and a dtype that casts to the FIFO's
+    within its kind (a float action into an integer FIFO is refused; ``terminated`` and
+    ``truncated`` are bool), so that a push never changes the FIFO's types.
+
+    Raises:
+      ValueError: naming the first field that does not match.
+    """
+    for name, given in fields.items():
+        held = fifo["terminated" if name == "truncated" else name]
+        got: Any = jax.tree.structure(given)
+        if got != jax.tree.structure(held):
+            raise ValueError(
+                f"n-step push: {name} is {got}, the FIFO holds {jax.tree.structure(held)}"
+            )
+        paths = jax.tree_util.tree_flatten_with_path(held)[0]
+        for (path, q), x in zip(paths, jax.tree.leaves(given), strict=True):
+            field = name + jax.tree_util.keystr(path)
+            shape, dtype = jnp.shape(x), jnp.result_type(x)
+            if shape != q.shape[1:]:
+                raise ValueError(f"n-step push: {field} has shape {shape}, expected {q.shape[1:]}")
+            if not np.can_cast(dtype, q.dtype, casting="same_kind"):
+                raise ValueError(f"n-step push: {field} is {dtype}, the FIFO holds {q.dtype}")
 
 
 def cut(fifo: Any) -> Any:

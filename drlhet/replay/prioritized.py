@@ -227,8 +227,8 @@ def _add(
         values, _ = checks.leaf_values(raw, spec.alpha, spec.dtype, (n_add,))
         ok = jnp.bool_(True)  # the running maximum was accepted before
     else:
+        values, ok = checks.leaf_values(priorities, spec.alpha, spec.dtype, (n_add,))
         raw = jnp.asarray(priorities, spec.dtype)
-        values, ok = checks.leaf_values(raw, spec.alpha, spec.dtype, (n_add,))
     if n_add == 0:
         return state
     slots = (state.position + jnp.arange(n_add, dtype=jnp.int32)) % spec.capacity
@@ -332,8 +332,10 @@ def _update_priorities(
     bad index or priority is refused whole; B = 0 is a no-op."""
     idx, _ = checks.indices_in_range(indices, state.size)  # eager: raises on a bad index
     b = idx.shape[0]
+    values, ok = checks.leaf_values(priorities, spec.alpha, spec.dtype, (b,))  # eager: raises
     raw = jnp.asarray(priorities, spec.dtype)
-    values, _ = checks.leaf_values(raw, spec.alpha, spec.dtype, (b,))  # eager: raises
+    if not checks.concrete(priorities) and priorities.dtype != raw.dtype:  # traced, say float64:
+        raw = jnp.where(ok, raw, jnp.nan)  # a sign the cast loses (-1e-50 is -0 in float32)
     keep = jnp.ones((b,), bool)
     if stamps is not None:
         want, fits = checks.int32_or_never(stamps, (b,), "stamps")

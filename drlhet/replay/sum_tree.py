@@ -320,10 +320,9 @@ def descend(state: SumTreeState, targets: jax.Array) -> tuple[jax.Array, jax.Arr
 
 def find(state: SumTreeState, targets: jax.Array) -> jax.Array:
     """Leaf indices ``[B]`` whose prefix-sum intervals hold ``targets`` ``[B]`` in [0, total)."""
-    if _concrete(targets):
-        t = np.asarray(targets)
-        if not np.all(np.isfinite(t)):
-            raise ValueError("find targets must be finite")
+    t = targets if isinstance(targets, jax.Array) else np.asarray(targets)
+    if t.ndim != 1 or (_concrete(t) and not np.all(np.isfinite(np.asarray(t)))):
+        raise ValueError(f"find targets must be finite, of shape [B]; got shape {t.shape}")
     return descend(state, targets)[0]
 
 
@@ -355,7 +354,7 @@ def sample(
     else:
         targets = uniform * tot
     indices, values, root = descend(state, targets)
-    return indices, values / root
+    return indices, jnp.where(root > 0, values / root, 0)  # jitted on an empty tree: 0, not NaN
 
 
 class TreeOps(NamedTuple):

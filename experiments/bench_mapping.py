@@ -11,7 +11,8 @@ Bounds, from a profile of the primitives' compute taken in the same run
 (`drlhet.dse.profile.profile_config`): a split's *ideal* speedup over the fused loop is
 (sum of the primitives' compute) / (compute of the busier device), as if the fused loop used one
 core and the split none of the host's time. The fused program already runs independent
-operations on both cores (measure it pinned with ``--pin``), which this ideal ignores.
+operations on both cores (measure it pinned to one: ``taskset -c 0``, the last usage line),
+which this ideal ignores.
 
 Usage:
   python experiments/bench_mapping.py                       # every configuration

@@ -120,11 +120,12 @@ def update(
     Returns:
       ``(tree, max_priority, error)``. The batch is refused whole (tree and maximum
       unchanged, ``ERR_INDEX`` / ``ERR_PRIORITY`` set) if an index is outside ``[0, size)``
-      or a raw priority is negative, NaN or infinite, or a leaf value exceeds
-      `drlhet.replay.checks.PRIORITY_MAX`; kept or not, every entry is checked.
+      or a raw priority is negative (on its sign bit: -1e-45 too), NaN or infinite, or a
+      leaf value exceeds `drlhet.replay.checks.PRIORITY_MAX`; kept or not, every entry is
+      checked.
     """
     in_range = jnp.all((indices >= 0) & (indices < size))
-    ok = jnp.all(jnp.isfinite(raw) & (raw >= 0) & ~(values > checks.PRIORITY_MAX))
+    ok = jnp.all(jnp.isfinite(raw) & ~checks.negative(raw) & ~(values > checks.PRIORITY_MAX))
     keep = in_range & ok & keep
     tree = write(tree, indices, values, keep)
     new_max = jnp.maximum(max_priority, jnp.max(jnp.where(keep, raw, 0)))

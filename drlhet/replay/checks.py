@@ -38,6 +38,7 @@ __all__ = [
     "indices_in_range",
     "int32_or_never",
     "leaf_values",
+    "negative",
     "check_beta",
     "ERR_PRIORITY",
     "ERR_INDEX",
@@ -184,8 +185,20 @@ def _signs(given: Any, raw: jax.Array) -> tuple[Any, Any]:
     if isinstance(given, np.ndarray):
         return jnp.asarray(given > 0), jnp.asarray(given < 0)
     x = given if jnp.issubdtype(given.dtype, jnp.floating) else raw
-    bits = jax.lax.bitcast_convert_type(x, jnp.dtype(f"int{8 * x.dtype.itemsize}"))
-    return bits > 0, (bits < 0) & (bits != jnp.iinfo(bits.dtype).min)  # -0.0 is not negative
+    return _bits(x) > 0, negative(x)
+
+
+def _bits(x: jax.Array) -> jax.Array:
+    """The float array ``x`` as signed integers of its width (the sign bit their sign)."""
+    return jax.lax.bitcast_convert_type(x, jnp.dtype(f"int{8 * x.dtype.itemsize}"))
+
+
+def negative(x: jax.Array) -> jax.Array:
+    """``x < 0`` for a float array, on its bits: XLA's CPU compares a negative subnormal as 0
+    (denormals-are-zero), so ``x >= 0`` let -1e-45 through where the native and CUDA kernels
+    refuse it. -0.0 is not negative; a NaN may be either (refused as not finite anyway)."""
+    bits = _bits(x)
+    return (bits < 0) & (bits != jnp.iinfo(bits.dtype).min)
 
 
 def leaf_values(p: Any, alpha: float, dtype, shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:

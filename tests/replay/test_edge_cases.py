@@ -202,12 +202,15 @@ def test_half_precision_trees_are_refused():
         # a negative subnormal: the CUDA emulation, on XLA's CPU threads (subnormal inputs
         # taken for zero), compared it as -0 and kept it
         ([0, 1], [1.0, -1e-45], ERR_PRIORITY),
+        # alone, XLA's CPU code compared it as -0 in the reference too (its vector code did not)
+        ([1], [-1e-45], ERR_PRIORITY),
         ([0, 9], [1.0, 1.0], ERR_INDEX),
     ],
 )
-def test_a_donated_refused_update_leaves_a_usable_state(name, indices, priorities, bit):
+@pytest.mark.parametrize("alpha", [1.0, 0.6])
+def test_a_donated_refused_update_leaves_a_usable_state(name, indices, priorities, bit, alpha):
     ops = load(name)
-    fns = make_prioritized_replay(16, 4, alpha=1.0, branching=4, tree_ops=ops)
+    fns = make_prioritized_replay(16, 4, alpha=alpha, branching=4, tree_ops=ops)
     s = fns.add(fns.init(EXAMPLE), rows(6), np.float32([1, 2, 3, 4, 5, 6]))
     before = snapshot(s)
     update = jax.jit(fns.update_priorities, donate_argnums=0)

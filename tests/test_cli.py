@@ -34,6 +34,16 @@ def test_train_command_writes_a_run_directory(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "trained samples/s" in out and "final evaluation return" in out
     assert "env steps per seed: 508 of --steps 600 (108 of warm-up, then 2 of 2 chunks" in out
+    assert "all seeds, after the first chunk): " in out
+
+
+def test_a_run_of_one_chunk_says_its_throughput_includes_compilation(tmp_path, capsys):
+    """With one chunk there is no chunk after the first: its rate (compilation included) was
+    printed as measured "after the first chunk"."""
+    main(["train", *TINY_SHAPE, "--steps", "400", "--out", str(tmp_path), "--no-progress"])
+    out = capsys.readouterr().out
+    assert "then 1 of 1 chunks" in out
+    assert "all seeds, one chunk, compilation included): " in out
 
 
 TINY_SHAPE = [

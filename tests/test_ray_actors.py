@@ -411,6 +411,8 @@ def test_sigterm_ends_a_ray_run_after_its_chunk_and_keeps_its_folder(tmp_path):
     # the plan names where the run ends: chunks end on whole calls (59,904, not 59,848 steps)
     assert "training 59,904 env steps per seed (--steps 60,000): 128 of warm-up" in out
     assert "each ending on a whole actor call of 128" in out
+    # and so does the summary: its warm-up ends on a whole call (it said warmup_steps', 136)
+    assert "of --steps 60,000 (128 of warm-up, then" in out
     rows = [json.loads(r) for r in metrics.read_text().splitlines()]
     assert len(rows) >= 4 and (run / "curve.png").is_file()
     ran = [b["env_steps"] - a["env_steps"] for a, b in zip(rows, rows[1:], strict=False)]

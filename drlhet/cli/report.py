@@ -37,25 +37,30 @@ def plot_curves(rows: list[dict], title: str, path: Path) -> None:
     plt.close(fig)
 
 
-def report_run(config, rows, reached, stop_at_return, wall: float, run_dir: Path) -> None:
+def report_run(
+    config, rows, reached, stop_at_return, wall: float, run_dir: Path, warm: int | None = None
+) -> None:
     """Prints the run's returns and measured throughput, and plots its curve to
     ``run_dir/curve.png``; ``reached``: `drlhet.cli.train`'s (the return reached, or the
-    `Stopped` that ended the run)."""
+    `Stopped` that ended the run); ``warm``: the env steps of its warm-up, where they are not
+    `warmup_steps` (a Ray run's end on a whole actor call, `drlhet.runtime.ray_cluster`)."""
     plot_curves(rows, f"{config.algo.upper()} on {config.env} (measured)", run_dir / "curve.png")
     steady = rows[1:] or rows  # the first chunk includes compilation
+    which = "after the first chunk" if rows[1:] else "one chunk, compilation included"
+    warm = warmup_steps(config) if warm is None else warm
     env_sps = sum(r["env_steps_per_s"] for r in steady) / len(steady)
     trained_sps = sum(r["trained_samples_per_s"] for r in steady) / len(steady)
     best = [max(r["eval_return"][s] for r in rows) for s in range(config.seeds)]
     print(f"\nrun: {run_dir} (replay backend {rows[-1]['backend']}, {rows[-1]['mapping']})")
     print(
         f"env steps per seed: {rows[-1]['env_steps']:,} of --steps {config.steps:,} "
-        f"({warmup_steps(config):,} of warm-up, then {len(rows)} of {chunks_of(config)} "
+        f"({warm:,} of warm-up, then {len(rows)} of {chunks_of(config)} "
         f"chunks of {config.eval_every:,})"
     )
     print(f"final evaluation return per seed: {[round(x, 1) for x in rows[-1]['eval_return']]}")
     print(f"best evaluation return per seed:  {[round(x, 1) for x in best]}")
     print(
-        f"throughput (measured, this machine, all seeds, after the first chunk): "
+        f"throughput (measured, this machine, all seeds, {which}): "
         f"{env_sps:,.0f} env steps/s, {trained_sps:,.0f} trained samples/s"
     )
     for part in simulated(rows[-1]["mapping"]):

@@ -137,7 +137,8 @@ def train_command(
         rows, reached, wall = _train(
             config, placed, run_dir, stop_at_return, progress, start, saving, before, runner, stop
         )
-    _end(config, rows, reached, stop_at_return, wall, run_dir, stop)
+    warm = None if remote is None else warmup_end(tr.config, remote)
+    _end(config, rows, reached, stop_at_return, wall, run_dir, stop, warm)
     return run_dir
 
 
@@ -166,11 +167,12 @@ def _saving(every: int | None, keep: int | None, remote, saved) -> tuple[int, in
     return every, meta.get("keep_checkpoints", KEEP_CHECKPOINTS) if keep is None else keep
 
 
-def _end(config, rows, reached, stop_at_return, wall: float, run_dir: Path, stop) -> None:
-    """Reports the run (`report_run`); a run that a signal stopped early exits with its status
-    (one that the signal reached in its last chunk has ended as usual)."""
+def _end(config, rows, reached, stop_at_return, wall: float, run_dir: Path, stop, warm) -> None:
+    """Reports the run (`report_run`; ``warm``: a Ray run's warm-up); a run that a signal
+    stopped early exits with its status (one that the signal reached in its last chunk has
+    ended as usual)."""
     if rows:
-        report_run(config, rows, reached, stop_at_return, wall, run_dir)
+        report_run(config, rows, reached, stop_at_return, wall, run_dir, warm)
     if "stopped" in reached:
         raise SystemExit(stop.exit_status)
 

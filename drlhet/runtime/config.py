@@ -35,10 +35,12 @@ class TrainConfig:
     """Independent seeds trained together (vmap)."""
     seed: int = 0
     steps: int = 100_000
-    """Env steps per seed (all environments together), at most: the warm-up, then as many whole
-    chunks of ``eval_every`` as fit (`chunks_of`). A Ray run (``--actors``) moves in whole actor
-    calls of ``rollout`` x ``num_envs`` env steps; one that would end past ``steps`` is refused,
-    naming the ``steps`` to pass."""
+    """Env steps per seed (all environments together): the warm-up, then as many whole chunks
+    of ``eval_every`` as fit after ``warmup`` (`chunks_of`); the warm-up run is ``warmup``
+    rounded up to whole iterations plus the n-step fill (`warmup_steps`), which can end a run a
+    few steps past ``steps`` (6,008 for 6,000 at the defaults). A Ray run (``--actors``) moves
+    in whole actor calls of ``rollout`` x ``num_envs`` env steps; one that would end past
+    ``steps`` is refused, naming the ``steps`` to pass."""
     num_envs: int = 4
     sgd_steps: int = 2
     """SGD steps per iteration; replay ratio = sgd_steps / num_envs SGD steps per env step."""

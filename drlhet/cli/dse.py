@@ -15,7 +15,13 @@ from typing import Annotated
 import tyro
 
 from drlhet.backends.base import CPU, GPU, PLATFORMS, providing
-from drlhet.cli.common import UsageError, bad_input, check_writable, set_cpu_devices
+from drlhet.cli.common import (
+    UsageError,
+    available_memory,
+    bad_input,
+    check_writable,
+    set_cpu_devices,
+)
 from drlhet.cli.common import cache_dir as default_cache_dir
 from drlhet.dse.baselines import baselines
 from drlhet.dse.build import build_model, cpu_devices_here, first_gpu, replay_backends_here
@@ -27,6 +33,7 @@ from drlhet.dse.measure import measure_mapping
 from drlhet.dse.model import Prediction
 from drlhet.dse.search import best_to_run, expand_devices, search
 from drlhet.runtime.config import TrainConfig, check
+from drlhet.runtime.memory import MemoryEstimate, estimate_memory, size_text
 from drlhet.runtime.trainer import make_trainer
 
 __all__ = ["profile_command", "dse_command", "auto_mapping", "default_devices"]
@@ -110,9 +117,9 @@ def dse_command(
     """
     with bad_input(options=_KEY_OPTIONS):
         set_cpu_devices(cpu_devices)
-        _check_shape(shape)
         if delay < 0:
             raise ValueError(f"--delay must be >= 0, got {delay}")
+        _check_shape(shape, delay if measure else None)
         if top < 1:
             raise ValueError(f"--top must be >= 1, got {top}")
         if out.is_dir():
@@ -174,9 +181,10 @@ _KEY_OPTIONS = {
 """Fields of a `TrainConfig` whose `ProfileKey` option has another name."""
 
 
-def _check_shape(shape: ProfileKey) -> None:
-    """Refuses a shape that cannot be trained or that names a backend (before anything is
-    measured: every replay backend here is profiled)."""
+def _check_shape(shape: ProfileKey, measured_delay: int | None = None) -> None:
+    """Refuses a shape that cannot be trained, that names a backend (before anything is
+    measured: every replay backend here is profiled), or that this machine's memory cannot
+    hold (`_check_memory`; with ``measured_delay``, runs measured at that delay too)."""
     if shape.backend is not None:
         raise ValueError(
             f"--backend {shape.backend}: every replay backend that loads here is profiled; "
@@ -184,7 +192,33 @@ def _check_shape(shape: ProfileKey) -> None:
         )
     cfg = shape.train_config()
     check(cfg)
-    make_trainer(cfg)  # the environment, the algorithm and the backend fit together
+    tr = make_trainer(cfg)  # the environment, the algorithm and the backend fit together
+    rest = f"--num-envs {shape.num_envs}"
+    _check_memory(shape, estimate_memory(tr, 1, copies=2), "profiling it", rest)
+    if measured_delay is not None:
+        run = estimate_memory(make_trainer(shape.train_config(delay=measured_delay)), 1)
+        _check_memory(shape, run, "a run measured at it", f"--delay {measured_delay}")
+
+
+def _check_memory(shape: ProfileKey, need: MemoryEstimate, what: str, rest: str) -> None:
+    """Refuses ``need`` (`drlhet.runtime.memory`) beyond the memory available now, naming the
+    option of its largest part (``rest``: of the state's other arrays): profiling holds at
+    least two copies of a run's state (the trainer's and a timed copy), a run one (with its
+    delayed updates); beyond the memory they would run out of it midway."""
+    have = available_memory()
+    if have is None or need.total <= have[0]:
+        return
+    parts = {"replay": need.replay, "agents": need.agent, "other": need.other}
+    option = {
+        "replay": f"--capacity {shape.capacity}",
+        "agents": f"--hidden {' '.join(map(str, shape.hidden))}",
+        "other": rest,
+    }[max(parts, key=lambda k: parts[k])]
+    detail = ", ".join(f"{k} {size_text(need.copies * v)}" for k, v in parts.items())
+    raise ValueError(
+        f"{option}: {what} needs ~{size_text(need.total)} ({detail}), this machine has "
+        f"{size_text(have[0])} available ({have[1]})"
+    )
 
 
 def _print_ranking(

@@ -211,9 +211,8 @@ class Model:
     ) -> tuple[float, str, dict[str, float]]:
         """Slowest resource per iteration with ``delay >= 1`` (docs/design.md section 6): the
         per-iteration host loop below ``S`` learner steps; from ``S`` up the threaded pipeline
-        (`drlhet.dse.pipelined`). A host replay is never pipelined.
-
-        Returns ``(seconds, bottleneck, busy seconds of every resource)``."""
+        (`drlhet.dse.pipelined`). A host replay is never pipelined. Returns ``(seconds,
+        bottleneck, busy seconds of every resource)``."""
         n_sgd = self.s.sgd_steps
         if delay >= n_sgd and not get(places["replay"].backend).host:
             busy = pipelined_busy(self, places, delay, hops)
@@ -373,15 +372,13 @@ class Model:
         """Whether a relaxed mapping runs as the strict chain: the per-iteration host loop
         (``delay < S``) over CPU devices only, with a compiled replay backend (see the module
         docstring: its one thread's work does not overlap the compute)."""
-        return (
-            delay < self.s.sgd_steps
-            and all(self.kind(places[g].device) == CPU for g in GROUPS)
-            and not get(places["replay"].backend).host
-        )
+        on_cpu = all(self.kind(places[g].device) == CPU for g in GROUPS)
+        return delay < self.s.sgd_steps and on_cpu and not get(places["replay"].backend).host
 
     def _split(self, places: dict[str, Place], waits: bool) -> dict[str, float]:
         """The terms of the host loop: its stage calls per iteration (blocking latencies when
-        ``waits``: the strict chain), then its hops."""
+        ``waits``: the strict chain), then its hops (none between a host replay, which fetches
+        and puts itself, and a CPU device)."""
         s = self.s
         a, r, ln = places["actors"], places["replay"], places["learner"]
         calls = {
@@ -391,10 +388,13 @@ class Model:
             "replay_next": (s.sgd_steps - 1) * self.call("replay_next", r, waits),
             "apply": self.call("apply", r, waits),
         }
+        # a host replay's measured costs fetch from and put to a CPU device (any: one memory)
+        host = get(r.backend).host
+        at = {d: d if host and self.kind(d) == CPU else r.device for d in (a.device, ln.device)}
         hops = {
-            "hop_transitions": self.hop("transitions", a.device, r.device),
-            "hop_batch": s.sgd_steps * self.hop("batch", r.device, ln.device),
-            "hop_priorities": s.sgd_steps * self.hop("priorities", ln.device, r.device),
+            "hop_transitions": self.hop("transitions", a.device, at[a.device]),
+            "hop_batch": s.sgd_steps * self.hop("batch", at[ln.device], ln.device),
+            "hop_priorities": s.sgd_steps * self.hop("priorities", ln.device, at[ln.device]),
             "hop_params": self.hop("params", ln.device, a.device),
         }
         return {**calls, **hops}

@@ -20,10 +20,13 @@ def unroll(delay: int, sgd_steps: int, iterations: int | None) -> int:
     """U, the iterations per stage call of the pipeline, by the runtime's rule
     (`drlhet.runtime.stages.unroll_of`, which tests/dse/test_pipelined.py holds this to):
     ``max(1, delay // (2 sgd_steps))`` lowered until it divides ``iterations``, the iterations
-    of a chunk (None: not known, not lowered)."""
+    of a chunk (None: not known, not lowered). Lowered from at most ``iterations`` (which
+    divides itself): counting down from a huge delay's U took as many steps as the delay."""
     u = max(1, delay // (2 * sgd_steps))
-    while iterations and iterations % u:
-        u -= 1
+    if iterations:
+        u = min(u, iterations)
+        while iterations % u:
+            u -= 1
     return u
 
 

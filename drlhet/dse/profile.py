@@ -256,10 +256,12 @@ def _plain(v: Any) -> Any:
 
 def _chain(x: Any, devices: tuple, calls: int, touch: Callable) -> Callable[[], Any]:
     """A dependent chain, as in the host loop: each hop waits for the producer, copies the
-    payload to the next of ``devices`` (when there are several) and runs a consumer there."""
+    payload to the next of ``devices`` (when there are several) and runs a consumer there.
+    It starts on the last device, so that each of the ``calls`` is a hop (started on the
+    first, the first put was none: the hop's figure was ``calls - 1`` hops over ``calls``)."""
 
     def go():
-        y = jax.device_put(x, devices[0])
+        y = jax.device_put(x, devices[-1])
         for i in range(calls):
             if len(devices) > 1:
                 y = jax.device_put(y, devices[i % len(devices)])

@@ -146,7 +146,7 @@ def unroll_of(cfg: TrainConfig, iterations: int) -> int:
     it divides the iterations of a chunk. Replay call c then needs the updates of learner call
     ``c - 2`` or earlier (``delay >= 2 U sgd_steps``) and runs while learner call ``c - 1``
     trains; with ``U = 1`` and ``sgd_steps <= delay < 2 sgd_steps`` only the actors overlap."""
-    unroll = max(1, cfg.delay // (2 * cfg.sgd_steps))
+    unroll = min(max(1, cfg.delay // (2 * cfg.sgd_steps)), iterations)  # a huge delay: at once
     while iterations % unroll:
         unroll -= 1
     return unroll

@@ -83,6 +83,7 @@ def toy_sheets() -> dict:
             "link": "link",
             "values": {
                 "mem_bw_gbs": v(1e9),  # effectively infinite: launch-bound
+                "mem_gb": v(1.0),
                 "fp32_tflops": v(1e9),
                 "launch_us": v(1.0),
                 "dispatch_us": v(10.0),
@@ -441,3 +442,73 @@ def test_a_measured_mapping_runs_whole_iterations_per_chunk(monkeypatch, num_env
     )
     assert got["trained_samples_per_s"] == 1.0
     assert seen[0].eval_every % num_envs == 0 and seen[0].eval_every <= 2_000
+
+
+def test_the_shipped_sheets_are_read_in_their_units():
+    # a shape where the bytes and FLOPs weigh as much as the launches (the toy sheets make
+    # them free: GB/s read as MB/s, or an efficiency left out, went unseen)
+    from drlhet.dse.devices import MODELS
+
+    sheets = load_sheets()
+    s = Shapes(**{**SHAPES.__dict__, "batch": 65536})
+    gpu, h100 = MODELS["gpu"], sheets["h100"]
+    rand_bw, flops = 3350e9 * 0.25, 67e12 * 0.3  # GB/s x random-access eff., TFLOPS x eff.
+    # sample: 3 levels + 4 kernels of 3 us; B x (3 levels x a 16 x 4 B row + a 40 B row)
+    assert gpu.seconds("sample", h100, s) == pytest.approx(7 * 3e-6 + 65536 * 232 / rand_bw)
+    # train: 12 x 2 + 10 kernels; 2 x 5 x B x 1000 MACs; 3 x 4 B x 1000 params at full bw
+    train = 34 * 3e-6 + 10 * 65536 * 1000 / flops + 12 * 1000 / 3350e9
+    assert gpu.seconds("train", h100, s) == pytest.approx(train)
+    # update: 2 x 3 + 2 kernels; 2 x B x 3 levels x 64 B
+    assert gpu.seconds("update", h100, s) == pytest.approx(8 * 3e-6 + 2 * 65536 * 192 / rand_bw)
+    assert gpu.host_overhead(h100) == pytest.approx(25e-6)
+    # the board: the module's cycles at 300 MHz, and the B sampled rows of 40 B at 77 GB/s
+    fpga, u250 = MODELS["fpga"], sheets["u250"]
+    cycles = rmm_cycles.cycles("sample", 16, 4096, 65536)
+    sample = cycles / 300e6 + 65536 * 40 / 77e9
+    assert fpga.seconds("sample", u250, s) == pytest.approx(sample)
+    assert fpga.host_overhead(u250) == pytest.approx(10e-6)
+
+
+def test_a_replay_that_a_device_cannot_hold_cannot_be_placed_there():
+    def sized(capacity, row_bytes=40, sheets=None):
+        shapes = Shapes(**{**SHAPES.__dict__, "capacity": capacity, "row_bytes": row_bytes})
+        return Model(shapes, sheets or toy_sheets(), {"jax": PROFILE})
+
+    # the toy GPU holds 1 GB: 26 M rows of 40 B do not fit (they were placed there)
+    on_gpu = places("jax@cpu:0", "jax@gpu", "jax@cpu:0")
+    assert sized(24_000_000).infeasible(on_gpu) == ""
+    why = sized(26_000_000).infeasible(on_gpu)
+    assert why == (
+        "gpu: capacity 26000000: the replay's transitions and sum tree (1.0 GB) exceed its "
+        "memory (1 GB)"
+    )
+    assert sized(26_000_000).infeasible(places("jax@cpu:0", "jax@cpu:0", "jax@gpu")) == ""
+    # the toy board's 10 MB of DDR hold its leaves (2^17: 1 MB, past on chip) and 40 B rows,
+    # not 80 B rows (the transitions it samples were not counted)
+    on_fpga = places("jax@cpu:0", "fpga@fpga", "jax@cpu:0")
+    assert sized(1 << 17).infeasible(on_fpga) == ""
+    why = sized(1 << 17, 80).infeasible(on_fpga)
+    assert re.search(r"transitions .* and leaves .* exceed the board's DDR \(0 GB\)", why)
+    # the shipped sheets: CartPole's 44 B rows at the largest buffer a run takes (2^31 - 1)
+    # overflow an 80 GB H100 and fit a 141 GB H200; 2^25 rows of a MinAtar transition (two
+    # 10 x 10 x 4 float observations: 3,200 B) overflow a U250's 64 GB of DDR
+    shipped = load_sheets()
+    big = sized((1 << 31) - 1, 44, shipped)
+    on_h100 = places("jax@cpu:0", "jax@h100", "jax@h100")
+    assert "exceed its memory (80 GB)" in big.infeasible(on_h100)
+    assert big.infeasible(places("jax@cpu:0", "jax@h200", "jax@cpu:0")) == ""
+    on_u250 = places("jax@cpu:0", "fpga@u250", "jax@cpu:0")
+    assert sized(1 << 25, 1600, shipped).infeasible(on_u250) == ""
+    why = sized(1 << 25, 3200, shipped).infeasible(on_u250)
+    assert why == (
+        "u250: capacity 33554432: its transitions (107.4 GB) and leaves (0.3 GB) exceed the "
+        "board's DDR (64 GB)"
+    )
+
+
+def test_the_host_loop_pays_a_hop_between_cpu_devices_itself():
+    # 1 <= k < S with a GPU learner: the host thread runs every CPU stage and every hop
+    # between CPU devices (here the transitions' 5 us from cpu:1 to cpu:0), not the GPU's run
+    p = model().predict(places("jax@cpu:1", "native@cpu:0", "jax@gpu"), delay=1)
+    assert p.terms["busy host thread"] == pytest.approx((50 + 80 + 70 + 40 + 2 * 10 + 5) * US)
+    assert p.terms["busy link cpu:0-cpu:1"] == pytest.approx(5 * US)

@@ -70,3 +70,16 @@ def test_rescore_predicts_with_the_chunks_a_validation_measured(monkeypatch, tmp
     assert error(4000) == error(None) != error(5000)
     bad = {**data, "rows": [{**row, "chunk_steps": 4000.5}]}
     assert "rows[0].chunk_steps is 4000.5" in rescore_dse.wrong_shape(bad)
+
+
+@pytest.mark.timeout(20)
+def test_a_huge_delay_is_predicted_at_once():
+    # U was counted down one at a time from delay // 2S to a divisor of the chunk's
+    # iterations: `drlhet dse --delay 1000000000000` ran for minutes and longer
+    assert unroll(10**15, 2, 1250) == unroll(4 * 1250, 2, 1250) == 1250
+    assert unroll(10**15, 3, 7) == 7 and unroll(10**15, 2, None) == 10**15 // 4
+    two = places("jax@cpu:0", "jax@cpu:1", "jax@cpu:1")
+    shapes = dataclasses.replace(SHAPES, iterations=1250)
+    m = Model(shapes, toy_sheets(), {"jax": PROFILE}, cpu_cores=2, host_driven=True)
+    huge, most = m.predict(two, delay=10**15), m.predict(two, delay=4 * 1250)
+    assert huge.iteration_s == pytest.approx(most.iteration_s) and huge.terms == most.terms

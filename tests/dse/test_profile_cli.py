@@ -375,3 +375,96 @@ def test_the_dse_predicts_and_measures_runs_in_the_chunks_of_the_run(tmp_path, m
     cfg = TINY.train_config(eval_every=TINY.num_envs * 625, delay=8)
     dse_cli.auto_mapping(cfg, cfg.delay, log=lambda s: None)
     assert asked == [("model", TINY.num_envs * 625)]
+
+
+def test_the_json_and_the_table_label_each_figure_as_what_it_is(tmp_path, monkeypatch, capsys):
+    """Every row of ``--out`` carries its own basis (profiled here, modeled from a sheet) and,
+    with ``--measure``, what was measured of it (runnable rows only); the table prints it."""
+    from drlhet.cli import dse as dse_cli
+    from drlhet.dse.model import Model
+    from tests.dse.test_model import NATIVE, PROFILE, SHAPES, toy_sheets
+
+    sheets = toy_sheets()
+    sheets["h100"] = {**sheets["gpu"], "name": "h100"}  # the toy GPU, named as a shipped sheet
+
+    def build(key, **kw):
+        return Model(SHAPES, sheets, {"jax": PROFILE, "native": NATIVE}, cpu_cores=2)
+
+    measured = iter(range(1, 1000))
+    monkeypatch.setattr(dse_cli, "build_model", build)
+    monkeypatch.setattr(
+        dse_cli, "measure_mapping", lambda *a, **k: {"trained_samples_per_s": next(measured)}
+    )
+    out = tmp_path / "d.json"
+    args = ["dse", "--devices", "cpu,h100", "--measure", "--top", "1000"]
+    main([*args, "--cache-dir", str(tmp_path), "--out", str(out)])
+    rows = json.loads(out.read_text())["predictions"]
+    table = capsys.readouterr().out
+    got = {r["mapping"]: r["measured_trained_samples_per_s"] for r in rows if r["runnable"]}
+    assert sorted(got.values()) == list(range(1, len(got) + 1))  # each its own measurement
+    for r in rows:
+        on_gpu = "@h100" in r["mapping"]
+        assert r["basis"] == ("modeled (sheet)" if on_gpu else "profiled"), r
+        assert r["runnable"] is (not on_gpu) or r["note"], r
+        if not r["runnable"]:
+            assert r["measured_trained_samples_per_s"] is None, r
+    for mapping, rate in got.items():
+        line = next(x for x in table.splitlines() if f" {mapping} " in x)
+        assert line.split()[-1] == f"{rate:,}" and "profiled" in line, line
+
+
+@pytest.mark.parametrize("command", ["dse", "profile"])
+def test_a_shape_this_machine_cannot_hold_is_refused_before_profiling(
+    tmp_path, capsys, monkeypatch, command
+):
+    # it was profiled, and allocated its buffer (twice) until the machine ran out of memory
+    monkeypatch.setattr("drlhet.cli.dse.build_model", lambda *a, **k: pytest.fail("profiled"))
+    monkeypatch.setattr("drlhet.cli.dse.available_memory", lambda: (2**30, "MemAvailable"))
+    out = ["--cache-dir", str(tmp_path / "cache")] + (
+        ["--out", str(tmp_path / "d.json")] if command == "dse" else []
+    )
+    cases = [
+        (["--capacity", "20000000"], "--capacity 20000000: profiling it needs ~"),
+        (["--hidden", "20000", "20000"], "--hidden 20000 20000: profiling it needs ~"),
+    ]
+    if command == "dse":  # a measured run holds its delayed updates: k x B entries
+        delay = ["--delay", "100000000", "--measure", "--hidden", "8"]
+        cases.append((delay, "--delay 100000000: a run measured at it needs ~"))
+    for args, message in cases:
+        with pytest.raises(SystemExit) as stop:
+            main([command, *args, *out])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"drlhet: error: {message}"), err
+        assert err[0].endswith("this machine has 1.0 GiB available (MemAvailable)")
+    assert list(tmp_path.iterdir()) == []
+    # predicted only (no --measure), a long delay holds nothing: not refused
+    from drlhet.cli.dse import _check_shape
+
+    _check_shape(TINY, None)
+    with pytest.raises(ValueError, match="--delay 100000000: a run measured at it"):
+        _check_shape(TINY, 10**8)
+
+
+def test_every_call_of_a_transfer_chain_is_a_hop(monkeypatch):
+    # the figure is (chain across - chain on one device) / calls: the chain started on the
+    # device of its first put, which moved nothing (calls - 1 hops, 10% short at 10 calls)
+    from drlhet.dse import profile
+
+    class Moved:
+        def __init__(self, device):
+            self.device = device
+
+    hops = []
+
+    def device_put(y, device):
+        if isinstance(y, Moved) and y.device != device:
+            hops.append((y.device, device))
+        return Moved(device)
+
+    monkeypatch.setattr(profile.jax, "device_put", device_put)
+    profile._chain(object(), ("other", "here"), 10, lambda y: y)()
+    assert len(hops) == 10
+    hops.clear()
+    profile._chain(object(), ("here",), 10, lambda y: y)()
+    assert hops == []

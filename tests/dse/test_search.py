@@ -132,3 +132,60 @@ def test_the_model_shares_the_cpus_the_process_may_run_on(monkeypatch):
     assert usable_cpus() == 1
     monkeypatch.delattr(os, "sched_getaffinity")
     assert usable_cpus() == 64
+
+
+def test_a_host_replay_pays_no_hop_to_a_cpu_device():
+    # the host buffer's measured stages fetch the transitions from a CPU device and put the
+    # batches on one (any: they share the host's memory): a CPU-to-CPU transfer between its
+    # nominal cpu:0 and the actors or learner on cpu:1 was charged on top (45 us more here)
+    m = Model(SHAPES, toy_sheets(), {"jax": PROFILE}, cpu_cores=2, host_costs={"python": HOST})
+    # actors' latency 70 + replay_in 500 + replay_next 500 + apply 100 + 2 learner calls 220
+    chain = 70 + 500 + 500 + 100 + 2 * 220
+    for a, ln, params in (("cpu:0", "cpu:0", 0), ("cpu:1", "cpu:1", 0), ("cpu:1", "cpu:0", 60)):
+        p = m.predict(places(f"jax@{a}", "python@cpu:0", f"jax@{ln}"), delay=0)
+        assert p.iteration_s == pytest.approx((chain + params) * US), (a, ln)
+    # to an accelerator the batches still cross its link (toy: 2 us + 10,000 B / 1 GB/s)
+    p = m.predict(places("jax@cpu:1", "python@cpu:0", "jax@gpu"), delay=0)
+    gpu_chain = 70 + 500 + 500 + 100 + 2 * 44 + 2 * (2 + 10) + 2 * (2 + 1) + (2 + 100)
+    assert p.iteration_s == pytest.approx(gpu_chain * US)
+
+
+def test_a_device_named_twice_is_searched_once():
+    from drlhet.dse.search import expand_devices
+
+    assert expand_devices("cpu, CPU:1,cpu:0,gpu,GPU", 2) == ["cpu:0", "cpu:1", "gpu"]
+    m = Model(SHAPES, toy_sheets(), {"jax": PROFILE}, cpu_cores=2)
+    maps = [str(x) for x in enumerate_mappings(m, expand_devices("cpu:0,cpu,cpu:0", 2))]
+    assert len(maps) == len(set(maps)) == 2 * 2 * 2
+
+
+def test_each_baseline_family_holds_its_mappings_only():
+    from drlhet.dse.baselines import families
+
+    m = Model(SHAPES, toy_sheets(), {"jax": PROFILE, "native": NATIVE}, host_costs={"python": HOST})
+    fams = families(m)
+    cases = {
+        "all on CPU (jax)": [
+            ("jax@cpu:0", "jax@cpu:0", "jax@cpu:0", True),
+            ("jax@cpu:0", "native@cpu:0", "jax@cpu:0", False),  # not the reference replay
+            ("jax@cpu:0", "jax@cpu:0", "jax@cpu:1", False),  # two devices
+        ],
+        "replay on CPU, learner on GPU": [
+            ("jax@cpu:1", "native@cpu:0", "jax@gpu", True),
+            ("jax@gpu", "native@cpu:0", "jax@gpu", False),  # the actors on the GPU
+            ("jax@cpu:0", "python@cpu:0", "jax@gpu", False),  # a host replay
+            ("jax@cpu:0", "jax@cpu:0", "jax@cpu:1", False),
+        ],
+        "all on GPU": [
+            ("jax@gpu", "cuda@gpu", "jax@gpu", True),
+            ("jax@cpu:0", "cuda@gpu", "jax@gpu", False),
+        ],
+        "paper-style: Python replay": [
+            ("jax@cpu:0", "python@cpu:0", "fpga@fpga", True),
+            ("jax@cpu:0", "jax@cpu:0", "jax@cpu:0", False),
+        ],
+    }
+    assert set(fams) == set(cases)
+    for name, rows in cases.items():
+        for a, r, ln, member in rows:
+            assert fams[name](m.predict(places(a, r, ln))) is member, (name, a, r, ln)

@@ -12,7 +12,7 @@ there. The host pays the sheet's ``invocation_us`` per call.
 from __future__ import annotations
 
 from drlhet.backends.learner_spec import why_not
-from drlhet.backends.rmm_spec import accepts
+from drlhet.backends.rmm_spec import DDR, accepts, memory_bytes
 from drlhet.dse.devices import learner_cycles, rmm_cycles
 from drlhet.dse.shapes import Shapes
 
@@ -77,9 +77,9 @@ def host_overhead(sheet: dict) -> float:
 
 def infeasible(group: str, sheet: dict, s: Shapes) -> str:
     """Why ``group`` cannot run on this board (empty: it can): the replay module is built for
-    some K and at most 2^31 leaves, and its memories must fit on chip or (the leaves) in DDR;
-    the learner module runs DQN's and DDPG/TD3's steps on networks and batches within its
-    sizes."""
+    some K and at most 2^30 leaves, its memories must fit on chip or (the leaves) in DDR, and
+    the transitions it samples must fit in DDR (beside the leaves there); the learner module
+    runs DQN's and DDPG/TD3's steps on networks and batches within its sizes."""
     if group == "learner":
         need, have = learner_cycles.dsps(), _v(sheet, "dsp")
         if need > have:
@@ -91,7 +91,15 @@ def infeasible(group: str, sheet: dict, s: Shapes) -> str:
     if why:
         return why
     try:
-        leaves_at(sheet, s)
+        leaves = leaves_at(sheet, s)
     except ValueError as e:
         return f"{sheet['name']}: {e}"
-    return ""
+    rows, ddr = s.capacity * s.row_bytes, _v(sheet, "ddr_gb") * 1e9
+    leaf_bytes = memory_bytes(s.capacity, s.branching)[0] if leaves == DDR else 0
+    if rows + leaf_bytes <= ddr:
+        return ""
+    return (
+        f"{sheet['name']}: capacity {s.capacity}: its transitions ({rows / 1e9:,.1f} GB)"
+        + (f" and leaves ({leaf_bytes / 1e9:,.1f} GB)" if leaf_bytes else "")
+        + f" exceed the board's DDR ({ddr / 1e9:,.0f} GB)"
+    )

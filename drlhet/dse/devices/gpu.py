@@ -2,7 +2,8 @@
 
 docs/design.md section 5: a primitive costs its kernel launches x the launch latency + the
 bytes it moves / (memory bandwidth x random-access efficiency) + its FLOPs / (FP32 rate x
-compute efficiency). The host pays the sheet's ``dispatch_us`` per call.
+compute efficiency). The host pays the sheet's ``dispatch_us`` per call. A replay whose buffer
+exceeds the GPU's memory (``mem_gb``) cannot be placed there.
 """
 
 from __future__ import annotations
@@ -54,5 +55,15 @@ def host_overhead(sheet: dict) -> float:
 
 
 def infeasible(group: str, sheet: dict, s: Shapes) -> str:
-    """Why ``group`` cannot run on this GPU (empty: it can; the model knows no GPU limit)."""
-    return ""
+    """Why ``group`` cannot run on this GPU (empty: it can): the replay's transitions and sum
+    tree must fit in its memory (``mem_gb``; a lower bound of what it holds: the insertion
+    stamps and the other groups' state are not counted)."""
+    if group != "replay":
+        return ""
+    need, have = s.capacity * s.row_bytes + s.tree_bytes, _v(sheet, "mem_gb") * 1e9
+    if need <= have:
+        return ""
+    return (
+        f"{sheet['name']}: capacity {s.capacity}: the replay's transitions and sum tree "
+        f"({need / 1e9:,.1f} GB) exceed its memory ({have / 1e9:,.0f} GB)"
+    )

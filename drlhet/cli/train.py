@@ -167,7 +167,9 @@ def _saving(every: int | None, keep: int | None, remote, saved) -> tuple[int, in
     return every, meta.get("keep_checkpoints", KEEP_CHECKPOINTS) if keep is None else keep
 
 
-def _end(config, rows, reached, stop_at_return, wall: float, run_dir: Path, stop, warm) -> None:
+def _end(
+    config, rows, reached, stop_at_return, wall: float, run_dir: Path, stop, warm=None
+) -> None:
     """Reports the run (`report_run`; ``warm``: a Ray run's warm-up); a run that a signal
     stopped early exits with its status (one that the signal reached in its last chunk has
     ended as usual)."""

@@ -14,6 +14,7 @@ from drlhet.replay import sum_tree as st
 from drlhet.replay.delayed import make_delayed_updates
 from drlhet.replay.nstep import make_nstep
 from drlhet.replay.prioritized import ERR_INDEX, ERR_PRIORITY, make_prioritized_replay
+from tests.replay.test_edge_cases import assert_same, snapshot
 
 EXAMPLE = {"obs": jnp.zeros((3,), jnp.float32), "act": jnp.int32(0)}
 REPLAY = [b.name for b in backends.providing("replay") if not b.modeled_only]
@@ -34,17 +35,6 @@ def load(name: str) -> st.TreeOps:
 def filled(name: str = "jax", n: int = 5, **kw):
     fns = make_prioritized_replay(16, 4, alpha=0.6, branching=4, tree_ops=load(name), **kw)
     return fns, fns.add(fns.init(EXAMPLE), rows(n))
-
-
-def snapshot(tree) -> list[np.ndarray]:
-    return [np.array(x) for x in jax.tree.leaves(tree)]
-
-
-def assert_same(tree, snap) -> None:
-    got = jax.tree.leaves(tree)
-    assert len(got) == len(snap)
-    for a, b in zip(got, snap, strict=True):
-        np.testing.assert_array_equal(a, b)
 
 
 def drawn(fns, s, key=0) -> np.ndarray:

@@ -169,8 +169,7 @@ def _check(tree: SumTreeState) -> None:
         )
     if why := accepts(tree.capacity, tree.branching):
         raise ValueError(why)
-    if tree.nodes.dtype != jnp.float32:
-        raise ValueError(f"the cuda backend supports float32 trees, got {tree.nodes.dtype}")
+    cuda_ffi.check_nodes(tree)
 
 
 def find(tree: SumTreeState, targets: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -179,6 +178,7 @@ def find(tree: SumTreeState, targets: jax.Array) -> tuple[jax.Array, jax.Array, 
     Same contract as `drlhet.replay.sum_tree.descend`; a target that is not > 0 descends as 0.
     """
     _check(tree)
+    cuda_ffi.check_rows("find", tree.nodes.shape[:-1], targets=targets)
     return ffi_find("drlhet_cuda_find", tree, targets)
 
 
@@ -193,6 +193,7 @@ def update(
     workspace is each leaf's winning entry and the tree's refused flag (C + 1 int32 per tree).
     """
     _check(tree)
+    indices, keep = cuda_ffi.update_operands(tree, indices, values, keep)
     target = _update_target("drlhet_cuda_update")
     return ffi_update(target, tree, indices, values, keep, tree.capacity + 1, _paths())
 
@@ -202,10 +203,14 @@ def _update_target(target: str) -> str:
     return cuda_ffi.tagged(target) if TAGGED_CLAIMS else target
 
 
+def _attrs(*names: str) -> dict:
+    """The path switches ``names`` as the handlers' attributes, as set now (each checked)."""
+    return {name.lower(): cuda_ffi.int64_setting(name, globals()[name]) for name in names}
+
+
 def _paths() -> dict:
     """The update handlers' path attributes, as the module's settings say now."""
-    return {name.lower(): np.int64(globals()[name]) for name in (
-        "BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "TAGGED_SIBLINGS")}  # fmt: skip
+    return _attrs("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "TAGGED_SIBLINGS")
 
 
 _SETTINGS = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "TAGGED_CLAIMS",
@@ -216,7 +221,7 @@ _SETTINGS = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "TAGGED
 def settings() -> str:
     """Every path switch of this module as it is now, ``name=value`` joined by commas: a GPU
     profile measured with other settings is not reused (`Backend.settings`)."""
-    return ",".join(f"{name.lower()}={int(globals()[name])}" for name in _SETTINGS)
+    return ",".join(f"{name}={value}" for name, value in _attrs(*_SETTINGS).items())
 
 
 def weigh(
@@ -233,6 +238,7 @@ def weigh(
     """
     _check(tree)
     targets = jnp.asarray(targets, jnp.float32)
+    cuda_ffi.check_rows("weigh", tree.nodes.shape[:-1], targets=targets)
     if targets.shape[-1] > OWN_SAMPLE_MAX_BATCH:
         return None
     return _weigh_call("drlhet_cuda_weigh", tree, targets, targets.shape, size, beta)
@@ -244,8 +250,10 @@ def _weigh_call(target, tree, second, shape, size, beta, **attrs):
     if not (32 <= SPREAD_THREADS <= 1024 and SPREAD_THREADS % 32 == 0):
         raise ValueError(f"cuda.SPREAD_THREADS: whole warps, 32 to 1024, got {SPREAD_THREADS}")
     lead, batch = tree.nodes.shape[:-1], shape[-1]  # stacked trees without vmap: one row each
+    cuda_ffi.check_sample(target.removeprefix("drlhet_cuda_"), lead, batch, size, beta)
+    paths = _attrs("CLUSTER_MAX_BATCH", "SHARED_TOP", "SPREAD_MIN_BATCH", "SPREAD_THREADS")
     # the workspace: 2 int32 a warp where the spread path may take the batch, else 2 (launch.cuh)
-    work = 2 * -(-batch // 32) if batch >= SPREAD_MIN_BATCH else 2
+    work = 2 * -(-batch // 32) if batch >= paths["spread_min_batch"] else 2
     out = (
         jax.ShapeDtypeStruct(shape, jnp.int32),
         jax.ShapeDtypeStruct(shape, jnp.float32),
@@ -257,9 +265,7 @@ def _weigh_call(target, tree, second, shape, size, beta, **attrs):
     indices, probs, weights, error, _ = call(
         tree.nodes, second, jnp.asarray(size, jnp.int32), jnp.asarray(beta, jnp.float32),
         err_empty=np.int64(checks.ERR_EMPTY), err_beta=np.int64(checks.ERR_BETA),
-        cluster_max_batch=np.int64(CLUSTER_MAX_BATCH), shared_top=np.int64(SHARED_TOP),
-        spread_min_batch=np.int64(SPREAD_MIN_BATCH), spread_threads=np.int64(SPREAD_THREADS),
-        **attrs, **tree_attrs(tree),
+        **paths, **attrs, **tree_attrs(tree),
     )  # fmt: skip
     return indices, probs, weights, error
 
@@ -304,6 +310,7 @@ def weigh_key(
     _check(tree)
     words = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
     words = jnp.asarray(words, jnp.uint32)
+    cuda_ffi.check_rows("weigh_key", tree.nodes.shape[:-1], (2,), key=words)
     shape = (*tree.nodes.shape[:-1], batch_size)  # stacked trees without vmap: one row each
     return _weigh_call("drlhet_cuda_weigh_key", tree, words, shape, size, beta,
                        stratified=np.int64(stratified))  # fmt: skip
@@ -331,6 +338,9 @@ def update_checked(
     if jnp.shape(indices)[-1:] == (0,):  # nothing to write, nothing checked
         return tree, jnp.asarray(max_priority), jnp.asarray(error)
     lead = tree.nodes.shape[:-1]  # trees stacked without vmap: one row each
+    cuda_ffi.check_rows("update_checked", lead, indices=indices, raw=raw, values=values, keep=keep)
+    cuda_ffi.check_rows("update_checked", lead, (), size=size, max_priority=max_priority,
+                        error=error)  # fmt: skip
     out = (
         jax.ShapeDtypeStruct(tree.nodes.shape, jnp.float32),
         jax.ShapeDtypeStruct(lead, jnp.float32),
@@ -346,7 +356,7 @@ def update_checked(
         input_output_aliases={0: 0, 6: 1, 7: 2},
     )
     nodes, max_out, err_out, _ = call(
-        tree.nodes, jnp.asarray(indices, jnp.int32), jnp.asarray(raw, jnp.float32),
+        tree.nodes, cuda_ffi.int32_indices(indices), jnp.asarray(raw, jnp.float32),
         jnp.asarray(values, jnp.float32), jnp.asarray(keep, bool), jnp.asarray(size, jnp.int32),
         jnp.asarray(max_priority, jnp.float32), jnp.asarray(error, jnp.int32),
         **_paths(), priority_max=np.float32(checks.PRIORITY_MAX),

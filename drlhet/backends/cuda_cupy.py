@@ -91,6 +91,19 @@ def to_jax(x: Any) -> Any:
     return jax.dlpack.from_dlpack(x)
 
 
+def _int32(cp: Any, indices: Any) -> Any:
+    """Integer ``indices`` as the kernels' int32, one int32 cannot hold as -1 (refused where
+    kept), not wrapped into range by the cast (int64 ``2**32 + 3`` is not slot 3)."""
+    a = cp.asarray(indices)
+    if a.dtype.kind not in "iu":
+        raise ValueError(f"CupyTree: indices must have an integer dtype, got {a.dtype}")
+    info, lo, hi = np.iinfo(a.dtype), -(2**31), 2**31 - 1
+    if info.min < lo or info.max > hi:
+        fits = (a >= max(int(info.min), lo)) & (a <= hi)
+        a = cp.where(fits, a.astype(cp.int32), cp.int32(-1))
+    return cp.ascontiguousarray(a, dtype=cp.int32)
+
+
 class CupyTree:
     """One or more K-ary sum trees in a CuPy array, operated on by the CUDA kernels.
 
@@ -101,10 +114,31 @@ class CupyTree:
     """
 
     def __init__(self, nodes: Any, capacity: int, branching: int):
+        from drlhet.replay.sum_tree import layout
+
         cp = _cupy()
         self.nodes = cp.ascontiguousarray(nodes, dtype=cp.float32)
         self.capacity, self.branching = int(capacity), int(branching)
+        size = layout(self.capacity, self.branching).size  # ValueError: no such tree
+        if self.nodes.ndim not in (1, 2) or self.nodes.shape[-1] != size:
+            raise ValueError(
+                f"CupyTree: a tree of {capacity} leaves at K {branching} has {size} nodes; "
+                f"nodes must be [{size}] or [V, {size}], got {tuple(self.nodes.shape)}"
+            )
         self.trees = 1 if self.nodes.ndim == 1 else int(self.nodes.shape[0])
+
+    def _rows(self, **arrays: Any) -> None:
+        """Refuses arrays that are not one ``[B]`` row per tree, all of one shape (the kernels
+        would read or write past them)."""
+        lead, first = tuple(self.nodes.shape[:-1]), None
+        for name, a in arrays.items():
+            shape = tuple(a.shape)
+            first = shape if first is None else first
+            if len(shape) != len(lead) + 1 or shape[:-1] != lead or shape != first:
+                raise ValueError(
+                    f"CupyTree: {name} has shape {shape}, expected one [B] row per tree "
+                    f"({(*lead, 'B')}) of one shape with the others ({first})"
+                )
 
     def _launch(self, name: str, n: int, *args: Any) -> None:
         kernel = _module().get_function(name)
@@ -114,6 +148,7 @@ class CupyTree:
         """``targets [B]`` (``[V, B]``) -> ``(indices int32, values float32, totals [V])``."""
         cp = _cupy()
         t = cp.ascontiguousarray(targets, dtype=cp.float32)
+        self._rows(targets=t)
         n = int(t.size)
         indices, values = cp.empty(t.shape, cp.int32), cp.empty(t.shape, cp.float32)
         totals = cp.empty(t.shape[:-1], cp.float32)
@@ -127,9 +162,10 @@ class CupyTree:
         """Writes ``values`` at ``indices`` (last kept duplicate wins) in place. Returns False,
         the trees unchanged, when a kept index or value was invalid (checked on the device)."""
         cp = _cupy()
-        idx = cp.ascontiguousarray(indices, dtype=cp.int32)
+        idx = _int32(cp, indices)
         val = cp.ascontiguousarray(values, dtype=cp.float32)
         kp = cp.ones(idx.shape, bool) if keep is None else cp.ascontiguousarray(keep, dtype=bool)
+        self._rows(indices=idx, values=val, keep=kp)
         n, batch = int(idx.size), np.int64(idx.size // self.trees)
         winner = cp.full(self.trees * self.capacity, -1, cp.int32)
         bad = cp.zeros(self.trees, cp.int32)

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from drlhet.backends.base import CPU, GPU, BackendUnavailable
 from drlhet.backends.native import library_path
+from drlhet.replay.sum_tree import SumTreeState, check_indices
 
 __all__ = [
     "FFI_TARGETS",
@@ -33,6 +37,12 @@ __all__ = [
     "gpu_devices",
     "library",
     "tagged",
+    "check_nodes",
+    "check_rows",
+    "check_sample",
+    "update_operands",
+    "int32_indices",
+    "int64_setting",
 ]
 
 FFI_TARGETS = {
@@ -155,3 +165,102 @@ def tagged(target: str) -> str:
     except (AttributeError, TypeError, ValueError, RuntimeError) as e:
         raise BackendUnavailable(f"the cuda backend's tagged updates: {e}") from None
     return f"{target}_tagged"
+
+
+def check_rows(call: str, lead: tuple[int, ...], tail: tuple | None = None, **operands) -> None:
+    """Refuses, when traced, operands that are not one row per tree of ``lead`` (the leading
+    shape of the trees' nodes): each of ``operands`` shaped ``(*lead, *tail)``, or with ``tail``
+    None ``(*lead, B)`` with the first one's B. The handlers refuse such shapes only when XLA
+    runs them, after a donated tree was given up, in a message naming no shape.
+
+    Raises:
+      ValueError: naming the call, the operand and its shape.
+    """
+    for name, operand in operands.items():
+        shape = tuple(jnp.shape(operand))
+        if tail is None and len(shape) == len(lead) + 1:
+            tail = shape[-1:]  # the first operand's B
+        want = (*lead, *(("B",) if tail is None else tail))
+        if shape != want:
+            raise ValueError(
+                f"cuda.{call}: {name} has shape {shape}, expected {want}: one row per tree, as "
+                f"the tree's nodes {(*lead, 'N')}"
+            )
+
+
+def check_nodes(tree: SumTreeState) -> None:
+    """Refuses, when traced, a tree the handlers do not take: not float32, or whose nodes' last
+    axis is not one tree of its layout (the handler would refuse it after a donation).
+
+    Raises:
+      ValueError: naming the dtype or the shape.
+    """
+    if tree.nodes.dtype != jnp.float32:
+        raise ValueError(f"the cuda backend supports float32 trees, got {tree.nodes.dtype}")
+    if tree.nodes.shape[-1:] != (tree.layout.size,):
+        raise ValueError(
+            f"a tree of {tree.capacity} leaves at K {tree.branching} has {tree.layout.size} "
+            f"nodes, got nodes of shape {tree.nodes.shape}"
+        )
+
+
+def check_sample(call: str, lead: tuple[int, ...], batch: int, size: Any, beta: Any) -> None:
+    """Refuses, when traced, a sample (``call``) of no target per tree, or whose ``size`` or
+    ``beta`` is not one per tree of ``lead``.
+
+    Raises:
+      ValueError: naming the batch or the operand's shape.
+    """
+    if batch < 1:
+        raise ValueError(f"cuda.{call} needs at least one target per tree (B >= 1), got {batch}")
+    check_rows(call, lead, (), size=size, beta=beta)
+
+
+def update_operands(tree: SumTreeState, indices: Any, values: Any, keep: Any) -> tuple:
+    """A plain update's ``(indices int32, keep)`` as its handler takes them, refused when
+    traced where they are not one ``[B]`` row per tree (a scalar ``keep`` is the batch's, as in
+    the reference) and eagerly where a kept index is outside the tree (named as given).
+
+    Raises:
+      ValueError: naming the operand's shape, or the index.
+    """
+    if keep is not None and jnp.ndim(keep) == 0:
+        keep = jnp.broadcast_to(keep, jnp.shape(indices))
+    rows = {"indices": indices, "values": values} | ({} if keep is None else {"keep": keep})
+    check_rows("update", tree.nodes.shape[:-1], **rows)
+    check_indices(tree, indices, keep)
+    return int32_indices(indices), keep
+
+
+def int32_indices(indices: Any) -> jax.Array:
+    """Integer ``indices`` as the kernels' int32, an index int32 cannot hold as -1 (refused
+    where kept, as the buffer passes such an index), not wrapped into range by the cast (under
+    x64, int64 ``2**32 + 3`` would be slot 3). No operation where the dtype fits in int32.
+
+    Raises:
+      ValueError: the dtype is not an integer's.
+    """
+    indices = jnp.asarray(indices)
+    if not jnp.issubdtype(indices.dtype, jnp.integer):
+        raise ValueError(f"indices must have an integer dtype, got {indices.dtype}")
+    info, lo, hi = jnp.iinfo(indices.dtype), -(2**31), 2**31 - 1
+    if info.min >= lo and info.max <= hi:
+        return indices.astype(jnp.int32)
+    fits = (indices >= max(int(info.min), lo)) & (indices <= hi)
+    return jnp.where(fits, indices.astype(jnp.int32), -1)
+
+
+def int64_setting(name: str, value: Any) -> np.int64:
+    """The path switch ``cuda.<name>`` as the handlers' int64 attribute.
+
+    Raises:
+      ValueError: ``value`` is not an integer int64 holds (``math.inf``, ``2**63``, 1.5), named.
+    """
+    try:
+        whole = int(value)
+        fits = whole == value and -(2**63) <= whole < 2**63
+    except (TypeError, ValueError, OverflowError):
+        fits = False
+    if not fits:
+        raise ValueError(f"cuda.{name} must be an integer in int64's range, got {value!r}")
+    return np.int64(whole)

@@ -64,14 +64,15 @@ struct UpdateArgs {
 
 // The error bits of an entry (its index, leaf value, raw priority and keep flag; `size`, its
 // tree's filled slots): checked, UpdateEntryErrors; plain, 1 for a kept entry with an invalid
-// index or value.
+// index or value (ValidEntry, its sign from its bits: SignBitClear).
 __device__ inline int32_t ErrorsOf(const UpdateArgs& a, int32_t index, float value, float raw,
                                    bool keep, int32_t size) {
   if (a.raw != nullptr) {
     return drlhet::UpdateEntryErrors(index, size, raw, value, a.priority_max, a.err_index,
                                      a.err_priority);
   }
-  return keep && !drlhet::ValidEntry(index, value, a.capacity) ? 1 : 0;
+  const bool valid = drlhet::ValidEntry(index, value, a.capacity) && drlhet::SignBitClear(value);
+  return keep && !valid ? 1 : 0;
 }
 
 // The error bits entry i (of tree v) sets (ErrorsOf).

@@ -151,16 +151,20 @@ def _missing_emulation():
 
 def test_the_update_names_its_path_and_writes_the_tree_in_place(monkeypatch):
     """The custom call as JAX lowers it (no GPU needed): the update-path thresholds
-    `cuda.BLOCK_MAX_BATCH` and `cuda.CLUSTER_MAX_BATCH` and the narrow levels' limit
-    `cuda.NARROW_MAX_NODES` read at trace time, and the tree aliased to the first result."""
-    path = library_path("drlhet_cuda", "the CUDA kernels") if shutil.which("nvcc") else None
-    if path is None:
-        pytest.skip("missing library: the CUDA toolkit (nvcc is not on PATH)")
+    `cuda.BLOCK_MAX_BATCH` and `cuda.CLUSTER_MAX_BATCH`, the narrow levels' limit
+    `cuda.NARROW_MAX_NODES` and the tagged claims' `cuda.TAGGED_SIBLINGS` read at trace time,
+    the tagged handler's target with `cuda.TAGGED_CLAIMS`, and the tree aliased to the first
+    result. (Every path gives the same bits: a switch the call dropped failed no other test.)"""
+    devices("emulated cpu")  # lowered on the CPU device; skips where the emulation is not built
     tree = random_tree(100, 4)
-    for block_max, narrow_max, cluster_max in ((77, 5, 0), (0, 4096, 9000)):
+    for block_max, narrow_max, cluster_max, tagged, siblings in (
+        (77, 5, 0, False, True), (0, 4096, 9000, True, False), (0, 4096, 9000, True, True),
+    ):  # fmt: skip
         monkeypatch.setattr(cuda, "BLOCK_MAX_BATCH", block_max)
         monkeypatch.setattr(cuda, "NARROW_MAX_NODES", narrow_max)
         monkeypatch.setattr(cuda, "CLUSTER_MAX_BATCH", cluster_max)
+        monkeypatch.setattr(cuda, "TAGGED_CLAIMS", tagged)
+        monkeypatch.setattr(cuda, "TAGGED_SIBLINGS", siblings)
         fresh = lambda t, i, v: cuda.update(t, i, v)  # noqa: E731 - a new trace each time
         text = (
             jax.jit(fresh, donate_argnums=0)
@@ -168,9 +172,11 @@ def test_the_update_names_its_path_and_writes_the_tree_in_place(monkeypatch):
             .as_text()
         )
         call = next(ln for ln in text.splitlines() if "@drlhet_cuda_update" in ln)
+        assert ("@drlhet_cuda_update_tagged" in call) == tagged
         assert f"block_max_batch = {block_max} : i64" in call
         assert f"narrow_max_nodes = {narrow_max} : i64" in call
         assert f"cluster_max_batch = {cluster_max} : i64" in call
+        assert f"tagged_siblings = {int(siblings)} : i64" in call
         assert "output_operand_aliases" in call and "operand_index = 0" in call
 
 
@@ -332,10 +338,16 @@ def test_vmapped_writes_equal_the_reference_tree_by_tree(place):
     np.testing.assert_array_equal(bits(write(place)), bits(write(st.REFERENCE)))
 
 
-def test_a_bad_batch_is_refused_on_the_device(place):
+@pytest.mark.parametrize("value", [np.nan, np.inf, -1.0, -1e-45])
+def test_a_bad_batch_is_refused_on_the_device(place, value):
+    """Eagerly and inside a jit that donates the tree. -1e-45 too: the emulated kernels, on
+    XLA's CPU threads (denormals taken as zero), compared it as -0 and wrote it (a GPU and the
+    reference refuse it)."""
     tree = random_tree(100, 4)
-    bad = place.write(tree, jnp.asarray([1, 2]), jnp.asarray([1.0, jnp.nan]), None)
-    np.testing.assert_array_equal(bits(bad.nodes), bits(tree.nodes))
+    for write in (place.write, jax.jit(place.write, donate_argnums=0)):
+        given = st.SumTreeState(jnp.array(tree.nodes), 100, 4)
+        bad = write(given, jnp.asarray([1, 2]), jnp.asarray([1.0, value], jnp.float32), None)
+        np.testing.assert_array_equal(bits(bad.nodes), bits(tree.nodes))
 
 
 def test_dropped_entries_outside_the_tree_are_never_read(place):

@@ -568,6 +568,9 @@ def test_the_top_copy_gives_the_bits_of_descents_that_read_the_tree(place, k, ca
                 for b in (64, 1024, 4096):
                     targets = jnp.asarray(stratified_targets(tree, b, seed=b))
                     got[on, b] = jax.jit(place.weigh)(tree, targets, size, beta)
+                # the switch reaches the call (the same bits either way: dropped, it failed no test)
+                text = jax.jit(place.weigh).lower(tree, targets, size, beta).as_text()
+                assert f"shared_top = {int(on)} : i64" in text, on
     finally:
         jax.clear_caches()  # no trace of this test's settings outlives it
     for b in (64, 1024, 4096):

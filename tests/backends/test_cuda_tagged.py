@@ -200,6 +200,48 @@ def test_a_tagged_call_keeps_its_table_across_the_steps_of_a_scan(tagged):
         np.testing.assert_array_equal(bits(t.nodes), bits(r.nodes), err_msg=f"call {s}")
 
 
+def test_a_tagged_call_claims_in_its_table_not_in_its_workspace(tagged, siblings):
+    """The tagged custom call (B 6, one entry per thread of the cluster) claims in its table:
+    the winner slots of its workspace (its second result, from XLA, never cleared) are not
+    written, where the untagged call's hold each leaf's last position. The only sign of the
+    path through the call: a handler that dropped its table (claiming in the workspace, the
+    same bits) failed no other test. The tagged call runs first, so that no buffer XLA hands it
+    can hold the untagged call's claims."""
+    k, capacity = 4, 3001
+    tree = random_tree(capacity, k, seed=79)
+    idx = jnp.asarray([7, 3000, 12, 7, 500, 1], jnp.int32)
+    vals = jnp.asarray([0.5, 1.0, 2.0, 0.25, 3.0, 0.0], jnp.float32)
+    last = {7: 3, 3000: 1, 12: 2, 500: 4, 1: 5}  # each leaf's last position in the batch
+    attrs = {"branching": k, "capacity": capacity, "block_max_batch": 0, "narrow_max_nodes": 16,
+             "cluster_max_batch": 2**40, "tagged_siblings": int(siblings)}  # fmt: skip
+    out = (jax.ShapeDtypeStruct(tree.nodes.shape, jnp.float32),
+           jax.ShapeDtypeStruct((capacity + 1,), jnp.int32))  # fmt: skip
+
+    def claims(target):
+        call = jax.ffi.ffi_call(target, out, input_output_aliases={0: 0})
+        run = jax.jit(lambda n: call(n, idx, vals, jnp.ones(6, bool),
+                                     **{a: np.int64(v) for a, v in attrs.items()}))  # fmt: skip
+        nodes, work = run(tree.nodes)
+        want = st.REFERENCE.write(tree, idx, vals, None).nodes
+        np.testing.assert_array_equal(bits(nodes), bits(want), err_msg=target)
+        return [int(np.asarray(work)[leaf]) for leaf in last]
+
+    from drlhet.backends import cuda_ffi
+
+    assert claims(cuda_ffi.tagged("drlhet_cuda_update")) != list(last.values())
+    assert claims("drlhet_cuda_update") == list(last.values())
+
+
+def test_a_negative_subnormal_priority_refuses_a_tagged_batch(tagged):
+    """-1e-45, which the emulated kernels (denormals taken as zero on XLA's CPU threads) had
+    compared as -0 and written: the batch is refused, as on a GPU."""
+    tree = random_tree(100, 4, seed=80)
+    for value in (-1e-45, -1.0):
+        vals = jnp.asarray([1.0, value], jnp.float32)
+        got = jax.jit(tagged.write)(tree, jnp.asarray([1, 2], jnp.int32), vals)
+        np.testing.assert_array_equal(bits(got.nodes), bits(tree.nodes))
+
+
 @pytest.mark.slow
 def test_random_runs_of_tagged_updates_on_one_table_equal_the_oracle(emu):
     """40 random (K, capacity, trees, thread order), each five updates in a row on one table

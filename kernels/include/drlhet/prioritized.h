@@ -84,6 +84,15 @@ DRLHET_HD inline float FromOrderedBits(int32_t bits) {
   return x;
 }
 
+// x >= 0 (-0 included; NaN by its sign bit) as a test of its bits: a thread that takes subnormal
+// inputs for zero (denormals-are-zero, as XLA's CPU threads run, where the CUDA emulation's
+// kernels run) would compare -1e-45 as -0 and keep it, where the reference and a GPU refuse it.
+DRLHET_HD inline bool SignBitClear(float x) {
+  int32_t bits;
+  memcpy(&bits, &x, sizeof(bits));
+  return bits >= 0 || bits == INT32_MIN;
+}
+
 // ---- A checked priority update --------------------------------------------------------------
 // The error bits of one entry, kept or not: an index outside [0, size); a raw priority that is
 // negative, NaN or infinite, or whose leaf value exceeds priority_max. Any bit refuses the batch.
@@ -92,13 +101,7 @@ DRLHET_HD inline int32_t UpdateEntryErrors(int32_t index, int32_t size, float ra
                                            int32_t err_priority) {
   const bool in_range = index >= 0 && index < size;
   const bool finite = raw - raw == 0.0f;  // NaN for NaN and +-inf
-  // raw >= 0 (-0 included) as a test of its bits: a thread that takes subnormal inputs for
-  // zero (denormals-are-zero, as XLA's CPU threads run, where the CUDA emulation's kernels run)
-  // would compare -1e-45 as -0 and keep it, where the reference refuses it
-  int32_t bits;
-  memcpy(&bits, &raw, sizeof(bits));
-  const bool non_negative = bits >= 0 || bits == INT32_MIN;
-  const bool ok = finite && non_negative && !(value > priority_max);
+  const bool ok = finite && SignBitClear(raw) && !(value > priority_max);
   return (in_range ? 0 : err_index) | (ok ? 0 : err_priority);
 }
 

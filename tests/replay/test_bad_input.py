@@ -14,7 +14,7 @@ from drlhet.replay import sum_tree as st
 from drlhet.replay.delayed import make_delayed_updates
 from drlhet.replay.nstep import make_nstep
 from drlhet.replay.prioritized import ERR_INDEX, ERR_PRIORITY, make_prioritized_replay
-from tests.replay.test_edge_cases import assert_same, snapshot
+from tests.replay.test_edge_cases import assert_same, load, snapshot
 
 EXAMPLE = {"obs": jnp.zeros((3,), jnp.float32), "act": jnp.int32(0)}
 REPLAY = [b.name for b in backends.providing("replay") if not b.modeled_only]
@@ -23,13 +23,6 @@ REPLAY = [b.name for b in backends.providing("replay") if not b.modeled_only]
 def rows(n: int, start: int = 0) -> dict:
     v = np.arange(start, start + n)
     return {"obs": np.stack([v, v + 1, v + 2], 1).astype(np.float32), "act": v.astype(np.int32)}
-
-
-def load(name: str) -> st.TreeOps:
-    try:
-        return backends.tree_ops(name)
-    except backends.BackendUnavailable as e:
-        pytest.skip(f"backend {name!r} does not load here ({e})")
 
 
 def filled(name: str = "jax", n: int = 5, **kw):

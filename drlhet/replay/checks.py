@@ -101,7 +101,8 @@ def batch_size_of(storage: Any, transitions: Any) -> int:
 
     Every leaf must be ``[A, ...]`` with the trailing shape of its storage leaf (no broadcasting)
     and a dtype that casts to the storage's within its kind (bool -> int -> float; a float into
-    an int field is refused); the pytree structures must be equal.
+    an int field is refused; host integers the storage's dtype cannot hold are refused, not
+    wrapped); the pytree structures must be equal.
 
     Raises:
       ValueError: naming the first field that does not match.
@@ -119,10 +120,32 @@ def batch_size_of(storage: Any, transitions: Any) -> int:
             raise ValueError(f"field {_path_name(path)} has shape {shape}, expected [A{dims}]")
         if not np.can_cast(dtype, buf.dtype, casting="same_kind"):
             raise ValueError(f"field {_path_name(path)} is {dtype}, the buffer stores {buf.dtype}")
+        _check_integers_fit(x, buf.dtype, path)
         sizes.add(shape[0])
     if len(sizes) != 1:
         raise ValueError(f"every field of transitions must have the same leading size, got {sizes}")
     return int(sizes.pop())
+
+
+def _check_integers_fit(x: Any, stored, path) -> None:
+    """Refuses concrete integers that ``stored`` (an integer dtype) cannot hold: the cast would
+    wrap them (an int64 action of 2**40 into int32 storage). Host values only: a JAX array
+    (traced or not) already holds its values in its own dtype, and is not fetched."""
+    if isinstance(x, jax.Array) or not jnp.issubdtype(stored, jnp.integer):
+        return
+    a = np.asarray(x)
+    if a.size == 0 or not np.issubdtype(a.dtype, np.integer):
+        return
+    if np.can_cast(a.dtype, stored, casting="safe"):  # every value fits
+        return
+    info = np.iinfo(stored)
+    lo, hi = int(a.min()), int(a.max())
+    if lo < info.min or hi > info.max:
+        bad = lo if lo < info.min else hi
+        raise ValueError(
+            f"field {_path_name(path)} holds {bad}, outside the {np.dtype(stored).name} the "
+            f"buffer stores ([{info.min}, {info.max}])"
+        )
 
 
 def _integer_vector(x: Any, name: str, shape: tuple[int, ...] | None = None) -> Any:

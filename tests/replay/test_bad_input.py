@@ -94,6 +94,21 @@ def test_a_donated_refused_add_leaves_the_state_as_it_was(name):
     assert int(jax.jit(fns.sample)(out, jax.random.key(0)).error) == 0
 
 
+def test_integers_the_storage_cannot_hold_are_refused_not_wrapped():
+    # an int64 action of 2**40 was cast to int32 storage (0): stored as another action
+    fns, s = filled()
+    before = snapshot(s)
+    big = {**rows(2, 5), "act": np.array([1, 2**40], np.int64)}
+    with pytest.raises(ValueError, match=r"field \['act'\] holds 1099511627776, outside the int32"):
+        fns.add(s, big)
+    assert_same(s, before)
+    neg = {**rows(2, 5), "act": np.array([-(2**31) - 1, 0], np.int64)}
+    with pytest.raises(ValueError, match="holds -2147483649"):
+        fns.add(s, neg)
+    fits = {**rows(2, 5), "act": np.array([3, -(2**31)], np.int64)}  # within int32: taken
+    assert np.asarray(fns.add(s, fits).storage["act"])[5:7].tolist() == [3, -(2**31)]
+
+
 # ------------------------------------------------------------- the sampling maths
 @pytest.mark.parametrize("name", REPLAY)
 def test_the_buffers_sample_is_stratified_and_proportional(name):

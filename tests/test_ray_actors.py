@@ -23,11 +23,19 @@ ray = pytest.importorskip("ray", reason="missing library: ray")
 # warns about fork, harmless before an exec
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
 
+from ray.util.placement_group import remove_placement_group  # noqa: E402
+
 from drlhet.agents.dqn import DQNConfig  # noqa: E402
 from drlhet.cli.ray_actors import ray_config  # noqa: E402
 from drlhet.cli.train import CHECKPOINT_EVERY, KEEP_CHECKPOINTS, _saving  # noqa: E402
 from drlhet.runtime.config import TrainConfig  # noqa: E402
-from drlhet.runtime.ray_cluster import check_address, check_run, end_steps, init_ray  # noqa: E402
+from drlhet.runtime.ray_cluster import (  # noqa: E402
+    check_address,
+    check_run,
+    end_steps,
+    init_ray,
+    reserve_cpus,
+)
 from drlhet.runtime.ray_learner import RayConfig, parse_actors, run_ray  # noqa: E402
 
 SMALL = TrainConfig(
@@ -327,6 +335,36 @@ def test_a_cluster_whose_cpus_other_jobs_hold_is_refused_up_front(two_nodes):
         )
         assert time.monotonic() - t < 30
         init_ray(RayConfig(actors=1))  # one is free
+    finally:
+        ray.kill(holder)
+
+
+def test_cpus_taken_between_the_check_and_the_placement_are_refused_not_waited_for(
+    two_nodes, monkeypatch
+):
+    """A CPU free at `init_ray`'s check could be taken by another job before an actor was
+    placed on it; the actor then never answered. `reserve_cpus` holds them all at once."""
+
+    @ray.remote(num_cpus=1)
+    class Holder:
+        def ready(self) -> bool:
+            return True
+
+    holder = Holder.remote()
+    try:
+        ray.get(holder.ready.remote())
+        monkeypatch.setattr(ray, "available_resources", lambda: {"CPU": 2.0})  # the check's view
+        init_ray(RayConfig(actors=2), free_wait_s=0)  # passes: the other job came after it
+        t = time.monotonic()
+        with pytest.raises(ValueError) as e:
+            reserve_cpus(RayConfig(actors=2), wait_s=2)
+        assert str(e.value) == (
+            "--actors ray:2 needs a free CPU each; Ray could not reserve them within 2 s "
+            "(other jobs took them after the check)"
+        )
+        assert time.monotonic() - t < 30
+        group = reserve_cpus(RayConfig(actors=1))  # the one left, held
+        remove_placement_group(group)
     finally:
         ray.kill(holder)
 

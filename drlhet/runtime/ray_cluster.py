@@ -4,8 +4,10 @@ takes in whole actor calls, ends within its ``steps``.
 
 Each check replaces a failure that came late or never: ``ray.init`` retries an address nothing
 answers at for minutes on end (a closed port: 20 tries of about 35 s); an actor Ray cannot
-place never answers (the learner waited for it, then gave up after minutes); a run ended at the
-first whole actor call at or past its last chunk's end, which could be past ``steps``.
+place never answers (the learner waited for it, then gave up after minutes; and a CPU free at
+the check can be taken by another job before the actor is placed: `reserve_cpus` holds them
+first); a run ended at the first whole actor call at or past its last chunk's end, which could
+be past ``steps``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ __all__ = [
     "check_run",
     "end_steps",
     "init_ray",
+    "reserve_cpus",
     "warmup_end",
 ]
 
@@ -109,6 +112,30 @@ def init_ray(rc: RayConfig, free_wait_s: float = FREE_WAIT_S) -> None:
                 f"{free:g} free (other jobs hold the rest)"
             )
         time.sleep(0.1)
+
+
+def reserve_cpus(rc: RayConfig, wait_s: float = FREE_WAIT_S):
+    """A Ray placement group holding one CPU for each of ``rc.actors`` actors (bundle i for
+    actor i), reserved at once: a CPU that `init_ray` found free may be taken by another job
+    before an actor is placed on it, and an actor Ray cannot place never answers. Remove it
+    (``ray.util.remove_placement_group``) when the actors are done. Ray must be started.
+
+    Raises:
+      ValueError: the CPUs could not all be reserved within ``wait_s`` seconds; named.
+    """
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    group = placement_group([{CPU.upper(): 1}] * rc.actors)
+    try:
+        ray.get(group.ready(), timeout=wait_s)
+    except ray.exceptions.GetTimeoutError:
+        remove_placement_group(group)
+        raise ValueError(
+            f"--actors ray:{rc.actors} needs a free CPU each; Ray could not reserve them within "
+            f"{wait_s:g} s (other jobs took them after the check)"
+        ) from None
+    return group
 
 
 def _start(ray, address: str | None) -> None:

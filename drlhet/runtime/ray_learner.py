@@ -40,7 +40,7 @@ from drlhet.runtime.chunks import check_replay_error, chunk_row, host_summary, s
 from drlhet.runtime.compiling import jit
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.ray_actor import RolloutActor, params_digest
-from drlhet.runtime.ray_cluster import check_run, init_ray
+from drlhet.runtime.ray_cluster import check_run, init_ray, reserve_cpus
 from drlhet.runtime.saving import ChunkHook
 from drlhet.runtime.trainer import Trainer, make_trainer
 
@@ -301,10 +301,13 @@ def _chunk(lr: _Learner, i: int, t0: float, last: float) -> dict:
     return {**row, "eval_s": eval_s, "ray": lr.report.as_dict()}
 
 
-def _start_actors(cfg: TrainConfig, rc: RayConfig) -> tuple[list, list[str]]:
+def _start_actors(cfg: TrainConfig, rc: RayConfig) -> tuple[list, list[str], Any]:
+    """``(actors, their names, the placement group holding their CPUs)``."""
     import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     init_ray(rc)
+    group = reserve_cpus(rc)
     remote = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0)(RolloutActor)
     # one CPU each: one XLA device, one compute thread
     flags = "--xla_force_host_platform_device_count=1 --xla_cpu_multi_thread_eigen=false"
@@ -313,10 +316,14 @@ def _start_actors(cfg: TrainConfig, rc: RayConfig) -> tuple[list, list[str]]:
     stamp = f"{time.time_ns():x}"
     names = [f"drlhet-{stamp}-actor-{i}" for i in range(rc.actors)]
     actors = [
-        remote.options(name=n, runtime_env={"env_vars": env}).remote(cfg, i, rc.rollout)
+        remote.options(
+            name=n,
+            runtime_env={"env_vars": env},
+            scheduling_strategy=PlacementGroupSchedulingStrategy(group, i),
+        ).remote(cfg, i, rc.rollout)
         for i, n in enumerate(names)
     ]
-    return actors, names
+    return actors, names, group
 
 
 def _shared_cache(rc: RayConfig, config: Any = jax.config) -> dict[str, str]:
@@ -366,8 +373,9 @@ def run_ray(
     """
     tr = make_trainer(cfg)
     check_run(cfg, rc)
-    actors, names = _start_actors(cfg, rc)
+    actors, names, group = _start_actors(cfg, rc)
     import ray
+    from ray.util.placement_group import remove_placement_group
 
     try:
         lr = _Learner(tr, rc, actors, names, device or jax.devices()[0], record_batches)
@@ -383,3 +391,4 @@ def run_ray(
     finally:
         for a in actors:
             ray.kill(a)
+        remove_placement_group(group)

@@ -176,9 +176,13 @@ class BoardTree:
       board: an open board (`open_board`, or a stand-in serving the same calls).
       capacity, branching: the leaves and K the bitstream was built with (``RMM_CAPACITY``,
         ``RMM_K``).
-      frac_bits: the fraction bits of its leaves (``RMM_FRAC_BITS``).
+      frac_bits: the fraction bits of its leaves (``RMM_FRAC_BITS``), in ``[0, 31]``.
       memory: the board's ``(on-chip bytes, DDR bytes)`` (its device sheet): a capacity whose
         memories fit in neither is refused (`drlhet.backends.rmm_spec.placement`).
+
+    The bitstream records none of capacity, K and F where the host can read them (they are
+    compile-time constants of ``rmm_top``; the protocol has no op that reports them), so they
+    are the caller's word: a mismatch is not detected here.
     """
 
     def __init__(
@@ -196,9 +200,11 @@ class BoardTree:
         )
         if why:
             raise ValueError(why)
+        if not isinstance(frac_bits, int | np.integer) or not 0 <= frac_bits <= 31:
+            raise ValueError(f"frac_bits {frac_bits!r} outside [0, 31]")  # as fixed_point.init
         self.leaves_at = placement(capacity, branching, *memory) if memory else None
         self.board, self.capacity, self.branching = board, capacity, branching
-        self.frac_bits = frac_bits
+        self.frac_bits = int(frac_bits)
         self.depth = layout(capacity, branching).depth
 
     def _batch(self, n: int, limit: int | None = None) -> None:

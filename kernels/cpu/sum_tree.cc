@@ -15,9 +15,12 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "drlhet/prioritized.h"
 #include "drlhet/sum_tree.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -242,6 +245,21 @@ void UpdateTree(float* nodes, const drlhet::TreeLayout& lay, const int32_t* indi
   }
 }
 
+// A float as text, exactly enough to name it ("%.9g"); a subnormal is decoded from its bits, since
+// XLA's CPU threads read subnormal inputs as zero (std::to_string(-1e-45f) gave "-0.000000").
+std::string FloatText(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  double d = static_cast<double>(x);
+  if ((bits & 0x7f800000u) == 0) {  // zero or subnormal: mantissa * 2^-149, a normal double
+    d = std::ldexp(static_cast<double>(bits & 0x007fffffu), -149);
+    if (bits >> 31) d = -d;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.9g", d);
+  return text;
+}
+
 ffi::Error CheckLayout(int64_t branching, int64_t capacity, int64_t tree_elems,
                        drlhet::TreeLayout* lay, int64_t* num_trees) {
   if (!drlhet::MakeLayout(capacity, branching, lay)) {
@@ -276,7 +294,7 @@ ffi::Error FindImpl(ffi::Buffer<ffi::F32> nodes, ffi::Buffer<ffi::F32> targets,
   const float* t = targets.typed_data();
   for (int64_t i = 0; i < total_targets; ++i) {
     if (!std::isfinite(t[i])) {
-      return ffi::Error::InvalidArgument("drlhet_find: target " + std::to_string(t[i]) +
+      return ffi::Error::InvalidArgument("drlhet_find: target " + FloatText(t[i]) +
                                          " at position " + std::to_string(i) + " is not finite");
     }
   }
@@ -321,8 +339,10 @@ ffi::Error UpdateImpl(ffi::Buffer<ffi::F32> nodes, ffi::Buffer<ffi::S32> indices
       return ffi::Error::InvalidArgument("drlhet_update: index " + std::to_string(idx[i]) +
                                          " out of range [0, " + std::to_string(capacity) + ")");
     }
-    if (!std::isfinite(val[i]) || val[i] < 0.0f) {
-      return ffi::Error::InvalidArgument("drlhet_update: priority " + std::to_string(val[i]) +
+    // the sign from the bits (SignBitClear): XLA's CPU threads take subnormal inputs for zero,
+    // so `val[i] < 0.0f` kept -1e-45, which the reference and the cuda backend refuse
+    if (!std::isfinite(val[i]) || !drlhet::SignBitClear(val[i])) {
+      return ffi::Error::InvalidArgument("drlhet_update: priority " + FloatText(val[i]) +
                                          " at position " + std::to_string(i) +
                                          " is not finite and >= 0");
     }

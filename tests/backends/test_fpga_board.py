@@ -5,6 +5,7 @@ sent."""
 
 from __future__ import annotations
 
+import re
 import sys
 
 import jax.numpy as jnp
@@ -161,3 +162,17 @@ def test_indices_slots_and_levels_that_are_not_in_range_integers_are_refused(
         tree.read(1.5, [0])  # type: ignore[arg-type]
     assert memory.runs == runs
     assert tree.read(tree.depth, np.uint64([1, 2])).tolist() == [1 << 20, 2 << 20]
+
+
+def test_frac_bits_outside_the_leaf_format_are_refused(monkeypatch, bitstream):
+    """``frac_bits`` was kept unchecked (40, 2.5 or "20" accepted); the leaf format holds
+    ``[0, 31]``, as `drlhet.replay.fixed_point.init` refuses. Nothing is sent either way.
+    (Whether it is the bitstream's cannot be checked: the board reports no F, see BoardTree.)"""
+    memory = Memory(N, K)
+    board = board_for("pynq", monkeypatch, bitstream, memory, max_batch=64)
+    for bad in (-1, 32, 40, 2.5, "20"):
+        with pytest.raises(ValueError, match=re.escape(f"frac_bits {bad!r} outside [0, 31]")):
+            BoardTree(board, N, K, frac_bits=bad)  # type: ignore[arg-type]
+    assert BoardTree(board, N, K, frac_bits=np.int64(31)).frac_bits == 31
+    assert BoardTree(board, N, K, frac_bits=0).frac_bits == 0
+    assert memory.runs == 0

@@ -29,6 +29,9 @@ except BackendUnavailable as e:  # the package's own library: `make test` builds
         ([0, 1], [1.0, -1.0], "finite and >= 0"),
         ([0, 1], [np.nan, 1.0], "finite and >= 0"),
         ([0, 1], [1.0, np.inf], "finite and >= 0"),
+        # a negative subnormal: its sign from its bits (SignBitClear, as cuda), since XLA's CPU
+        # threads take subnormal inputs for zero and `< 0` kept it; named in full, not -0.000000
+        ([0, 1], [1.0, -1e-45], r"priority -1\.40129846e-45 at position 1 is not finite and >= 0"),
     ],
 )
 def test_bad_update_is_an_error_and_changes_nothing(indices, values, match):
@@ -44,6 +47,14 @@ def test_bad_update_is_an_error_and_changes_nothing(indices, values, match):
         tree, jnp.array(indices), jnp.array(values, jnp.float32), jnp.zeros(2, bool)
     )
     np.testing.assert_array_equal(out.nodes, before)
+
+
+def test_zero_and_minus_zero_priorities_are_written():
+    """The sign-bit test refuses -1e-45 but not -0.0 (the reference writes it, bit for bit)."""
+    tree = random_tree(10, 2)
+    idx, vals = jnp.array([3, 7]), jnp.array([-0.0, 0.0], jnp.float32)
+    out = jax.jit(native.update)(tree, idx, vals)
+    assert np.asarray(out.nodes).tobytes() == np.asarray(st.write(tree, idx, vals).nodes).tobytes()
 
 
 def test_indices_past_int32_are_refused_not_wrapped():

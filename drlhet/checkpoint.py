@@ -9,6 +9,13 @@ complete, so a process killed mid-write leaves the previous checkpoints intact),
 deep, and carries a SHA-256 digest of its arrays: a truncated or corrupt one is refused with one
 line naming its folder, and `Checkpoints.restore` falls back to the one before.
 
+The folder holds one history. A run resumed from an older checkpoint while newer ones are there
+(`Checkpoints.restore` with ``chunk``, or a newer one that does not read back) abandons the run
+that wrote them: saving chunk c deletes every checkpoint of a later chunk, and those of earlier
+chunks whose rows disagree with chunk c's rows on a chunk both hold (the abandoned run's, saved
+between the chunk resumed from and c). `restore` then never picks another history's state, and
+orbax, which deletes the oldest beyond ``keep``, keeps the newest of this one.
+
 The arrays are stored per leaf in the order of the state's pytree, as plain host arrays (typed RNG
 keys as their key data; zero-size leaves by shape only), so a checkpoint written with one device
 layout restores on another: the run places the restored state on the devices of its mapping.
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import shutil
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -92,11 +100,22 @@ class Checkpoints:
     def save(self, chunk: int, states: Any, rows: list[dict], meta: dict) -> Path:
         """Writes the state after ``chunk`` (returns its folder; blocks until it is complete).
 
+        The folder keeps one history (see the module's docstring): the checkpoints of chunk
+        ``chunk`` (a corrupt one a resumed run skipped) and later ones are deleted first, then,
+        newest first, the earlier ones whose rows disagree with ``rows`` on a chunk both hold
+        (their ``chunk`` field; the fields both rows have), down to the first that does not:
+        the checkpoints a run wrote after the one this run was resumed from.
+
         Args:
           chunk: the index of the chunk just run.
           states: the `TrainState` of every seed (device or host arrays; fetched here).
-          rows: every chunk's row so far (JSON-serializable).
+          rows: every chunk's row so far (JSON-serializable), of chunks ``0..chunk``, or of
+            this run's chunks only (then the checkpoints before the one resumed from are
+            kept whatever their rows).
           meta: JSON-serializable: ``config`` and ``mapping`` at least.
+
+        Raises:
+          TypeError: ``rows`` or ``meta`` is not JSON-serializable (the folder is untouched).
         """
         import orbax.checkpoint as ocp
 
@@ -109,10 +128,14 @@ class Checkpoints:
             "leaves": leaves,
             "digest": _digest(arrays),
         }
+        json.dumps(record)  # before anything is deleted
+        stale = self._other_history(chunk, rows)
         manager = self._open()
-        if (self.folder / str(chunk)).exists():  # a corrupt one a resumed run skipped
-            manager.delete(chunk)
-            shutil.rmtree(self.folder / str(chunk), ignore_errors=True)
+        if stale:
+            for c in stale:
+                if c in manager.all_steps():
+                    manager.delete(c)
+                shutil.rmtree(self.folder / str(c), ignore_errors=True)
             manager.reload()
         state_args = ocp.args.StandardSave(arrays) if arrays else ocp.args.JsonSave({})
         manager.save(
@@ -122,6 +145,29 @@ class Checkpoints:
         )
         manager.wait_until_finished()
         return self.folder / str(chunk)
+
+    def _other_history(self, chunk: int, rows: list[dict]) -> list[int]:
+        """The checkpoints that saving ``chunk`` with ``rows`` deletes (`save`): every folder
+        of ``chunk`` or later (complete or not), and the earlier ones of another history."""
+        if not self.folder.is_dir():
+            return []
+        there = sorted(int(p.name) for p in self.folder.iterdir() if p.name.isdigit())
+        stale = [c for c in there if c >= chunk]
+        mine = _by_chunk(rows)
+        for c in reversed([c for c in there if c < chunk]):
+            if not _disagree(mine, self._rows_of(c)):
+                break
+            stale.append(c)
+        return stale
+
+    def _rows_of(self, chunk: int) -> list[dict]:
+        """The rows that the checkpoint of ``chunk`` holds (none where they do not read back:
+        nothing to judge it by)."""
+        try:
+            rows = json.loads((self.folder / str(chunk) / "meta" / "metadata").read_text())["rows"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
+        return rows if isinstance(rows, list) else []
 
     def restore(self, example: Any, chunk: int | None = None) -> Saved:
         """The newest checkpoint that reads back intact (or the one of ``chunk``).
@@ -181,6 +227,24 @@ class Checkpoints:
         if _digest(arrays) != meta["digest"]:
             raise CheckpointError("corrupt: its arrays do not match the digest written with them")
         return _rebuild(example, meta["leaves"], arrays), meta
+
+
+def _by_chunk(rows: list[dict]) -> dict[int, dict]:
+    """``{chunk: row}`` of the rows that say their chunk (an integer)."""
+    return {r["chunk"]: r for r in rows if isinstance(r, dict) and isinstance(r.get("chunk"), int)}
+
+
+def _disagree(mine: dict[int, dict], rows: list[dict]) -> bool:
+    """Whether ``rows`` (a stored checkpoint's) and ``mine`` (`_by_chunk`) differ in a field
+    both have of a chunk both hold (compared as JSON: a tuple as the list read back)."""
+    for chunk, theirs in _by_chunk(rows).items():
+        ours = mine.get(chunk)
+        if ours is None:
+            continue
+        for k in ours.keys() & theirs.keys():
+            if json.dumps(ours[k], sort_keys=True) != json.dumps(theirs[k], sort_keys=True):
+                return True
+    return False
 
 
 def _first_line(e: Exception) -> str:

@@ -3,11 +3,12 @@
 A run directory holds ``checkpoints/<chunk>/`` (`drlhet.checkpoint.Checkpoints`) beside its
 ``config.json`` and ``metrics.jsonl``. ``--resume DIR`` takes the configuration and the mapping
 from the newest checkpoint that reads back intact (a newer one that does not is named on
-stderr and skipped), rewrites ``metrics.jsonl`` with the rows up to that checkpoint, and goes
-on from there; the mapping may be changed (``--mapping``): the state is placed anew. The
-checkpoints also record how often they were taken and how many are kept, which a resumed run
-keeps unless told otherwise; a run resumed after its last chunk only gets back what its folder
-lacks of it (`finished_run`).
+stderr and skipped; the resumed run's first checkpoint deletes those of later chunks:
+`Checkpoints.save` keeps one history), rewrites ``metrics.jsonl`` with the rows up to that
+checkpoint, and goes on from there; the mapping may be changed (``--mapping``): the state is
+placed anew. The checkpoints also record how often they were taken and how many are kept, which
+a resumed run keeps unless told otherwise; a run resumed after its last chunk only gets back
+what its folder lacks of it (`finished_run`).
 """
 
 from __future__ import annotations

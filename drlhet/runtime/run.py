@@ -15,6 +15,7 @@ resumed from the state after chunk c goes on bit for bit as the run that was not
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -25,7 +26,7 @@ import jax.numpy as jnp
 from drlhet.envs.host import is_host_env
 from drlhet.replay.nstep import cut
 from drlhet.runtime.compiling import jit
-from drlhet.runtime.config import TrainConfig, tree_shape
+from drlhet.runtime.config import ConfigError, TrainConfig, tree_shape
 from drlhet.runtime.fused import run_fused
 from drlhet.runtime.host_loop import run_iteration_loop
 from drlhet.runtime.mapping import Mapping, Placement, segments
@@ -33,7 +34,7 @@ from drlhet.runtime.pipeline import run_pipeline
 from drlhet.runtime.saving import ChunkHook, Saving
 from drlhet.runtime.trainer import Trainer, TrainState, make_trainer
 
-__all__ = ["run", "default_mapping", "Start", "initial_example"]
+__all__ = ["run", "default_mapping", "Start", "RESUMABLE", "initial_example"]
 
 
 class Start(NamedTuple):
@@ -42,10 +43,31 @@ class Start(NamedTuple):
     after the run's last chunk: the states come back as given). The run takes the states:
     device arrays already on the devices it places them on are donated to its first chunk
     (deleted), as the state of a fresh run is; keep a copy (``jax.device_get``) to use them
-    again."""
+    again.
+
+    ``config``: the configuration the states were saved with (a checkpoint's
+    ``Saved.meta["config"]``, or a `TrainConfig`; `from_saved` sets it). `run` then refuses
+    a ``cfg`` that differs from it in any field but those a resume may change (`RESUMABLE`:
+    the mapping sets them), naming each field and both values, before it touches the states.
+    None (``Start(states, chunk)``): unchecked, the run goes on with whatever ``cfg`` says
+    (as a longer run from a shorter one's state)."""
 
     states: Any
     chunk: int
+    config: Any = None
+
+    @classmethod
+    def from_saved(cls, saved: Any) -> Start:
+        """The checked start from a restored checkpoint (`drlhet.checkpoint.Saved`)."""
+        config = saved.meta.get("config")
+        if not isinstance(config, dict):
+            raise ValueError(f"checkpoint {saved.path} records no configuration to check")
+        return cls(saved.states, saved.chunk, config)
+
+
+RESUMABLE = ("backend", "learner")
+"""`TrainConfig` fields a resume may change: the mapping places the replay and the learner
+(``drlhet train --resume`` takes every other field from the checkpoint)."""
 
 
 def run(
@@ -65,7 +87,8 @@ def run(
         None: every group fused on JAX's default device.
       on_chunk: called with each chunk's row as soon as it is measured (progress, early stop:
         an exception it raises ends the run), after the chunk's checkpoint if one is due.
-      start: resume from a saved state (`drlhet.checkpoint`) instead of a fresh one.
+      start: resume from a saved state (`drlhet.checkpoint`) instead of a fresh one; one with
+        a ``config`` must have been saved with ``cfg`` (`Start`).
       saving: write checkpoints during the run.
       stop_asked: ``() -> bool``: once true (it stays so: a later false is not read), end
         after the chunk that runs (the pipeline: after the chunks its threads have begun,
@@ -84,10 +107,13 @@ def run(
       ``trained_samples_per_s`` (all seeds).
 
     Raises:
-      ValueError: a bad configuration or mapping.
+      ValueError: a bad configuration or mapping; `ConfigError` naming the fields where
+        ``cfg`` differs from ``start.config``.
       BackendUnavailable: a backend or device the mapping names is missing here.
       Stopped: ``stop_asked`` ended the run early.
     """
+    if start is not None and start.config is not None:
+        _check_resumed(cfg, start.config)
     if isinstance(mapping, str):
         mapping = Mapping.parse(mapping, tree_shape(cfg))
     if mapping is None:
@@ -114,6 +140,42 @@ def run(
     if cfg.delay >= cfg.sgd_steps:
         return _pipeline_segments(tr, states, devices, t0, hook, extra, first)
     return run_iteration_loop(tr, states, devices, t0, hook, extra, first)
+
+
+def _check_resumed(cfg: TrainConfig, saved: Any) -> None:
+    """Raises `ConfigError` naming every field but `RESUMABLE` where ``cfg`` differs from
+    ``saved`` (a checkpoint's JSON config, where a missing field has its default, as the
+    CLI's resume reads it; or a `TrainConfig`), with both values."""
+    if dataclasses.is_dataclass(saved) and not isinstance(saved, type):
+        saved = dataclasses.asdict(saved)
+    if not isinstance(saved, dict):
+        raise ValueError(
+            f"start.config must be a checkpoint's config (a dict) or a TrainConfig, "
+            f"got {type(saved).__name__}"
+        )
+    here = _flat(dataclasses.asdict(cfg))
+    there = _flat(dataclasses.asdict(TrainConfig())) | {
+        k: v for k, v in _flat(saved).items() if k in here
+    }
+    differ = [k for k in here if k.split(".")[0] not in RESUMABLE and here[k] != there[k]]
+    if differ:
+        said = "; ".join(
+            f"{k} {json.dumps(there[k])} there, {json.dumps(here[k])} here" for k in differ
+        )
+        message = f"start: the checkpoint was saved with another configuration: {said}"
+        raise ConfigError(message, *differ)
+
+
+def _flat(config: dict, prefix: str = "") -> dict[str, Any]:
+    """``{"dqn.lr": 0.001, ...}``: every leaf field of a config dict, its value as JSON gives
+    it back (tuples and the lists a checkpoint holds alike; ``1 == 1.0`` as in Python)."""
+    out: dict[str, Any] = {}
+    for k, v in config.items():
+        if isinstance(v, dict):
+            out |= _flat(v, f"{prefix}{k}.")
+        else:
+            out[f"{prefix}{k}"] = json.loads(json.dumps(v, default=repr))
+    return out
 
 
 def _fresh_episodes(tr: Trainer, states: Any) -> Any:

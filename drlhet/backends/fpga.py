@@ -23,7 +23,7 @@ import numpy as np
 from drlhet.backends import fpga_learner
 from drlhet.backends.base import CPU, FPGA, Backend, register
 from drlhet.backends.native import library_path
-from drlhet.backends.rmm_spec import BRANCHING, MAX_CAPACITY, accepts
+from drlhet.backends.rmm_spec import BRANCHING, INFO, INFO_WORDS, MAX_CAPACITY, accepts
 from drlhet.replay import fixed_point as fp
 from drlhet.replay.fixed_point import FixedDraw, FixedTreeState
 from drlhet.replay.sum_tree import TreeLayout, TreeOps, layout
@@ -129,10 +129,11 @@ def serve(
 ) -> int:
     """Serves one command of the host protocol (``hls/rmm/rmm.h``) on a tree held in NumPy
     ``uint32`` arrays ``memory = (leaves, hi, lo)``, in place: what a board does with its
-    buffers (the drivers' stand-in calls it). Returns 0, -1 for a bad command, -2 for a build
-    the module does not take (`drlhet.backends.rmm_spec.accepts`); raises ``ValueError`` for
-    ``frac_bits`` outside [0, 31], a buffer that is not contiguous uint32 (``memory`` and
-    ``out`` writable too) or is smaller than the layout or the command needs."""
+    buffers (the drivers' stand-in calls it); the info op answers this build's K, capacity and
+    ``frac_bits``. Returns 0, -1 for a bad command, -2 for a build the module does not take
+    (`drlhet.backends.rmm_spec.accepts`); raises ``ValueError`` for ``frac_bits`` outside
+    [0, 31], a buffer that is not contiguous uint32 (``memory`` and ``out`` writable too) or is
+    smaller than the layout or the command needs."""
     ptr = ctypes.POINTER(ctypes.c_uint32)
     arrays = (*memory, cmd, inputs, out)
     for a in arrays:
@@ -162,7 +163,8 @@ def _check_sizes(lay: TreeLayout, memory, cmd, inputs, out) -> None:
     if cmd.size < 3:
         raise ValueError(f"cmd holds {cmd.size} words; the protocol's command is 3")
     b = int(cmd[1])
-    need = {1: (2 * b, 1), 2: (2 * b, 2 * b + 2), 3: (b, 2 * b)}.get(int(cmd[0]), (0, 0))
+    words = {1: (2 * b, 1), 2: (2 * b, 2 * b + 2), 3: (b, 2 * b), INFO: (1, INFO_WORDS)}
+    need = words.get(int(cmd[0]), (0, 0))
     for name, a, n in (("inputs", inputs, need[0]), ("out", out, need[1])):
         if a.size < n:
             raise ValueError(f"{name} holds {a.size} words; op {int(cmd[0])} of B {b} needs {n}")

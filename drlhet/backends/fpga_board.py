@@ -10,12 +10,15 @@ what is missing (the library, a board, the bitstream) raises `BackendUnavailable
 `BoardTree` is the module's sum tree on a board, with the checks every backend makes: a write of
 priorities ``v = p^alpha`` (refusing negative, NaN and infinite values and indices out of
 range), a sample of B draws (refusing an empty tree) and a read-back of any level
-(checkpoints). The tree lives on the board; only the batch's words cross the link.
+(checkpoints). The tree lives on the board; only the batch's words cross the link. It asks the
+bitstream once, by the protocol's info op, for the K, capacity and F it was built with, and
+refuses a bitstream built for others (or one too old to say).
 """
 
 from __future__ import annotations
 
 import importlib
+import secrets
 from pathlib import Path
 from types import ModuleType
 from typing import Protocol
@@ -23,13 +26,20 @@ from typing import Protocol
 import numpy as np
 
 from drlhet.backends.base import BackendUnavailable
-from drlhet.backends.rmm_spec import accepts, placement
+from drlhet.backends.rmm_spec import (
+    INFO,
+    INFO_MAGIC,
+    INFO_WORDS,
+    PROTOCOL_VERSION,
+    accepts,
+    placement,
+)
 from drlhet.replay.sum_tree import layout
 
-__all__ = ["Board", "PynqBoard", "XrtBoard", "BoardTree", "open_board", "DRIVERS"]
+__all__ = ["Board", "PynqBoard", "XrtBoard", "BoardTree", "check_build", "open_board", "DRIVERS"]
 
 WRITE, SAMPLE, READ = 1, 2, 3
-"""The protocol's ops (``rmm.h``: kWrite, kSample, kRead)."""
+"""The protocol's ops (``rmm.h``: kWrite, kSample, kRead; kInfo is `rmm_spec.INFO`)."""
 STRATIFIED = 1
 DROPPED = 0xFFFFFFFF
 DRIVERS = ("pyxrt", "pynq")
@@ -75,8 +85,9 @@ def _integers(name: str, a: np.ndarray) -> np.ndarray:
 
 
 def _words(max_batch: int) -> tuple[int, int]:
-    """Words of the input and output buffers for batches of up to ``max_batch``."""
-    return 2 * max_batch, 2 * max_batch + 2
+    """Words of the input and output buffers for batches of up to ``max_batch`` (the output
+    holds the info op's answer too)."""
+    return 2 * max_batch, max(2 * max_batch + 2, INFO_WORDS)
 
 
 class PynqBoard:
@@ -169,6 +180,47 @@ def open_board(bitstream: str | Path, driver: str = "auto", **kw) -> Board:
     raise BackendUnavailable("; ".join(tried))
 
 
+def check_build(board: Board, capacity: int, branching: int, frac_bits: int) -> None:
+    """Asks ``board`` for its bitstream's build (one info command) and refuses another.
+
+    The command carries a random nonce that the answer echoes: a bitstream older than the op
+    leaves the output buffer as it was, and a stale answer there is not taken for its own.
+
+    Raises:
+      ValueError: in one line, a bitstream that does not answer the info op (older than
+        protocol version `PROTOCOL_VERSION`), that speaks another version, or that was built
+        with another K, capacity or F (each differing value, the bitstream's and the given).
+    """
+    rebuild = (
+        f"rebuild it (hls/rmm/run_hls.tcl) with RMM_K={branching} RMM_CAPACITY={capacity} "
+        f"RMM_FRAC_BITS={frac_bits}"
+    )
+    nonce = secrets.randbits(32)
+    out = board.run(_cmd(INFO, 1, 0), np.array([nonce], np.uint32), INFO_WORDS)
+    words = [int(w) for w in np.asarray(out).reshape(-1)[:INFO_WORDS]]
+    if len(words) < INFO_WORDS or words[0] != INFO_MAGIC or words[1] != nonce:
+        raise ValueError(
+            f"the bitstream does not answer the info op (op {INFO}): it is older than protocol "
+            f"version {PROTOCOL_VERSION} and cannot say its K, capacity and F; {rebuild}"
+        )
+    if words[2] != PROTOCOL_VERSION:
+        raise ValueError(
+            f"the bitstream speaks protocol version {words[2]}, this host version "
+            f"{PROTOCOL_VERSION}; {rebuild}"
+        )
+    given = {"K": branching, "capacity": capacity, "frac_bits": frac_bits}
+    differ = [
+        f"{name} {built} (given: {want})"
+        for (name, want), built in zip(given.items(), words[3:], strict=True)
+        if built != want
+    ]
+    if differ:
+        raise ValueError(
+            f"the bitstream was built for {', '.join(differ)}: give BoardTree its values, or "
+            f"{rebuild}"
+        )
+
+
 class BoardTree:
     """The replay module's sum tree on a board (`Board`), through the host protocol.
 
@@ -180,9 +232,14 @@ class BoardTree:
       memory: the board's ``(on-chip bytes, DDR bytes)`` (its device sheet): a capacity whose
         memories fit in neither is refused (`drlhet.backends.rmm_spec.placement`).
 
-    The bitstream records none of capacity, K and F where the host can read them (they are
-    compile-time constants of ``rmm_top``; the protocol has no op that reports them), so they
-    are the caller's word: a mismatch is not detected here.
+    The bitstream's capacity, K and F are compile-time constants of ``rmm_top``: the tree asks
+    them once, by the protocol's info op (``rmm.h``: kInfo; one command, never again), and
+    refuses a bitstream built for other values, or one older than the op (it cannot say what it
+    was built for, and a mismatch gives wrong samples without an error): rebuild it.
+
+    Raises:
+      ValueError: a bad argument (nothing is sent), or a bitstream that is not the caller's
+        (`check_build`).
     """
 
     def __init__(
@@ -202,7 +259,9 @@ class BoardTree:
             raise ValueError(why)
         if not isinstance(frac_bits, int | np.integer) or not 0 <= frac_bits <= 31:
             raise ValueError(f"frac_bits {frac_bits!r} outside [0, 31]")  # as fixed_point.init
-        self.leaves_at = placement(capacity, branching, *memory) if memory else None
+        leaves_at = placement(capacity, branching, *memory) if memory else None
+        check_build(board, capacity, branching, int(frac_bits))  # the one info command
+        self.leaves_at = leaves_at
         self.board, self.capacity, self.branching = board, capacity, branching
         self.frac_bits = int(frac_bits)
         self.depth = layout(capacity, branching).depth

@@ -1,5 +1,6 @@
 """What the FPGA replay module (``hls/rmm``) is built for: its K, its capacity range, its
-memories and where they fit on a board.
+memories and where they fit on a board; and the words of the protocol's info op, by which a
+bitstream reports the K, capacity and F it was built with.
 
 Pure (no JAX): the backend, the board drivers and the DSE's cycle model all read it.
 """
@@ -15,6 +16,10 @@ __all__ = [
     "depth_of",
     "memory_bytes",
     "placement",
+    "INFO",
+    "INFO_MAGIC",
+    "INFO_WORDS",
+    "PROTOCOL_VERSION",
 ]
 
 BRANCHING = (4, 8, 16, 32, 64)
@@ -24,6 +29,10 @@ MAX_CAPACITY = 1 << 30
 the host, a dropped write's index past the leaf row: `fixed_point.MAX_CAPACITY`)."""
 ON_CHIP, DDR = "on-chip", "ddr"
 """Where the leaves live (`placement`)."""
+INFO, PROTOCOL_VERSION, INFO_MAGIC, INFO_WORDS = 4, 1, 0x524D4D49, 6
+"""The info op (``rmm.h``: kInfo, kProtocolVersion, kInfoMagic, kInfoWords): ``cmd = [4, 1, 0]``,
+``in = [a nonce]``; ``out = [INFO_MAGIC, the nonce, PROTOCOL_VERSION, K, capacity, frac_bits]``.
+A bitstream older than the op (protocol version 0) leaves ``out`` as it was."""
 
 
 def accepts(capacity: int, branching: int) -> str:

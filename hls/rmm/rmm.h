@@ -60,9 +60,17 @@ const int kMaxStratifiedBatch = 1 << 16;
 //   kRead  : cmd[2] = a level (0: the root's, depth: the leaves), in = B slots of that level
 //            out = their values u32[2B] (slot j: out[2j] high, out[2j + 1] low): a host reads
 //            the tree back (checkpoints, tests); the leaves alone determine every sum
-enum Op { kWrite = 1, kSample = 2, kRead = 3 };
+//   kInfo  : B = 1, in = [a nonce]; out = [kInfoMagic, the nonce, kProtocolVersion, K,
+//            capacity, frac_bits]: the build (compile-time constants of a bitstream), which a
+//            host checks once before its first command. No item flows through the levels. A
+//            build older than the op (version 0) leaves out untouched: the nonce tells a stale
+//            buffer from an answer.
+enum Op { kWrite = 1, kSample = 2, kRead = 3, kInfo = 4 };
 const int kCmdWords = 3;
 const uint32_t kStratified = 1u;
+const uint32_t kProtocolVersion = 1;      // bumped when any op's words change
+const uint32_t kInfoMagic = 0x524D4D49u;  // "RMMI"
+const int kInfoWords = 6;
 
 constexpr bool SupportedBranching(int k) { return k == 4 || k == 8 || k == 16 || k == 32 || k == 64; }
 
@@ -322,6 +330,17 @@ node_t ReadNode(Tree& tree, const Layout& lay, int level, uint32_t i) {
   return level == 0 ? (i == 0 ? tree.root() : node_t(0)) : tree.node(level, int64_t(i));
 }
 
+// The info op's answer (kInfo) for a build of K `branching`, `capacity` leaves and `frac_bits`.
+inline void InfoWords(int branching, int64_t capacity, int frac_bits, uint32_t nonce,
+                      uint32_t* out) {
+  out[0] = kInfoMagic;
+  out[1] = nonce;
+  out[2] = kProtocolVersion;
+  out[3] = uint32_t(branching);
+  out[4] = uint32_t(capacity);  // <= kMaxCapacity
+  out[5] = uint32_t(frac_bits);
+}
+
 // Serves one command with the levels run one after the other (the C-simulation's order:
 // Vitis runs a dataflow region's stages so too). Returns 0, or -1 for a bad command.
 template <int K, class Tree>
@@ -329,6 +348,11 @@ int Serve(Tree& tree, const Layout& lay, int frac_bits, const uint32_t* cmd, con
           uint32_t* out) {
   const int b = int(cmd[1]);
   if (b < 0) return -1;
+  if (cmd[0] == kInfo) {
+    if (b != 1) return -1;
+    InfoWords(K, lay.capacity, frac_bits, in[0], out);
+    return 0;
+  }
   if (cmd[0] == kWrite) {
     Stream<Delta> s[2];
     const int clamped = WriteFront(tree, lay, frac_bits, in, in + b, b, s[0]);

@@ -2,8 +2,9 @@
 // C-simulation would) and the C-simulation's path (rmm::Serve on a WordTree, what the XLA FFI
 // handlers run) on the same random commands, and requires the same words out of both, the
 // exact sums in every node, and the leaves' quantization; also the stepped cycle count
-// (cycles.h). Built and run by tests/hls/test_rmm_testbench.py for several RMM_K and
-// RMM_CAPACITY; usable alone:
+// (cycles.h); and the info op's answer: the build's macros, from both. Built and run by
+// tests/hls/test_rmm_testbench.py for several RMM_K and RMM_CAPACITY (and
+// tests/hls/test_rmm_info.py for other RMM_FRAC_BITS); usable alone:
 //   g++ -std=c++17 -O2 -I hls/rmm -isystem $AP_TYPES -DRMM_K=16 -DRMM_CAPACITY=100003
 //     hls/rmm/rmm_tb.cpp -o rmm_tb && ./rmm_tb [commands] [seed]
 // The cycle count of one command (cycles.h), its stages' "ii depth" pairs on stdin (front, one
@@ -69,6 +70,38 @@ uint32_t RandomValueBits(std::mt19937_64& rng) {
   uint32_t bits;
   std::memcpy(&bits, &v, sizeof bits);
   return bits;
+}
+
+// The info op: rmm_top answers the magic, the nonce, the protocol version and its macros, as
+// Serve does for the same build; an info op of B != 1 is refused by Serve, ignored by rmm_top.
+// `info` gets rmm_top's answer.
+int CheckInfo(rmm::WordTree& model, const rmm::Layout& lay, uint32_t* info) {
+  const uint32_t cmd[rmm::kCmdWords] = {rmm::kInfo, 1, 0}, nonce[1] = {0x9E3779B9u};
+  const uint32_t build[rmm::kInfoWords] = {rmm::kInfoMagic, nonce[0], rmm::kProtocolVersion,
+                                           RMM_K, RMM_CAPACITY, RMM_FRAC_BITS};
+  uint32_t want[rmm::kInfoWords] = {}, got[rmm::kInfoWords] = {};
+  if (rmm::Serve<RMM_K>(model, lay, RMM_FRAC_BITS, cmd, nonce, want) != 0) {
+    return Fail("Serve refused the info op", 0, 0);
+  }
+  rmm_top(cmd, nonce, got);
+  for (int w = 0; w < rmm::kInfoWords; ++w) {
+    if (got[w] != build[w]) return Fail("rmm_top's info differs from its build", 0, w);
+    if (want[w] != got[w]) return Fail("rmm_top's and Serve's info differ", 0, w);
+    info[w] = got[w];
+  }
+  for (const uint32_t b : {0u, 2u}) {
+    const uint32_t bad[rmm::kCmdWords] = {rmm::kInfo, b, 0};
+    uint32_t untouched[rmm::kInfoWords];
+    std::memset(untouched, 0xA5, sizeof untouched);
+    if (rmm::Serve<RMM_K>(model, lay, RMM_FRAC_BITS, bad, nonce, untouched) != -1) {
+      return Fail("Serve answered an info op of B != 1", 0, int(b));
+    }
+    rmm_top(bad, nonce, untouched);
+    for (int w = 0; w < rmm::kInfoWords; ++w) {
+      if (untouched[w] != 0xA5A5A5A5u) return Fail("rmm_top answered B != 1", 0, int(b));
+    }
+  }
+  return 0;
 }
 
 // The stepped cycle count of one command on random inputs (a write skips ~skipped% of its
@@ -188,7 +221,10 @@ int main(int argc, char** argv) {
       return Fail("rmm_top read a level past the leaves", commands, int(level));
     }
   }
-  std::printf("PASS K=%d capacity=%lld depth=%d commands=%d\n", RMM_K,
-              static_cast<long long>(lay.capacity), lay.depth, commands);
+  uint32_t info[rmm::kInfoWords];
+  if (CheckInfo(model, lay, info) != 0) return 1;
+  std::printf("PASS K=%d capacity=%lld depth=%d commands=%d info=%u,%u,%u,%u\n", RMM_K,
+              static_cast<long long>(lay.capacity), lay.depth, commands, info[2], info[3],
+              info[4], info[5]);
   return 0;
 }

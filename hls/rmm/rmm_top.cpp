@@ -7,10 +7,13 @@
 // for II = 1; the read-modify-writes of the memories and the 32-bit AXI ports hold it at 3 and 2:
 // drlhet/dse/devices/rmm_cycles.py) and handles writes and samples in one stream of items, so a
 // level's memory has one owner; a command ends with an end item that carries the root and the
-// clamped count to Back.
+// clamped count to Back. The info op (rmm.h's kInfo) sends the end item alone, carrying the
+// host's nonce; Back answers it after its loop, from the macros below, so the loops' II is not
+// touched (the cycle model's steady state is that of write, sample and read only).
 //
 // Configuration (compile time): RMM_K in {4, 8, 16, 32, 64}, RMM_CAPACITY leaves (default 2^22,
-// on chip on an Alveo U250: docs/design.md section 3 has the memory budget), RMM_FRAC_BITS.
+// on chip on an Alveo U250: docs/design.md section 3 has the memory budget), RMM_FRAC_BITS;
+// the info op reports all three (the host refuses a bitstream built for other values).
 // Host protocol: rmm.h (the same words the C-simulation serves). Vitis HLS: run_hls.tcl; v++:
 // u250.cfg. The g++ testbench (rmm_tb.cpp) runs this file as it is.
 #include "rmm_top.h"
@@ -28,7 +31,7 @@ enum ItemOp { kItemWrite = 0, kItemSample = 1, kItemEnd = 2, kItemRead = 3 };
 
 // What flows between the processes: a write (leaf index, difference, new leaf), a probe (node
 // on the receiving level, target, the leaf's word at the end) or the end of a command (index:
-// the clamped count, x: the root).
+// the clamped count, or the info op's nonce; x: the root).
 struct Item {
   ap_uint<2> op;
   ap_uint<5> level;  // a read: the level of the slot in `index`
@@ -70,6 +73,7 @@ void Front(const uint32_t* cmd, const uint32_t* in, Stream<Item>& out) {
   const bool known = op == kWrite || op == kSample || (op == kRead && cmd[2] <= kDepth);
   const uint32_t b = known ? cmd[1] : 0;
   const bool stratified = (cmd[2] & kStratified) != 0;
+  const uint32_t nonce = (op == kInfo && cmd[1] == 1) ? in[0] : 0u;  // once, outside the loop
   node_t root = mem.root();
   uint32_t clamped = 0;
 front:
@@ -105,7 +109,7 @@ front:
   Item end;
   end.op = kItemEnd;
   end.level = 0;
-  end.index = clamped;
+  end.index = op == kInfo ? nonce : clamped;
   end.x = root;
   end.q = 0;
   out.write(end);
@@ -158,12 +162,13 @@ struct Levels<kDepth> {
 
 void Back(const uint32_t* cmd, Stream<Item>& in, uint32_t* out) {
   const uint32_t b = cmd[1];
-  uint32_t j = 0;
+  uint32_t j = 0, nonce = 0;
 back:
   for (;;) {
 #pragma HLS PIPELINE II = 1
     const Item it = in.read();
     if (it.op == kItemEnd) {
+      nonce = it.index;
       if (cmd[0] == kWrite) {
         out[0] = it.index;
       } else if (cmd[0] == kSample) {
@@ -182,14 +187,16 @@ back:
       ++j;
     }
   }
+  // the info op's six words, outside the pipelined loop (its II stays that of two words an item)
+  if (cmd[0] == kInfo && b == 1) InfoWords(K, RMM_CAPACITY, RMM_FRAC_BITS, nonce, out);
 }
 
 }  // namespace top
 }  // namespace rmm
 }  // namespace drlhet
 
-// A command with an unknown op or a read of a level past the leaves does nothing (Serve answers
-// -1); a stratified B > 65536 is refused by the host.
+// A command with an unknown op, a read of a level past the leaves or an info op of B != 1 does
+// nothing (Serve answers -1); a stratified B > 65536 is refused by the host.
 extern "C" void rmm_top(const uint32_t* cmd, const uint32_t* in, uint32_t* out) {
 #pragma HLS INTERFACE m_axi port = cmd offset = slave bundle = gmem0 depth = 3
 #pragma HLS INTERFACE m_axi port = in offset = slave bundle = gmem0 depth = 8192

@@ -4,7 +4,9 @@
 #   vitis_hls -f hls/rmm/run_hls.tcl
 # Configuration (environment, defaults in brackets): RMM_K [16], RMM_CAPACITY [4194304],
 # RMM_FRAC_BITS [20: BoardTree's frac_bits], RMM_PART [xcu250-figd2104-2L-e: Alveo U250],
-# RMM_CLOCK_NS [3.33: 300 MHz].
+# RMM_CLOCK_NS [3.33: 300 MHz]. The kernel reports RMM_K, RMM_CAPACITY and RMM_FRAC_BITS through
+# the protocol's info op (rmm.h: kInfo); drlhet.backends.fpga_board.BoardTree refuses a
+# bitstream whose values are not the ones it is given.
 proc env_or {name fallback} {
   if {[info exists ::env($name)]} { return $::env($name) }
   return $fallback

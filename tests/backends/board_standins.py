@@ -2,7 +2,10 @@
 the replay module's C-simulation (`drlhet.backends.fpga.serve`) on the board's memory.
 
 Host and device copies of every buffer are kept apart, as on a board: a driver that forgets a
-sync (to the device before a run, from it after) reads stale words, and its tests fail.
+sync (to the device before a run, from it after) reads stale words, and its tests fail. A
+`Memory` answers the info op with its own build (capacity, K, F), as a bitstream does with its
+macros, or stands for a bitstream of another protocol version (``protocol``; None: older than
+the op, which leaves the output buffer untouched).
 """
 
 from __future__ import annotations
@@ -13,23 +16,36 @@ from pathlib import Path
 import numpy as np
 
 from drlhet.backends import fpga
+from drlhet.backends.rmm_spec import INFO, PROTOCOL_VERSION
 from drlhet.replay import fixed_point as fp
 
 
 class Memory:
-    """The module's on-chip memories (``leaves, hi, lo``) and its build (capacity, K, F)."""
+    """The module's on-chip memories (``leaves, hi, lo``), its build (capacity, K, F) and the
+    protocol version it speaks (None: a bitstream older than the info op)."""
 
-    def __init__(self, capacity: int, branching: int, frac_bits: int = fp.DEFAULT_FRAC_BITS):
+    def __init__(
+        self,
+        capacity: int,
+        branching: int,
+        frac_bits: int = fp.DEFAULT_FRAC_BITS,
+        protocol: int | None = PROTOCOL_VERSION,
+    ):
         tree = fp.init(capacity, branching, frac_bits)
         self.words = tuple(
             np.zeros(np.shape(x), np.uint32) for x in (tree.leaves, tree.hi, tree.lo)
         )
         self.build = (capacity, branching, frac_bits)
+        self.protocol = protocol
         self.runs = 0
 
     def run(self, cmd: np.ndarray, inputs: np.ndarray, out: np.ndarray) -> None:
         self.runs += 1
+        if cmd[0] == INFO and self.protocol is None:
+            return  # an unknown op: the older rmm_top writes nothing
         assert fpga.serve(*self.build, self.words, cmd, inputs, out) == 0, "bad command"
+        if cmd[0] == INFO:
+            out[2] = self.protocol
 
 
 def _bitstream_ok(path: str) -> None:

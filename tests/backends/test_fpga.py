@@ -18,7 +18,7 @@ from scipy import stats
 
 from drlhet import backends
 from drlhet.agents.dqn import DQNConfig
-from drlhet.backends import base, fpga
+from drlhet.backends import base, fpga, rmm_spec
 from drlhet.replay import fixed_point as fp
 from drlhet.replay.prioritized import make_prioritized_replay
 from drlhet.runtime.config import TrainConfig
@@ -265,3 +265,26 @@ def test_the_saturation_count_wraps_as_the_reference():
     v = np.float32([1e-9, 1e30])  # both clamped
     got, want = fpga.write(tree, np.arange(2), v), fp.write(tree, np.arange(2), v)
     assert int(got.saturated) == int(want.saturated) == -(2**31) + 1
+
+
+@pytest.mark.parametrize("capacity, k, frac_bits", [(1000, 16, 20), (12_288, 4, 0), (5, 64, 31)])
+def test_the_c_simulation_answers_the_info_op_with_its_build(capacity, k, frac_bits):
+    """The protocol had no op reporting the build (``serve`` answered -1 to op 4): a board
+    driver could not tell a bitstream of another K, capacity or F. Now the info op answers the
+    magic, the nonce, the protocol version, K, capacity and F, and changes no node; an info op
+    of B != 1 is refused, out untouched; an ``out`` too small for the answer is refused."""
+    tree = fp.init(capacity, k, frac_bits)
+    memory = tuple(np.zeros(np.shape(x), np.uint32) for x in (tree.leaves, tree.hi, tree.lo))
+    out = np.full(rmm_spec.INFO_WORDS, 7, np.uint32)
+    cmd, nonce = np.uint32([rmm_spec.INFO, 1, 0]), np.uint32([0xDEADBEEF])
+    assert fpga.serve(capacity, k, frac_bits, memory, cmd, nonce, out) == 0
+    version, magic = rmm_spec.PROTOCOL_VERSION, rmm_spec.INFO_MAGIC
+    assert out.tolist() == [magic, 0xDEADBEEF, version, k, capacity, frac_bits]
+    assert not any(m.any() for m in memory)
+    for b in (0, 2):
+        out[:] = 7
+        bad = np.uint32([rmm_spec.INFO, b, 0])
+        assert fpga.serve(capacity, k, frac_bits, memory, bad, np.zeros(2, np.uint32), out) == -1
+        assert (out == 7).all()
+    with pytest.raises(ValueError, match="out holds 2 words; op 4 of B 1 needs 6"):
+        fpga.serve(capacity, k, frac_bits, memory, cmd, nonce, np.zeros(2, np.uint32))

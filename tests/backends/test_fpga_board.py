@@ -1,7 +1,7 @@
 """The FPGA board drivers (pynq, pyxrt) and `BoardTree`, on stand-ins that run the module's
 C-simulation behind each library's call shapes (board_standins.py): the tree on the board equals
 the fixed-point reference, every missing piece is named, bad input is refused before a word is
-sent."""
+sent, and a bitstream built for another K, capacity or F (or too old to say) is refused."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from board_standins import Memory, pynq_module, pyxrt_module
 from drlhet import backends
 from drlhet.backends.base import BackendUnavailable
 from drlhet.backends.fpga_board import BoardTree, PynqBoard, XrtBoard, open_board
+from drlhet.backends.rmm_spec import INFO, PROTOCOL_VERSION
 from drlhet.dse.devices import load_sheets
 from drlhet.replay import fixed_point as fp
 
@@ -129,8 +130,9 @@ def test_bad_input_is_refused_before_a_word_is_sent(monkeypatch, bitstream):
             BoardTree(tree.board, n, k)
     u250 = load_sheets()["u250"]["values"]
     memory = (u250["sram_mb"]["value"] * 1e6, u250["ddr_gb"]["value"] * 1e9)
-    assert BoardTree(tree.board, 1 << 22, 16, memory=memory).leaves_at == "on-chip"
-    assert BoardTree(tree.board, 1 << 23, 16, memory=memory).leaves_at == "ddr"
+    for n, where in ((1 << 22, "on-chip"), (1 << 23, "ddr")):
+        board = board_for("pynq", monkeypatch, bitstream, Memory(n, 16))  # a bitstream of n
+        assert BoardTree(board, n, 16, memory=memory).leaves_at == where
     with pytest.raises(ValueError, match="inner nodes .* exceed the board's on-chip memory"):
         BoardTree(tree.board, 1 << 30, 16, memory=memory)
     with pytest.raises(ValueError, match="leaves .* exceed the board's on-chip .* and DDR"):
@@ -166,13 +168,74 @@ def test_indices_slots_and_levels_that_are_not_in_range_integers_are_refused(
 
 def test_frac_bits_outside_the_leaf_format_are_refused(monkeypatch, bitstream):
     """``frac_bits`` was kept unchecked (40, 2.5 or "20" accepted); the leaf format holds
-    ``[0, 31]``, as `drlhet.replay.fixed_point.init` refuses. Nothing is sent either way.
-    (Whether it is the bitstream's cannot be checked: the board reports no F, see BoardTree.)"""
+    ``[0, 31]``, as `drlhet.replay.fixed_point.init` refuses. Nothing is sent for those; a valid
+    one is the bitstream's (its info op answers it)."""
     memory = Memory(N, K)
     board = board_for("pynq", monkeypatch, bitstream, memory, max_batch=64)
     for bad in (-1, 32, 40, 2.5, "20"):
         with pytest.raises(ValueError, match=re.escape(f"frac_bits {bad!r} outside [0, 31]")):
             BoardTree(board, N, K, frac_bits=bad)  # type: ignore[arg-type]
-    assert BoardTree(board, N, K, frac_bits=np.int64(31)).frac_bits == 31
-    assert BoardTree(board, N, K, frac_bits=0).frac_bits == 0
     assert memory.runs == 0
+    for f in (np.int64(31), 0):
+        board = board_for("pynq", monkeypatch, bitstream, Memory(N, K, int(f)), max_batch=64)
+        assert BoardTree(board, N, K, frac_bits=f).frac_bits == f
+
+
+@pytest.mark.parametrize("driver", ["pynq", "pyxrt"])
+@pytest.mark.parametrize(
+    "build, named",
+    [
+        ((N, 8, 20), ["K 8 (given: 16)"]),
+        ((1000, K, 20), ["capacity 1000 (given: 3000)"]),
+        ((N, K, 12), ["frac_bits 12 (given: 20)"]),
+        ((4096, 4, 31), ["K 4 (given: 16)", "capacity 4096 (given: 3000)", "frac_bits 31"]),
+    ],
+)
+def test_a_bitstream_built_for_other_values_is_refused_naming_them(
+    driver, monkeypatch, bitstream, build, named
+):
+    """The protocol reported no build: a bitstream of another K, capacity or F served the
+    caller's commands and gave wrong samples without an error. Now `BoardTree` asks once (the
+    info op) and refuses, in one line naming each differing value, before any other command."""
+    memory = Memory(*build)
+    board = board_for(driver, monkeypatch, bitstream, memory, max_batch=64)
+    with pytest.raises(ValueError) as refused:
+        BoardTree(board, N, K)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("the bitstream was built for")
+    for part in named:
+        assert part in message
+    assert message.count("given:") == len(named)
+    assert memory.runs == 1 and not any(w.any() for w in memory.words)  # the info op only
+
+
+@pytest.mark.parametrize("driver", ["pynq", "pyxrt"])
+def test_the_build_is_asked_once(driver, monkeypatch, bitstream):
+    memory = Memory(N, K, 12)
+    tree = BoardTree(board_for(driver, monkeypatch, bitstream, memory), N, K, frac_bits=12)
+    assert memory.runs == 1
+    tree.write(np.arange(4), np.ones(4, np.float32))
+    tree.sample(np.zeros((4, 2), np.uint32))
+    assert memory.runs == 3 and tree.leaves()[:4].tolist() == [1 << 12] * 4
+
+
+@pytest.mark.parametrize("driver", ["pynq", "pyxrt"])
+def test_a_bitstream_older_than_the_info_op_is_refused(driver, monkeypatch, bitstream):
+    """A bitstream built before the info op ignores it (its out buffer keeps what it held): it
+    cannot say its build, so it is refused, naming that it is older than the protocol; so is a
+    stale answer left in the buffer (the nonce differs), and another protocol version."""
+    old = Memory(N, K, protocol=None)
+    board = board_for(driver, monkeypatch, bitstream, old)
+    older = rf"does not answer the info op \(op {INFO}\): it is older than protocol version"
+    with pytest.raises(ValueError, match=older + f" {PROTOCOL_VERSION}.*RMM_K={K} RMM_CAPACITY"):
+        BoardTree(board, N, K)
+    memory = Memory(N, K)
+    board = board_for(driver, monkeypatch, bitstream, memory)
+    BoardTree(board, N, K)  # its answer stays in the board's out buffer
+    memory.protocol = None  # the same buffers, now an old bitstream's
+    with pytest.raises(ValueError, match=older):
+        BoardTree(board, N, K)
+    memory.protocol = PROTOCOL_VERSION + 1
+    with pytest.raises(ValueError, match=f"speaks protocol version {PROTOCOL_VERSION + 1}, th"):
+        BoardTree(board, N, K)
+    assert not any(w.any() for w in old.words + memory.words)

@@ -85,10 +85,13 @@ class DQNState(NamedTuple):
 
 
 def linear_schedule(start: float, end: float, steps: int):
-    """``t -> start + (end - start) * min(t / steps, 1)``."""
+    """``t -> start + (end - start) * min(t / steps, 1)``; over ``steps = 0``, ``end`` from
+    ``t = 0`` (no decay)."""
 
     def fn(t):
-        frac = jnp.clip(jnp.asarray(t, jnp.float32) / max(steps, 1), 0.0, 1.0)
+        if steps <= 0:
+            return jnp.full((), end, jnp.float32)
+        frac = jnp.clip(jnp.asarray(t, jnp.float32) / steps, 0.0, 1.0)
         return start + (end - start) * frac
 
     return fn

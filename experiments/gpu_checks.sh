@@ -474,6 +474,10 @@ for s in "${stages[@]}"; do
       done ;;
     pick)  # the thresholds the rows of the cluster and narrow stages say, for the later stages
       rm -f "$OUT/cuda_paths.env"
+      if [ "${TRIAGE_NO_REPORT:-0}" = 1 ]; then  # no test has checked the paths
+        echo "== pick: skipped, the tests stage wrote no report (triage.log): library defaults"
+        continue
+      fi
       if [ "${TRIAGE_UNEXPLAINED:-0}" != 0 ]; then  # a path that gives wrong bits is no choice
         echo "== pick: skipped, $TRIAGE_UNEXPLAINED test failure(s) that no setting turns off" \
           "(triage.log): library defaults"

@@ -10,6 +10,12 @@ replace the sheet model's costs of the GPU they were measured on (`drlhet.dse.gp
 
 Usage (on a machine with a GPU and jax[cuda]):
   python experiments/profile_gpu.py --out results/gpu_profile_h100.json
+
+Exit status: 0 profiled (the rows written); 2 bad input (one line, nothing measured:
+``checked_cli``); `NO_GPU` (77) no GPU: JAX has no ``gpu`` device here (no GPU, or a jaxlib
+without CUDA), said in one line on stderr, nothing measured or written; 1 a failure while
+profiling. ``gpu_checks.sh``'s ``profile`` stage logs the status (``== profile: exit 77``) and
+the line; 77 is neither a failure's 1 nor ``timeout``'s 124 or 137 there.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -55,11 +62,32 @@ class Args:
     out: Path = Path("results/raw/gpu_profile.json")
 
 
-def main(args: Args) -> list[dict]:
+NO_GPU = 77
+"""Exit status without a GPU (the status that test harnesses such as automake's read as
+"skipped")."""
+
+
+def first_gpu() -> jax.Device:
+    """JAX's first ``gpu`` device; without one, says so in one line on stderr (what was looked
+    for, and the platforms JAX has) and exits with `NO_GPU`."""
     try:
-        gpu = jax.devices(GPU)[0]
-    except RuntimeError as e:
-        raise SystemExit(f"profile_gpu: no GPU here ({e})") from None
+        return jax.devices(GPU)[0]
+    except RuntimeError:
+        pass
+    try:
+        platforms = ", ".join(sorted({d.platform for d in jax.devices()}))
+    except RuntimeError:  # JAX_PLATFORMS names none that starts
+        platforms = "none"
+    print(
+        f"profile_gpu: no GPU: JAX has no {GPU!r} device here (jax.devices({GPU!r}); its "
+        f"platforms: {platforms}); nothing profiled",
+        file=sys.stderr,
+    )
+    raise SystemExit(NO_GPU)
+
+
+def main(args: Args) -> list[dict]:
+    gpu = first_gpu()
     sheet = sheet_for_device(gpu.device_kind)
     print(
         f"GPU: {gpu.device_kind} (device sheet: {sheet or 'none matches'}); jax {jax.__version__}"

@@ -25,8 +25,15 @@ tests/backends/conftest.py), and
 triages that run's report: what still fails is unexplained, and the ``pick`` stage, which
 chooses between paths by speed, then keeps the library's defaults. This script reads the XML
 that pytest's ``--junitxml`` wrote, prints what failed and what it turns off, and writes
-``KEY=value`` lines for the shell (``--env-out``) and the same as JSON (``--out``). A missing or
-unreadable XML file (the stage timed out, or pytest crashed) counts as unexplained.
+``KEY=value`` lines for the shell (``--env-out``) and the same as JSON (``--out``).
+
+A missing XML file is no failure but *no report*: the stage did not run, or it ended before
+pytest wrote the file (timed out, killed, crashed), so nothing is known of any test. It is said
+so in one line, nothing is turned off, and no failure is counted (``unexplained`` stays empty);
+the shell's lines say ``TRIAGE_NO_REPORT=1``, and ``TRIAGE_UNEXPLAINED=1``, the gate that
+``gpu_checks.sh`` reads, so that its ``pick`` stage keeps the library's defaults: no path is
+chosen that no test has checked. A file that is there but not a JUnit report counts as one
+unexplained failure (``<the report>``).
 
 Usage:
   python experiments/triage_gpu_tests.py --junit tests.xml --env-out triage.env --out triage.json \
@@ -78,6 +85,8 @@ class Triage:
     unexplained: tuple[str, ...]
     reason: str = ""
     top: bool = False
+    no_report: str = ""
+    """Why there is no report to triage (the file is missing), or ""."""
 
 
 def parts_of(test_id: str) -> set[str]:
@@ -125,7 +134,11 @@ def failed_ids(junit: Path) -> tuple[str, ...]:
 
 
 def triage(junit: Path) -> Triage:
-    """Classifies the failures of ``junit`` (`parts_of`); an unreadable report is unexplained."""
+    """Classifies the failures of ``junit`` (`parts_of`); a missing report is no report
+    (``no_report``), an unreadable one is unexplained."""
+    if not junit.exists():
+        why = "the stage did not run, or it ended before pytest wrote it (timed out, crashed)"
+        return Triage((), False, False, (), no_report=f"no JUnit XML at {junit}: {why}")
     try:
         failed = failed_ids(junit)
     except ValueError as e:
@@ -140,7 +153,10 @@ def triage(junit: Path) -> Triage:
 
 def env_lines(t: Triage) -> str:
     """The shell's lines: the settings that turn the failed parts off, and the count of
-    unexplained failures."""
+    unexplained failures (1 where there is no report: the shell's gate of ``pick``, which must
+    not choose paths that no test has checked; ``TRIAGE_NO_REPORT=1`` says why)."""
+    if t.no_report:
+        return "TRIAGE_NO_REPORT=1\nTRIAGE_UNEXPLAINED=1\n"
     lines = []
     if t.cluster:
         lines.append("CUDA_CLUSTER_MAX_BATCH=0")
@@ -156,6 +172,28 @@ def env_lines(t: Triage) -> str:
 
 def main(args: Args) -> Triage:
     t = triage(args.junit)
+    if t.no_report:
+        print(
+            f"== triage: no report: {t.no_report}; no test result to triage: nothing turned "
+            "off, no failure counted, and pick keeps the library's defaults"
+        )
+    else:
+        _print(t)
+    for path in (args.env_out, args.out, args.rerun_out):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+    if args.env_out is not None:
+        args.env_out.write_text(env_lines(t))
+    if args.out is not None:
+        args.out.write_text(json.dumps(dataclasses.asdict(t), indent=1))
+    if args.rerun_out is not None:  # an unreadable report has nothing to rerun
+        rerun = [] if t.reason else t.unexplained
+        args.rerun_out.write_text("".join(f"{test_id}\n" for test_id in rerun))
+    return t
+
+
+def _print(t: Triage) -> None:
+    """What failed, what is turned off, and how many failures are unexplained."""
     if t.reason:
         print(f"== triage: {t.reason}: every failure unexplained")
     print(f"== triage: {len(t.failed)} failed")
@@ -164,17 +202,6 @@ def main(args: Args) -> Triage:
     off = [part for part, on in (("cluster", t.cluster), ("key", t.key), ("top", t.top)) if on]
     print(f"turned off: {', '.join(off) or 'nothing'}")
     print(f"unexplained: {len(t.unexplained)}")
-    for path in (args.env_out, args.out, args.rerun_out):
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-    if args.env_out is not None:
-        args.env_out.write_text(env_lines(t))
-    if args.out is not None:
-        args.out.write_text(json.dumps(dataclasses.asdict(t), indent=1))
-    if args.rerun_out is not None:  # a missing report has nothing to rerun
-        rerun = [] if t.reason else t.unexplained
-        args.rerun_out.write_text("".join(f"{test_id}\n" for test_id in rerun))
-    return t
 
 
 if __name__ == "__main__":

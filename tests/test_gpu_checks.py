@@ -123,15 +123,34 @@ def test_each_failure_turns_off_the_part_it_tests(triage, tmp_path, failing, clu
     assert json.loads((tmp_path / "t.json").read_text())["cluster"] == cluster
 
 
-@pytest.mark.parametrize("content", [None, "not xml <", "<html></html>"])
+@pytest.mark.parametrize("content", ["not xml <", "<html></html>"])
 def test_an_unreadable_report_is_an_unexplained_failure(triage, tmp_path, content):
     xml = tmp_path / "tests.xml"
-    if content is not None:
-        xml.write_text(content)
+    xml.write_text(content)
     t = triage.main(triage.Args(xml, tmp_path / "t.env"))
     assert not t.cluster and not t.key and len(t.unexplained) == 1
-    assert str(xml) in t.reason
+    assert str(xml) in t.reason and not t.no_report
     assert "TRIAGE_UNEXPLAINED=1" in (tmp_path / "t.env").read_text()
+
+
+def test_a_missing_report_is_said_to_be_no_report_not_an_unexplained_failure(
+    triage, tmp_path, capsys
+):
+    """Was ``no JUnit XML at ...: every failure unexplained`` and ``unexplained: 1``: the stage
+    did not run, or ended before pytest wrote the file, and no test is known to have failed.
+    The shell's gate stays shut all the same: pick must not choose paths that no test checked."""
+    xml = tmp_path / "tests.xml"
+    args = triage.Args(xml, tmp_path / "t.env", tmp_path / "t.json", tmp_path / "rerun.txt")
+    t = triage.main(args)
+    assert (t.failed, t.unexplained, t.cluster, t.key, t.top) == ((), (), False, False, False)
+    assert t.no_report.startswith(f"no JUnit XML at {xml}: the stage did not run")
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith(f"== triage: no report: no JUnit XML at {xml}")
+    assert "unexplained" not in out[0] and "pick keeps the library's defaults" in out[0]
+    assert (tmp_path / "t.env").read_text() == "TRIAGE_NO_REPORT=1\nTRIAGE_UNEXPLAINED=1\n"
+    saved = json.loads((tmp_path / "t.json").read_text())
+    assert saved["unexplained"] == [] and saved["no_report"] == t.no_report
+    assert (tmp_path / "rerun.txt").read_text() == ""
 
 
 def test_the_triage_names_the_real_tests_and_paths(triage):
@@ -201,6 +220,7 @@ case "$1" in
   experiments/kernel_stalls.py|experiments/kernel_timeline.py|experiments/kernel_source.py)
     exec "$REAL_PY" "$@" ;;
   -c) exec "$REAL_PY" "$@" ;;  # e.g. whether pytest_timeout imports
+  experiments/profile_gpu.py) [ -n "${REAL_PROFILE:-}" ] && exec "$REAL_PY" "$@" ;;
 esac
 exit 0
 """
@@ -240,6 +260,23 @@ def run_checks(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return done.stdout, calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_the_profile_stage_without_a_gpu_says_so_in_one_line_with_its_own_status(tmp_path):
+    """profile_gpu.py for real (``REAL_PROFILE``), JAX held to its CPU: was exit 1, a failure's
+    status, after JAX's error in its own words; now one line naming what it looked for, and
+    `profile_gpu.NO_GPU`, which the stage logs as it is (not a timeout's 124 or 137)."""
+    env = {"REAL_PROFILE": "1", "JAX_PLATFORMS": "cpu"}
+    out, calls = run_checks(tmp_path, ["profile"], extra_env=env)
+    assert calls[-1] == f"experiments/profile_gpu.py --out {tmp_path}/out/gpu_profile.json"
+    assert "== profile: exit 77 after" in out, out
+    line = (
+        "profile_gpu: no GPU: JAX has no 'gpu' device here (jax.devices('gpu'); its platforms: "
+        "cpu); nothing profiled"
+    )
+    assert (tmp_path / "out" / "profile.log").read_text().splitlines() == [line]
+    assert out.rstrip().endswith(line)  # the stage's tail shows it
+    assert not (tmp_path / "out" / "gpu_profile.json").exists()
 
 
 def stand_in(tmp_path: Path, name: str, script: str) -> dict[str, str]:
@@ -308,8 +345,9 @@ def test_a_key_targets_failure_keeps_the_cluster_path_and_every_later_run_draws_
 @pytest.mark.parametrize("rc", [124, 137])
 def test_a_tests_stage_out_of_time_turns_the_cluster_path_off_and_keeps_the_defaults(tmp_path, rc):
     out, calls = run_checks(tmp_path, ["tests", "cluster", "pick", "quick"], pytest_rc=rc)
-    assert "no JUnit XML" in out and "unexplained: 1" in out
-    assert "== cluster: skipped" in out and "pick: skipped, 1 test failure(s)" in out
+    assert "== triage: no report: no JUnit XML" in out and "unexplained: 1" not in out
+    assert "== cluster: skipped" in out
+    assert "pick: skipped, the tests stage wrote no report" in out and "1 test failure" not in out
     quick = [c for c in calls if "bench_quick.json" in c]
     assert len(quick) == 1 and "--cuda-cluster-max-batch 0" in quick[0]
     assert "--no-cuda-key-targets" not in quick[0]

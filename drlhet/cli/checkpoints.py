@@ -156,7 +156,7 @@ def _complete(config: TrainConfig, rows: list[dict], run_dir: Path) -> list[str]
         metrics.write_text(text)
         written.append(metrics.name)
     if not (run_dir / "config.json").is_file():
-        ran = dataclasses.replace(config, backend=rows[0]["backend"])
+        ran = dataclasses.replace(config, backend=None if config.uniform else rows[0]["backend"])
         (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(ran), indent=1))
         written.append("config.json")
     if written or not (run_dir / "curve.png").is_file():

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from drlhet.backends import CPU, BackendUnavailable
+from drlhet.backends.base import GROUP_PRIMITIVES
 from drlhet.runtime.config import ConfigError
 from drlhet.writable import check_writable
 
@@ -24,6 +25,7 @@ __all__ = [
     "command_line",
     "flags_given",
     "empty_paths",
+    "no_replay_backend",
     "bad_input",
     "available_memory",
     "cache_dir",
@@ -162,6 +164,27 @@ def empty_paths(args: list[str]) -> str:
         if option in PATH_OPTIONS and given is not None and not given.strip():
             return f"{option} is empty; name the path"
     return ""
+
+
+def no_replay_backend(uniform: bool, mapping: str | None) -> str | None:
+    """``mapping`` (the text of ``--mapping``), once it names no replay backend where the
+    replay is ``uniform``, which has no tree for one to hold (as ``--backend`` is refused then:
+    `drlhet.runtime.config.check`): ``replay=cpu:0`` places it, ``replay=native@cpu:0`` (or
+    ``sample=native@cpu:0``, a primitive of the replay's) is refused.
+
+    Raises:
+      ValueError: naming both options and the placement.
+    """
+    if not uniform or mapping is None:
+        return mapping
+    for item in mapping.split(","):
+        key, _, value = (part.strip() for part in item.partition("="))
+        if (key == "replay" or key in GROUP_PRIMITIVES["replay"]) and "@" in value:
+            raise ValueError(
+                f"--mapping {key}={value} names a replay backend, and --uniform replay has no "
+                f"tree for it: place the replay on a device alone ({key}={value.split('@')[-1]})"
+            )
+    return mapping
 
 
 @contextlib.contextmanager

@@ -127,7 +127,7 @@ def dse_command(
         check_writable(out.parent, f"--out {out}", "file")
         folder = cache_dir or default_cache_dir()
         check_writable(folder, f"--cache-dir {folder}", "cache")
-        gpu_rows = load_gpu_profiles(gpu_profile) if gpu_profile is not None else None
+        gpu_rows = _gpu_rows(gpu_profile)
     present = cpu_devices_here()
     named = default_devices() if devices is None else devices  # '' is refused, not the default
     with bad_input(f"--devices {named}: "):
@@ -138,7 +138,10 @@ def dse_command(
         shape, cache=cache, reprofile=reprofile, gpu_rows=gpu_rows, eval_every=every
     )
     if gpu_profile is not None and model.gpu is None:
-        print(f"note: {gpu_profile} has no rows for this shape; GPUs stay modeled from sheets")
+        print(
+            f"note: --gpu-profile {gpu_profile} has no rows for this shape; GPUs stay modeled "
+            "from sheets"
+        )
     preds = search(model, devs, delay, present=present, backends_here=replay_backends_here(shape))
     if not any(p.note == "" for p in preds):
         why = preds[0].note if preds else "no placement has costs"
@@ -157,6 +160,20 @@ def dse_command(
     out.write_text(json.dumps(result, indent=1))
     print(f"all predictions: {out}")
     return result
+
+
+def _gpu_rows(path: Path | None) -> list[dict] | None:
+    """The rows of the ``--gpu-profile`` file ``path`` (`load_gpu_profiles`; None: none given).
+
+    Raises:
+      ValueError: the file's fault, naming the file and the option.
+    """
+    if path is None:
+        return None
+    try:
+        return load_gpu_profiles(path)
+    except ValueError as e:  # the library names the file; the option is the command's
+        raise ValueError(f"{e} (--gpu-profile)") from None
 
 
 def _measure_runnable(

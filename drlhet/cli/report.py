@@ -51,7 +51,8 @@ def report_run(
     env_sps = sum(r["env_steps_per_s"] for r in steady) / len(steady)
     trained_sps = sum(r["trained_samples_per_s"] for r in steady) / len(steady)
     best = [max(r["eval_return"][s] for r in rows) for s in range(config.seeds)]
-    print(f"\nrun: {run_dir} (replay backend {rows[-1]['backend']}, {rows[-1]['mapping']})")
+    replay = "uniform replay" if config.uniform else f"replay backend {rows[-1]['backend']}"
+    print(f"\nrun: {run_dir} ({replay}, {rows[-1]['mapping']})")
     print(
         f"env steps per seed: {rows[-1]['env_steps']:,} of --steps {config.steps:,} "
         f"({warm:,} of warm-up, then {len(rows)} of {chunks_of(config)} "

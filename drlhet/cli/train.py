@@ -30,6 +30,7 @@ from drlhet.cli.common import (
     available_memory,
     bad_input,
     enable_compilation_cache,
+    no_replay_backend,
     run_directory,
     set_cpu_devices,
 )
@@ -115,12 +116,10 @@ def train_command(
         join (default: ``RAY_ADDRESS``, else a Ray of its own; `drlhet.runtime.ray_learner`);
         the three are refused without ``--actors``.
     """
-    saved = None
     with bad_input():
         remote = _remote(stop_at_return, actors, sync_every, rollout, ray_address, mapping,
                          resume, checkpoint_every)  # fmt: skip
-        if resume is not None:
-            config, mapping, saved = _resume(config, resume, mapping, cpu_devices, out, name)
+        config, mapping, saved = _resume(config, resume, mapping, cpu_devices, out, name)
         every, keep = _saving(checkpoint_every, keep_checkpoints, remote, saved)
         run_dir = resume or _new_run_dir(config, out, name)  # before auto
         placed, tr = _prepare(config, mapping, cpu_devices, memory_check, every > 0)
@@ -187,16 +186,18 @@ def _start(saved, run_dir: Path) -> Start | None:
     return Start(saved.states, saved.chunk)
 
 
-def _resume(config: TrainConfig, run_dir: Path, mapping: str | None, cpu_devices, out, name):
-    """``(config, mapping, checkpoint)`` to go on with from ``run_dir``; the XLA CPU devices its
-    mapping needs (``auto``: those it searches over) are created before the checkpoint is read
-    (reading it starts JAX, which then keeps the devices it has). ``out``
-    and ``name`` (the run's folder is ``run_dir``) are refused unless left at their default."""
+def _resume(config: TrainConfig, run_dir: Path | None, mapping, cpu_devices, out, name):
+    """``(config, mapping, checkpoint)``: a new run's as given (``run_dir`` None), else those
+    to go on with from ``run_dir``, its ``out`` and ``name`` left at their default; a mapping
+    given must suit the config (`no_replay_backend`). The CPU devices the mapping needs are made
+    before the checkpoint is read (reading it starts JAX, which then keeps the devices it has)."""
+    if run_dir is None:
+        return config, no_replay_backend(config.uniform, mapping), None
     refuse_flags_with_resume(config, FLAGS_GIVEN.get())
     if out != Path("runs") or name is not None:
         raise ValueError(f"--resume goes on in {run_dir}; drop --out and --name")
     config, saved_mapping = peek_run(run_dir)
-    mapping = mapping or saved_mapping
+    mapping = no_replay_backend(config.uniform, mapping) or saved_mapping
     set_cpu_devices(
         _auto_devices(cpu_devices) if mapping == "auto" else _cpu_devices(mapping, cpu_devices)
     )
@@ -351,7 +352,7 @@ def _train(
 
     def on_chunk(row: dict) -> None:
         if not rows:  # the backend is resolved by now: record the configuration that ran
-            ran = dataclasses.replace(config, backend=row["backend"])
+            ran = dataclasses.replace(config, backend=None if config.uniform else row["backend"])
             (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(ran), indent=1))
         rows.append(row)
         metrics.write(json.dumps(row) + "\n")

@@ -58,7 +58,7 @@ class TrainConfig:
     """K, children per node of the sum tree, 2 to `MAX_BRANCHING` (1024)."""
     backend: str | None = None
     """Replay backend (`drlhet.backends`; ``drlhet backends`` lists them); None: the fastest one
-    that loads on the device the replay runs on."""
+    that loads on the device the replay runs on. Refused with ``uniform``: no tree to hold."""
     learner: str | None = None
     """Learner backend (a mapping's ``learner=NAME@device`` sets it); None: the agents' JAX
     step. ``fpga`` runs the FPGA learner module's C-simulation (DQN and DDPG/TD3)."""
@@ -111,9 +111,10 @@ class ConfigError(ValueError):
 
 def check(cfg: TrainConfig) -> None:
     """Raises `ConfigError` (a ``ValueError``) naming the first bad field of ``cfg``: a value
-    out of range, sizes that do not fit together, an unknown backend or one that cannot hold
-    the tree, a hyper-parameter out of its range (the agents' fields spelled ``dqn.<name>``,
-    ``ddpg.<name>``). (How many chunks fit in ``steps`` is `chunks_of`'s check.)"""
+    out of range, sizes that do not fit together, an unknown backend, one that cannot hold
+    the tree or one named for uniform replay (no tree), a hyper-parameter out of its range
+    (the agents' fields spelled ``dqn.<name>``, ``ddpg.<name>``). (How many chunks fit in
+    ``steps`` is `chunks_of`'s check.)"""
     if cfg.n_step is not None and cfg.n_step < 1:
         raise ConfigError(f"n_step must be >= 1, got {cfg.n_step}", "n_step")
     for name in _POSITIVE:
@@ -200,8 +201,15 @@ def _check_sizes(cfg: TrainConfig) -> None:
 
 
 def _check_backends(cfg: TrainConfig) -> None:
-    """Registered backend names, and a replay backend that can hold the tree."""
+    """Registered backend names, and a replay backend that can hold the tree; none named for
+    uniform replay, which has no tree (a run still places it: `drlhet.runtime.run`)."""
     # (the messages avoid the fields' own words, which the CLI turns into flags)
+    if cfg.uniform and cfg.backend is not None:
+        raise ConfigError(
+            f"backend {cfg.backend!r} runs a sum tree, and uniform replay has none: drop backend",
+            "backend",
+            "uniform",
+        )
     groups = {"backend": ("replay", "the replay buffer"), "learner": ("learner", "training")}
     for name, (group, does) in groups.items():
         value = getattr(cfg, name)

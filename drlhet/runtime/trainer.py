@@ -9,6 +9,7 @@ by the caller (`drlhet.runtime.run`), and each chunk is compiled once.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -95,7 +96,9 @@ def make_trainer(cfg: TrainConfig, platform: str | None = None) -> Trainer:
       ValueError: a bad field of ``cfg`` or an environment the algorithm cannot act in.
       BackendUnavailable: the replay backend cannot run here.
     """
-    check(cfg)
+    # a uniform run's backend is where its mapping placed the replay (`drlhet.runtime.run`
+    # names one for every run), not a tree's choice: `check` refuses one named by the user
+    check(dataclasses.replace(cfg, backend=None) if cfg.uniform else cfg)
     cfg = with_backend(cfg, platform or jax.default_backend())
     try:
         env, eval_env = make_env(cfg.env, cfg.num_envs), make_env(cfg.env, cfg.eval_envs)

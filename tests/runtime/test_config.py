@@ -63,4 +63,26 @@ def test_bad_configurations_name_their_fields(change, message, fields):
 
 
 def test_uniform_replay_has_no_tree_to_check():
-    check(dataclasses.replace(BASE, uniform=True, backend="fpga", branching=2))
+    # a tree of 2^31 - 1 leaves at K 2 would need more nodes than int32 reaches (refused above)
+    check(dataclasses.replace(BASE, uniform=True, buffer_size=2**31 - 1, branching=2))
+
+
+@pytest.mark.parametrize("backend", ["jax", "native", "fpga"])
+def test_a_backend_named_for_uniform_replay_is_refused_it_has_no_tree(backend):
+    """Was taken, and the run reported its replay backend, though uniform replay never calls a
+    backend's tree operations."""
+    with pytest.raises(ConfigError) as e:
+        check(dataclasses.replace(BASE, uniform=True, backend=backend, branching=2))
+    assert str(e.value) == (
+        f"backend {backend!r} runs a sum tree, and uniform replay has none: drop backend"
+    )
+    assert e.value.fields == ("backend", "uniform")
+
+
+def test_a_uniform_run_built_with_the_backend_its_mapping_placed_is_not_refused():
+    """`drlhet.runtime.run` names the replay backend of every run (the mapping's placement),
+    uniform ones too: only a backend the configuration names is refused."""
+    from drlhet.runtime.trainer import make_trainer
+
+    cfg = dataclasses.replace(BASE, env="probe-constant", uniform=True, backend="jax")
+    assert make_trainer(cfg).config.backend == "jax"

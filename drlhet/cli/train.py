@@ -183,7 +183,7 @@ def _start(saved, run_dir: Path) -> Start | None:
     if saved is None:
         return None
     print(f"resuming {run_dir} after chunk {saved.chunk} ({saved.path})")
-    return Start(saved.states, saved.chunk)
+    return Start.from_saved(saved)  # run checks the configuration against the saved one
 
 
 def _resume(config: TrainConfig, run_dir: Path | None, mapping, cpu_devices, out, name):

@@ -30,6 +30,7 @@ import statistics
 from pathlib import Path
 
 import checked_cli
+from _common import run_info
 
 CONFIGS = {
     "jax-b256": dict(backend="jax", batch_size=256, buffer_size=1 << 20, num_envs=4, sgd_steps=1),
@@ -194,6 +195,7 @@ def _rows(args: Args, results: dict, ideals: dict, machine: str, affinity: list)
                 "machine": machine,
                 "cpu_affinity": affinity,
                 "measured": True,
+                "run": run_info(),
             }
         )
     return rows

@@ -50,6 +50,7 @@ from pathlib import Path
 
 import checked_cli
 import jax
+from _common import run_info
 
 from drlhet.agents.dqn import DQNConfig
 from drlhet.runtime.config import TrainConfig
@@ -194,13 +195,12 @@ def _learner_share(args: Args, sgd_steps: int) -> dict:
 def main(args: Args) -> dict:
     machine = f"{platform.machine()} {os.cpu_count()} cores ({platform.node()})"
     if args.pin:  # before JAX starts its threads
-        if (os.cpu_count() or 1) < 2:
-            raise SystemExit("--pin needs at least 2 cores")
         _pin_threads({0})
     result = {
         "label": "measured (cpu)",
         "machine": machine,
         "date": time.strftime("%Y-%m-%d"),
+        "run": run_info("ray"),
         "env": args.env,
         "num_envs": args.num_envs,
         "rollout": args.rollout,
@@ -252,5 +252,15 @@ LEAST = {
 }
 """The smallest value of each count (`checked_cli.refused_counts`)."""
 
+
+def refused(args: Args) -> str:
+    """Why ``args`` cannot run, in one line, or "": ``--pin`` on a machine of one core (the
+    learner takes core 0, Ray the others)."""
+    cores = os.cpu_count() or 1
+    return (
+        f"--pin needs at least 2 cores, this machine has {cores}" if args.pin and cores < 2 else ""
+    )
+
+
 if __name__ == "__main__":
-    checked_cli.run(Args, main, LEAST)
+    checked_cli.run(Args, main, LEAST, refused)

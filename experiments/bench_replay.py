@@ -28,7 +28,10 @@ Usage:
 
 Threading (``--threading``): ``default`` (XLA's own thread pool over all cores), ``pin1`` (the
 process pinned to core 0, like ``taskset -c 0``), ``xla1`` (XLA intra-op threading off).
-Results: JSON rows in ``--out`` and a printed table. Every number is measured on this machine.
+Results: JSON rows in ``--out`` and a printed table. Every number is measured on this machine;
+each row names its device (``device``, ``device_kind``: the CPU's or GPU's model) and its run
+(``run``: start, command, commit, machine, versions; `_common.run_info`). A run that measures
+nothing leaves ``--out`` as it was.
 The implementations timed (drlhet's buffer on each backend, the peers) are built by
 ``replay_impls.py``; this script picks them, times them and writes the rows.
 """
@@ -50,6 +53,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple
 
 import checked_cli
+from _common import cpu_model, run_info
 
 XLA_SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
@@ -225,8 +229,12 @@ def refused(args: Args) -> str:
             return f"{option} must be >= 1, got {value}"
     if args.unroll < 1:
         return f"--unroll must be >= 1, got {args.unroll}"
+    if not args.peer_limit_s > 0:  # NaN too: every peer's op would be dropped as over it
+        return f"--peer-limit-s must be a positive number of seconds, got {args.peer_limit_s}"
     if not args.ops or not args.modes:
         return "--ops and --modes each name at least one"
+    if not args.backends and not args.peers:
+        return "--backends names none and --no-peers: nothing to measure"
     threads = [*args.cuda_spread_ab]
     if args.cuda_spread_threads is not None:
         threads.append(args.cuda_spread_threads)
@@ -240,6 +248,25 @@ def refused(args: Args) -> str:
 def main(args: Args) -> list[dict]:
     if args.threading_study:
         return threading_study(args)
+    rows = measure_grid(args)
+    if not any("op" in r for r in rows):  # an empty file would replace the last run's rows
+        from drlhet.runtime.config import ConfigError
+
+        raise ConfigError(
+            f"nothing measured (no backend of --backends {' '.join(args.backends) or '(none)'} "
+            f"runs here{'' if args.peers else ' and --no-peers'}, or every batch exceeds its "
+            f"capacity); {args.out} left as it was"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(rows, indent=1))
+    print(f"wrote {len(rows)} rows to {args.out}")
+    return rows
+
+
+def measure_grid(args: Args) -> list[dict]:
+    """Every row of the run ``args`` asks for (the machine's limits, then each cell's
+    implementations), printed as it goes; writes nothing. Raises `ConfigError` for a backend
+    name that is not registered, before anything is measured."""
     apply_threading(args.threading)
     if args.trace_dir is not None and args.trace_command_buffers:  # before jax is imported
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TRACE_COMMAND_BUFFERS}"
@@ -280,9 +307,6 @@ def main(args: Args) -> list[dict]:
             f"batch {batch}, K {k}  ({time.perf_counter() - t0:.0f} s)",
         )  # fmt: skip
         print_ratios(rows, capacity, batch, k, depth_of(capacity, k))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(rows, indent=1))
-    print(f"wrote {len(rows)} rows to {args.out}")
     return rows
 
 
@@ -357,9 +381,13 @@ def set_cuda_switches(args: Args) -> None:
 
 
 def available_backends(names: tuple[str, ...]) -> list[str]:
-    """``names`` less the backends that cannot run here (a note names each, with why)."""
+    """``names`` less the backends that cannot run here (a note names each, with why); a name
+    that is not registered (a typo, not a backend missing here) raises `ConfigError`."""
     from drlhet import backends as backends_api
+    from drlhet.runtime.config import ConfigError
 
+    if names and (why := checked_cli.unknown_names("--backends", names, backends_api.names())):
+        raise ConfigError(why)
     found: list[str] = []
     for name in names:
         try:
@@ -381,7 +409,8 @@ def limits_row(args: Args) -> dict:
         f"sequential {lim.sequential_gbs:.1f} GB/s"
     )
     return {"impl": "machine-limit", **lim._asdict(), "machine": machine(),
-            "threading": args.threading, "measured": True}  # fmt: skip
+            "threading": args.threading, "measured": True, "device": "cpu",
+            "device_kind": cpu_model(), "run": run_info("flashbax", "cpprb")}  # fmt: skip
 
 
 def build_impls(args: Args, h, cell: Cell, backends: list[str], peer_names: list[str]):
@@ -512,10 +541,12 @@ def row_of(args: Args, h, cell: Cell, key: tuple, n_steps: int, rates: list, war
         "items_per_s_min": rates[0],
         "items_per_s_max": rates[-1],
         "warmup_s": warm_s,
+        "repeats": args.repeats,
         "threading": args.threading,
         "machine": machine(),
         "measured": True,
         **where(h, impl),
+        "run": run_info("flashbax", "cpprb"),
     }
 
 
@@ -552,18 +583,21 @@ def cuda_path(args: Args, impl: str, batch: int) -> dict:
 
 
 def where(h, impl: str) -> dict:
-    """The row's device and what its speed is the speed of."""
+    """The row's device, its kind (the CPU's or GPU's model) and what its speed is the speed
+    of."""
     import replay_impls
 
     name = backend_of(impl)
+    on_cpu = {"device": "cpu", "device_kind": cpu_model(), "speed_of": speed_of(impl)}
     if impl == "flashbax":  # a pure-JAX peer: where the jax backend runs
         name = "jax"
     elif not impl.startswith("drlhet-"):
-        return {"device": "cpu", "speed_of": speed_of(impl)}
+        return on_cpu
     dev = replay_impls.device_of(h, name)
     if dev.platform == replay_impls.backends_api.CPU:
-        return {"device": "cpu", "speed_of": speed_of(impl)}
-    return {"device": str(dev), "speed_of": f"this GPU ({dev.device_kind})"}
+        return on_cpu
+    kind = dev.device_kind
+    return {"device": str(dev), "device_kind": kind, "speed_of": f"this GPU ({kind})"}
 
 
 def trace_once(run, folder: Path, name: str) -> Path:
@@ -741,5 +775,9 @@ def threading_study(args: Args) -> list[dict]:
     return rows
 
 
+LEAST = {option: 0 for option in CUDA_SWITCHES if option.endswith(("_batch", "_nodes"))}
+"""The smallest value of each cuda threshold (`checked_cli.refused_counts`; None: the
+library's), as experiments/with_cuda_paths.py takes them."""
+
 if __name__ == "__main__":
-    checked_cli.run(Args, main, {}, refused)
+    checked_cli.run(Args, main, LEAST, refused)

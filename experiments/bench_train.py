@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 import checked_cli
+from _common import run_info
 
 
 @dataclasses.dataclass
@@ -135,6 +136,7 @@ def main(args: Args) -> list[dict]:
                 "threading": args.threading,
                 **{k: str(v) for k, v in vars(args).items()},
                 "measured": True,
+                "run": run_info(),
             }
         )
         print(

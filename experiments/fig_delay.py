@@ -25,6 +25,7 @@ from pathlib import Path
 
 import checked_cli
 import numpy as np
+from _common import run_info
 
 from drlhet.agents.ddpg import DDPGConfig
 from drlhet.runtime.config import TrainConfig
@@ -85,6 +86,68 @@ def _run_file(args: Args, task: str, k: int) -> Path:
     return args.from_runs / f"{task}-k{k}" / "metrics.jsonl"
 
 
+def _ran_configs(args: Args, task: str) -> dict[int, dict]:
+    """`--from-runs`: each k's configuration as its run saved it (``config.json`` beside the
+    rows; a k whose run has none is left out)."""
+    assert args.from_runs is not None
+    found = {}
+    for k in args.delays:
+        path = _run_file(args, task, k).with_name("config.json")
+        if path.is_file():
+            found[k] = json.loads(path.read_text())
+    return found
+
+
+ROW_KEYS = ("env_steps", "eval_return", "wall_s")
+"""What the figure reads of each row of a run's ``metrics.jsonl``."""
+
+
+def _unreadable_run(args: Args, task: str, k: int) -> str:
+    """Why `--from-runs`' run of ``task`` at ``k`` cannot be read, in one line, or "": a row of
+    its ``metrics.jsonl`` that is not JSON or lacks what the figure reads (a run killed while
+    writing it), or a ``config.json`` that is not a configuration."""
+    rows = _run_file(args, task, k)
+    try:
+        for i, line in enumerate(rows.read_text().splitlines()):
+            why = checked_cli.lacking(json.loads(line), ROW_KEYS, f"row {i}")
+            if why:
+                return f"--from-runs {rows}: {why}"
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return f"--from-runs {rows}: not JSON lines ({e})"
+    config = rows.with_name("config.json")
+    if config.is_file():
+        why = checked_cli.unreadable_json(config, lambda d: checked_cli.lacking(d, ("delay",)))
+        return f"--from-runs {why}" if why else ""
+    return ""
+
+
+def _mixed_runs(args: Args, task: str) -> str:
+    """Why `--from-runs`' runs of ``task`` are not one experiment, in one line, or "": a run
+    that cannot be read (`_unreadable_run`), one whose saved configuration is not at its
+    folder's k, or two whose configurations differ in anything but the delay (their curves
+    would be drawn as one study's)."""
+    for k in args.delays:
+        if why := _unreadable_run(args, task, k):
+            return why
+    configs = _ran_configs(args, task)
+    for k, cfg in configs.items():
+        if cfg["delay"] != k:
+            run = _run_file(args, task, k).parent
+            return f"--from-runs: {run} ran at delay {cfg['delay']!r}, not {k}"
+    (k0, first), *rest = configs.items() or [(None, {})]
+    for k, cfg in rest:
+        differ = sorted(f for f in first.keys() | cfg.keys()
+                        if f != "delay" and first.get(f) != cfg.get(f))  # fmt: skip
+        if differ:
+            f = differ[0]
+            return (
+                f"--from-runs: {_run_file(args, task, k0).parent} and "
+                f"{_run_file(args, task, k).parent} differ in {', '.join(differ)} "
+                f"({f} {first.get(f)!r} vs {cfg.get(f)!r}): not one experiment's runs"
+            )
+    return ""
+
+
 def _rows(args: Args, task: str, k: int) -> list[dict]:
     """The rows of task ``task`` at delay ``k``: trained now, or read from a run directory."""
     if args.from_runs is not None:
@@ -103,10 +166,31 @@ def refused(args: Args) -> str:
     why = why or checked_cli.refused_output(args.out / args.plot, "--plot", "plot")
     for task in args.tasks if args.from_runs is not None else ():
         why = why or checked_cli.missing_files(*(_run_file(args, task, k) for k in args.delays))
+        why = why or _mixed_runs(args, task)
     for task in args.tasks if args.from_runs is None else ():
         for k in args.delays:
             why = why or checked_cli.refused_config(_config(args, task, k))
     return why
+
+
+def _drawn_config(args: Args, task: str) -> tuple[dict, str]:
+    """The configuration ``task``'s curves ran with (any k's, the delay aside) and where it
+    was read: the runs' own with `--from-runs` (their ``config.json``), else the task's."""
+    ran = _ran_configs(args, task) if args.from_runs is not None else {}
+    if ran:
+        k, cfg = next(iter(ran.items()))
+        return cfg, str(_run_file(args, task, k).with_name("config.json"))
+    cfg = dataclasses.replace(TASKS[task], steps=args.steps or TASKS[task].steps)
+    return dataclasses.asdict(cfg), "the task's configuration (fig_delay.TASKS)"
+
+
+def _title(cfg: dict) -> str:
+    """``TD3 + PER, 3-step, Hopper-v5`` for configuration ``cfg`` (a `TrainConfig` as a dict)."""
+    td3 = cfg["algo"] == "ddpg" and (cfg.get("ddpg") or {}).get("td3")
+    name = "TD3" if td3 else str(cfg["algo"]).upper()
+    n = cfg.get("n_step")
+    nstep = f", {n}-step" if n and n > 1 else ""
+    return f"{name} + PER{nstep}, {str(cfg['env']).removeprefix('gymnasium:')}"
 
 
 def main(args: Args) -> dict:
@@ -139,29 +223,29 @@ def main(args: Args) -> dict:
                 flush=True,
             )
             mean = ret.mean(axis=1)
-            ax.plot(steps, mean, lw=2, label=f"k = {k}")
+            ax.plot(steps, mean, lw=2, marker="o", ms=2, label=f"k = {k}")
             ax.fill_between(steps, mean - ret.std(1), mean + ret.std(1), alpha=0.1)
         base = res[args.delays[0]]
         for r in res.values():
             r["within_one_std_of_k0"] = bool(
                 abs(r["final_mean"] - base["final_mean"]) <= base["final_std"]
             )
-        cfg = dataclasses.replace(TASKS[task], steps=args.steps or TASKS[task].steps)
-        name = "TD3" if cfg.algo == "ddpg" and cfg.ddpg.td3 else cfg.algo.upper()
-        nstep = f", {cfg.n_step}-step" if cfg.n_step and cfg.n_step > 1 else ""
-        env = cfg.env.removeprefix("gymnasium:")
-        ax.set_title(f"{name} + PER{nstep}, {env}: delay k (measured)")
+        cfg, source = _drawn_config(args, task)
+        seeds = len(res[args.delays[0]]["final_per_seed"])
+        ax.set_title(f"{_title(cfg)}: delay k (measured)")
         ax.set_xlabel("env steps per seed")
-        ax.set_ylabel(f"greedy evaluation return, mean of {args.seeds} seeds")
+        ax.set_ylabel(f"greedy eval. return: mean, +-1 std of {seeds} seeds", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend()
         (args.out / f"delay_{task}.json").write_text(
             json.dumps(
                 {
-                    "config": dataclasses.asdict(cfg),
-                    "seeds": args.seeds,
+                    "config": cfg,
+                    "config_from": source,
+                    "seeds": seeds,
                     "measured": True,
                     "by_delay": {str(k): v for k, v in res.items()},
+                    "run": run_info(),
                 },
                 indent=1,
             )

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import checked_cli
 import numpy as np
+from _common import run_info
 
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.run import run
@@ -78,6 +79,7 @@ def main(args: Args) -> dict:
             "wall_s": rows[-1]["wall_s"],
             "rows": rows,
             "measured": True,
+            "run": run_info(),
         }
         path = args.out / f"learning_{cfg.algo}_{cfg.env}.json"
         path.write_text(json.dumps(res, indent=1))

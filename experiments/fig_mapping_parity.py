@@ -21,6 +21,7 @@ from pathlib import Path
 
 import checked_cli
 import numpy as np
+from _common import run_info
 
 
 @dataclasses.dataclass
@@ -69,6 +70,7 @@ def _curve(args: Args, mapping: str) -> dict:
     _, rows = run(_config(args), mapping)
     steps = [r["env_steps"] for r in rows]
     ret = np.array([r["eval_return"] for r in rows])  # [chunks, seeds]
+    steady = [r["trained_samples_per_s"] for r in rows[1:]]  # the first chunk compiles
     hit = ret >= args.target
     first = [
         int(steps[int(np.argmax(hit[:, s]))]) if hit[:, s].any() else None
@@ -81,10 +83,12 @@ def _curve(args: Args, mapping: str) -> dict:
         "first_step_at_target": first,
         "final_return": ret[-1].tolist(),
         "wall_s": rows[-1]["wall_s"],
-        "trained_samples_per_s": float(np.median([r["trained_samples_per_s"] for r in rows[1:]])),
+        # one chunk (a short --steps): no steady state to time, not NaN (which JSON lacks)
+        "trained_samples_per_s": float(np.median(steady)) if steady else None,
         "env_steps": steps,
         "eval_return": ret.tolist(),
         "measured": True,
+        "run": run_info(),
     }
 
 
@@ -103,7 +107,11 @@ def main(args: Args) -> dict:
             f"{name} ({c['mapping']}, k={args.delay}): {c['seeds_reaching_target']}/{args.seeds} "
             f"seeds reached {args.target:g} (first at {c['first_step_at_target']}); final "
             f"{np.round(ret[-1], 1).tolist()}; {c['wall_s']:.0f} s wall, "
-            f"{c['trained_samples_per_s']:,.0f} trained samples/s"
+            + (
+                f"{tps:,.0f} trained samples/s (measured)"
+                if (tps := c["trained_samples_per_s"])
+                else "one chunk: no steady state to time"
+            )
         )
         for s in range(args.seeds):
             ax.plot(c["env_steps"], ret[:, s], color=color, alpha=0.25, lw=1)

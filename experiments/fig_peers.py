@@ -38,6 +38,7 @@ from typing import Literal
 
 sys.path.insert(0, str(Path(__file__).parent / "peers"))
 import checked_cli
+from _common import run_info
 from spec import ENV_ONE_THREAD, RunSpec, metrics, read_events  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -270,8 +271,10 @@ def main(args: Args) -> dict:
         "label": "measured (cpu)",
         "threads": "torch peers: 1 thread (OMP_NUM_THREADS=1); drlhet, flashbax: XLA default"
         + ("; every process pinned to core 0" if args.pin1 else ""),
+        "run": run_info(),
     }
     if args.grid:
+        print(f"note: --grid draws no figure: {args.plot} is not written")
         result["grid"] = grid(args)
         result["range"] = _range(result["grid"])
     else:
@@ -283,6 +286,9 @@ def main(args: Args) -> dict:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print(json.dumps(result.get("summary") or result.get("range"), indent=1))
+    if not args.grid and not result["summary"]:  # the rows say why each did not run
+        why = "; ".join(f"{r['system']}: {r.get('skipped') or r.get('failed')}" for r in runs)
+        raise SystemExit(f"fig_peers: failed: no system ran ({why}); rows in {args.out}")
     return result
 
 
@@ -306,12 +312,17 @@ def _plot(summary: dict, spec: RunSpec, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = list(summary)
+    target = spec.stop_at_return
     panels = [
-        ("trained_samples_per_s", "trained samples/s (after the first chunk)", "tab:blue"),
-        ("time_to_return_s", f"wall s, launch to a return of {spec.stop_at_return}", "tab:orange"),
+        ("trained_samples_per_s", "trained samples/s (after the first chunk)", "tab:blue",
+         "no steady state timed (each run stopped at its first evaluation, or failed)"),
+        ("time_to_return_s",
+         f"wall s, launch to a return of {target:g}" if target is not None else "wall s",
+         "tab:orange",
+         "no target in this run" if target is None else f"no run reached {target:g}"),
     ]  # fmt: skip
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
-    for ax, (key, label, color) in zip(axes, panels, strict=True):
+    for ax, (key, label, color, none) in zip(axes, panels, strict=True):
         values = [summary[n][key] for n in names]
         bars = ax.bar(names, [v or 0.0 for v in values], color=color)
         for bar, v in zip(bars, values, strict=True):
@@ -319,10 +330,12 @@ def _plot(summary: dict, spec: RunSpec, path: Path) -> None:
             ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height() or 1),
                         ha="center", va="bottom", fontsize=8)  # fmt: skip
         if any(values):
-            ax.set_yscale("log")
+            ax.set_yscale("log")  # bars from a decade below the lowest: not its auto bottom,
+            low = min(v for v in values if v)  # which made 1.3M against 1.1M look 10x
+            ax.set_ylim(bottom=10 ** (math.floor(math.log10(low)) - 1))
         else:
             ax.set_yticks([])
-            ax.text(0.5, 0.5, "not asked in this run", ha="center", transform=ax.transAxes)
+            ax.text(0.5, 0.5, none, ha="center", transform=ax.transAxes, wrap=True)
         ax.set_ylabel(label, fontsize=9)
         ax.tick_params(axis="x", rotation=30)
     fig.suptitle(

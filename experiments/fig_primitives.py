@@ -2,17 +2,18 @@
 
 For each replay backend that runs on this machine (``jax``, ``native``) the prioritized buffer's
 primitives are *measured* with the measuring code of ``experiments/bench_replay.py`` (its
-`main` on a grid of our choosing: warm-up including compilation, then ``--repeats`` timed
+`measure_grid` on a grid of our choosing: warm-up including compilation, then ``--repeats`` timed
 repeats, implementations alternating within each repeat); a row holds the median, min and max
 of the repeats, converted from items/s to seconds per call. Two modes, as there:
 
   percall  a jitted primitive called from Python (dispatch included): the latency a caller sees
   fused    the primitive inside a jitted ``lax.scan`` (no dispatch): its cost in a fused loop
 
-GPU rows *measured* on a lent H100 (2026-11-26, ``bench_replay.py --device gpu``; fused mode,
-sample and update, in the batch sweep at 2^20 only, where they were measured) are read from
-``--gpu-results`` and drawn labelled so: for each batch the cuda update path its default takes
-there (`drlhet.backends.cuda.BLOCK_MAX_BATCH`), and ``jax`` on the GPU from the same run.
+GPU rows *measured* on a lent GPU (by default an H100's, 2026-11-26, ``bench_replay.py --device
+gpu``; fused mode, sample and update, in the batch sweep at 2^20 only, where they were measured)
+are read from ``--gpu-results`` and drawn labelled so, with the GPU's model and the date of
+their run: for each batch the cuda update path its default takes there
+(`drlhet.backends.cuda.BLOCK_MAX_BATCH`), and ``jax`` on the GPU from the same run.
 
 Devices that are not on this machine are *modeled* by the DSE's device models
 (`drlhet.dse.devices.MODELS`): the FPGA board from the replay module's cycle model at the
@@ -39,12 +40,12 @@ import json
 import os
 import platform
 import re
-import tempfile
 from pathlib import Path
 from typing import Literal
 
 import bench_replay
 import checked_cli
+from _common import run_info
 
 PRIMITIVES = ("insert", "sample", "update")
 FULL_BATCHES = tuple(2**e for e in range(5, 13))
@@ -112,7 +113,8 @@ def measure(
     repeats: int,
     threading: str,
 ) -> list[dict]:
-    """Measured rows at each ``(capacity, batch, K)`` of ``points``, by bench_replay's `main`
+    """Measured rows at each ``(capacity, batch, K)`` of ``points``, by bench_replay's
+    `measure_grid`
     (one call per distinct (batch, K) over the capacities; its own output hidden except its
     notes)."""
     groups: dict[tuple[int, int], list[int]] = {}
@@ -120,25 +122,23 @@ def measure(
         groups.setdefault((b, k), []).append(c)
     raw: list[dict] = []
     log = io.StringIO()
-    with tempfile.TemporaryDirectory() as tmp:
-        for (b, k), caps in groups.items():
-            bench_args = bench_replay.Args(
-                full=True,  # bench_replay's grid: the product of the three tuples
-                capacities=tuple(caps),
-                batches=(b,),
-                branchings=(k,),
-                repeats=repeats,
-                ops=ops,
-                modes=modes,
-                backends=backends,
-                thread_scaling=False,
-                limits=False,
-                peers=False,
-                threading=threading,  # type: ignore[arg-type]
-                out=Path(tmp) / "bench_replay.json",
-            )
-            with contextlib.redirect_stdout(log):
-                raw += bench_replay.main(bench_args)
+    for (b, k), caps in groups.items():
+        bench_args = bench_replay.Args(
+            full=True,  # bench_replay's grid: the product of the three tuples
+            capacities=tuple(caps),
+            batches=(b,),
+            branchings=(k,),
+            repeats=repeats,
+            ops=ops,
+            modes=modes,
+            backends=backends,
+            thread_scaling=False,
+            limits=False,
+            peers=False,
+            threading=threading,  # type: ignore[arg-type]
+        )
+        with contextlib.redirect_stdout(log):
+            raw += bench_replay.measure_grid(bench_args)
     for line in dict.fromkeys(log.getvalue().splitlines()):
         if line.startswith("note:"):
             print(line)
@@ -164,6 +164,8 @@ def _measured_row(r: dict, repeats: int) -> dict:
         "repeats": repeats,
         "calls_per_repeat": r["steps_per_repeat"],
         "warmup_s": r["warmup_s"],
+        "device_kind": r["device_kind"],
+        "run": r["run"],
     }
 
 
@@ -214,7 +216,7 @@ def modeled(
                             "label": label, "threading": "n/a (modeled)",
                             "host_overhead_s": host if mode == "percall" else 0.0,
                             "basis": f"{sheet['description']}; percall adds the sheet's host "
-                            "overhead per call; the link is not included",
+                            "overhead per call; the link is not included", "run": run_info(),
                         }
                     )  # fmt: skip
     return rows, notes
@@ -231,7 +233,7 @@ def gpu_measured(
     rows: list[dict] = []
     notes: list[str] = []
     seen: set[tuple[str, str, int]] = set()
-    for f in files:
+    for f in files:  # each that exists checked before anything is measured (`refused`)
         if not f.exists():
             notes.append(f"{f}: no such file; its GPU rows are omitted")
             continue
@@ -252,17 +254,31 @@ def gpu_measured(
             b = r["batch"]
             rows.append(
                 {
-                    "backend": r["impl"].removeprefix("drlhet-"), "device": r["device"],
+                    "backend": r["impl"].removeprefix("drlhet-"), "device": gpu_kind(r),
                     "primitive": r["op"], "mode": "fused", "batch": b, "capacity": capacity,
                     "branching": k, "seconds": b / r["items_per_s"],
                     "seconds_min": b / r["items_per_s_max"],
                     "seconds_max": b / r["items_per_s_min"],
-                    "label": f"measured (GPU, {r.get('date', 'date not recorded')})",
+                    "label": f"measured (GPU, {run_date(r)})",
                     "threading": "n/a (GPU)", "source": str(f),
-                    "cuda_update_path": path or None,
+                    "cuda_update_path": path or None, "run": r.get("run"),
                 }
             )  # fmt: skip
     return rows, notes
+
+
+def gpu_kind(r: dict) -> str:
+    """The GPU a bench_replay row ran on, by model: its ``device_kind``, the model in its
+    ``speed_of`` (``this GPU (NVIDIA H200)``), or its ``device`` (the first GPU rows, of
+    2026-11-26, wrote the model there)."""
+    found = re.fullmatch(r"this GPU \((.+)\)", str(r.get("speed_of", "")))
+    return r.get("device_kind") or (found[1] if found else str(r["device"]))
+
+
+def run_date(r: dict) -> str:
+    """The day a bench_replay row was measured: its ``date``, its run's start, or a note."""
+    started = (r.get("run") or {}).get("started_utc")
+    return r.get("date") or (started[:10] if started else "date not recorded")
 
 
 def series_name(r: dict) -> str:
@@ -357,16 +373,33 @@ def plot(args: Args, rows: list[dict], path: Path) -> None:
             ax.set_xlabel(xlabel)
             ax.set_ylabel("seconds per call")
     legend(fig, colors)
-    fig.suptitle(
-        f"Replay primitives per call: {measured_label()}, threading "
-        f"{args.threading}; min-max of {args.repeats} repeats shaded; GPU rows measured on an "
-        "H100 where labelled so, other devices modeled",
-        fontsize=11,
-    )
-    fig.tight_layout(rect=(0, 0.1, 1, 0.97))
+    fig.suptitle(f"Replay primitives per call: {basis_text(rows, args)}", fontsize=11)
+    fig.tight_layout(rect=(0, 0.1, 1, 0.95))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def basis_text(rows: list[dict], args: Args) -> str:
+    """What the figure's rows are, from the rows themselves (a ``--replot`` draws another
+    run's): the CPU rows' label, threading and repeats; the GPUs measured, with their dates;
+    the modeled devices."""
+    cpu = [r for r in rows if r["label"].startswith("measured (cpu")]
+    gpus = dict.fromkeys(  # a GPU row's label: measured (GPU, <its run's date>)
+        f"{r['device']} ({r['label'].removeprefix('measured (GPU, ').removesuffix(')')})"
+        for r in rows
+        if r["label"].startswith("measured (GPU")
+    )
+    repeats = sorted({r["repeats"] for r in cpu if "repeats" in r}) or [args.repeats]
+    parts = [
+        f"{cpu[0]['label']}, threading {cpu[0]['threading'].split(':')[0]}, min-max of "
+        f"{'/'.join(map(str, repeats))} repeats shaded"
+        if cpu
+        else "nothing measured on a CPU",
+        f"GPU rows measured on {', '.join(gpus)}" if gpus else "",
+        "other devices modeled (not measured)",
+    ]
+    return parts[0] + "\n" + "; ".join(p for p in parts[1:] if p)
 
 
 def scaled(args: Args) -> Args:
@@ -405,15 +438,24 @@ def _replotted(rows: object) -> str:
 
 def refused(args: Args) -> str:
     """Why ``args`` cannot run, in one line, or "": a ``--replot`` file that is missing or not
-    this figure's rows, or a device sheet that is not shipped; asked before anything is
+    this figure's rows, a device sheet that is not shipped, or a ``--gpu-results`` file that is
+    not bench_replay.py's rows (where the GPU rows are drawn); asked before anything is
     measured (imports no jax: ``--threading xla1`` acts before it is imported)."""
     if args.replot is not None:
-        return checked_cli.unreadable_json(args.replot, _replotted)
-    if not args.sheets:  # none modeled
-        return ""
-    from drlhet.dse.devices import load_sheets
+        why = checked_cli.unreadable_json(args.replot, _replotted)
+    else:
+        why = ""
+        if args.sheets:  # none modeled: nothing to check
+            from drlhet.dse.devices import load_sheets
 
-    return checked_cli.unknown_names("--sheets", args.sheets, load_sheets())
+            why = checked_cli.unknown_names("--sheets", args.sheets, load_sheets())
+    if args.replot is not None or "fused" in args.modes:  # where the GPU rows are drawn
+        from report_replay import wrong_shape  # what a bench_replay row file holds
+
+        for path in args.gpu_results:  # a missing one: a note, its rows omitted
+            bad = checked_cli.unreadable_json(path, wrong_shape) if path.exists() else ""
+            why = why or (f"--gpu-results {bad}" if bad else "")
+    return why
 
 
 def main(args: Args) -> list[dict]:

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 import checked_cli
+from _common import run_info
 
 from drlhet.dse.devices import link_seconds, load_sheets, rmm_cycles
 from drlhet.runtime.config import TrainConfig
@@ -156,6 +157,7 @@ def main(args: Args) -> list[dict]:
     rows += placements(sheet)
     if args.stepped:
         rows += stepped(args)
+    rows = [{**r, "run": run_info("hls4ml")} for r in rows]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=1))
     print(f"\nwrote {len(rows)} rows to {args.out} (every figure {LABEL})")

@@ -25,6 +25,7 @@ from pathlib import Path
 import checked_cli
 import jax
 import jax.numpy as jnp
+from _common import run_info
 
 from drlhet import backends
 from drlhet.agents.ddpg import DDPGConfig, make_ddpg
@@ -172,6 +173,7 @@ def main(args: Args) -> list[dict]:
         f"DSPs of the module's arithmetic: {learner_cycles.dsps()} of the board's "
         f"{sheet['values']['dsp']['value']}"
     )
+    rows = [{**r, "run": run_info("hls4ml")} for r in rows]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=1))
     return rows

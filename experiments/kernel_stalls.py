@@ -120,4 +120,5 @@ def main(args: Args) -> list[dict]:
 
 
 if __name__ == "__main__":
-    checked_cli.run(Args, main, {}, lambda a: checked_cli.no_files("--csv-files", a.csv_files))
+    least = {"top": 0}  # a negative one sliced all but the last reasons
+    checked_cli.run(Args, main, least, lambda a: checked_cli.no_files("--csv-files", a.csv_files))

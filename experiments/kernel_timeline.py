@@ -32,6 +32,7 @@ import csv
 import dataclasses
 import gzip
 import json
+import math
 import re
 import statistics
 import zlib
@@ -327,5 +328,18 @@ def main(args: Args) -> list[dict]:
     return found
 
 
+def refused(args: Args) -> str:
+    """Why ``args`` cannot run, in one line, or "": no file given, or a burst gap that is not a
+    positive number (a step count below 1 is `LEAST`'s)."""
+    if not (args.csv_files or args.trace_files):
+        return NONE_GIVEN
+    if not args.burst_gap_us > 0 or math.isinf(args.burst_gap_us):  # NaN fails the first
+        return f"--burst-gap-us must be a positive number, got {args.burst_gap_us}"
+    return ""
+
+
+LEAST = {"steps": 1}
+"""The smallest value of each count (`checked_cli.refused_counts`; 0 read as "not given")."""
+
 if __name__ == "__main__":
-    checked_cli.run(Args, main, {}, lambda a: "" if a.csv_files or a.trace_files else NONE_GIVEN)
+    checked_cli.run(Args, main, LEAST, refused)

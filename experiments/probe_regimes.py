@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import checked_cli
+from _common import run_info
 
 XLA_SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 SETTINGS = ("default", "pin1", "xla1")
@@ -86,6 +87,7 @@ def main(args: Args) -> list[dict]:
         "machine": f"{platform.machine()} {os.cpu_count()} cores ({platform.node()})",
         "date": time.strftime("%Y-%m-%d"),
         "label": "measured (cpu)",
+        "run": run_info(),
         "rows": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

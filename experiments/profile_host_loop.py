@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import checked_cli
+from _common import run_info
 
 
 @dataclasses.dataclass
@@ -272,6 +273,7 @@ def main(args: Args) -> dict:
         "args": {k: str(v) for k, v in dataclasses.asdict(args).items()},
         "machine": f"{platform.machine()} {os.cpu_count()} cores ({platform.node()})",
         "measured": time.strftime("%Y-%m-%d"),
+        "run": run_info(),
         "dispatch": probe_dispatch(),
         "threads": probe_threads(),
         "put_us": probe_put(),

@@ -38,12 +38,40 @@ def cell(r) -> str:
     return f"{fmt(r['items_per_s'])} ({fmt(r['items_per_s_min'])}-{fmt(r['items_per_s_max'])})"
 
 
+def where_measured(rows: list[dict]) -> str:
+    """One line: on which device each implementation was measured (a GPU by its model; a
+    simulation said so), and the run(s) the rows came from where they record it."""
+    on: dict[str, list[str]] = {}
+    for r in rows:
+        if "op" not in r:
+            continue
+        speed = str(r.get("speed_of", ""))
+        kind = r.get("device_kind") or (speed[len("this GPU (") : -1] if "GPU (" in speed else "")
+        device = f"{r.get('device', 'cpu')}{f' ({kind})' if kind else ''}"
+        if "simulation" in speed:
+            device += ", a simulation: function only, not the hardware's speed"
+        on.setdefault(device, [])
+        if r["impl"] not in on[device]:
+            on[device].append(r["impl"])
+    line = "Measured on " + "; on ".join(f"{d}: {', '.join(i)}" for d, i in on.items()) + "."
+    runs = list(dict.fromkeys(
+        f"{run['started_utc']} (commit {run.get('commit')}, jax {run['versions'].get('jax')})"
+        for r in rows if isinstance(run := r.get("run"), dict)
+    ))  # fmt: skip
+    if len(runs) > 1:
+        line += f" Rows of {len(runs)} runs, started {'; '.join(runs)}."
+    elif runs:
+        line += f" Run started {runs[0]}."
+    return line
+
+
 def main(grid_path: str, threading_path: str | None = None) -> None:
     rows = json.loads(Path(grid_path).read_text())
     lim = next((r for r in rows if r["impl"] == "machine-limit"), None)
     any_row = next(r for r in rows if r["impl"] != "machine-limit")
     machine, threading = (any_row.get(k, "not recorded") for k in ("machine", "threading"))
     print(f"Machine: {machine}; threading: {threading}.")
+    print(where_measured(rows))
     if lim:
         print(
             f"Memory limits, one core, 1 GiB array (measured): dependent random read "

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import checked_cli
+from _common import run_info
 
 
 @dataclasses.dataclass
@@ -205,10 +206,11 @@ def main(args: Args) -> None:
         print(f"soak: {backend}", flush=True)
         done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
         if done.returncode:
-            rows.append({"backend": backend, "failed": done.returncode, "measured": True})
+            rows.append({"backend": backend, "failed": done.returncode, "measured": True,
+                         "run": run_info()})  # fmt: skip
             continue
         row = json.loads(done.stdout.strip().splitlines()[-1])
-        rows.append(row)
+        rows.append({**row, "run": run_info()})
         print(
             f"  {backend}: {row['priority_updates']:,} updates, max root rel. error "
             f"{row['max_root_rel_error']:.2e}, error bits {row['error_bits']}, RSS "
@@ -230,14 +232,16 @@ def main(args: Args) -> None:
 
 
 def refused(args: Args) -> str:
-    """Why ``args`` cannot run, in one line, or "": non-finite priority decades, or a backend
-    that is not registered, does not load here or refuses this buffer (its capacity, K,
-    alpha); asked before any backend's process starts (which would end in a traceback, its
-    row marked failed)."""
+    """Why ``args`` cannot run, in one line, or "": non-finite priority decades, more inserts
+    per step than the buffer holds, or a backend that is not registered, does not load here or
+    refuses this buffer (its capacity, K, alpha); asked before any backend's process starts
+    (which would end in a traceback, its row marked failed)."""
     if args.child:  # the parent asked
         return ""
     if not all(math.isfinite(u) for u in args.decades):
         return f"--decades must be finite, got {list(args.decades)}"
+    if args.inserts > args.capacity:  # one add of more than the capacity is refused
+        return f"--inserts {args.inserts} must be <= --capacity {args.capacity}"
     from drlhet import backends
     from drlhet.replay.prioritized import make_prioritized_replay
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import checked_cli
 import jax
+from _common import run_info
 
 from drlhet.backends.base import CPU
 from drlhet.dse.baselines import baselines
@@ -239,6 +240,7 @@ def _summary(machine: str, rows: list[dict], configs: list[dict], profiles: list
     errs = [abs(r["error"]) for r in rows]
     summary = {
         "machine": machine,
+        "run": run_info(),
         "config": "DQN-PER CartPole-v1, MLP 64x64, 4 envs, 2 SGD steps/iteration, K=16",
         "threads": "default (not pinned; two XLA CPU devices on two cores)",
         "error": "median over rounds of (prediction from the round's profile) / (the round's "

@@ -429,6 +429,8 @@ def test_a_soak_whose_backend_failed_keeps_its_rows_and_says_so(cli, monkeypatch
     with pytest.raises(SystemExit) as stop:
         cli("soak_replay", *shlex.split(SOAK_TINY))
     assert stop.value.code == "soak_replay: failed: jax (exit 3)"
-    assert json.loads((tmp_path / "s.json").read_text()) == [
+    rows = json.loads((tmp_path / "s.json").read_text())
+    assert [{k: v for k, v in r.items() if k != "run"} for r in rows] == [
         {"backend": "jax", "failed": 3, "measured": True}
     ]
+    assert rows[0]["run"]["versions"]["jax"]  # the run's (experiments/_common.py)

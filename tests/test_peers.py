@@ -25,6 +25,7 @@ def _load(name: str, path: Path):
 
 peers_spec = _load("spec", EXPERIMENTS / "peers" / "spec.py")
 _load("checked_cli", EXPERIMENTS / "checked_cli.py")  # fig_peers reads its command line with it
+_load("_common", EXPERIMENTS / "_common.py")  # and says its run with it
 fig_peers = _load("fig_peers", EXPERIMENTS / "fig_peers.py")
 
 

@@ -6,7 +6,9 @@ TD3 + PER on gymnasium's MuJoCo Hopper-v5 (``td3-hopper``: 100k env steps, one e
 one SGD step per env step, 10k random warm-up steps, 3-step returns; the gymnasium extra;
 1-step returns reached 600, not 1,000, at 100k: docs/results.md). Writes
 ``results/delay_<task>.json`` and the plot (``--plot``); prints the final mean return and spread
-across seeds per k, and whether each k is within one standard deviation of k = 0.
+across seeds per k, and whether each k is within one standard deviation of k = 0. A
+``delay_<task>.json`` already under ``--out`` that holds another configuration's curves (another
+figure's data) is not replaced: the run is refused up front, naming the fields that differ.
 
 Usage:
   python experiments/fig_delay.py                 # both tasks (about 35 minutes on 2 cores)
@@ -170,7 +172,42 @@ def refused(args: Args) -> str:
     for task in args.tasks if args.from_runs is None else ():
         for k in args.delays:
             why = why or checked_cli.refused_config(_config(args, task, k))
+    for task in args.tasks:
+        why = why or _other_curves(args, task)
     return why
+
+
+def _other_curves(args: Args, task: str) -> str:
+    """Why ``delay_<task>.json`` under ``--out`` must not be replaced: it holds the curves of
+    another configuration (a figure's data: the 1-step Hopper runs redrawn over the 3-step
+    ones, or a run shortened by ``--steps`` over the full one), or ""."""
+    path = args.out / f"delay_{task}.json"
+    try:
+        kept = json.loads(path.read_text()).get("config")
+    except (OSError, ValueError, AttributeError):
+        return ""  # none there, or not a result of this script: nothing of a figure's to keep
+    if not isinstance(kept, dict):
+        return ""
+    drawn, kept = _leaves(json.loads(json.dumps(_drawn_config(args, task)[0]))), _leaves(kept)
+    # fields both name (one added since is at its default), the delay and placement aside
+    differ = [k for k in sorted(drawn.keys() & kept.keys())
+              if k not in ("delay", "backend", "learner") and drawn[k] != kept[k]]  # fmt: skip
+    if not differ:
+        return ""
+    said = ", ".join(f"{k} {json.dumps(kept[k])} there, {json.dumps(drawn[k])} here"
+                     for k in differ[:3])  # fmt: skip
+    return (
+        f"{path} holds the curves of another configuration ({said}): move it, or pass another "
+        f"--out, so that its figure's data is not replaced"
+    )
+
+
+def _leaves(config: dict, prefix: str = "") -> dict:
+    """``{"ddpg.td3": False, ...}``: a configuration's fields, nested ones by dotted name."""
+    out: dict = {}
+    for k, v in config.items():
+        out |= _leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
+    return out
 
 
 def _drawn_config(args: Args, task: str) -> tuple[dict, str]:

@@ -237,6 +237,28 @@ def test_a_delay_figure_from_saved_runs_is_labelled_by_their_configuration(
     check_run(saved["run"], "fig_delay.py --tasks td3-hopper")
 
 
+def test_curves_of_another_configuration_are_not_replaced(experiment, cli, capsys, tmp_path):
+    """fig_delay wrote ``delay_<task>.json`` whatever was there: redrawing the 1-step Hopper
+    runs replaced the 3-step runs' data (another figure's), as would a run cut by --steps."""
+    fig_delay = experiment("fig_delay")
+    saved_runs(tmp_path / "n3", "td3-hopper", {0: {}, 4: {}}, fig_delay)
+    saved_runs(tmp_path / "n1", "td3-hopper", {0: {"n_step": 1}, 4: {"n_step": 1}}, fig_delay)
+    cli("fig_delay", *shlex.split("--tasks td3-hopper --delays 0 4 --from-runs n3 --out o"))
+    data = tmp_path / "o" / "delay_td3-hopper.json"
+    before = data.read_text()
+    cli("fig_delay", *shlex.split("--tasks td3-hopper --delays 0 4 --from-runs n3 --out o"))
+    capsys.readouterr()  # the two runs' lines
+    line = refused(
+        cli, capsys, "fig_delay", "--tasks td3-hopper --delays 0 4 --from-runs n1 --out o"
+    )
+    assert line == (
+        "fig_delay: error: o/delay_td3-hopper.json holds the curves of another configuration "
+        "(n_step 3 there, 1 here): move it, or pass another --out, so that its figure's data "
+        "is not replaced"
+    )
+    assert json.loads(data.read_text())["config"] == json.loads(before)["config"]
+
+
 def test_saved_runs_of_two_configurations_are_not_drawn_as_one(experiment, cli, capsys, tmp_path):
     saved_runs(tmp_path / "runs", "dqn", {0: {}, 4: {"steps": 20_000}}, experiment("fig_delay"))
     line = refused(cli, capsys, "fig_delay", "--tasks dqn --delays 0 4 --from-runs runs --out o")

@@ -16,6 +16,8 @@ long file at the end while the other has nothing to do.
 
 import contextlib
 import os
+import runpy
+import sys
 import tempfile
 from pathlib import Path
 
@@ -84,3 +86,24 @@ def refused(capsys):
         assert err.count("\n") == 1 and ": error: " in err and text in err, err
 
     return check
+
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+
+@pytest.fixture
+def cli(monkeypatch, tmp_path):
+    """``cli("fig_delay", *args)`` runs experiments/fig_delay.py as ``python fig_delay.py
+    args`` would, in ``tmp_path``, but in this process: jax and drlhet are imported already, so
+    a refusal, which comes before anything is trained or measured, takes a fraction of a
+    second (a subprocess would spend seconds importing jax)."""
+    monkeypatch.syspath_prepend(str(EXPERIMENTS))
+    monkeypatch.setattr(sys, "path", list(sys.path))  # fig_peers adds its peers folder
+    monkeypatch.chdir(tmp_path)
+
+    def call(script: str, *args: object) -> None:
+        path = EXPERIMENTS / f"{script}.py"
+        monkeypatch.setattr(sys, "argv", [str(path), *map(str, args)])
+        runpy.run_path(str(path), run_name="__main__")
+
+    return call

@@ -6,7 +6,6 @@ import ast
 import dataclasses
 import importlib
 import json
-import runpy
 import shlex
 import subprocess
 import sys
@@ -234,24 +233,6 @@ def test_a_script_told_to_write_where_it_cannot_exits_before_it_runs(tmp_path):
         f"fig_learning: error: --out {out}: no file can be made in {tmp_path / 'file'} "
         "(Not a directory)"
     ]
-
-
-@pytest.fixture
-def cli(monkeypatch, tmp_path):
-    """``cli("fig_delay", *args)`` runs experiments/fig_delay.py as ``python fig_delay.py
-    args`` would, in ``tmp_path``, but in this process: jax and drlhet are imported already, so
-    a refusal, which comes before anything is trained or measured, takes a fraction of a
-    second (a subprocess would spend seconds importing jax)."""
-    monkeypatch.syspath_prepend(str(REPO / "experiments"))
-    monkeypatch.setattr(sys, "path", list(sys.path))  # fig_peers adds its peers folder
-    monkeypatch.chdir(tmp_path)
-
-    def call(script: str, *args: object) -> None:
-        path = REPO / "experiments" / f"{script}.py"
-        monkeypatch.setattr(sys, "argv", [str(path), *map(str, args)])
-        runpy.run_path(str(path), run_name="__main__")
-
-    return call
 
 
 def _inputs(tmp: Path) -> dict[str, Path]:

@@ -9,7 +9,6 @@ import dataclasses
 import importlib
 import json
 import os
-import runpy
 import shlex
 import sys
 from pathlib import Path
@@ -46,22 +45,6 @@ def experiment(monkeypatch):
     """Imports an experiments script by name (they import their siblings by name too)."""
     monkeypatch.syspath_prepend(str(REPO / "experiments"))
     return importlib.import_module
-
-
-@pytest.fixture
-def cli(monkeypatch, tmp_path):
-    """``cli("bench_replay", *args)`` runs the script as ``python bench_replay.py args`` would,
-    in ``tmp_path``, in this process (jax is imported once for all)."""
-    monkeypatch.syspath_prepend(str(REPO / "experiments"))
-    monkeypatch.setattr(sys, "path", list(sys.path))  # fig_peers adds its peers folder
-    monkeypatch.chdir(tmp_path)
-
-    def call(script: str, *args: object) -> None:
-        path = REPO / "experiments" / f"{script}.py"
-        monkeypatch.setattr(sys, "argv", [str(path), *map(str, args)])
-        runpy.run_path(str(path), run_name="__main__")
-
-    return call
 
 
 def refused(cli, capsys, script: str, args: str) -> str:

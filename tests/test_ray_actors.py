@@ -310,14 +310,17 @@ def test_an_address_where_ray_joins_no_cluster_is_named_in_one_line(monkeypatch)
         init_ray(RayConfig(actors=1))
 
 
+@ray.remote(num_cpus=1)
+class Holder:
+    """Another job's actor: it holds one CPU while it lives."""
+
+    def ready(self) -> bool:
+        return True
+
+
 def test_a_cluster_whose_cpus_other_jobs_hold_is_refused_up_front(two_nodes):
     """`init_ray` checked the cluster's CPUs in all: with one of two held by another job, the
     second actor could not be placed and the run failed after 300 s ("did not come back")."""
-
-    @ray.remote(num_cpus=1)
-    class Holder:
-        def ready(self) -> bool:
-            return True
 
     holder = Holder.remote()
     try:
@@ -344,11 +347,6 @@ def test_cpus_taken_between_the_check_and_the_placement_are_refused_not_waited_f
 ):
     """A CPU free at `init_ray`'s check could be taken by another job before an actor was
     placed on it; the actor then never answered. `reserve_cpus` holds them all at once."""
-
-    @ray.remote(num_cpus=1)
-    class Holder:
-        def ready(self) -> bool:
-            return True
 
     holder = Holder.remote()
     try:

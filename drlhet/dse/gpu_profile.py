@@ -14,6 +14,7 @@ This module imports no JAX.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,7 @@ def load_gpu_profiles(path: Path) -> list[dict[str, Any]]:
 def _wrong_row(row: dict) -> str:
     """What in a row (its fields there) the model cannot read, or "": its names not text (the
     sheet may be null: no sheet matched), or a primitive of `PRIMITIVES` not timed in
-    ``compute`` as ``{"median": seconds, ...}``."""
+    ``compute`` as ``{"median": seconds, ...}`` (finite, >= 0)."""
     for field in ("key", "backend", "device_kind", "sheet"):
         if not isinstance(row[field], str) and not (field == "sheet" and row[field] is None):
             return f"{field} is {row[field]!r}, not text"
@@ -129,6 +130,7 @@ def _wrong_row(row: dict) -> str:
     for name in PRIMITIVES:
         got = compute.get(name)
         median = got.get("median") if isinstance(got, dict) else None
-        if isinstance(median, bool) or not isinstance(median, int | float) or median < 0:
+        number = not isinstance(median, bool) and isinstance(median, int | float)
+        if not number or not math.isfinite(median) or median < 0:  # JSON reads NaN, Infinity
             return f"compute lacks a median time of {name!r} (got {got!r})"
     return ""

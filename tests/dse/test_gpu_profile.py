@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from test_model import model, places, stats
@@ -91,6 +92,10 @@ def test_an_unmeasured_backend_on_a_measured_gpu_keeps_the_sheet_model():
 TEXT_SAMPLE = {"sample": {"median": "1e-6"}}
 
 
+def odd(median: float) -> dict:
+    return {"train": stats(median)}
+
+
 @pytest.mark.parametrize(
     "content, message",
     [
@@ -110,6 +115,11 @@ TEXT_SAMPLE = {"sample": {"median": "1e-6"}}
          "row 0's compute lacks a median time of 'sample'"),
         (json.dumps([profile_row("k", "jax", "Toy", "gpu", {"sample": stats(1)})]),
          r"row 0's compute lacks a median time of 'actors' \(got None\)"),
+        # JSON reads NaN and Infinity: a time the model would carry into every prediction
+        (json.dumps([profile_row("k", "jax", "Toy", "gpu", figures() | odd(math.nan))]),
+         r"row 0's compute lacks a median time of 'train' \(got \{'median': nan"),
+        (json.dumps([profile_row("k", "jax", "Toy", "gpu", figures() | odd(math.inf))]),
+         r"row 0's compute lacks a median time of 'train' \(got \{'median': inf"),
     ],
 )  # fmt: skip
 def test_a_bad_profile_file_is_refused_with_its_reason(tmp_path, content, message):

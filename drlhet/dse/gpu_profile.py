@@ -130,7 +130,11 @@ def _wrong_row(row: dict) -> str:
     for name in PRIMITIVES:
         got = compute.get(name)
         median = got.get("median") if isinstance(got, dict) else None
-        number = not isinstance(median, bool) and isinstance(median, int | float)
-        if not number or not math.isfinite(median) or median < 0:  # JSON reads NaN, Infinity
+        if (
+            isinstance(median, bool)
+            or not isinstance(median, int | float)
+            or not math.isfinite(median)  # JSON reads NaN and Infinity
+            or median < 0
+        ):
             return f"compute lacks a median time of {name!r} (got {got!r})"
     return ""

@@ -28,6 +28,11 @@ Usage:
 
 Threading (``--threading``): ``default`` (XLA's own thread pool over all cores), ``pin1`` (the
 process pinned to core 0, like ``taskset -c 0``), ``xla1`` (XLA intra-op threading off).
+``--threading-study`` runs this script once per setting and names its files after ``--out``
+(``<folder>/<name>.json``): each setting's rows in ``<name>_threading_<setting>.json``, all of
+them in ``<name>_threading.json`` (the default ``--out`` gives
+``results/bench_replay_threading.json``); a run that fails ends the study with one line naming
+its setting, exit status and command (exit status 1), before the combined file is written.
 Results: JSON rows in ``--out`` and a printed table. Every number is measured on this machine;
 each row names its device (``device``, ``device_kind``: the CPU's or GPU's model) and its run
 (``run``: start, command, commit, machine, versions; `_common.run_info`). A run that measures
@@ -44,6 +49,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -92,7 +98,9 @@ class Args:
     costs the run one run of it, not ``repeats`` more."""
     threading: Literal["default", "pin1", "xla1"] = "default"
     threading_study: bool = False
-    """Run the fused step at 2^20/K16/B256 under each threading setting, in subprocesses."""
+    """Measure sample, update and step (fused and per call) at 2^20/K16/B256 under each
+    threading setting, each in a process of its own; the files are named after ``--out``,
+    which is not itself written (`study_outputs`)."""
     device: Literal["cpu", "gpu"] = "cpu"
     """``gpu``: the XLA backends (``jax``, ``cuda``) run on the first GPU, ``native`` on the host
     CPU; the grid becomes capacities 2^14..2^22 x batches 32..65536 at K = 16 (unless given)."""
@@ -730,38 +738,53 @@ def print_ratios(rows: list[dict], capacity: int, batch: int, k: int, depth: int
         )
 
 
+THREADINGS = ("default", "pin1", "xla1")
+"""The settings of ``--threading``, in the order the study runs them."""
+
+
+def study_outputs(out: Path) -> tuple[Path, dict[str, Path]]:
+    """Where ``--threading-study`` writes, named after ``--out`` (``<folder>/<name>.json``): all
+    the rows in ``<name>_threading.json``, and each setting's run in
+    ``<name>_threading_<setting>.json`` beside it."""
+
+    def named(tail: str) -> Path:
+        return out.with_name(f"{out.stem}_threading{tail}{out.suffix}")
+
+    return named(""), {mode: named(f"_{mode}") for mode in THREADINGS}
+
+
+def study_run(args: Args, mode: str, out: Path) -> list[dict]:
+    """One setting's run of the study: this script in a process of its own, writing ``out``;
+    its rows. A run that fails ends the study (exit status 1) with one line naming its setting,
+    exit status, last line on stderr and command."""
+    cmd = [sys.executable, __file__, "--quick", "--no-peers", "--threading", mode]
+    cmd += ["--ops", "sample", "update", "step", "--modes", "fused", "percall"]
+    cmd += ["--repeats", str(args.repeats), "--out", str(out)]
+    print("$", shlex.join(cmd), flush=True)
+    got = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
+    if got.returncode == 0:
+        sys.stderr.write(got.stderr)  # its warnings, once it has run
+        return json.loads(out.read_text())
+    last = (got.stderr.strip().splitlines() or ["no output on stderr"])[-1]
+    print(
+        f"bench_replay: failed: threading study, --threading {mode}: exit status "
+        f"{got.returncode} ({last}); {study_outputs(args.out)[0]} not written; command: "
+        f"{shlex.join(cmd)}",
+        file=sys.stderr,
+    )
+    raise SystemExit(1)
+
+
 def threading_study(args: Args) -> list[dict]:
+    target, outs = study_outputs(args.out)
     rows = []
-    for mode in ("default", "pin1", "xla1"):
-        out = args.out.with_name(f"bench_replay_threading_{mode}.json")
-        cmd = [
-            sys.executable,
-            __file__,
-            "--quick",
-            "--no-peers",
-            "--threading",
-            mode,
-            "--ops",
-            "sample",
-            "update",
-            "step",
-            "--modes",
-            "fused",
-            "percall",
-            "--repeats",
-            str(args.repeats),
-            "--out",
-            str(out),
-        ]
-        print("$", " ".join(cmd), flush=True)
-        subprocess.run(cmd, check=True)
-        rows += json.loads(out.read_text())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    target = args.out.with_name("bench_replay_threading.json")
+    for mode, out in outs.items():
+        rows += study_run(args, mode, out)
+    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(rows, indent=1))
     print("\n== threading study, capacity 2^20, K 16, batch 256: items/s (median, measured) ==")
     print(f"{'threading':<10} {'mode':<8} {'sample':>10} {'update':>10} {'step':>10}")
-    for mode in ("default", "pin1", "xla1"):
+    for mode in THREADINGS:
         for m in ("fused", "percall"):
             r = {
                 x["op"]: x["items_per_s"]

@@ -6,7 +6,9 @@ TD3 + PER on gymnasium's MuJoCo Hopper-v5 (``td3-hopper``: 100k env steps, one e
 one SGD step per env step, 10k random warm-up steps, 3-step returns; the gymnasium extra;
 1-step returns reached 600, not 1,000, at 100k: docs/results.md). Writes
 ``results/delay_<task>.json`` and the plot (``--plot``); prints the final mean return and spread
-across seeds per k, and whether each k is within one standard deviation of k = 0. A
+across seeds per k, and whether each k is within one standard deviation of k = 0
+(``within_one_std_of_k0``: k = 0's final mean and spread, wherever 0 stands in ``--delays``;
+``--delays`` without 0 is refused up front, as there is no baseline to compare against). A
 ``delay_<task>.json`` already under ``--out`` that holds another configuration's curves (another
 figure's data) is not replaced: the run is refused up front, naming the fields that differ.
 
@@ -61,6 +63,8 @@ gymnasium:Hopper-v5 --num-envs 1 --sgd-steps 1 --warmup 10000 --buffer-size 2000
 class Args:
     tasks: tuple[str, ...] = ("dqn", "ddpg")
     delays: tuple[int, ...] = (0, 1, 4, 16, 64)
+    """The priority-update delays k, one run each; 0, the baseline each k is compared against,
+    must be among them (in any place)."""
     seeds: int = 5
     final_chunks: int = 2
     """The final return is the mean over the last this-many evaluations (and over seeds)."""
@@ -158,11 +162,15 @@ def _rows(args: Args, task: str, k: int) -> list[dict]:
 
 
 def refused(args: Args) -> str:
-    """Why ``args`` cannot run, in one line, or "": an unknown task or none, a plot that is not
-    a file name under ``--out``, a run file of `--from-runs` that is missing (every task and k
-    is looked for before any is read), or a configuration drlhet would refuse (without
-    `--from-runs`); asked before anything is made, read or trained."""
+    """Why ``args`` cannot run, in one line, or "": an unknown task or none, ``--delays``
+    without 0 (the baseline), a plot that is not a file name under ``--out``, a run file of
+    `--from-runs` that is missing (every task and k is looked for before any is read), or a
+    configuration drlhet would refuse (without `--from-runs`); asked before anything is made,
+    read or trained."""
     why = checked_cli.unknown_names("--tasks", args.tasks, TASKS)
+    if not why and 0 not in args.delays:
+        given = " ".join(map(str, args.delays))
+        why = f"--delays {given}: no k = 0, the baseline every k is compared against; add 0"
     if not why and (Path(args.plot).name != args.plot or args.plot in ("", ".", "..")):
         why = f"--plot {args.plot!r}: a file name (written under --out), not a path"
     why = why or checked_cli.refused_output(args.out / args.plot, "--plot", "plot")
@@ -262,7 +270,7 @@ def main(args: Args) -> dict:
             mean = ret.mean(axis=1)
             ax.plot(steps, mean, lw=2, marker="o", ms=2, label=f"k = {k}")
             ax.fill_between(steps, mean - ret.std(1), mean + ret.std(1), alpha=0.1)
-        base = res[args.delays[0]]
+        base = res[0]  # the baseline: k = 0 wherever it stands in --delays (`refused`)
         for r in res.values():
             r["within_one_std_of_k0"] = bool(
                 abs(r["final_mean"] - base["final_mean"]) <= base["final_std"]

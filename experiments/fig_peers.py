@@ -107,10 +107,11 @@ def base_spec(args: Args) -> RunSpec:
 
 
 def refused(args: Args) -> str:
-    """Why ``args`` cannot run, in one line, or "": an unknown system or none, or an
-    ``--eval-every`` that is not a multiple of the envs stepped together; asked before any
-    system is launched or anything is written."""
+    """Why ``args`` cannot run, in one line, or "": an unknown system or none, an ``--env``
+    that cannot be run (`refused_env`), or an ``--eval-every`` that is not a multiple of the
+    envs stepped together; asked before any system is launched or anything is written."""
     why = checked_cli.unknown_names("--systems", args.systems, SYSTEMS)
+    why = why or refused_env(args)
     if not why and args.target is not None and math.isnan(args.target):
         why = "--target must be a number, got nan"
     envs = base_spec(args).num_envs
@@ -120,6 +121,25 @@ def refused(args: Args) -> str:
             f"--eval-every {every} must be a positive multiple of the {envs} envs stepped together"
         )
     return why
+
+
+def refused_env(args: Args) -> str:
+    """Why ``--env`` cannot be the comparison's environment, in one line naming it, or "" (not
+    given: the algorithm's own): a name drlhet does not know (a gymnax id, ``gymnasium:<id>``),
+    which every system would fail on after its launch, or one whose actions do not suit
+    ``--algo`` (DQN: discrete, TD3: continuous). Builds the environment (imports jax)."""
+    if args.env is None:
+        return ""
+    from drlhet.envs import make_env
+
+    try:
+        discrete = make_env(args.env).discrete
+    except ValueError as e:
+        return f"--env {args.env!r}: {e}"
+    wants = "discrete" if args.algo == "dqn" else "continuous"
+    if discrete != (wants == "discrete"):
+        return f"--env {args.env!r}: its actions are not {wants}, as --algo {args.algo} needs"
+    return ""
 
 
 def launch(system: str, spec: RunSpec, args: Args) -> dict:

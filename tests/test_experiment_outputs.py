@@ -90,6 +90,57 @@ def test_bench_replay_rows_say_their_run_and_device(cli, tmp_path):
         check_run(r["run"], "bench_replay.py --capacities 64")
 
 
+def study_rows(cmd: list[str]) -> list[dict]:
+    """What a run of ``bench_replay --threading-study`` writes (drlhet-jax's items/s)."""
+    mode = cmd[cmd.index("--threading") + 1]
+    return [{"impl": "drlhet-jax", "threading": mode, "mode": m, "op": op, "items_per_s": 1.0}
+            for m in ("fused", "percall") for op in ("sample", "update", "step")]  # fmt: skip
+
+
+def test_the_threading_study_names_its_files_after_out(cli, monkeypatch, tmp_path):
+    """It wrote ``bench_replay_threading*.json`` beside ``--out``, whatever its name: two
+    studies into one folder replaced each other's rows."""
+    import subprocess
+
+    outs = []
+
+    def run(cmd, **kwargs):  # each setting's run: writes its rows where it is told
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.write_text(json.dumps(study_rows(cmd)))
+        outs.append(out.relative_to(tmp_path) if out.is_absolute() else out)
+        return subprocess.CompletedProcess(cmd, 0, stderr="")
+
+    monkeypatch.setattr(subprocess, "run", run)
+    (tmp_path / "o").mkdir()
+    cli("bench_replay", "--threading-study", "--repeats", "1", "--out", "o/study.json")
+    assert outs == [Path(f"o/study_threading_{m}.json") for m in ("default", "pin1", "xla1")]
+    written = sorted(p.name for p in (tmp_path / "o").iterdir())
+    assert written == sorted(["study_threading.json", *(p.name for p in outs)])
+    rows = json.loads((tmp_path / "o" / "study_threading.json").read_text())
+    assert [r["threading"] for r in rows[::6]] == ["default", "pin1", "xla1"]
+
+
+def test_a_failing_threading_study_run_is_one_line_naming_it(cli, capsys, monkeypatch, tmp_path):
+    """A run that failed ended the study in `subprocess.CalledProcessError`'s traceback."""
+    failing = tmp_path / "python"
+    failing.write_text("#!/bin/sh\necho 'Traceback (most recent call last):' >&2\n"
+                       "echo 'RuntimeError: boom' >&2\nexit 3\n")  # fmt: skip
+    failing.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(failing))
+    with pytest.raises(SystemExit) as stop:
+        cli("bench_replay", "--threading-study", "--repeats", "1", "--out", "study.json")
+    out, err = capsys.readouterr()
+    assert stop.value.code == 1 and err.count("\n") == 1, err
+    assert err.startswith(
+        "bench_replay: failed: threading study, --threading default: exit status 3 "
+        "(RuntimeError: boom); study_threading.json not written; command: "
+        f"{failing} {REPO / 'experiments' / 'bench_replay.py'} --quick --no-peers --threading "
+        "default "
+    ), err
+    assert err.strip().endswith("--repeats 1 --out study_threading_default.json"), err
+    assert not list(tmp_path.glob("*.json"))
+
+
 @pytest.mark.parametrize(
     "script, args",
     [
@@ -258,6 +309,17 @@ def test_a_saved_run_at_another_delay_than_its_folder_is_refused(experiment, cli
     config.write_text(config.read_text().replace('"delay": 4', '"delay": 0'))
     line = refused(cli, capsys, "fig_delay", "--tasks dqn --delays 0 4 --from-runs runs --out o")
     assert line == "fig_delay: error: --from-runs: runs/dqn-k4 ran at delay 0, not 4"
+
+
+def test_delays_without_k0_are_refused(experiment, cli, capsys, tmp_path):
+    """Without 0 among ``--delays`` every k was compared against the first (k = 4 here) under
+    the name ``within_one_std_of_k0``."""
+    saved_runs(tmp_path / "runs", "dqn", {4: {}, 16: {}}, experiment("fig_delay"))
+    line = refused(cli, capsys, "fig_delay", "--tasks dqn --delays 4 16 --from-runs runs --out o")
+    assert line == (
+        "fig_delay: error: --delays 4 16: no k = 0, the baseline every k is compared against; add 0"
+    )
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_soak_of_more_inserts_than_the_capacity_is_refused(cli, capsys):

@@ -155,6 +155,29 @@ def test_fig_delay_reads_train_runs(experiment, tmp_path):
     assert (tmp_path / "out" / "h.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_fig_delay_compares_every_k_against_k0_wherever_it_stands(experiment, tmp_path):
+    """``within_one_std_of_k0`` was measured against the first of ``--delays``: with
+    ``--delays 4 0 16`` against k = 4, not k = 0 as its name and the printed text say."""
+    fd = experiment("fig_delay")
+    for k, level in ((4, 500.0), (0, 1000.0), (16, 995.0)):
+        run_dir = tmp_path / "runs" / f"dqn-k{k}"
+        run_dir.mkdir(parents=True)
+        rows = [
+            {"env_steps": s, "eval_return": [level * s / 3 + d for d in (-10, 0, 10)], "wall_s": s}
+            for s in (1, 2, 3)
+        ]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = fd.Args(
+        tasks=("dqn",), delays=(4, 0, 16), seeds=3, out=tmp_path / "out", plot="d.png",
+        from_runs=tmp_path / "runs",
+    )  # fmt: skip
+    report = fd.main(args)["dqn"]
+    # k0 833.3 +- 8.2: k4 (416.7) is not within one std of it, k16 (829.2) is
+    assert {k: ok for k, (_, _, ok) in report.items()} == {4: False, 0: True, 16: True}
+    saved = json.loads((tmp_path / "out" / "delay_dqn.json").read_text())["by_delay"]
+    assert [saved[k]["within_one_std_of_k0"] for k in ("4", "0", "16")] == [False, True, True]
+
+
 def test_profile_host_loop_times_the_host_driven_stages(tmp_path):
     # experiments/profile_host_loop.py wraps the host loops' stages with timers: after the
     # in-program channels became the CPU splits' default it ran none of them, and its wrappers

@@ -132,3 +132,38 @@ def test_grid_chunks_hold_the_same_learner_work(overrides):
     assert fig_peers.GRID_UPDATES - spec.sgd_steps <= updates <= fig_peers.GRID_UPDATES
     assert (spec.steps - spec.warmup) // spec.eval_every == 3 and spec.warmup >= spec.batch
     assert spec.stop_at_return is None
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        ("--env Bogus-v0", "--env 'Bogus-v0': unknown environment 'Bogus-v0'; gymnax offers"),
+        ("--env ''", "--env '': unknown environment ''"),
+        ("--env Pendulum-v1", "--env 'Pendulum-v1': its actions are not discrete, as --algo dqn"),
+        ("--algo td3 --env CartPole-v1", "--env 'CartPole-v1': its actions are not continuous"),
+    ],
+)
+def test_an_env_that_cannot_run_is_refused_before_any_system_starts(
+    cli, capsys, monkeypatch, tmp_path, args, line
+):
+    """Every system was launched on it and failed there, each a row of ``failed``; the rows
+    and an empty figure replaced the last run's, exit 1 (an empty ``--env`` ran CartPole)."""
+    import shlex
+    import subprocess
+
+    launched = []
+
+    def fails(cmd, **kwargs):  # what each runner did with it
+        launched.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1, stdout="", stderr="unknown environment")
+
+    monkeypatch.setattr(subprocess, "run", fails)
+    (tmp_path / "p.json").write_text("[1]")
+    with pytest.raises(SystemExit) as stop:
+        cli("fig_peers", *shlex.split(f"--systems drlhet flashbax {args} --steps 2000 "
+                                      "--eval-every 1000 --out p.json --plot p.png"))  # fmt: skip
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"fig_peers: error: {line}"), err
+    assert launched == [] and (tmp_path / "p.json").read_text() == "[1]"
+    assert not (tmp_path / "p.png").exists()

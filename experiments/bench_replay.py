@@ -71,8 +71,12 @@ class Args:
     full: bool = False
     """The full product of capacities x batches x K (long)."""
     capacities: tuple[int, ...] = (2**14, 2**17, 2**20)
+    """Capacities of the grid (each with every batch, at K 16)."""
     batches: tuple[int, ...] = (32, 256, 1024, 4096)
+    """Batches of the grid (each with every capacity, at K 16)."""
     branchings: tuple[int, ...] = (2, 4, 8, 16, 32, 64)
+    """K swept at one point, capacity 2^20 and batch 256 whatever the grid's (``--full``: at
+    every capacity and batch)."""
     repeats: int = 5
     """Timed repeats per measurement (after a warm-up that includes compilation)."""
     ops: tuple[Literal["insert", "sample", "update", "step"], ...] = (

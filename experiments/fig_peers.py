@@ -39,6 +39,7 @@ from typing import Literal
 sys.path.insert(0, str(Path(__file__).parent / "peers"))
 import checked_cli
 from _common import run_info
+from drlhet_run import train_config  # noqa: E402
 from spec import ENV_ONE_THREAD, RunSpec, metrics, read_events  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,8 +109,9 @@ def base_spec(args: Args) -> RunSpec:
 
 def refused(args: Args) -> str:
     """Why ``args`` cannot run, in one line, or "": an unknown system or none, an ``--env``
-    that cannot be run (`refused_env`), or an ``--eval-every`` that is not a multiple of the
-    envs stepped together; asked before any system is launched or anything is written."""
+    that cannot be run (`refused_env`), an ``--eval-every`` that is not a multiple of the
+    envs stepped together, or a run drlhet would refuse (`refused_run`); asked before any
+    system is launched or anything is written."""
     why = checked_cli.unknown_names("--systems", args.systems, SYSTEMS)
     why = why or refused_env(args)
     if not why and args.target is not None and math.isnan(args.target):
@@ -120,7 +122,24 @@ def refused(args: Args) -> str:
         why = (
             f"--eval-every {every} must be a positive multiple of the {envs} envs stepped together"
         )
-    return why
+    return why or refused_run(args)
+
+
+def refused_run(args: Args) -> str:
+    """Why drlhet would refuse a run of the comparison (`checked_cli.refused_config` of the
+    `TrainConfig` drlhet_run.py trains; every system runs the same spec), in one line naming
+    the options that size it (``--steps 8 --eval-every 5000``, or the ``--grid``
+    configuration), or "". Builds the environment (imports jax)."""
+    if args.grid:
+        runs = [(f"--grid configuration {o}", grid_spec(args, o)) for o in GRID]
+    else:
+        spec = base_spec(args)
+        runs = [(f"--steps {spec.steps} --eval-every {spec.eval_every}", spec)]
+    for shown, spec in runs:
+        why = checked_cli.refused_config(train_config(spec))
+        if why:
+            return f"{shown}: drlhet would refuse the run: {why}"
+    return ""
 
 
 def refused_env(args: Args) -> str:

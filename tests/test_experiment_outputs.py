@@ -433,6 +433,9 @@ def test_a_negative_threshold_is_refused(cli, capsys, args, line):
     )
 
 
+PEERS_CRASH = "--systems drlhet --steps 2000 --eval-every 1000 --out p.json --plot p.png"
+
+
 def test_a_peers_run_where_no_system_ran_fails_and_keeps_its_rows(cli, monkeypatch, tmp_path):
     """It exited 0 with an empty summary and a figure of no bars."""
     import subprocess
@@ -440,7 +443,7 @@ def test_a_peers_run_where_no_system_ran_fails_and_keeps_its_rows(cli, monkeypat
     crashed = subprocess.CompletedProcess([], 1, stdout="", stderr="Traceback\nboom")
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: crashed)
     with pytest.raises(SystemExit) as stop:
-        cli("fig_peers", *shlex.split("--systems drlhet --steps 8 --out p.json --plot p.png"))
+        cli("fig_peers", *shlex.split(PEERS_CRASH))
     assert stop.value.code == (
         "fig_peers: failed: no system ran (drlhet: exit 1: boom); rows in p.json"
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -148,6 +149,41 @@ def test_an_env_that_cannot_run_is_refused_before_any_system_starts(
 ):
     """Every system was launched on it and failed there, each a row of ``failed``; the rows
     and an empty figure replaced the last run's, exit 1 (an empty ``--env`` ran CartPole)."""
+    _refused_before_launch(
+        cli, capsys, monkeypatch, tmp_path, f"{args} --steps 2000 --eval-every 1000", line
+    )
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        ("--steps 8", "--steps 8 --eval-every 5000: drlhet would refuse the run: n_step (3) must"),
+        ("--steps 5000", "--steps 5000 --eval-every 5000: drlhet would refuse the run: steps "
+         "(5000) must be >= warmup + eval_every (1000 + 5000)"),
+        ("--algo td3 --steps 2500", "--steps 2500 --eval-every 2000: drlhet would refuse the "
+         "run: steps (2500) must be >= warmup + eval_every (1000 + 2000)"),
+        ("--env gymnasium:CartPole-v1 --steps 4000 --eval-every 4000", "--steps 4000 "
+         "--eval-every 4000: drlhet would refuse the run: steps (4000) must be >= warmup"),
+    ],
+)  # fmt: skip
+def test_a_run_drlhet_would_refuse_is_refused_before_any_system_starts(
+    cli, capsys, monkeypatch, tmp_path, args, line
+):
+    """drlhet's runner failed on it after the launch ("n_step must be <= steps / num_envs"),
+    and every peer on its own, the last run's rows and figure replaced by failures."""
+    _refused_before_launch(cli, capsys, monkeypatch, tmp_path, args, line)
+
+
+def test_the_runs_drlhet_checks_are_the_ones_that_run():
+    """``--grid`` sizes its own runs (`grid_spec`): the ``--steps`` it ignores is not refused;
+    a run that fits is not refused either."""
+    assert fig_peers.refused(fig_peers.Args(grid=True, steps=8)) == ""
+    assert fig_peers.refused(fig_peers.Args(steps=6000)) == ""
+
+
+def _refused_before_launch(cli, capsys, monkeypatch, tmp_path, args: str, line: str) -> None:
+    """fig_peers on ``args`` ends with ``line`` and exit 2, launching no system and writing
+    nothing."""
     import shlex
     import subprocess
 
@@ -160,10 +196,75 @@ def test_an_env_that_cannot_run_is_refused_before_any_system_starts(
     monkeypatch.setattr(subprocess, "run", fails)
     (tmp_path / "p.json").write_text("[1]")
     with pytest.raises(SystemExit) as stop:
-        cli("fig_peers", *shlex.split(f"--systems drlhet flashbax {args} --steps 2000 "
-                                      "--eval-every 1000 --out p.json --plot p.png"))  # fmt: skip
+        cli("fig_peers", *shlex.split(f"--systems drlhet flashbax {args} --out p.json "
+                                      "--plot p.png"))  # fmt: skip
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"fig_peers: error: {line}"), err
     assert launched == [] and (tmp_path / "p.json").read_text() == "[1]"
     assert not (tmp_path / "p.png").exists()
+
+
+@pytest.mark.parametrize(
+    "env, gym_id",
+    [("gymnasium:Hopper-v5", "Hopper-v5"), ("gymnasium:CartPole-v1", "CartPole-v1"),
+     ("CartPole-v1", "CartPole-v1"), ("Pendulum-v1", "Pendulum-v1")],
+)  # fmt: skip
+def test_gymnasium_id_drops_drlhets_prefix(env, gym_id):
+    assert peers_spec.gymnasium_id(env) == gym_id
+
+
+def _fake_modules(monkeypatch, *names: str) -> None:
+    """Stand-ins for the peers' heavy packages (not installed here), attributes on demand; a
+    callback class SB3's runner subclasses."""
+    from unittest import mock
+
+    for name in names:
+        monkeypatch.setitem(sys.modules, name, mock.MagicMock(BaseCallback=object))
+
+
+def _gym_make_records(monkeypatch) -> list[str]:
+    """``gymnasium.make`` records the id it is given and refuses it (the runner then exits 2
+    before it trains)."""
+    import gymnasium
+
+    made: list[str] = []
+
+    def make(env_id, *args, **kwargs):
+        made.append(env_id)
+        raise gymnasium.error.Error("stand-in")
+
+    monkeypatch.setattr(gymnasium, "make", make)
+    return made
+
+
+@pytest.mark.parametrize("recipe", ["matched", "tuned"])
+def test_sb3_runner_makes_the_gymnasium_env_of_a_prefixed_id(monkeypatch, capsys, recipe):
+    """It called ``gym.make("gymnasium:CartPole-v1")`` (and found no tuned recipe for it)."""
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the runner adds its folder
+    _fake_modules(monkeypatch, "torch", "stable_baselines3", "stable_baselines3.common",
+                  *(f"stable_baselines3.common.{m}"
+                    for m in ("base_class", "callbacks", "noise", "vec_env")))  # fmt: skip
+    made = _gym_make_records(monkeypatch)
+    monkeypatch.setitem(sys.modules, "sb3_run", None)  # `_load`'s, removed after the test
+    sb3_run = _load("sb3_run", EXPERIMENTS / "peers" / "sb3_run.py")
+    spec = peers_spec.RunSpec(env="gymnasium:CartPole-v1", recipe=recipe)
+    assert sb3_run.main(["--spec", spec.to_json()]) == 2
+    assert made == ["CartPole-v1"], capsys.readouterr().err
+
+
+@pytest.mark.parametrize("recipe", ["matched", "tuned"])
+def test_rllib_runner_makes_the_gymnasium_env_of_a_prefixed_id(monkeypatch, capsys, recipe):
+    """It called ``gym.make("gymnasium:CartPole-v1")`` (and found no tuned recipe for it)."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    _fake_modules(monkeypatch, "torch", "ray")
+    made = _gym_make_records(monkeypatch)
+    monkeypatch.setitem(sys.modules, "rllib_run", None)
+    for name in peers_spec.ENV_ONE_THREAD:  # what it sets on import, unset after the test
+        monkeypatch.setenv(name, os.environ.get(name, "1"))
+    rllib_run = _load("rllib_run", EXPERIMENTS / "peers" / "rllib_run.py")
+    spec = peers_spec.RunSpec(env="gymnasium:CartPole-v1", recipe=recipe)
+    monkeypatch.setattr(sys, "argv", ["rllib_run.py", "--spec", spec.to_json()])
+    with pytest.raises(SystemExit) as stop:
+        rllib_run.main()
+    assert stop.value.code == 2 and made == ["CartPole-v1"], capsys.readouterr().err

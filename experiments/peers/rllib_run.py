@@ -24,6 +24,7 @@ Usage (the harness, `experiments/fig_peers.py`, runs it):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from spec import ENV_ONE_THREAD, Reporter, RunSpec, parse_argv  # noqa: E402
+from spec import ENV_ONE_THREAD, Reporter, RunSpec, gymnasium_id, parse_argv  # noqa: E402
 
 for _name, _value in ENV_ONE_THREAD.items():
     os.environ.setdefault(_name, _value)
@@ -397,6 +398,7 @@ def main() -> None:
     then trains, evaluates and reports in a local Ray instance that it shuts down."""
     try:
         spec, launched = parse_argv()
+        spec = dataclasses.replace(spec, env=gymnasium_id(spec.env))  # gym.make's, RLlib's id
         check_spec(spec)
     except (ValueError, TypeError, AttributeError) as e:  # JSONDecodeError is a ValueError
         fail(e)

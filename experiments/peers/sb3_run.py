@@ -19,6 +19,7 @@ Stable-Baselines3, Gymnasium and PyTorch only.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import os
 import sys
@@ -38,7 +39,7 @@ from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 sys.path.insert(0, str(Path(__file__).parent))
-from spec import Reporter, RunSpec, parse_argv  # noqa: E402
+from spec import Reporter, RunSpec, gymnasium_id, parse_argv  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -249,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     """Runs one spec; returns the exit status (2: bad spec)."""
     try:
         spec, launched = parse_argv(argv)
+        spec = dataclasses.replace(spec, env=gymnasium_id(spec.env))  # gym.make's id
         check_spec(spec)
         eval_env = make_env(spec)
     except (ValueError, TypeError, SystemExit) as err:

@@ -36,6 +36,15 @@ from typing import Any
 
 PREFIX = "@@peers "
 ENV_ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+GYMNASIUM = "gymnasium:"
+"""drlhet's prefix of a Gymnasium id (``gymnasium:<id>``: the env stepped on the host)."""
+
+
+def gymnasium_id(env: str) -> str:
+    """The Gymnasium id of a spec's ``env``, for the runners that build Gymnasium envs
+    themselves (SB3, RLlib): drlhet's ``gymnasium:<id>`` is ``<id>``; any other name (a gymnax
+    id, the classic-control ones being Gymnasium's ids too) as it is."""
+    return str.removeprefix(env, GYMNASIUM)  # TypeError (a bad spec) for a non-string
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,30 +38,25 @@ each row names its device (``device``, ``device_kind``: the CPU's or GPU's model
 (``run``: start, command, commit, machine, versions; `_common.run_info`). A run that measures
 nothing leaves ``--out`` as it was.
 The implementations timed (drlhet's buffer on each backend, the peers) are built by
-``replay_impls.py``; this script picks them, times them and writes the rows.
+``replay_impls.py``; this script picks them and times them (``bench_timing.py``), and writes
+the rows (``bench_rows.py``); ``bench_threading.py`` holds the threading settings and study,
+``bench_cuda_paths.py`` the cuda backend's switches and A/B arms.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
-import platform
-import re
-import shlex
-import shutil
-import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Literal, NamedTuple
 
 import checked_cli
-from _common import cpu_model, run_info
-
-XLA_SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+from bench_cuda_paths import LEAST, set_cuda_switches
+from bench_rows import limits_row, machine, print_ratios, print_table
+from bench_threading import apply_threading, threading_study
+from bench_timing import build_impls, measure
 
 
 @dataclasses.dataclass
@@ -198,30 +193,6 @@ class Args:
 
 
 TRACE_COMMAND_BUFFERS = "--xla_enable_command_buffers_during_profiling=true"
-CLAIMS_ARMS = {
-    "drlhet-cuda-tagged": ("cuda_tagged_ab", {"TAGGED_CLAIMS": True, "TAGGED_SIBLINGS": False}),
-    "drlhet-cuda-siblings": ("cuda_tagged_ab", {"TAGGED_CLAIMS": True, "TAGGED_SIBLINGS": True}),
-}
-"""The cuda claims A/Bs: each arm's row name, the option that adds it, and the switches of
-`drlhet.backends.cuda` it sets (its rows' ``cuda_<switch>`` say so)."""
-
-
-def apply_threading(mode: str) -> None:
-    """Must run before jax is imported."""
-    if mode == "pin1":
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    elif mode == "xla1":
-        os.environ["XLA_FLAGS"] = (
-            os.environ.get("XLA_FLAGS", "") + " " + XLA_SINGLE_THREAD
-        ).strip()
-
-
-def machine() -> str:
-    return f"{platform.machine()} {os.cpu_count()} cores ({platform.node()})"
-
-
-def steps_for(batch: int) -> int:
-    return int(min(2048, max(16, 65536 // batch)))
 
 
 def refused(args: Args) -> str:
@@ -259,7 +230,7 @@ def refused(args: Args) -> str:
 
 def main(args: Args) -> list[dict]:
     if args.threading_study:
-        return threading_study(args)
+        return threading_study(args, __file__)
     rows = measure_grid(args)
     if not any("op" in r for r in rows):  # an empty file would replace the last run's rows
         from drlhet.runtime.config import ConfigError
@@ -367,31 +338,6 @@ def installed_peers(args: Args) -> list[str]:
     return names
 
 
-CUDA_SWITCHES = {  # option -> `drlhet.backends.cuda`'s switch, set where the option is given
-    "cuda_block_max_batch": "BLOCK_MAX_BATCH",
-    "cuda_narrow_max_nodes": "NARROW_MAX_NODES",
-    "cuda_cluster_max_batch": "CLUSTER_MAX_BATCH",
-    "cuda_tagged_claims": "TAGGED_CLAIMS",
-    "cuda_tagged_siblings": "TAGGED_SIBLINGS",
-    "cuda_own_sample_max_batch": "OWN_SAMPLE_MAX_BATCH",
-    "cuda_spread_min_batch": "SPREAD_MIN_BATCH",
-    "cuda_spread_threads": "SPREAD_THREADS",
-}
-
-
-def set_cuda_switches(args: Args) -> None:
-    """The cuda backend's switches that this run's options set, for the whole run."""
-    given = {name: getattr(args, option) for option, name in CUDA_SWITCHES.items()
-             if getattr(args, option) is not None}  # fmt: skip
-    if not args.cuda_shared_top:
-        given["SHARED_TOP"] = False
-    if given:
-        from drlhet.backends import cuda
-
-        for name, value in given.items():
-            setattr(cuda, name, value)
-
-
 def available_backends(names: tuple[str, ...]) -> list[str]:
     """``names`` less the backends that cannot run here (a note names each, with why); a name
     that is not registered (a typo, not a backend missing here) raises `ConfigError`."""
@@ -409,402 +355,6 @@ def available_backends(names: tuple[str, ...]) -> list[str]:
             print(f"note: backend {name} unavailable: {e}")
     return found
 
-
-def limits_row(args: Args) -> dict:
-    """This machine's memory limits, measured by the native backend, as a row (and printed)."""
-    from drlhet.backends import native
-
-    lim = native.probe_memory()
-    print(
-        f"memory limits, one core, 1 GiB array (measured): dependent read "
-        f"{lim.dependent_ns:.0f} ns, independent random reads {lim.independent_per_s:.3g}/s, "
-        f"sequential {lim.sequential_gbs:.1f} GB/s"
-    )
-    return {"impl": "machine-limit", **lim._asdict(), "machine": machine(),
-            "threading": args.threading, "measured": True, "device": "cpu",
-            "device_kind": cpu_model(), "run": run_info("flashbax", "cpprb")}  # fmt: skip
-
-
-def build_impls(args: Args, h, cell: Cell, backends: list[str], peer_names: list[str]):
-    """Every implementation measured at ``cell``: ``({impl: runners}, {impl: steps a timed
-    run})``; drlhet's backends (and their ``-plain`` variants), the in-process A/B arms that
-    ``args`` asks for, native on one thread, and the peers (at K 16 only: they have no K)."""
-    import replay_impls as ri
-
-    capacity, batch, k = cell
-    steps = steps_for(batch)
-    impls: dict[str, dict] = {}
-    steps_of: dict[str, int] = {}  # calls per timed scan, by implementation
-
-    def ours(n: int, backend: str, **variant):
-        return ri.drlhet_ops(h, capacity, batch, k, n, backend, **variant)
-
-    for name in backends:
-        on_gpu = ri.device_of(h, name).platform != ri.backends_api.CPU
-        n = steps_of[f"drlhet-{name}"] = max(steps, args.gpu_steps) if on_gpu else steps
-        try:
-            impls[f"drlhet-{name}"] = ours(n, name)
-        except ValueError as e:  # a backend built for some K only (fpga: 4..64)
-            print(f"note: {name} skipped at K {k}: {e}")
-            continue
-        ops = ri.backends_api.tree_ops(name)
-        if args.plain and (ops.weigh is not None or ops.update is not None):
-            steps_of[f"drlhet-{name}-plain"] = n
-            impls[f"drlhet-{name}-plain"] = ours(n, name, plain=True)
-    if "drlhet-cuda" in impls:
-        n = steps_of["drlhet-cuda"]
-        for impl, variant, settings in ab_arms(args):
-            runners = ours(n, "cuda", **variant)
-            steps_of[impl] = n
-            impls[impl] = ri.with_cuda(runners, **settings) if settings else runners
-    if "native" in backends and args.thread_scaling:
-        impls["drlhet-native-1t"] = ri.with_threads(ours(steps, "native"), 1)
-    if k == 16:  # peers have no K; measure them once per (capacity, batch)
-        fbx_dev = ri.device_of(h, "jax")  # flashbax is pure JAX: where jax runs, as long scans
-        on_gpu = fbx_dev.platform != ri.backends_api.CPU
-        steps_of["flashbax"] = max(steps, args.gpu_steps) if on_gpu else steps
-        for name in peer_names:
-            with peer_failure(name, capacity, batch):  # a peer's failure costs only its rows
-                if name == "flashbax":
-                    impls[name] = ri.flashbax_ops(h, capacity, batch, steps_of[name], fbx_dev)
-                else:
-                    impls[name] = ri.cpprb_ops(capacity, batch, steps)
-    return impls, steps_of
-
-
-def ab_arms(args: Args) -> list[tuple[str, dict, dict]]:
-    """The in-process A/B arms beside ``drlhet-cuda`` that ``args`` asks for, in their order:
-    ``(impl, drlhet_ops variant, cuda switches its runs set)``."""
-    arms = [(impl, {}, settings) for impl, (flag, settings) in CLAIMS_ARMS.items()
-            if getattr(args, flag)]  # fmt: skip
-    if args.cuda_find_ab:
-        arms.append(("drlhet-cuda-find", {"own_sample": False}, {}))
-    for threads in args.cuda_spread_ab:
-        spread = {"SPREAD_MIN_BATCH": 1, "SPREAD_THREADS": threads}
-        arms.append((f"drlhet-cuda-spread{threads}", {}, spread))
-    return arms
-
-
-def warm_up(args: Args, cell: Cell, impls: dict, keys: list, peer_names: list[str]) -> dict:
-    """Runs each ``(impl, op, mode)`` once (compilation and first touch): ``{key: seconds}``,
-    less a peer's that failed or took over ``--peer-limit-s`` (a note says which)."""
-    compile_s = {}
-    for key in keys:
-        t = time.perf_counter()
-        if key[0] not in peer_names:
-            impls[key[0]][key[1:]]()
-        else:
-            with peer_failure(key[0], cell.capacity, cell.batch):
-                impls[key[0]][key[1:]]()
-                compile_s[key] = time.perf_counter() - t
-            if compile_s.get(key, 0.0) > args.peer_limit_s:
-                print(f"note: {key[0]} {key[1]} ({key[2]}) took {compile_s.pop(key):.0f} s "
-                      f"to warm up at capacity {cell.capacity}, batch {cell.batch}, over "
-                      f"--peer-limit-s {args.peer_limit_s:g}: not repeated")  # fmt: skip
-            continue
-        compile_s[key] = time.perf_counter() - t
-    return compile_s
-
-
-def measure(args: Args, h, cell: Cell, impls: dict, steps_of: dict, peer_names: list[str]):
-    """Times every implementation's ops at ``cell``, alternating them within each of
-    ``--repeats`` repeats (after a warm-up), traces the fused ones where ``--trace-dir`` asks;
-    returns their rows (items/s: median, min, max over the repeats)."""
-    keys = [(impl, op, mode) for impl, runners in impls.items() for op in args.ops
-            for mode in args.modes if (op, mode) in runners]  # fmt: skip
-    compile_s = warm_up(args, cell, impls, keys, peer_names)
-    keys = [key for key in keys if key in compile_s]  # less a peer's failed ones
-    times: dict = {key: [] for key in keys}
-    for _ in range(args.repeats):  # alternate implementations within each repeat
-        for key in keys:
-            t = time.perf_counter()
-            impls[key[0]][key[1:]]()
-            times[key].append(time.perf_counter() - t)
-    if args.trace_dir is not None:
-        for impl, op, mode in keys:
-            if mode == "fused":
-                name = f"{impl}-{op}-c{cell.capacity}-b{cell.batch}-k{cell.k}"
-                trace_once(impls[impl][(op, mode)], args.trace_dir, name)
-    rows = []
-    for key in keys:
-        impl = key[0]
-        n_steps = steps_of.get(impl, steps_for(cell.batch))
-        rates = sorted(cell.batch * n_steps / t for t in times[key])
-        rows.append(row_of(args, h, cell, key, n_steps, rates, compile_s[key]))
-    return rows
-
-
-def row_of(args: Args, h, cell: Cell, key: tuple, n_steps: int, rates: list, warm_s: float):
-    """The JSON row of one ``(impl, op, mode)`` at ``cell``, its repeats' ``rates`` sorted."""
-    impl, op, mode = key
-    return {
-        "impl": impl,
-        "op": op,
-        "mode": mode,
-        "capacity": cell.capacity,
-        "batch": cell.batch,
-        "branching": cell.k if impl.startswith("drlhet") else None,
-        "steps_per_repeat": n_steps,
-        "unroll": args.unroll,
-        "loop": args.loop,
-        **cuda_path(args, impl, cell.batch),
-        "xla_flags": os.environ.get("XLA_FLAGS", ""),
-        "items_per_s": statistics.median(rates),
-        "items_per_s_min": rates[0],
-        "items_per_s_max": rates[-1],
-        "warmup_s": warm_s,
-        "repeats": args.repeats,
-        "threading": args.threading,
-        "machine": machine(),
-        "measured": True,
-        **where(h, impl),
-        "run": run_info("flashbax", "cpprb"),
-    }
-
-
-# The switches of `drlhet.backends.cuda` every cuda row records (``cuda_<switch>``, as the
-# library had them when the row ran), whether or not this run's options set them.
-CUDA_PATH_SWITCHES = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "TAGGED_CLAIMS",
-                      "TAGGED_SIBLINGS", "SPREAD_MIN_BATCH", "SPREAD_THREADS")  # fmt: skip
-
-
-def cuda_path(args: Args, impl: str, batch: int) -> dict:
-    """The cuda settings a row ran with (``cuda_<switch>``; None for other backends)."""
-    names = CUDA_PATH_SWITCHES
-    if not impl.startswith("drlhet-cuda"):
-        return {f"cuda_{n.lower()}": None for n in names} | {
-            "cuda_key_targets": None, "cuda_shared_top": None, "cuda_own_sample": None
-        }  # fmt: skip
-    from drlhet.backends import cuda
-
-    # the sample call (weigh) is the backend's
-    spread = re.fullmatch(r"drlhet-cuda-spread(\d+)", impl)
-    own_sample = impl == "drlhet-cuda" or impl in CLAIMS_ARMS or spread is not None
-    own_sample = own_sample and args.cuda_own_sample and batch <= cuda.OWN_SAMPLE_MAX_BATCH
-    key_targets = args.cuda_key_targets and cuda.KEY_TARGETS and own_sample
-    shared_top = bool(cuda.SHARED_TOP) and own_sample
-    arm = {}
-    if impl in CLAIMS_ARMS:
-        arm = {f"cuda_{n.lower()}": int(on) for n, on in CLAIMS_ARMS[impl][1].items()}
-    if spread is not None:
-        arm = {"cuda_spread_min_batch": 1, "cuda_spread_threads": int(spread[1])}
-    return {f"cuda_{n.lower()}": int(getattr(cuda, n)) for n in names} | arm | {
-        "cuda_key_targets": key_targets, "cuda_shared_top": shared_top,
-        "cuda_own_sample": own_sample,
-    }  # fmt: skip
-
-
-def where(h, impl: str) -> dict:
-    """The row's device, its kind (the CPU's or GPU's model) and what its speed is the speed
-    of."""
-    import replay_impls
-
-    name = backend_of(impl)
-    on_cpu = {"device": "cpu", "device_kind": cpu_model(), "speed_of": speed_of(impl)}
-    if impl == "flashbax":  # a pure-JAX peer: where the jax backend runs
-        name = "jax"
-    elif not impl.startswith("drlhet-"):
-        return on_cpu
-    dev = replay_impls.device_of(h, name)
-    if dev.platform == replay_impls.backends_api.CPU:
-        return on_cpu
-    kind = dev.device_kind
-    return {"device": str(dev), "device_kind": kind, "speed_of": f"this GPU ({kind})"}
-
-
-def trace_once(run, folder: Path, name: str) -> Path:
-    """``run()`` once under jax's profiler; its trace (Chrome trace JSON, gzipped) copied to
-    ``folder/name.trace.json.gz``, which is returned."""
-    import jax
-
-    raw = folder / "raw" / name
-    with jax.profiler.trace(str(raw)):
-        run()
-    found = sorted(raw.glob("plugins/profile/*/*.trace.json.gz"), key=lambda f: f.stat().st_mtime)
-    if not found:
-        raise RuntimeError(f"jax's profiler wrote no *.trace.json.gz under {raw}")
-    out = folder / f"{name}.trace.json.gz"
-    shutil.copyfile(found[-1], out)
-    print(f"traced {name}: {out}")
-    return out
-
-
-@contextlib.contextmanager
-def peer_failure(name: str, capacity: int, batch: int):
-    """A peer's exception becomes a one-line note, so that its failure (a version of it that
-    does not run here, say) costs its own rows, not the run's."""
-    try:
-        yield
-    except Exception as e:  # any failure of a peer's code
-        first = str(e).splitlines()[0] if str(e) else ""
-        print(f"note: {name} failed at capacity {capacity}, batch {batch}, skipped: "
-              f"{type(e).__name__}: {first}")  # fmt: skip
-
-
-def backend_of(impl: str) -> str:
-    """The drlhet backend of a row's implementation (``drlhet-cuda-plain`` -> ``cuda``)."""
-    name = re.sub(r"-spread\d+$", "", impl.removeprefix("drlhet-"))
-    for variant in ("-1t", "-plain", "-tagged", "-siblings", "-find"):
-        name = name.removesuffix(variant)
-    return name
-
-
-def speed_of(impl: str) -> str:
-    """What a row's speed is the speed of: the implementation on this CPU, or, for a backend
-    that runs here only as a simulation (``fpga``: the replay module's C-simulation; ``cuda``:
-    its kernels under the host emulation of CUDA), the simulation's (it proves function; the
-    board's speed comes from the cycle model, the GPU's from a GPU)."""
-    from drlhet.backends import CPU, get
-
-    name = backend_of(impl)
-    if impl.startswith("drlhet-") and get(name).simulates(CPU, "replay"):
-        return f"simulation of {name} on this CPU: function only, not the hardware's speed"
-    return "this CPU"
-
-
-def print_table(rows: list[dict], title: str) -> None:
-    print(f"\n== {title}: items/s, median [min-max] of repeats (measured) ==")
-    print(f"{'impl':<12} {'mode':<8} {'op':<7} {'median':>10} {'min':>10} {'max':>10}")
-    for r in rows:
-        print(
-            f"{r['impl']:<12} {r['mode']:<8} {r['op']:<7} {r['items_per_s']:>10.3g} "
-            f"{r['items_per_s_min']:>10.3g} {r['items_per_s_max']:>10.3g}"
-            + ("" if r.get("speed_of", "this CPU") == "this CPU" else f"  ({r['speed_of']})")
-        )
-
-
-def print_ratios(rows: list[dict], capacity: int, batch: int, k: int, depth: int) -> None:
-    # the peers' rows (no K) belong to the K 16 cell of a (capacity, batch), the one they run
-    # in, taking turns with it: at another K they are another measurement's
-    def rate(impl: str, op: str, mode: str) -> float | None:
-        for r in rows:
-            if (r["impl"], r.get("op"), r.get("mode"), r.get("capacity"), r.get("batch")) == (
-                impl,
-                op,
-                mode,
-                capacity,
-                batch,
-            ) and r["branching"] in ((k, None) if k == 16 else (k,)):
-                return r["items_per_s"]
-        return None
-
-    simulated = {r["impl"] for r in rows if "simulation" in r.get("speed_of", "")}
-    for impl in ("drlhet-jax", "drlhet-native", "drlhet-cuda"):
-        if impl in simulated:  # a simulation's speed is no speed to compare
-            continue
-        ours = rate(impl, "step", "fused")
-        s, u = rate(impl, "sample", "fused"), rate(impl, "update", "fused")
-        if ours and s and u:
-            # time per item of step vs (sample + update): ~1 means no hidden copy of the tree
-            print(
-                f"{impl}: step time / (sample time + update time) = "
-                f"{(1 / ours) / (1 / s + 1 / u):.2f}"
-            )
-        for peer, mode in (("cpprb", "percall"), ("flashbax", "fused")):
-            theirs = rate(peer, "step", mode)
-            if ours and theirs:
-                print(f"step: {impl} fused / {peer} {mode} = {ours / theirs:.2f}x")
-    nat, ref = rate("drlhet-native", "step", "fused"), rate("drlhet-jax", "step", "fused")
-    one = rate("drlhet-native-1t", "step", "fused")
-    names = sorted(  # speeds of a device, not of a simulation
-        {r["impl"] for r in rows if "simulation" not in r.get("speed_of", "simulation")}
-    )
-    for impl in names:  # every backend against jax; one with its own calls against without
-        ours = rate(impl, "step", "fused")
-        if ours and ref and impl not in ("drlhet-jax", "drlhet-native-1t"):
-            print(f"step: {impl} fused / drlhet-jax fused = {ours / ref:.2f}x")
-        plain = rate(impl + "-plain", "step", "fused")
-        if ours and plain:
-            print(f"step: {impl} own sample/update calls / {impl}-plain = {ours / plain:.2f}x")
-    for arm in CLAIMS_ARMS:  # the A/Bs of --cuda-tagged-ab, in one run
-        for op in ("update", "step"):
-            a, b = rate(arm, op, "fused"), rate("drlhet-cuda", op, "fused")
-            if a and b and "drlhet-cuda" in names:
-                print(f"{op}: {arm} fused / drlhet-cuda fused = {a / b:.2f}x")
-    arms = ["drlhet-cuda-find", *(n for n in names if re.fullmatch(r"drlhet-cuda-spread\d+", n))]
-    for arm in arms:  # the A/Bs of --cuda-find-ab and --cuda-spread-ab, in one run
-        for op in ("sample", "step"):
-            a, b = rate(arm, op, "fused"), rate("drlhet-cuda", op, "fused")
-            if a and b and "drlhet-cuda" in names:
-                print(f"{op}: {arm} fused / drlhet-cuda fused = {a / b:.2f}x")
-    if nat and one:
-        print(f"step: drlhet-native all threads / 1 thread = {nat / one:.2f}x")
-    limit = next((r for r in rows if r["impl"] == "machine-limit"), None)
-    if nat and limit:
-        # a step item reads one K-child row per level to sample and one per level to update
-        lines = 2 * depth
-        gather_bound = limit["independent_per_s"] / lines
-        latency_bound = 1e9 / (limit["dependent_ns"] * lines)
-        print(
-            f"native step {nat:.3g} items/s = {nat / gather_bound:.2f} of the independent-read "
-            f"bound ({gather_bound:.3g}/s, {lines} row reads per item, one core) and "
-            f"{nat / latency_bound:.2f} of the dependent-read bound ({latency_bound:.3g}/s)"
-        )
-
-
-THREADINGS = ("default", "pin1", "xla1")
-"""The settings of ``--threading``, in the order the study runs them."""
-
-
-def study_outputs(out: Path) -> tuple[Path, dict[str, Path]]:
-    """Where ``--threading-study`` writes, named after ``--out`` (``<folder>/<name>.json``): all
-    the rows in ``<name>_threading.json``, and each setting's run in
-    ``<name>_threading_<setting>.json`` beside it."""
-
-    def named(tail: str) -> Path:
-        return out.with_name(f"{out.stem}_threading{tail}{out.suffix}")
-
-    return named(""), {mode: named(f"_{mode}") for mode in THREADINGS}
-
-
-def study_run(args: Args, mode: str, out: Path) -> list[dict]:
-    """One setting's run of the study: this script in a process of its own, writing ``out``;
-    its rows. A run that fails ends the study (exit status 1) with one line naming its setting,
-    exit status, last line on stderr and command."""
-    cmd = [sys.executable, __file__, "--quick", "--no-peers", "--threading", mode]
-    cmd += ["--ops", "sample", "update", "step", "--modes", "fused", "percall"]
-    cmd += ["--repeats", str(args.repeats), "--out", str(out)]
-    print("$", shlex.join(cmd), flush=True)
-    got = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
-    if got.returncode == 0:
-        sys.stderr.write(got.stderr)  # its warnings, once it has run
-        return json.loads(out.read_text())
-    last = (got.stderr.strip().splitlines() or ["no output on stderr"])[-1]
-    print(
-        f"bench_replay: failed: threading study, --threading {mode}: exit status "
-        f"{got.returncode} ({last}); {study_outputs(args.out)[0]} not written; command: "
-        f"{shlex.join(cmd)}",
-        file=sys.stderr,
-    )
-    raise SystemExit(1)
-
-
-def threading_study(args: Args) -> list[dict]:
-    target, outs = study_outputs(args.out)
-    rows = []
-    for mode, out in outs.items():
-        rows += study_run(args, mode, out)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(rows, indent=1))
-    print("\n== threading study, capacity 2^20, K 16, batch 256: items/s (median, measured) ==")
-    print(f"{'threading':<10} {'mode':<8} {'sample':>10} {'update':>10} {'step':>10}")
-    for mode in THREADINGS:
-        for m in ("fused", "percall"):
-            r = {
-                x["op"]: x["items_per_s"]
-                for x in rows
-                if x.get("threading") == mode
-                and x.get("mode") == m
-                and x.get("impl") == "drlhet-jax"
-            }
-            print(f"{mode:<10} {m:<8} {r['sample']:>10.3g} {r['update']:>10.3g} {r['step']:>10.3g}")
-    print(f"wrote {target}")
-    return rows
-
-
-LEAST = {option: 0 for option in CUDA_SWITCHES if option.endswith(("_batch", "_nodes"))}
-"""The smallest value of each cuda threshold (`checked_cli.refused_counts`; None: the
-library's), as experiments/with_cuda_paths.py takes them."""
 
 if __name__ == "__main__":
     checked_cli.run(Args, main, LEAST, refused)

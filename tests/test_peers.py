@@ -268,3 +268,20 @@ def test_rllib_runner_makes_the_gymnasium_env_of_a_prefixed_id(monkeypatch, caps
     with pytest.raises(SystemExit) as stop:
         rllib_run.main()
     assert stop.value.code == 2 and made == ["CartPole-v1"], capsys.readouterr().err
+
+
+def test_drlhets_runner_refuses_a_run_drlhet_refuses_in_one_line():
+    """A configuration `run` refuses (a ConfigError) was a traceback, exit 1."""
+    import subprocess
+
+    spec = json.dumps({"algo": "dqn", "steps": 8})
+    done = subprocess.run(
+        [sys.executable, str(EXPERIMENTS / "peers" / "drlhet_run.py"), "--spec", spec],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("drlhet_run: "), lines
+    assert "n_step" in lines[0] or "steps" in lines[0], lines

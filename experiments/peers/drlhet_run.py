@@ -114,6 +114,9 @@ def main() -> None:
         run(cfg, None, on_chunk)
     except _Reached:
         pass
+    except ValueError as e:  # a configuration drlhet refuses (ConfigError): one line
+        print(f"drlhet_run: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     reporter.end()
 
 

@@ -20,6 +20,13 @@ Spaces: observations a `gymnasium.spaces.Box` (any shape, cast to float32); acti
 dimensions are exposed to the agent as [-1, 1] and rescaled on the host. Anything else raises a
 `ValueError` naming the space.
 
+Failures: an environment that raises (in ``gym.make``, ``reset`` or ``step``) or returns what
+drlhet cannot train on (an observation of another shape than its space's, or not numbers; a
+reward that is not one number; NaN or inf in either) raises `HostEnvError`, one line naming the
+id and what it did; so does a continuous action that is not finite (a diverged policy). Inside
+a jitted program XLA raises a `jax.errors.JaxRuntimeError` quoting it instead: `failure_in`
+finds the `HostEnvError` behind it.
+
 Limits: the environments' simulator state is not part of the `TrainState`, so a run resumed
 from a checkpoint starts fresh episodes (`drlhet.runtime.run` resets them and cuts the episodes
 in the n-step FIFO where they stood, as truncations); host callbacks also keep the program out
@@ -28,6 +35,7 @@ of JAX's persistent compilation cache.
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -35,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["PREFIX", "HostPool", "make_host_env", "is_host_env"]
+__all__ = ["PREFIX", "HostEnvError", "HostPool", "failure_in", "make_host_env", "is_host_env"]
 
 PREFIX = "gymnasium:"
 """Environment names with this prefix are gymnasium ids run on the host."""
@@ -43,6 +51,47 @@ PREFIX = "gymnasium:"
 
 def is_host_env(name: str) -> bool:
     return name.startswith(PREFIX)
+
+
+class HostEnvError(RuntimeError):
+    """A host environment failed, or broke the contract drlhet trains on; the message is one
+    line naming the environment and what it did."""
+
+
+_LATEST: list[HostEnvError] = []
+"""The latest `HostEnvError` raised (in a callback, XLA raises another error quoting it)."""
+
+
+def _failed(name: str, what: str) -> HostEnvError:
+    error = HostEnvError(f"{name}: {what}")
+    _LATEST[:] = [error]
+    return error
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
+
+
+def failure_in(e: BaseException) -> HostEnvError | None:
+    """The `HostEnvError` behind ``e``: ``e`` itself, or the latest one a host environment raised
+    in a callback when ``e`` (the error XLA raises for it: a `jax.errors.JaxRuntimeError`, or
+    another type) quotes it; else None."""
+    if isinstance(e, HostEnvError):
+        return e
+    latest = _LATEST[0] if _LATEST else None
+    return latest if latest is not None and str(latest) in str(e) else None
+
+
+class _QuietHostFailures(logging.Filter):
+    """Drops JAX's log of a failed callback (a traceback on stderr) when the failure is a
+    `HostEnvError`: the error XLA raises quotes it, and a caller reports it as it sees fit."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], HostEnvError))
+
+
+logging.getLogger("jax._src.callback").addFilter(_QuietHostFailures())
 
 
 def _gymnasium():
@@ -89,28 +138,84 @@ class HostPool:
 
     Created empty; the first ``reset`` makes the environments for the number of seeds it is
     called with (a ``step`` before any makes them too, see `step`). Thread-safe: XLA may call
-    from any thread.
+    from any thread. What an environment raises or returns that drlhet cannot train on raises
+    `HostEnvError` (see the module's docstring).
     """
 
     def __init__(self, env_id: str, num_envs: int, low: np.ndarray, high: np.ndarray, scale: bool):
         self.env_id, self.num_envs = env_id, num_envs
         self.low, self.high, self.scale = low, high, scale
+        self.name = PREFIX + env_id
         self.envs: list[Any] = []
+        self.obs_shape: tuple[int, ...] = ()
+        self.act_dtype = np.dtype(np.float32)
         self.lock = threading.RLock()
 
     def _make(self, seeds: int) -> None:
         if len(self.envs) != seeds * self.num_envs:
             self.close()
             gym = _gymnasium()
-            self.envs = [gym.make(self.env_id) for _ in range(seeds * self.num_envs)]
+            for _ in range(seeds * self.num_envs):
+                try:
+                    self.envs.append(gym.make(self.env_id))
+                except Exception as e:  # noqa: BLE001 - the environment's own code: named
+                    raise _failed(self.name, f"gym.make raised {_first_line(e)}") from e
+            self.obs_shape = tuple(self.envs[0].observation_space.shape)
+            self.act_dtype = np.dtype(self.envs[0].action_space.dtype)
 
     def close(self) -> None:
         for e in self.envs:
             e.close()
         self.envs = []
 
-    def _obs(self, obs) -> np.ndarray:
-        return np.asarray(obs, np.float32)
+    def _obs(self, obs, what: str) -> np.ndarray:
+        """``obs`` as float32, refused (named) unless numbers of the space's shape, finite."""
+        x = np.asarray(obs)
+        if x.dtype.kind not in "biuf":
+            raise _failed(
+                self.name, f"{what} returned an observation of dtype {x.dtype}, expected numbers"
+            )
+        if x.shape != self.obs_shape:
+            raise _failed(
+                self.name,
+                f"{what} returned an observation of shape {x.shape}, expected {self.obs_shape}",
+            )
+        with np.errstate(over="ignore"):  # beyond float32: inf, refused below
+            x = x.astype(np.float32)
+        if not np.all(np.isfinite(x)):
+            i = int(np.flatnonzero(~np.isfinite(x))[0])
+            bad = np.asarray(obs).reshape(-1)[i]
+            raise _failed(self.name, f"{what} returned an observation holding {bad} (at {i})")
+        return x
+
+    def _reward(self, reward) -> np.float32:
+        r = np.asarray(reward)
+        if r.dtype.kind not in "biuf" or r.size != 1:
+            said = f"{reward!r}"[:60]
+            raise _failed(
+                self.name,
+                f"step returned a reward {said} ({type(reward).__name__}), expected one number",
+            )
+        with np.errstate(over="ignore"):
+            finite = np.isfinite(r.astype(np.float32)).all()
+        if not finite:
+            raise _failed(self.name, f"step returned a reward of {r.reshape(()).item()}")
+        return np.float32(r.reshape(()))
+
+    def _call(self, what: str, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except HostEnvError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the environment's own code: named
+            raise _failed(self.name, f"{what} raised {_first_line(e)}") from e
+
+    def _reset_one(self, env, **kwargs) -> np.ndarray:
+        out = self._call("reset", env.reset, **kwargs)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            said = type(out).__name__
+            raise _failed(self.name, f"reset returned a {said}, expected (observation, info)")
+        return self._obs(out[0], "reset")
 
     def reset(self, seeds: np.ndarray) -> np.ndarray:
         """Seeds ``[S]`` (one per seed of the run) -> observations ``[S, N, ...]``."""
@@ -119,16 +224,19 @@ class HostPool:
             rng = [np.random.SeedSequence(int(s)).generate_state(self.num_envs) for s in seeds]
             words = np.concatenate(rng)
             return np.stack(
-                [self._obs(e.reset(seed=int(w))[0]) for e, w in zip(self.envs, words, strict=True)]
+                [self._reset_one(e, seed=int(w)) for e, w in zip(self.envs, words, strict=True)]
             ).reshape(len(seeds), self.num_envs, -1)
 
     def _action(self, a: np.ndarray):
         if self.low.ndim == 0:
             return int(a)
         a = np.asarray(a, np.float64)
+        if not np.all(np.isfinite(a)):  # clipping would hide a diverged policy's NaN
+            raise _failed(self.name, f"the agent's action {a} is not finite")
         if self.scale:
             a = self.low + (np.clip(a, -1.0, 1.0) + 1.0) * 0.5 * (self.high - self.low)
-        return np.clip(a, self.low, self.high).astype(np.float32)
+        # in the space's dtype: a float64 bound is not a float32, its rounding may lie outside
+        return np.clip(a, self.low, self.high).astype(self.act_dtype)
 
     def step(self, counters: np.ndarray, actions: np.ndarray):
         """Counters ``[S, N]``, actions ``[S, N, ...]`` -> ``(obs, next_obs, reward,
@@ -155,12 +263,18 @@ class HostPool:
             (trunc & ~term).reshape(shape),
         )
 
+    def _flag(self, value, field: str) -> bool:
+        if np.asarray(value).dtype.kind not in "biu" or np.size(value) != 1:
+            raise _failed(self.name, f"step returned {field}={value!r:.60}, expected a bool")
+        return bool(np.asarray(value).reshape(()))
+
     def _one(self, env, action):
-        obs, reward, term, trunc, _ = env.step(self._action(action))
-        nxt = self._obs(obs)
+        obs, reward, term, trunc, _ = self._call("step", env.step, self._action(action))
+        nxt, reward = self._obs(obs, "step"), self._reward(reward)
+        term, trunc = self._flag(term, "terminated"), self._flag(trunc, "truncated")
         if term or trunc:
-            obs = env.reset()[0]
-        return self._obs(obs), nxt, np.float32(reward), bool(term), bool(trunc)
+            return self._reset_one(env), nxt, reward, term, trunc
+        return nxt, nxt, reward, term, trunc
 
 
 def _batched(x: np.ndarray, ndim: int) -> np.ndarray:
@@ -174,6 +288,7 @@ def make_host_env(name: str, num_envs: int):
 
     Raises:
       ValueError: gymnasium missing, an unknown id, or spaces drlhet cannot train on.
+      HostEnvError: ``gym.make`` raised anything else (the environment's own code).
     """
     from drlhet.envs import EnvFns, EnvStep
 
@@ -182,6 +297,10 @@ def make_host_env(name: str, num_envs: int):
         probe = gym.make(env_id)
     except gym.error.Error as e:
         raise ValueError(f"unknown environment {name!r}: {e}") from e
+    except ImportError as e:  # "module:Id-v0" naming no module, a library the env lacks
+        raise ValueError(f"{name}: gym.make raised {_first_line(e)}") from e
+    except Exception as e:  # noqa: BLE001 - the environment's own code: named
+        raise _failed(name, f"gym.make raised {_first_line(e)}") from e
     try:
         obs_shape, discrete, n, low, high = _check_spaces(name, probe)
         max_steps = probe.spec.max_episode_steps if probe.spec else None

@@ -119,33 +119,39 @@ def run_pipeline(
     if in_program and any(skewed(r, n) for n in names):  # programs for the last chunk
         r.end = ChunkEnd(tr.chunks, margin=2)
     links = open_links(r, lead) if in_program else None
-    t_start = time.perf_counter()
-    if links is not None:
-        crew.on_halt(links.close)
-        for n in names:
-            crew.start(n, functools.partial(group_thread, r, links, n, agent_words))
-    else:
-        _host_channels(r, crew, lead, agent_words)
-        for g in groups:
-            crew.start("+".join(g), functools.partial(group_loop, r, g, agent_words, Clock()))
     extra = {
         **(extra or {}),
         "iterations_per_stage_call": st.unroll,
         "host_threads": len(names),
         "channels": "in-program" if in_program else "host",
     }
-    try:
-        rows = _report(r, names, t0, t_start, hook, extra, first)
-    except BaseException:
-        crew.halt()  # closes the channels: a program waiting on one fails, its thread ends
+    try:  # from the first thread started: an error (or Ctrl-C) anywhere stops every thread
+        if links is not None:
+            crew.on_halt(links.close)
         try:
+            t_start = time.perf_counter()
+            _start_threads(r, crew, groups, links, lead, agent_words)
+            rows = _report(r, names, t0, t_start, hook, extra, first)
+        except BaseException:
+            crew.halt()  # closes the channels: a program waiting on one fails, its thread ends
             crew.join()  # a stage's error, if one came first, wins over the host's
-        finally:
-            if links is not None:
-                links.destroy()
-        raise
-    crew.join()
-    return _finish(cfg, st, loop, crew, ch, links), rows
+            raise
+        crew.join()
+        return _finish(cfg, st, loop, crew, ch, links), rows
+    finally:
+        if links is not None:
+            links.destroy()
+
+
+def _start_threads(r: StageRun, crew: Crew, groups, links: Links | None, lead, agent_words):
+    """Starts one thread per device group: its chunk programs, or its stage loops."""
+    if links is not None:
+        for n in ["+".join(g) for g in groups]:
+            crew.start(n, functools.partial(group_thread, r, links, n, agent_words))
+    else:
+        _host_channels(r, crew, lead, agent_words)
+        for g in groups:
+            crew.start("+".join(g), functools.partial(group_loop, r, g, agent_words, Clock()))
 
 
 def _host_channels(r: StageRun, crew: Crew, lead: int, agent_words: Any) -> None:
@@ -222,7 +228,6 @@ def _finish(cfg, st: PipelineStages, loop: LoopState, crew: Crew, ch: dict, link
         left = links.updates.drain()
         fifo = UpdateFifo(np.stack(left, axis=1)) if left else None
         next_agent = links.params.drain()[0]
-        links.destroy()
     else:
         for updates in ch["updates"].drain():
             fifo.push(updates)

@@ -14,6 +14,7 @@ resumed from the state after chunk c goes on bit for bit as the run that was not
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -23,7 +24,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from drlhet.envs.host import is_host_env
+from drlhet.envs.host import failure_in, is_host_env
 from drlhet.replay.nstep import cut
 from drlhet.runtime.compiling import jit
 from drlhet.runtime.config import ConfigError, TrainConfig, tree_shape
@@ -124,6 +125,12 @@ def run(
     segs = segments(mapping)
     extra = {"mapping": str(mapping), "segments": [[d, list(n)] for d, n in segs]}
     t0 = time.perf_counter()
+    with _host_failures_named():
+        return _start_and_run(tr, cfg, start, devices, extra, t0, saving, on_chunk, stop_asked)
+
+
+def _start_and_run(tr, cfg, start, devices, extra, t0, saving, on_chunk, stop_asked):
+    """`run` from its fresh or resumed states on, down the path its segments take."""
     if start is None:
         keys = jax.random.split(jax.random.key(cfg.seed), cfg.seeds)
         with jax.default_device(devices["replay"]):
@@ -135,11 +142,24 @@ def run(
     if first >= tr.chunks:  # resumed after its last chunk: nothing left to run
         return states, []
     hook = ChunkHook(tr.chunks, saving, on_chunk, stop_asked)
-    if len(segs) == 1:
+    if len(extra["segments"]) == 1:
         return run_fused(tr, states, devices["replay"], t0, hook, extra, first)
     if cfg.delay >= cfg.sgd_steps:
         return _pipeline_segments(tr, states, devices, t0, hook, extra, first)
     return run_iteration_loop(tr, states, devices, t0, hook, extra, first)
+
+
+@contextlib.contextmanager
+def _host_failures_named():
+    """A host environment's failure (`HostEnvError`) as itself: in a callback of a jitted
+    program, XLA raises another error that quotes it (`drlhet.envs.host.failure_in`)."""
+    try:
+        yield
+    except Exception as e:
+        failure = failure_in(e)
+        if failure is None or failure is e:
+            raise
+        raise failure from e
 
 
 def _check_resumed(cfg: TrainConfig, saved: Any) -> None:

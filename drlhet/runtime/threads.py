@@ -19,6 +19,7 @@ __all__ = ["ChunkEnd", "Crew", "Channel", "Clock", "Stopped", "THREAD_PREFIX"]
 THREAD_PREFIX = "drlhet-stage-"
 """Name prefix of every stage thread (``drlhet-stage-actors``, ...)."""
 _POLL_S = 0.05
+_START_S = 1.0  # a thread interrupted as it started runs `_guard` by then
 
 
 class Stopped(Exception):
@@ -183,13 +184,24 @@ class Crew:
         return Channel(maxsize, self.stop)
 
     def start(self, name: str, fn: Callable[[], Any]) -> None:
-        done = threading.Event()
-        t = threading.Thread(target=self._guard, args=(name, fn, done), name=THREAD_PREFIX + name)
+        """Starts ``fn()`` on a thread of its own; `join` waits for it. A thread that could not
+        start is not waited for (its ``done`` would never be set: `join` would hang); one
+        interrupted while it starts (Ctrl-C in `threading.Thread.start`) runs, and is."""
+        done, began = threading.Event(), threading.Event()
+        args = (name, fn, done, began)
+        t = threading.Thread(target=self._guard, args=args, name=THREAD_PREFIX + name)
         self._threads.append(t)
         self._done.append(done)
-        t.start()
+        try:
+            t.start()
+        except BaseException as e:
+            if isinstance(e, Exception) or not began.wait(_START_S):  # it never ran
+                self._threads.remove(t)
+                done.set()
+            raise
 
-    def _guard(self, name: str, fn: Callable[[], Any], done: threading.Event) -> None:
+    def _guard(self, name: str, fn: Callable[[], Any], done, began: threading.Event) -> None:
+        began.set()
         try:
             self.results[name] = fn()
         except Stopped:

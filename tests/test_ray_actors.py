@@ -105,7 +105,7 @@ def test_a_killed_actor_restarts_rejoins_and_nothing_is_lost_or_duplicated(two_n
 
 
 def test_local_actors_share_the_compilation_cache_and_remote_ones_do_not(tmp_path):
-    from drlhet.runtime.ray_learner import _shared_cache
+    from drlhet.runtime.ray_cluster import _shared_cache
 
     config = SimpleNamespace(
         jax_compilation_cache_dir=str(tmp_path),

@@ -1,6 +1,7 @@
 """Ray for a run with actors (`drlhet.runtime.ray_learner`), checked before the run starts: the
 cluster's address answers, it has a free CPU for each actor, and the run, which the learner
 takes in whole actor calls, ends within its ``steps``.
+`start_actors` then places the actors, each on a CPU reserved for it.
 
 Each check replaces a failure that came late or never: ``ray.init`` retries an address nothing
 answers at for minutes on end (a closed port: 20 tries of about 35 s); an actor Ray cannot
@@ -18,7 +19,9 @@ import re
 import socket
 import time
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import jax
 
 from drlhet.backends import CPU
 from drlhet.runtime.config import TrainConfig, chunks_of
@@ -35,6 +38,7 @@ __all__ = [
     "end_steps",
     "init_ray",
     "reserve_cpus",
+    "start_actors",
     "warmup_end",
 ]
 
@@ -136,6 +140,52 @@ def reserve_cpus(rc: RayConfig, wait_s: float = FREE_WAIT_S):
             f"{wait_s:g} s (other jobs took them after the check)"
         ) from None
     return group
+
+
+def start_actors(cfg: TrainConfig, rc: RayConfig, cls: type) -> tuple[list, list[str], Any]:
+    """Starts Ray (`init_ray`) and ``rc.actors`` actors of ``cls`` (`drlhet.runtime.ray_actor
+    .RolloutActor`), each in its bundle of a placement group (`reserve_cpus`); ``-> (actors,
+    their names, the group)``: kill the actors and remove the group when the run ends."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    init_ray(rc)
+    group = reserve_cpus(rc)
+    remote: Any = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0)(cls)
+    # one CPU each: one XLA device, one compute thread
+    flags = "--xla_force_host_platform_device_count=1 --xla_cpu_multi_thread_eigen=false"
+    env = {"JAX_PLATFORMS": CPU, "XLA_FLAGS": flags, "OMP_NUM_THREADS": "1"}
+    env.update(_shared_cache(rc))
+    stamp = f"{time.time_ns():x}"
+    names = [f"drlhet-{stamp}-actor-{i}" for i in range(rc.actors)]
+    actors = [
+        remote.options(
+            name=n,
+            runtime_env={"env_vars": env},
+            scheduling_strategy=PlacementGroupSchedulingStrategy(group, i),
+        ).remote(cfg, i, rc.rollout)
+        for i, n in enumerate(names)
+    ]
+    return actors, names, group
+
+
+def _shared_cache(rc: RayConfig, config: Any = jax.config) -> dict[str, str]:
+    """The environment that points local actors at this process's persistent compilation
+    cache, when it has one: an actor started again after a crash, or in a later run, loads its
+    programs instead of compiling them. Not for a remote cluster (``--ray-address``), whose
+    nodes need not have this machine's folder."""
+    folder = config.jax_compilation_cache_dir
+    if rc.address is not None or not folder:
+        return {}
+    return {
+        "JAX_COMPILATION_CACHE_DIR": str(folder),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": str(
+            config.jax_persistent_cache_min_compile_time_secs
+        ),
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": str(
+            config.jax_persistent_cache_min_entry_size_bytes
+        ),
+    }
 
 
 def _start(ray, address: str | None) -> None:

@@ -35,12 +35,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from drlhet.backends import CPU
 from drlhet.runtime.chunks import check_replay_error, chunk_row, host_summary, split_keys
 from drlhet.runtime.compiling import jit
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.ray_actor import RolloutActor, params_digest
-from drlhet.runtime.ray_cluster import check_run, init_ray, reserve_cpus
+from drlhet.runtime.ray_cluster import check_run, start_actors
 from drlhet.runtime.saving import ChunkHook
 from drlhet.runtime.trainer import Trainer, make_trainer
 
@@ -61,6 +60,9 @@ class RayConfig:
         gates only stragglers, e.g. an actor compiling or restarting).
       address: a running cluster's address (``ray start --head`` prints it); None: a local
         ``ray.init()``.
+      max_failures: calls of one actor that may fail in a row, with no batch from it between
+        (its process died, or it was restarting), before the run fails naming it: Ray restarts
+        an actor without end (``max_restarts=-1``), even one that dies each time it comes back.
     """
 
     actors: int
@@ -68,9 +70,10 @@ class RayConfig:
     rollout: int = 32
     max_lag: int | None = None
     address: str | None = None
+    max_failures: int = 10
 
     def __post_init__(self) -> None:
-        for name in ("actors", "sync_every", "rollout"):
+        for name in ("actors", "sync_every", "rollout", "max_failures"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_lag is not None and self.max_lag < 0:
@@ -185,7 +188,7 @@ class _Learner:
         self.iters, self.version = 0, 0
         n = len(actors)
         self.report = RayReport(names, [0] * n, [0] * n, [0] * n, [0] * n, [0] * n, [0] * n)
-        self.next_seq, self.call_version = [0] * n, [0] * n
+        self.next_seq, self.call_version, self.failures = [0] * n, [0] * n, [0] * n
         self.params = self._broadcast()
         self.calls = {i: self._call(i) for i in range(n)}
 
@@ -212,12 +215,16 @@ class _Learner:
             i = next(a for a, r in self.calls.items() if r == ready)
             try:
                 got = self.ray.get(ready)
-            except self.ray.exceptions.RayActorError:  # died during the call: Ray restarts it
+            except self.ray.exceptions.RayTaskError as e:  # a bug, not a crash: no retry
+                raise self._raised(i, "rollout", e) from e
+            except self.ray.exceptions.RayActorError as e:  # died during the call: Ray restarts it
+                self._failed(i, e)
                 got = {"rejoin": True}
             if got.get("rejoin"):  # restarted (during or between calls): its batch is lost
                 self._rejoin(i)
                 continue
             if self._in_sequence(i, got):
+                self.failures[i] = 0
                 return got
             self.calls[i] = self._call(i)
 
@@ -232,15 +239,41 @@ class _Learner:
             try:
                 version, digest = self.ray.get(call)
                 break
-            except self.ray.exceptions.RayActorError:
+            except self.ray.exceptions.RayTaskError as e:
+                raise self._raised(i, "rejoin", e) from e
+            except self.ray.exceptions.RayActorError as e:  # restarting, or died again
+                self._failed(i, e)
                 if time.monotonic() > deadline:
                     raise RuntimeError(
-                        f"ray actor {i} did not come back in {timeout_s:.0f} s"
-                    ) from None
+                        f"{self._named(i)} did not come back in {timeout_s:.0f} s "
+                        f"(last: {_first_line(e)})"
+                    ) from e
                 time.sleep(0.2)
         latest = version == self.version and digest == params_digest(self.host_params)
         rep.rejoins.append({"actor": i, "version": version, "latest": bool(latest)})
         self.calls[i] = self._call(i)
+
+    def _named(self, i: int) -> str:
+        return f"ray actor {i} ({self.report.names[i]})"
+
+    def _raised(self, i: int, method: str, e: Exception) -> RuntimeError:
+        """The run's error for actor ``i``'s ``method`` raising ``e`` (a Ray task error): its
+        cause, named, with the actor; Ray would only restart a process that died."""
+        cause = getattr(e, "cause", None) or e
+        return RuntimeError(
+            f"{self._named(i)}: {method} raised {type(cause).__name__}: {_first_line(cause)}"
+        )
+
+    def _failed(self, i: int, e: Exception) -> None:
+        """Counts a call of actor ``i`` that failed with ``e`` (its process died or was
+        restarting); raises once more than ``max_failures`` failed with no batch between."""
+        self.failures[i] += 1
+        if self.failures[i] > self.rc.max_failures:
+            raise RuntimeError(
+                f"{self._named(i)}: {self.failures[i]} calls failed in a row without a batch "
+                f"(its process died or was restarting; the most is {self.rc.max_failures}); "
+                f"last: {_first_line(e)}"
+            ) from e
 
     def _in_sequence(self, i: int, got: dict) -> bool:
         rep, seq = self.report, got["seq"]
@@ -275,6 +308,12 @@ class _Learner:
         return metrics if train else None
 
 
+def _first_line(e: BaseException) -> str:
+    """The first line of ``e``'s message that says something (Ray's start with a blank one)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
 def _chunk(lr: _Learner, i: int, t0: float, last: float) -> dict:
     """Collects chunk ``i``'s env steps from the actors (-1: the warm-up), training on them,
     then evaluates: the chunk's row."""
@@ -299,50 +338,6 @@ def _chunk(lr: _Learner, i: int, t0: float, last: float) -> dict:
     iterations = len(metrics) * lr.rc.rollout  # whole actor calls: not always --eval-every's
     row = chunk_row(cfg, iterations, summary, i, t0, last, stepped=lr.env_steps - start)
     return {**row, "eval_s": eval_s, "ray": lr.report.as_dict()}
-
-
-def _start_actors(cfg: TrainConfig, rc: RayConfig) -> tuple[list, list[str], Any]:
-    """``(actors, their names, the placement group holding their CPUs)``."""
-    import ray
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-    init_ray(rc)
-    group = reserve_cpus(rc)
-    remote = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0)(RolloutActor)
-    # one CPU each: one XLA device, one compute thread
-    flags = "--xla_force_host_platform_device_count=1 --xla_cpu_multi_thread_eigen=false"
-    env = {"JAX_PLATFORMS": CPU, "XLA_FLAGS": flags, "OMP_NUM_THREADS": "1"}
-    env.update(_shared_cache(rc))
-    stamp = f"{time.time_ns():x}"
-    names = [f"drlhet-{stamp}-actor-{i}" for i in range(rc.actors)]
-    actors = [
-        remote.options(
-            name=n,
-            runtime_env={"env_vars": env},
-            scheduling_strategy=PlacementGroupSchedulingStrategy(group, i),
-        ).remote(cfg, i, rc.rollout)
-        for i, n in enumerate(names)
-    ]
-    return actors, names, group
-
-
-def _shared_cache(rc: RayConfig, config: Any = jax.config) -> dict[str, str]:
-    """The environment that points local actors at this process's persistent compilation
-    cache, when it has one: an actor started again after a crash, or in a later run, loads its
-    programs instead of compiling them. Not for a remote cluster (``--ray-address``), whose
-    nodes need not have this machine's folder."""
-    folder = config.jax_compilation_cache_dir
-    if rc.address is not None or not folder:
-        return {}
-    return {
-        "JAX_COMPILATION_CACHE_DIR": str(folder),
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": str(
-            config.jax_persistent_cache_min_compile_time_secs
-        ),
-        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": str(
-            config.jax_persistent_cache_min_entry_size_bytes
-        ),
-    }
 
 
 def run_ray(
@@ -373,7 +368,7 @@ def run_ray(
     """
     tr = make_trainer(cfg)
     check_run(cfg, rc)
-    actors, names, group = _start_actors(cfg, rc)
+    actors, names, group = start_actors(cfg, rc, RolloutActor)
     import ray
     from ray.util.placement_group import remove_placement_group
 

@@ -132,17 +132,23 @@ def test_fig_mapping_redraws_the_committed_validation(experiment, tmp_path):
     assert top["best_over_baseline"] == max(b["best_speedup"] for b in bases)
 
 
-def test_fig_delay_reads_train_runs(experiment, tmp_path):
-    # `--from-runs`: the delay figure from `drlhet train` run directories (the Hopper study)
-    fd = experiment("fig_delay")
-    for k, level in ((0, 1000.0), (4, 995.0), (16, 500.0)):
-        run_dir = tmp_path / "runs" / f"td3-hopper-k{k}"
+def delay_runs(folder, task: str, levels: dict[int, float]) -> None:
+    """``drlhet train`` run folders ``<task>-k<k>`` of three seeds whose returns rise to
+    ``levels[k]`` over three evaluations (spread +-10)."""
+    for k, level in levels.items():
+        run_dir = folder / f"{task}-k{k}"
         run_dir.mkdir(parents=True)
         rows = [
             {"env_steps": s, "eval_return": [level * s / 3 + d for d in (-10, 0, 10)], "wall_s": s}
             for s in (1, 2, 3)
         ]
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_fig_delay_reads_train_runs(experiment, tmp_path):
+    # `--from-runs`: the delay figure from `drlhet train` run directories (the Hopper study)
+    fd = experiment("fig_delay")
+    delay_runs(tmp_path / "runs", "td3-hopper", {0: 1000.0, 4: 995.0, 16: 500.0})
     args = fd.Args(
         tasks=("td3-hopper",), delays=(0, 4, 16), seeds=3, out=tmp_path / "out",
         plot="h.png", from_runs=tmp_path / "runs",
@@ -159,14 +165,7 @@ def test_fig_delay_compares_every_k_against_k0_wherever_it_stands(experiment, tm
     """``within_one_std_of_k0`` was measured against the first of ``--delays``: with
     ``--delays 4 0 16`` against k = 4, not k = 0 as its name and the printed text say."""
     fd = experiment("fig_delay")
-    for k, level in ((4, 500.0), (0, 1000.0), (16, 995.0)):
-        run_dir = tmp_path / "runs" / f"dqn-k{k}"
-        run_dir.mkdir(parents=True)
-        rows = [
-            {"env_steps": s, "eval_return": [level * s / 3 + d for d in (-10, 0, 10)], "wall_s": s}
-            for s in (1, 2, 3)
-        ]
-        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    delay_runs(tmp_path / "runs", "dqn", {4: 500.0, 0: 1000.0, 16: 995.0})
     args = fd.Args(
         tasks=("dqn",), delays=(4, 0, 16), seeds=3, out=tmp_path / "out", plot="d.png",
         from_runs=tmp_path / "runs",

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.drlhet-installed
 
-.PHONY: run test test-times test-slow gpu-test gpu-dry-run gpu-wheels bench lint install clean sanitize peers figures
+.PHONY: run test test-times test-slow fuzz gpu-test gpu-dry-run gpu-wheels bench lint install clean sanitize peers figures
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,17 @@ test-times: $(STAMP)
 # what they cover; a slow test nobody runs rots (one had, after its helper's arguments grew).
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m slow --durations=10
+
+# The property tests (hypothesis), slow ones too, drawing new examples each run: `make test` draws
+# the same ones every time (tests/conftest.py), so that a defect nobody has found yet cannot turn
+# one CI run red and the next green. A failure prints the seed that replays it. Run it after
+# touching a tree kernel or the buffer's checks, and more than once.
+PROPERTY_TESTS := tests/backends/test_fuzz.py tests/backends/test_kernel_header.py \
+  tests/backends/test_fpga.py tests/replay/test_prioritized.py tests/replay/test_fixed_point.py \
+  tests/replay/test_uint64.py
+fuzz: $(STAMP)
+	DRLHET_HYPOTHESIS=explore $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile \
+	  -m "slow or not slow" -k "not planted" $(PROPERTY_TESTS)
 
 # On a machine with an NVIDIA GPU: JAX's CUDA plugin and CuPy, then the tests that need them
 # (the CUDA kernels against the reference, conformance on the GPU; they skip without a GPU).

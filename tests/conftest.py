@@ -9,6 +9,11 @@ session that started them.
 apart, e.g. with ASan and UBSan; it is searched before the installed package, so the backends
 load those libraries instead of the installed ones.
 
+Property tests (hypothesis) draw the same examples on every run (profile ``ci``, derandomized,
+no example database): a defect they have not found yet cannot turn one run red and the next
+green. ``DRLHET_HYPOTHESIS=explore`` (`make fuzz`) draws new examples each run and prints the
+seed of a failure to replay it (``--hypothesis-seed``).
+
 `SLOW_FIRST` puts the longest files first; `make test` hands whole files to its workers in
 collection order (``--dist loadfile --no-loadscope-reorder``), so neither worker is left with a
 long file at the end while the other has nothing to do.
@@ -23,11 +28,20 @@ from pathlib import Path
 
 import jax
 import pytest
+from hypothesis import settings
 
 import drlhet
 from drlhet.cli.common import enable_compilation_cache
 
 jax.config.update("jax_num_cpu_devices", 2)
+
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", derandomize=False, database=None, print_blob=True)
+HYPOTHESIS_PROFILES = ("ci", "explore")
+_PROFILE = os.environ.get("DRLHET_HYPOTHESIS", "ci")
+if _PROFILE not in HYPOTHESIS_PROFILES:
+    raise ValueError(f"DRLHET_HYPOTHESIS={_PROFILE!r}: one of {', '.join(HYPOTHESIS_PROFILES)}")
+settings.load_profile(_PROFILE)
 
 if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("DRLHET_TEST_SESSION_CACHE"):
     # a worker of `pytest -n N`: the folder of the session that started it, shared by all

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from drlhet.backends import CPU, BackendUnavailable
-from drlhet.backends.base import GROUP_PRIMITIVES
 from drlhet.runtime.config import ConfigError
+from drlhet.runtime.mapping import replay_backend_named
 from drlhet.writable import check_writable
 
 __all__ = [
@@ -177,13 +177,13 @@ def no_replay_backend(uniform: bool, mapping: str | None) -> str | None:
     """
     if not uniform or mapping is None:
         return mapping
-    for item in mapping.split(","):
-        key, _, value = (part.strip() for part in item.partition("="))
-        if (key == "replay" or key in GROUP_PRIMITIVES["replay"]) and "@" in value:
-            raise ValueError(
-                f"--mapping {key}={value} names a replay backend, and --uniform replay has no "
-                f"tree for it: place the replay on a device alone ({key}={value.split('@')[-1]})"
-            )
+    named = replay_backend_named(mapping)
+    if named is not None:
+        key, device = named.split("=")[0], named.split("@")[-1]
+        raise ValueError(
+            f"--mapping {named} names a replay backend, and --uniform replay has no "
+            f"tree for it: place the replay on a device alone ({key}={device})"
+        )
     return mapping
 
 

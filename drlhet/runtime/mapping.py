@@ -27,6 +27,7 @@ __all__ = [
     "segments",
     "cpu_devices_named",
     "device_index",
+    "replay_backend_named",
 ]
 
 _GROUP_OF = {p: g for g, ps in GROUP_PRIMITIVES.items() for p in ps}
@@ -199,3 +200,14 @@ def cpu_devices_named(text: str) -> int:
     """
     devices = re.findall(rf"\b{backends.CPU}:[^,@=\s]*", text)
     return 1 + max((device_index(d) for d in devices), default=0)
+
+
+def replay_backend_named(text: str) -> str | None:
+    """The first item of mapping ``text`` that names a backend for the replay (``replay=`` or a
+    replay primitive's key with ``backend@device``), or None where the replay is placed on a
+    device alone (``replay=cpu:0``) or not at all: uniform replay has no tree for a backend."""
+    for item in text.split(","):
+        key, _, value = (part.strip() for part in item.partition("="))
+        if (key == "replay" or key in GROUP_PRIMITIVES["replay"]) and "@" in value:
+            return f"{key}={value}"
+    return None

@@ -27,10 +27,10 @@ import jax.numpy as jnp
 from drlhet.envs.host import failure_in, is_host_env
 from drlhet.replay.nstep import cut
 from drlhet.runtime.compiling import jit
-from drlhet.runtime.config import ConfigError, TrainConfig, tree_shape
+from drlhet.runtime.config import ConfigError, TrainConfig, check, tree_shape
 from drlhet.runtime.fused import run_fused
 from drlhet.runtime.host_loop import run_iteration_loop
-from drlhet.runtime.mapping import Mapping, Placement, segments
+from drlhet.runtime.mapping import Mapping, Placement, replay_backend_named, segments
 from drlhet.runtime.pipeline import run_pipeline
 from drlhet.runtime.saving import ChunkHook, Saving
 from drlhet.runtime.trainer import Trainer, TrainState, make_trainer
@@ -115,6 +115,8 @@ def run(
     """
     if start is not None and start.config is not None:
         _check_resumed(cfg, start.config)
+    if cfg.uniform:
+        _check_uniform(cfg, mapping)
     if isinstance(mapping, str):
         mapping = Mapping.parse(mapping, tree_shape(cfg))
     if mapping is None:
@@ -160,6 +162,17 @@ def _host_failures_named():
         if failure is None or failure is e:
             raise
         raise failure from e
+
+
+def _check_uniform(cfg: TrainConfig, mapping: Mapping | str | None) -> None:
+    """Refuses a replay backend named for uniform replay, which has no tree: ``cfg.backend``
+    (`check`) or one in a mapping's text; a `Mapping` always names one, and places it alone."""
+    check(cfg)
+    named = replay_backend_named(mapping) if isinstance(mapping, str) else None
+    if named is not None:
+        device = named.split("@")[-1]
+        why = f"uniform replay has no tree for it: place the replay on {device} alone"
+        raise ConfigError(f"mapping {named} names a replay backend, and {why}", "uniform")
 
 
 def _check_resumed(cfg: TrainConfig, saved: Any) -> None:

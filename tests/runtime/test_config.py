@@ -86,3 +86,32 @@ def test_a_uniform_run_built_with_the_backend_its_mapping_placed_is_not_refused(
 
     cfg = dataclasses.replace(BASE, env="probe-constant", uniform=True, backend="jax")
     assert make_trainer(cfg).config.backend == "jax"
+
+
+@pytest.mark.parametrize(
+    "backend, mapping, message",
+    [
+        ("native", None, "backend 'native' runs a sum tree, and uniform replay has none"),
+        (None, "actors=cpu:0,replay=native@cpu:0,learner=cpu:0",
+         "mapping replay=native@cpu:0 names a replay backend, and uniform replay has no tree "
+         "for it: place the replay on cpu:0 alone"),
+        (None, "actors=cpu:0,insert=jax@cpu:0,learner=cpu:0", "mapping insert=jax@cpu:0"),
+    ],
+)  # fmt: skip
+def test_run_refuses_a_replay_backend_named_for_uniform_replay(backend, mapping, message):
+    """Was accepted by the library (only the CLI refused it): `run` names its mapping's
+    replay backend for every run, so the user's was dropped without a word."""
+    from drlhet.runtime.run import run
+
+    cfg = dataclasses.replace(BASE, env="probe-constant", uniform=True, backend=backend)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")) as e:
+        run(cfg, mapping)
+    assert "uniform" in e.value.fields
+
+
+def test_run_places_uniform_replay_on_a_bare_device():
+    from drlhet.runtime.run import run
+
+    cfg = dataclasses.replace(BASE, env="probe-constant", uniform=True, steps=600)
+    _, rows = run(cfg, "actors=cpu:0,replay=cpu:0,learner=cpu:0")
+    assert len(rows) == 1

@@ -45,6 +45,7 @@ __all__ = [
     "ReplayFns",
     "make_prioritized_replay",
     "raise_on_error",
+    "refusals",
     "sample_targets",
     "ERR_PRIORITY",
     "ERR_INDEX",
@@ -126,13 +127,20 @@ class ReplayFns(NamedTuple):
     update_priorities: Any
 
 
+def refusals(err: int) -> list[str]:
+    """What the error bits ``err`` (``state.error``, ``sample.error``) say was refused, in
+    words, one item a bit set (an unknown bit named by its value)."""
+    known = sum(bit for bit, _ in _MESSAGES)
+    words = [m for bit, m in _MESSAGES if err & bit]
+    return words + ([f"unknown error bits {err & ~known}"] if err & ~known else [])
+
+
 def raise_on_error(state: PrioritizedReplayState | PrioritizedSample) -> None:
     """Raises ``ValueError`` if a jitted operation on ``state`` (or the sample) was refused
     (a host sync)."""
     err = 0 if state.error is None else int(state.error)
     if err:
-        what = [m for bit, m in _MESSAGES if err & bit]
-        raise ValueError(f"refused replay operation(s): {', '.join(what)} (error={err})")
+        raise ValueError(f"refused replay operation(s): {', '.join(refusals(err))} (error={err})")
 
 
 class _Spec(NamedTuple):

@@ -8,17 +8,53 @@ from typing import Any
 import jax
 import numpy as np
 
+from drlhet.replay.prioritized import ERR_PRIORITY, refusals
 from drlhet.runtime.compiling import jit
 from drlhet.runtime.config import TrainConfig
 
-__all__ = ["chunk_row", "host_summary", "check_replay_error", "split_keys"]
+__all__ = ["chunk_row", "host_summary", "check_replay_error", "ReplayRefused", "split_keys"]
 
 
-def check_replay_error(error: Any) -> None:
-    """Raises ``ValueError`` when any seed's buffer refused an operation (``error`` ``[S]``)."""
-    err = np.asarray(error)
-    if np.any(err):
-        raise ValueError(f"replay refused an operation (error flags per seed {err.tolist()})")
+class ReplayRefused(ValueError):
+    """A seed's replay buffer refused an operation during a run's chunk (its bits set in the
+    buffer's ``error``): ``chunk`` (from 0), ``errors`` (the bits per seed, ``[S]``)."""
+
+    def __init__(self, message: str, chunk: int, errors: list[int]):
+        super().__init__(message)
+        self.chunk, self.errors = chunk, errors
+
+
+def check_replay_error(error: Any, chunk: int, summary: dict | None = None) -> None:
+    """Raises `ReplayRefused` when any seed's buffer refused an operation (``error`` ``[S]``)
+    during chunk ``chunk``, in words: which seeds, what was refused and, for a priority, why a
+    training run gets one (its learner diverged: the chunk's ``summary`` gives its loss)."""
+    err = np.asarray(error).reshape(-1)
+    bad = [int(s) for s in np.flatnonzero(err)]
+    if not bad:
+        return
+    bits = int(np.bitwise_or.reduce(err))
+    seeds = f"seed {bad[0]}" if len(bad) == 1 else f"seeds {', '.join(map(str, bad))}"
+    where = f" by env step {int(np.asarray(summary['env_steps'])[0]):,}" if summary else ""
+    message = (
+        f"the replay buffer of {seeds} refused {' and '.join(refusals(bits))}{where} "
+        f"(chunk {chunk}; error bits per seed {err.tolist()})"
+    )
+    if bits & ERR_PRIORITY:  # a run's only priorities not made by the buffer: |TD| + eps
+        message += (
+            ": the learner's new priorities (|TD error| + eps) were NaN, infinite or past the "
+            f"largest the tree holds, so training diverged{_losses(summary, bad)}; try a lower "
+            "learning rate"
+        )
+    raise ReplayRefused(message, chunk, err.tolist())
+
+
+def _losses(summary: dict | None, seeds: list[int]) -> str:
+    """`` (loss nan, mean |TD| inf)``: the chunk's mean metrics of the first of ``seeds``."""
+    said = []
+    for key, name in (("loss", "loss"), ("abs_td", "mean |TD|")):
+        if summary and key in summary:
+            said.append(f"{name} {float(np.asarray(summary[key]).reshape(-1)[seeds[0]]):.3g}")
+    return f" ({', '.join(said)})" if said else ""
 
 
 def chunk_row(

@@ -10,7 +10,7 @@ from drlhet.cli.ray_actors import ray_summary
 from drlhet.runtime.config import chunks_of, warmup_steps
 from drlhet.runtime.saving import Stopped
 
-__all__ = ["plot_curves", "report_run", "simulated"]
+__all__ = ["curve_title", "plot_curves", "report_run", "simulated"]
 
 
 def plot_curves(rows: list[dict], title: str, path: Path) -> None:
@@ -24,9 +24,11 @@ def plot_curves(rows: list[dict], title: str, path: Path) -> None:
     steps = np.array([r["env_steps"] for r in rows])
     ret = np.array([r["eval_return"] for r in rows])  # [chunks, seeds]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for s in range(ret.shape[1]):
+    seeds = ret.shape[1]
+    for s in range(seeds if seeds > 1 else 0):  # one seed: its curve is the mean's
         ax.plot(steps, ret[:, s], color="tab:blue", alpha=0.3, lw=1)
-    ax.plot(steps, ret.mean(axis=1), color="tab:blue", lw=2, label=f"mean of {ret.shape[1]} seeds")
+    label = f"mean of {seeds} seeds" if seeds > 1 else "one seed"
+    ax.plot(steps, ret.mean(axis=1), color="tab:blue", lw=2, marker="o", ms=3, label=label)
     ax.set_xlabel("env steps (per seed)")
     ax.set_ylabel("greedy evaluation return")
     ax.set_title(title)
@@ -37,6 +39,14 @@ def plot_curves(rows: list[dict], title: str, path: Path) -> None:
     plt.close(fig)
 
 
+def curve_title(config) -> str:
+    """``"TD3 + PER on Pendulum-v1 (measured)"``: the agent (TD3 where DDPG runs with its
+    twin critics), its replay and the environment."""
+    algo = "TD3" if config.algo == "ddpg" and config.ddpg.td3 else config.algo.upper()
+    replay = "uniform replay" if config.uniform else "PER"
+    return f"{algo} + {replay} on {config.env} (measured)"
+
+
 def report_run(
     config, rows, reached, stop_at_return, wall: float, run_dir: Path, warm: int | None = None
 ) -> None:
@@ -44,7 +54,7 @@ def report_run(
     ``run_dir/curve.png``; ``reached``: `drlhet.cli.train`'s (the return reached, or the
     `Stopped` that ended the run); ``warm``: the env steps of its warm-up, where they are not
     `warmup_steps` (a Ray run's end on a whole actor call, `drlhet.runtime.ray_cluster`)."""
-    plot_curves(rows, f"{config.algo.upper()} on {config.env} (measured)", run_dir / "curve.png")
+    plot_curves(rows, curve_title(config), run_dir / "curve.png")
     steady = rows[1:] or rows  # the first chunk includes compilation
     which = "after the first chunk" if rows[1:] else "one chunk, compilation included"
     warm = warmup_steps(config) if warm is None else warm

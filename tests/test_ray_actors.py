@@ -154,6 +154,8 @@ def test_ray_config_checks():
         (dict(rollout=0), "--rollout needs --actors ray:N"),
         (dict(actors="ray:1", rollout=0), "--rollout must be >= 1, got 0"),
         (dict(actors="ray:1", sync_every=-3), "--sync-every must be >= 1, got -3"),
+        (dict(max_failures=3), "--max-failures needs --actors ray:N"),
+        (dict(actors="ray:1", max_failures=0), "--max-failures must be >= 1, got 0"),
         (  # Ray exited 1 on it after the run's plan, or hung
             dict(actors="ray:1", address="nonsense"),
             "--ray-address must be HOST:PORT, ray://HOST:PORT or auto: nonsense",
@@ -172,6 +174,8 @@ def test_ray_flags_left_out_take_the_configs_defaults():
     assert ray_config(**{**args, "rollout": 8}, resume=None) == RayConfig(actors=2, rollout=8)
     assert ray_config(**{**args, "actors": None}, resume=None) is None
     assert ray_config(**args, resume=None, checkpoint_every=0) == RayConfig(actors=2)
+    given = ray_config(**args, resume=None, max_failures=3)
+    assert given == RayConfig(actors=2, max_failures=3)
 
 
 def test_checkpoints_default_to_every_ten_chunks_and_none_with_ray():

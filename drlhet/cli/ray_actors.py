@@ -19,9 +19,10 @@ def ray_config(
     mapping: str | None,
     resume: Path | None,
     checkpoint_every: int | None = None,
+    max_failures: int | None = None,
 ):
     """The `drlhet.runtime.ray_learner.RayConfig` the flags ask for (None without
-    ``--actors``). ``sync_every``, ``rollout``: None for RayConfig's defaults;
+    ``--actors``). ``sync_every``, ``rollout``, ``max_failures``: None for RayConfig's defaults;
     ``checkpoint_every``: None when not given (Ray runs write no checkpoints).
 
     Raises:
@@ -33,6 +34,7 @@ def ray_config(
             ("--ray-address", address),
             ("--sync-every", sync_every),
             ("--rollout", rollout),
+            ("--max-failures", max_failures),
         )
         for name, value in ray_only:
             if value is not None:
@@ -58,7 +60,7 @@ def ray_config(
         raise ValueError(
             f"--actors {actors}: missing library: ray (pip install 'drlhet[ray]')"
         ) from None
-    flags = {"sync_every": sync_every, "rollout": rollout}
+    flags = {"sync_every": sync_every, "rollout": rollout, "max_failures": max_failures}
     given: dict[str, int] = {field: value for field, value in flags.items() if value is not None}
     for field, value in given.items():
         if value < 1:

@@ -1,16 +1,18 @@
-"""What ``drlhet train`` says and draws at the end of a run: its returns and measured
-throughput, its curve, and which placements only simulated their hardware."""
+"""What ``drlhet train`` says and draws: its plan before the run; at its end its returns and
+measured throughput, its curve, and which placements only simulated their hardware."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from drlhet.backends import get
 from drlhet.cli.ray_actors import ray_summary
-from drlhet.runtime.config import chunks_of, warmup_steps
+from drlhet.runtime.config import TrainConfig, chunks_of, warmup_steps
+from drlhet.runtime.ray_cluster import end_steps, warmup_end
 from drlhet.runtime.saving import Stopped
 
-__all__ = ["curve_title", "plot_curves", "report_run", "simulated"]
+__all__ = ["curve_title", "plan_line", "plot_curves", "report_run", "simulated"]
 
 
 def plot_curves(rows: list[dict], title: str, path: Path) -> None:
@@ -45,6 +47,28 @@ def curve_title(config) -> str:
     algo = "TD3" if config.algo == "ddpg" and config.ddpg.td3 else config.algo.upper()
     replay = "uniform replay" if config.uniform else "PER"
     return f"{algo} + {replay} on {config.env} (measured)"
+
+
+def plan_line(config: TrainConfig, chunks: int, mapping: str, remote: Any = None) -> str:
+    """What the run will do, in env steps per seed, and on what: a placement that simulates its
+    hardware is named before the wait, not only beside the figures. A Ray run (``remote``, its
+    `RayConfig`) ends its warm-up and chunks on whole actor calls (`end_steps`)."""
+    warm = warmup_steps(config)
+    total = warm + chunks * config.eval_every
+    whole = ""
+    if remote is not None:
+        call = remote.rollout * config.num_envs
+        warm, total = warmup_end(config, remote), end_steps(config, remote)
+        whole = f", each ending on a whole actor call of {call:,}"
+    notes = "".join(
+        f"\nnote: {part} simulates its hardware here (right results, not its speed)"
+        for part in simulated(mapping)
+    )
+    return (
+        f"training {total:,} env steps per seed (--steps {config.steps:,}): {warm:,} of warm-up "
+        f"with random actions, then {chunks} chunk{'s' * (chunks > 1)} of {config.eval_every:,}"
+        f" (--eval-every){whole}, each followed by an evaluation{notes}"
+    )
 
 
 def report_run(

@@ -11,7 +11,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import tyro
 
@@ -36,12 +36,12 @@ from drlhet.cli.common import (
 )
 from drlhet.cli.dse import auto_mapping
 from drlhet.cli.ray_actors import ray_config, ray_runner
-from drlhet.cli.report import report_run, simulated
+from drlhet.cli.report import plan_line, report_run
 from drlhet.cli.stopping import stop_on_signals
-from drlhet.runtime.config import TrainConfig, check, chunks_of, tree_shape, warmup_steps
+from drlhet.runtime.config import TrainConfig, check, chunks_of, tree_shape
 from drlhet.runtime.mapping import Mapping, cpu_devices_named
 from drlhet.runtime.memory import estimate_memory, size_text
-from drlhet.runtime.ray_cluster import end_steps, warmup_end
+from drlhet.runtime.ray_cluster import warmup_end
 from drlhet.runtime.run import Start, default_mapping, run
 from drlhet.runtime.saving import Stopped
 from drlhet.runtime.trainer import make_trainer
@@ -78,6 +78,7 @@ def train_command(
     sync_every: int | None = None,
     rollout: int | None = None,
     ray_address: str | None = None,
+    max_failures: int | None = None,
 ) -> Path:
     """Trains, writing ``config.json``, ``metrics.jsonl`` and ``curve.png`` to a run directory.
 
@@ -111,14 +112,15 @@ def train_command(
         with its configuration and (unless ``--mapping`` is given) its mapping, bit for bit as
         the run would have gone on (``--out`` and ``--name`` are refused).
       actors: ``ray:N``: N Ray actors feed this process's replay and learner (the ``ray``
-        extra; no checkpoints); ``--sync-every`` learner iterations between parameter broadcasts
-        and ``--rollout`` iterations per actor call (32 each), ``--ray-address`` a cluster to
-        join (default: ``RAY_ADDRESS``, else a Ray of its own; `drlhet.runtime.ray_learner`);
-        the three are refused without ``--actors``.
+        extra; no checkpoints; `drlhet.runtime.ray_learner`): ``--sync-every`` learner
+        iterations a parameter broadcast, ``--rollout`` iterations an actor call (32 each),
+        ``--ray-address`` a cluster (default: ``RAY_ADDRESS``, else Ray's own), and
+        ``--max-failures`` an actor's failed calls in a row that end the run (10); each
+        refused without ``--actors``.
     """
     with bad_input():
         remote = _remote(stop_at_return, actors, sync_every, rollout, ray_address, mapping,
-                         resume, checkpoint_every)  # fmt: skip
+                         resume, checkpoint_every, max_failures)  # fmt: skip
         config, mapping, saved = _resume(config, resume, mapping, cpu_devices, out, name)
         every, keep = _saving(checkpoint_every, keep_checkpoints, remote, saved)
         run_dir = resume or _new_run_dir(config, out, name)  # before auto
@@ -130,7 +132,7 @@ def train_command(
         runner = run if remote is None else ray_runner(remote, tr.config)
     if finished_run(config, saved, tr.chunks, run_dir):
         return run_dir
-    print(_plan(tr.config, tr.chunks, str(placed), remote))
+    print(plan_line(tr.config, tr.chunks, str(placed), remote))
     start = _start(saved, run_dir)
     with _removed_on_failure(run_dir), stop_on_signals(saving=every > 0) as stop:
         rows, reached, wall = _train(
@@ -298,28 +300,6 @@ def _check_memory(tr, config: TrainConfig, copies: int) -> None:
             f"{'--eval-envs' if evaluating else '--buffer-size'} or --seeds "
             "(--no-memory-check runs it anyway)"
         )
-
-
-def _plan(config: TrainConfig, chunks: int, mapping: str, remote: Any = None) -> str:
-    """What the run will do, in env steps per seed, and on what: a placement that simulates its
-    hardware is named before the wait, not only beside the figures. A Ray run (``remote``, its
-    `RayConfig`) ends its warm-up and chunks on whole actor calls (`end_steps`)."""
-    warm = warmup_steps(config)
-    total = warm + chunks * config.eval_every
-    whole = ""
-    if remote is not None:
-        call = remote.rollout * config.num_envs
-        warm, total = warmup_end(config, remote), end_steps(config, remote)
-        whole = f", each ending on a whole actor call of {call:,}"
-    notes = "".join(
-        f"\nnote: {part} simulates its hardware here (right results, not its speed)"
-        for part in simulated(mapping)
-    )
-    return (
-        f"training {total:,} env steps per seed (--steps {config.steps:,}): {warm:,} of warm-up "
-        f"with random actions, then {chunks} chunk{'s' * (chunks > 1)} of {config.eval_every:,}"
-        f" (--eval-every){whole}, each followed by an evaluation{notes}"
-    )
 
 
 @contextlib.contextmanager

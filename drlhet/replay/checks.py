@@ -39,6 +39,7 @@ __all__ = [
     "int32_or_never",
     "leaf_values",
     "negative",
+    "cast_keeping_sign",
     "check_beta",
     "ERR_PRIORITY",
     "ERR_INDEX",
@@ -214,6 +215,19 @@ def _signs(given: Any, raw: jax.Array) -> tuple[Any, Any]:
 def _bits(x: jax.Array) -> jax.Array:
     """The float array ``x`` as signed integers of its width (the sign bit their sign)."""
     return jax.lax.bitcast_convert_type(x, jnp.dtype(f"int{8 * x.dtype.itemsize}"))
+
+
+def cast_keeping_sign(p: Any, dtype) -> jax.Array:
+    """``p`` cast to ``dtype``, where a positive value the cast makes 0 (a float64 1e-50 in
+    float32) becomes ``dtype``'s smallest positive value instead, so that it is still positive,
+    hence drawable, when `leaf_values` reads it later (the delayed queue stores float32)."""
+    given = p if isinstance(p, jax.Array) else np.asarray(p)
+    raw = jnp.asarray(given, dtype)
+    if not jnp.issubdtype(raw.dtype, jnp.floating):
+        return raw
+    positive, _ = _signs(given, raw)
+    tiny = np.nextafter(np.zeros((), raw.dtype), np.ones((), raw.dtype))  # (a subnormal)
+    return jnp.where(positive & (_bits(raw) == 0), tiny, raw)
 
 
 def negative(x: jax.Array) -> jax.Array:

@@ -96,11 +96,13 @@ def _checked(rep, indices, stamps, priorities, b: int) -> tuple[jax.Array, jax.A
     `ReplayFns.update_priorities` checks them when they are applied: dtypes and shapes always;
     eagerly, an index outside the filled slots and a negative, NaN or infinite priority raise
     ``ValueError`` (queued, a bad value would fail every later push, the queue stuck behind
-    it). Under ``jit`` an index int32 cannot hold is queued as -1 and its stamp as -1 (never
-    matched); the update that applies the batch refuses it (``state.error``)."""
+    it); a positive priority float32 makes 0 is queued as float32's smallest, still drawn as
+    when applied at once. Under ``jit`` an index int32 cannot hold is queued as -1 and its
+    stamp as -1 (never matched); the update that applies the batch refuses it
+    (``state.error``)."""
     idx, _ = checks.indices_in_range(indices, rep.size)  # before any cast: 2^32 + 3 is not 3
     if idx.shape != (b,):
         raise ValueError(f"index array must have shape ({b},), got {idx.shape}")
     want, _ = checks.int32_or_never(stamps, (b,), "stamps")  # -1 where int32 cannot hold it
     checks.leaf_values(priorities, 0.0, jnp.float32, (b,))  # eager: raises on a bad value
-    return idx, want, jnp.asarray(priorities, jnp.float32)
+    return idx, want, checks.cast_keeping_sign(priorities, jnp.float32)

@@ -52,3 +52,28 @@ def test_a_delayed_update_to_an_overwritten_slot_is_dropped():
 def test_negative_delay_is_an_error():
     with pytest.raises(ValueError, match="delay"):
         make_delayed_updates(make_prioritized_replay(4, 1), -1, 1)
+
+
+@pytest.mark.parametrize("how", ["numpy", "x64 jit"])
+def test_a_queued_positive_priority_below_float32s_range_stays_drawable(how):
+    """Applied at once, a float64 1e-50 stays drawable (at least 2^-60); queued, it was cast to
+    float32 first, became 0 and was never drawn again."""
+    replay = make_prioritized_replay(4, 1, alpha=0.6, branching=2)
+    delayed = make_delayed_updates(replay, 1, 1)
+    rep = replay.add(replay.init({"x": jnp.float32(0)}), {"x": jnp.zeros(4)})
+    zeros = replay.update_priorities(rep, jnp.arange(4), jnp.zeros(4))
+    direct = replay.update_priorities(zeros, jnp.arange(1), np.array([1e-50]))
+
+    def queued(push, tiny):
+        rep, pending = push(zeros, delayed.init(), jnp.arange(1), zeros.stamps[:1], tiny)
+        zero = np.zeros(1, tiny.dtype)  # the next push applies the queued one
+        return push(rep, pending, jnp.arange(1, 2), zeros.stamps[1:2], zero)[0]
+
+    if how == "numpy":
+        rep = queued(delayed.push, np.array([1e-50]))
+    else:
+        with jax.enable_x64(True):
+            rep = queued(jax.jit(delayed.push), jnp.array([1e-50], jnp.float64))
+    assert int(rep.error) == 0
+    np.testing.assert_array_equal(st.leaves(rep.tree), st.leaves(direct.tree))
+    assert np.asarray(st.leaves(rep.tree))[0] > 0

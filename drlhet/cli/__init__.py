@@ -13,6 +13,7 @@ it at once.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import traceback
 
@@ -32,12 +33,28 @@ EXIT_FAILED = 1
 DEBUG = "--debug"
 
 
-def _one_line(e: BaseException) -> str:
+def _one_line(e: BaseException | str) -> str:
     """The first line of ``e``'s message, saying so when there is more."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     if not lines:
         return "(no message)"
     return lines[0] + (f" (more with {DEBUG})" if len(lines) > 1 else "")
+
+
+def _platforms_refused(e: BaseException) -> str:
+    """The line for JAX failing to start the platforms ``JAX_PLATFORMS`` names (its error is
+    raised from ``xla_bridge``; without JAX's CUDA plugin, ``cuda`` is a bare AssertionError),
+    else ""."""
+    platforms = os.environ.get("JAX_PLATFORMS")
+    frames = traceback.extract_tb(e.__traceback__)
+    if not platforms or not frames or not frames[-1].filename.endswith("xla_bridge.py"):
+        return ""
+    said = str(e).split(" (set JAX_PLATFORMS")[0].strip()
+    why = said or f"JAX raised a bare {type(e).__name__}: is its plugin installed?"
+    return (
+        f"JAX_PLATFORMS={platforms}: JAX cannot start it ({_one_line(why)}); unset "
+        "JAX_PLATFORMS, or install JAX's plugin for it (for a GPU: pip install 'jax[cuda13]')"
+    )
 
 
 def _end(debug: bool, status: int, line: str) -> None:
@@ -90,4 +107,6 @@ def main(argv: list[str] | None = None) -> None:
         except KeyboardInterrupt:
             _end(debug, 130, "drlhet: interrupted")
         except Exception as e:  # noqa: BLE001 - any failure while running: one line, no traceback
+            if why := _platforms_refused(e):
+                _end(debug, EXIT_BAD_INPUT, f"drlhet: error: {why}")
             _end(debug, EXIT_FAILED, f"drlhet: failed: {type(e).__name__}: {_one_line(e)}")

@@ -1,4 +1,4 @@
-"""Command line: ``drlhet train | backends | profile | dse`` (also ``python -m drlhet``).
+"""Command line: ``drlhet train | eval | backends | profile | dse`` (also ``python -m drlhet``).
 
 The only part of the package that reads flags and environment variables; everything else takes
 configuration objects. A command ends in one of three ways: done (exit status 0); bad input,
@@ -21,6 +21,7 @@ import tyro
 
 from drlhet.cli.common import UsageError, command_line, empty_paths
 from drlhet.cli.dse import dse_command, profile_command
+from drlhet.cli.evaluate import eval_command
 from drlhet.cli.train import backends_command, train_command
 from drlhet.parse_errors import HeldStderr
 
@@ -76,7 +77,7 @@ def _parsed(command, held: HeldStderr):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: ``drlhet [--debug] train|backends|profile|dse ...``."""
+    """Entry point: ``drlhet [--debug] train|eval|backends|profile|dse ...``."""
     args = list(sys.argv[1:] if argv is None else argv)
     end = args.index("--") if "--" in args else len(args)
     debug = DEBUG in args[:end]
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     if why := empty_paths(args):
         _end(False, EXIT_BAD_INPUT, f"drlhet: error: {why}")
     commands = {"train": train_command, "backends": backends_command}
-    commands |= {"profile": profile_command, "dse": dse_command}
+    commands |= {"eval": eval_command, "profile": profile_command, "dse": dse_command}
     # the options written (what --resume refuses); tyro's refusals: read back, told in one line
     with command_line(args), HeldStderr() as held:
         try:

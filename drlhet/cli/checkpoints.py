@@ -63,16 +63,22 @@ def saving_for(
     return Saving(every, write)
 
 
-def resume_run(run_dir: Path) -> tuple[TrainConfig, str, Saved]:
-    """``(config, mapping text, checkpoint)`` of the newest good checkpoint in ``run_dir``.
+def resume_run(
+    run_dir: Path, chunk: int | None = None, option: str = "--resume"
+) -> tuple[TrainConfig, str, Saved]:
+    """``(config, mapping text, checkpoint)`` of the newest good checkpoint in ``run_dir`` (or
+    the one of ``chunk``); errors start with ``option`` and the folder.
 
     Raises:
       ValueError: not a run directory with a usable checkpoint (one line naming it).
     """
     store = Checkpoints(run_dir / CHECKPOINTS)
     if not store.chunks():
-        raise ValueError(f"--resume {run_dir}: no checkpoint in {store.folder}")
-    saved = store.restore(_example)
+        raise ValueError(f"{option} {run_dir}: no checkpoint in {store.folder}")
+    if chunk is not None and chunk not in store.chunks():
+        kept = ", ".join(map(str, store.chunks()))
+        raise ValueError(f"{option} {run_dir}: no checkpoint of chunk {chunk} (chunks {kept})")
+    saved = store.restore(_example, chunk)
     for path, why in saved.skipped:
         print(f"drlhet: warning: checkpoint {path} skipped: {why}", file=sys.stderr)
     config = config_from_dict(saved.meta["config"])

@@ -12,7 +12,7 @@ from drlhet.runtime.config import TrainConfig, chunks_of, warmup_steps
 from drlhet.runtime.ray_cluster import end_steps, warmup_end
 from drlhet.runtime.saving import Stopped
 
-__all__ = ["curve_title", "plan_line", "plot_curves", "report_run", "simulated"]
+__all__ = ["agent_name", "curve_title", "plan_line", "plot_curves", "report_run", "simulated"]
 
 
 def plot_curves(rows: list[dict], title: str, path: Path) -> None:
@@ -41,12 +41,16 @@ def plot_curves(rows: list[dict], title: str, path: Path) -> None:
     plt.close(fig)
 
 
+def agent_name(config) -> str:
+    """``"DQN"``, ``"DDPG"``, or ``"TD3"`` where DDPG runs with its twin critics."""
+    return "TD3" if config.algo == "ddpg" and config.ddpg.td3 else config.algo.upper()
+
+
 def curve_title(config) -> str:
-    """``"TD3 + PER on Pendulum-v1 (measured)"``: the agent (TD3 where DDPG runs with its
-    twin critics), its replay and the environment."""
-    algo = "TD3" if config.algo == "ddpg" and config.ddpg.td3 else config.algo.upper()
+    """``"TD3 + PER on Pendulum-v1 (measured)"``: the agent (`agent_name`), its replay and the
+    environment."""
     replay = "uniform replay" if config.uniform else "PER"
-    return f"{algo} + {replay} on {config.env} (measured)"
+    return f"{agent_name(config)} + {replay} on {config.env} (measured)"
 
 
 def plan_line(config: TrainConfig, chunks: int, mapping: str, remote: Any = None) -> str:

@@ -19,7 +19,7 @@ from drlhet.replay.delayed import DelayedUpdates
 from drlhet.replay.nstep import NStepFns
 from drlhet.replay.prioritized import ReplayFns
 
-__all__ = ["Parts", "Batch", "make_parts"]
+__all__ = ["Parts", "Batch", "make_parts", "episode_returns"]
 
 
 class Parts(NamedTuple):
@@ -110,8 +110,20 @@ def _env_step(env: EnvFns, nstep: NStepFns) -> Callable[..., Any]:
 
 
 def _evaluate(eval_env: EnvFns, agent: AgentFns) -> Callable[..., Any]:
+    returns = episode_returns(eval_env, agent)
+
     def evaluate(agent_state, key):
         """Mean undiscounted return of one greedy episode in each evaluation environment."""
+        return jnp.mean(returns(agent_state, key))
+
+    return evaluate
+
+
+def episode_returns(eval_env: EnvFns, agent: AgentFns) -> Callable[..., Any]:
+    """``(agent_state, key) -> returns [N]``: the undiscounted return of one greedy episode in
+    each of ``eval_env``'s N environments (each run to its end or ``max_steps``)."""
+
+    def returns(agent_state, key):
         k_reset, key = jax.random.split(key)
         obs, state = eval_env.reset(k_reset)
 
@@ -126,6 +138,6 @@ def _evaluate(eval_env: EnvFns, agent: AgentFns) -> Callable[..., Any]:
         n = eval_env.num_envs
         init = (state, obs, jnp.zeros((n,)), jnp.zeros((n,), bool))
         (_, _, ret, _), _ = jax.lax.scan(body, init, jax.random.split(key, eval_env.max_steps))
-        return jnp.mean(ret)
+        return ret
 
-    return evaluate
+    return returns

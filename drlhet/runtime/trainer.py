@@ -34,9 +34,9 @@ from drlhet.runtime.config import (
     n_step_of,
     with_backend,
 )
-from drlhet.runtime.parts import Parts, make_parts
+from drlhet.runtime.parts import Parts, episode_returns, make_parts
 
-__all__ = ["TrainState", "Trainer", "make_trainer"]
+__all__ = ["TrainState", "Trainer", "make_trainer", "make_evaluation"]
 
 
 class TrainState(NamedTuple):
@@ -147,6 +147,25 @@ def _make_agent(cfg: TrainConfig, env: EnvFns) -> tuple[AgentFns, float]:
         bounds = (env.action_low, env.action_high)
         agent = wrap(cfg.algo, config, agent, env.obs_shape, outputs, cfg.batch_size, bounds=bounds)
     return agent, config.gamma
+
+
+def make_evaluation(cfg: TrainConfig, episodes: int) -> Callable[..., Any]:
+    """``(agent_state, key) -> returns [episodes]``: the undiscounted returns of ``episodes``
+    greedy episodes of ``cfg``'s agent (one seed's `TrainState.agent`), run side by side in
+    ``episodes`` environments of ``cfg.env`` (the evaluation `run` makes after each chunk,
+    with more environments). The learner backend plays no part: acting is the agent's own.
+
+    Raises:
+      ValueError: ``episodes`` below 1, or an environment the algorithm cannot act in.
+    """
+    if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 1:
+        raise ValueError(f"episodes must be an integer >= 1, got {episodes!r}")
+    try:
+        env = make_env(cfg.env, episodes)
+    except ValueError as e:
+        raise ConfigError("env", "env", reason=str(e)) from e
+    agent, _ = _make_agent(dataclasses.replace(cfg, learner=None), env)
+    return episode_returns(env, agent)
 
 
 def _make_replay(cfg: TrainConfig) -> ReplayFns:

@@ -1,0 +1,119 @@
+"""``drlhet eval RUN``: a trained agent's greedy returns over many episodes, from its run's
+checkpoint.
+
+The evaluation after each chunk of a run (its ``eval_return``) is the mean of one episode in
+each of ``--eval-envs`` environments: a noisy figure for a run's curve. This command restores
+a checkpoint's agents (every seed's) and plays ``--episodes`` greedy episodes with each, side by
+side (`drlhet.runtime.trainer.make_evaluation`), on this machine's default JAX device, then
+prints each seed's mean, standard deviation, minimum and maximum, and those over all seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import tyro
+
+from drlhet.cli.checkpoints import CHECKPOINTS, resume_run
+from drlhet.cli.common import bad_input
+from drlhet.cli.report import agent_name
+from drlhet.writable import check_writable
+
+__all__ = ["eval_command", "MAX_EPISODES"]
+
+MAX_EPISODES = 100_000
+"""The most episodes per seed (they run side by side: one environment each)."""
+
+
+def eval_command(
+    run: Annotated[Path, tyro.conf.Positional],
+    episodes: int = 100,
+    chunk: int | None = None,
+    seed: int = 0,
+    out: Path | None = None,
+) -> dict:
+    """Plays greedy episodes with a run's saved agents and reports their returns (measured).
+
+    Args:
+      run: a run directory of ``drlhet train`` with checkpoints (``--checkpoint-every``).
+      episodes: greedy episodes per seed, run side by side (one environment each).
+      chunk: the checkpoint of this chunk (default: the newest that reads back intact).
+      seed: the seed of the episodes' randomness (resets, stochastic environments).
+      out: also write the result to this JSON file.
+    """
+    with bad_input():
+        _check(run, episodes, chunk, out)
+        config, mapping, saved = resume_run(run, chunk, option="eval")
+    import jax
+
+    from drlhet.runtime.compiling import jit
+    from drlhet.runtime.trainer import make_evaluation
+
+    with bad_input():
+        evaluate = make_evaluation(config, episodes)
+    steps = int(np.asarray(saved.states.env_steps).reshape(-1)[0])
+    print(
+        f"evaluating {run} after chunk {saved.chunk} ({steps:,} env steps per seed): "
+        f"{episodes:,} greedy episodes per seed of {agent_name(config)} on {config.env}"
+    )
+    t0 = time.perf_counter()
+    keys = jax.random.split(jax.random.key(seed), config.seeds)
+    returns = np.asarray(jit(jax.vmap(evaluate))(saved.states.agent, keys))  # [S, episodes]
+    result = _summary(returns)
+    result |= {"run": str(run), "chunk": saved.chunk, "env_steps": steps, "mapping": mapping}
+    result |= {"episodes": episodes, "seed": seed, "wall_s": time.perf_counter() - t0}
+    result["run_eval_return"] = saved.rows[-1].get("eval_return") if saved.rows else None
+    _print(result, config.eval_envs)
+    if out is not None:
+        out.write_text(json.dumps(result) + "\n")
+        print(f"written: {out}")
+    return result
+
+
+def _check(run: Path, episodes: int, chunk: int | None, out: Path | None) -> None:
+    """Refuses, naming the option, what the evaluation cannot take, before JAX starts."""
+    if not (run / CHECKPOINTS).is_dir():
+        what = "no run directory" if not run.is_dir() else f"no {CHECKPOINTS}/ folder in it"
+        raise ValueError(f"eval {run}: {what} (a run of drlhet train with checkpoints)")
+    if not 1 <= episodes <= MAX_EPISODES:
+        raise ValueError(f"--episodes must be in [1, {MAX_EPISODES:,}], got {episodes}")
+    if chunk is not None and chunk < 0:
+        raise ValueError(f"--chunk must be >= 0, got {chunk}")
+    if out is not None:
+        if out.is_dir():
+            raise ValueError(f"--out {out} is a folder; name a JSON file")
+        check_writable(out.parent, f"--out {out}", "file")
+
+
+def _summary(returns: np.ndarray) -> dict:
+    """Per seed and over all seeds: mean, std, min, max of ``returns`` ``[S, episodes]``."""
+    per_seed = {
+        "mean": returns.mean(axis=1).tolist(),
+        "std": returns.std(axis=1).tolist(),
+        "min": returns.min(axis=1).tolist(),
+        "max": returns.max(axis=1).tolist(),
+    }
+    overall = {"mean": float(returns.mean()), "std": float(returns.std())}
+    return {"per_seed": per_seed, "all_seeds": overall, "returns": returns.tolist()}
+
+
+def _print(result: dict, eval_envs: int) -> None:
+    """The result's lines: each seed's (beside the run's own evaluation after that chunk, over
+    ``eval_envs`` episodes), then all seeds' (measured here)."""
+    seeds, ran = result["per_seed"], result["run_eval_return"]
+    for s, (mean, std) in enumerate(zip(seeds["mean"], seeds["std"], strict=True)):
+        low, high = seeds["min"][s], seeds["max"][s]
+        said = f"; the run's evaluation: {ran[s]:.1f} over {eval_envs}" if ran else ""
+        print(f"seed {s}: return {mean:.1f} +- {std:.1f} (min {low:.1f}, max {high:.1f}{said})")
+    overall, n = result["all_seeds"], len(seeds["mean"]) * result["episodes"]
+    if not all(math.isfinite(v) for v in overall.values()):
+        print("note: some returns are not finite numbers")
+    print(
+        f"all seeds: return {overall['mean']:.1f} +- {overall['std']:.1f} over {n:,} episodes "
+        f"(measured, this machine, {result['wall_s']:.1f} s)"
+    )

@@ -1,0 +1,98 @@
+"""``drlhet eval RUN``: a run's saved agents over many greedy episodes, the same evaluation the
+run makes after each chunk (with more environments), from any of its checkpoints; bad input in
+one line, status 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from drlhet.cli import main
+from drlhet.cli.checkpoints import resume_run
+from drlhet.runtime.config import TrainConfig
+from drlhet.runtime.trainer import make_evaluation, make_trainer
+from tests.test_cli import TINY_SHAPE, one_error_line
+
+RUN = [*TINY_SHAPE, "--env", "CartPole-v1", "--steps", "500", "--seeds", "2", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A two-chunk CartPole run of two seeds with a checkpoint after each chunk."""
+    out = tmp_path_factory.mktemp("runs")
+    main(["train", *RUN, "--out", str(out), "--name", "r", "--checkpoint-every", "1"])
+    return out / "r"
+
+
+def test_it_reports_each_seed_and_writes_json(run_dir, tmp_path, capsys):
+    main(["eval", str(run_dir), "--episodes", "7", "--out", str(tmp_path / "e")])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"evaluating {run_dir} after chunk 1 (")
+    assert out[0].endswith("7 greedy episodes per seed of DQN on CartPole-v1")
+    assert [line.split(":")[0] for line in out[1:3]] == ["seed 0", "seed 1"]
+    assert "the run's evaluation: " in out[1] and out[3].startswith("all seeds: return ")
+    written = json.loads((tmp_path / "e").read_text())
+    returns = np.array(written["returns"])
+    assert returns.shape == (2, 7) and np.all(returns >= 1) and np.all(returns <= 500)
+    assert written["per_seed"]["mean"] == pytest.approx(returns.mean(axis=1).tolist())
+    assert written["all_seeds"]["std"] == pytest.approx(returns.std())
+    assert written["chunk"] == 1 and written["episodes"] == 7 and written["seed"] == 0
+
+
+def evaluated(tmp_path, *args: str) -> dict:
+    """The JSON ``drlhet eval`` writes for ``args``."""
+    out = tmp_path / f"{len(list(tmp_path.iterdir()))}.json"
+    main(["eval", *args, "--out", str(out)])
+    return json.loads(out.read_text())
+
+
+def test_it_is_the_runs_own_evaluation_with_more_environments(run_dir):
+    config, _, saved = resume_run(run_dir, chunk=0)
+    agent = jax.tree.map(lambda x: x[1], saved.states.agent)  # seed 1's
+    key = jax.random.key(3)
+    evaluate = make_trainer(config).parts.evaluate  # what the run reports per chunk
+    returns = make_evaluation(config, config.eval_envs)(agent, key)
+    assert float(np.mean(np.asarray(returns))) == float(evaluate(agent, key))
+    more = np.asarray(make_evaluation(config, 3 * config.eval_envs)(agent, key))
+    assert more.shape == (3 * config.eval_envs,)
+
+
+def test_an_older_chunk_and_the_seed_are_taken(run_dir, tmp_path, capsys):
+    first = evaluated(tmp_path, str(run_dir), "--chunk", "0", "--episodes", "5")
+    again = evaluated(tmp_path, str(run_dir), "--chunk", "0", "--episodes", "5")
+    other = evaluated(tmp_path, str(run_dir), "--chunk", "0", "--episodes", "5", "--seed", "1")
+    assert first["chunk"] == 0 and first["returns"] == again["returns"]
+    assert first["returns"] != other["returns"]  # CartPole's resets differ with the seed
+    assert "after chunk 0 (" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["{run}", "--chunk", "7"], "eval {run}: no checkpoint of chunk 7 (chunks 0, 1)"),
+        (["{run}", "--chunk", "-1"], "--chunk must be >= 0, got -1"),
+        (["{run}", "--episodes", "0"], "--episodes must be in [1, 100,000], got 0"),
+        (["{run}", "--out", "{run}"], "--out {run} is a folder; name a JSON file"),
+        (["{tmp}/none"], "eval {tmp}/none: no run directory (a run of drlhet train with"),
+        (["{tmp}"], "eval {tmp}: no checkpoints/ folder in it"),
+    ],
+)
+def test_bad_input_is_one_line(run_dir, tmp_path, capsys, args, message):
+    def fill(text: str) -> str:
+        return text.format(run=run_dir, tmp=tmp_path)
+
+    with pytest.raises(SystemExit) as stop:
+        main(["eval", *map(fill, args)])
+    assert stop.value.code == 2
+    line = one_error_line(capsys)
+    assert line.startswith("drlhet: error: ") and fill(message) in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_episodes_must_be_a_positive_integer_in_the_library():
+    for bad in (0, 2.0, True):
+        with pytest.raises(ValueError, match="episodes must be an integer >= 1"):
+            make_evaluation(TrainConfig(env="probe-constant"), bad)

@@ -12,6 +12,9 @@
 // testbench (learner_tb.cpp --top) runs this file as it is against the C-simulation's path.
 #include "learner_top.h"
 
+#include <cmath>
+#include <initializer_list>
+
 #include "ddpg.h"
 #include "dqn.h"
 
@@ -155,5 +158,11 @@ extern "C" void learner_top(uint32_t* cmd, const double* hyper, const float* in,
   } else if (cmd[0] == t::kStore) {
     for (int64_t k = 0; k < t::kMemory; ++k) out[k] = t::memory[k];
     cmd[1] = uint32_t(t::counts[0]), cmd[2] = uint32_t(t::counts[1]), cmd[3] = uint32_t(t::steps);
+  } else if (cmd[0] == t::kInfo) {
+    const uint32_t info[t::kInfoWords] = {
+        t::kInfoMagic,   cmd[1] & 0xFFFFFFu, t::kProtocolVersion, LEARNER_ALGO,
+        LEARNER_OBS,     LEARNER_ACTIONS,    LEARNER_H0,          LEARNER_H1,
+        LEARNER_H2,      LEARNER_DUELING,    LEARNER_CRITICS,     uint32_t(drlhet::learner::kMaxBatch)};
+    for (int k = 0; k < t::kInfoWords; ++k) out[k] = float(info[k]);
   }
 }

@@ -49,8 +49,16 @@ namespace top {
 //           mean |td|). A DQN step with an action that is not an integer in [0, actions) does
 //           nothing (as a batch past kMaxBatch): out, the memories and the counts untouched.
 //   kStore  out = the memories as kLoad takes them; cmd[1..3] written back with the counts.
-enum Command : uint32_t { kLoad = 0, kStep = 1, kStore = 2 };
+//   kInfo   cmd[1] = a nonce; out = kInfoWords floats: kInfoMagic, the nonce's low 24 bits,
+//           kProtocolVersion, LEARNER_ALGO, LEARNER_OBS, LEARNER_ACTIONS, LEARNER_H0..H2,
+//           LEARNER_DUELING, LEARNER_CRITICS, kMaxBatch (the host checks the bitstream's
+//           build against the network it trains: drlhet/backends/fpga_learner_board.py).
+// Every value is an integer below 2^24, exact in float32.
+enum Command : uint32_t { kLoad = 0, kStep = 1, kStore = 2, kInfo = 3 };
 constexpr int kHyper = 16;
+constexpr int kInfoWords = 12;
+constexpr uint32_t kInfoMagic = 0x4C524E;  // "LRN"
+constexpr uint32_t kProtocolVersion = 1;
 
 }  // namespace top
 }  // namespace learner

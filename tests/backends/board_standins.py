@@ -68,9 +68,9 @@ class _PynqBuffer(np.ndarray):
         self[:] = self.on_board
 
 
-def pynq_module(memory: Memory, boards: int = 1) -> types.ModuleType:
-    """A ``pynq`` whose ``Overlay`` holds one compute unit, ``rmm`` (hls/rmm/u250.cfg), run by
-    ``call``."""
+def pynq_module(memory, boards: int = 1, kernel: str = "rmm") -> types.ModuleType:
+    """A ``pynq`` whose ``Overlay`` holds one compute unit, ``kernel`` (``rmm``:
+    hls/rmm/u250.cfg), run by ``call``: ``memory.run`` on the buffers' device copies."""
     mod = types.ModuleType("pynq")
 
     def allocate(shape, dtype, target=None):
@@ -79,13 +79,13 @@ def pynq_module(memory: Memory, boards: int = 1) -> types.ModuleType:
         return buf
 
     class Kernel:
-        def call(self, cmd, inputs, out):
-            memory.run(cmd.on_board, inputs.on_board, out.on_board)
+        def call(self, *buffers):
+            memory.run(*(b.on_board for b in buffers))
 
     class Overlay:
         def __init__(self, path):
             _bitstream_ok(path)
-            self.rmm = Kernel()
+            setattr(self, kernel, Kernel())
 
     mod.allocate = allocate  # type: ignore[attr-defined]
     mod.Overlay = Overlay  # type: ignore[attr-defined]
@@ -96,7 +96,7 @@ def pynq_module(memory: Memory, boards: int = 1) -> types.ModuleType:
 # --- pyxrt ------------------------------------------------------------------------------------
 
 
-def pyxrt_module(memory: Memory, boards: int = 1) -> types.ModuleType:
+def pyxrt_module(memory, boards: int = 1, kernel_name: str = "rmm_top") -> types.ModuleType:
     """A ``pyxrt`` with ``device``, ``xclbin``, ``kernel`` (called with its buffer objects,
     returning a run to ``wait`` for) and ``bo`` (``write``/``read`` on the host copy, ``sync``
     between the copies)."""
@@ -156,7 +156,7 @@ def pyxrt_module(memory: Memory, boards: int = 1) -> types.ModuleType:
         shared = 1
 
         def __init__(self, dev, uuid, name, mode):
-            assert uuid == "uuid" and name == "rmm_top"
+            assert uuid == "uuid" and name == kernel_name
 
         def group_id(self, arg):
             return arg

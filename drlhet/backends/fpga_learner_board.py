@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 import secrets
+import threading
+import weakref
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
@@ -182,7 +184,8 @@ def board_call(board: LearnerBoard, check: bool = True) -> Callable:
 
             def host(*ops):
                 if check and build not in checked:
-                    check_learner_build(board, build)
+                    with _lock(board):
+                        check_learner_build(board, build)
                     checked.add(build)
                 return _step(board, target, build, hyper, ops, out_types)
 
@@ -211,12 +214,20 @@ def _step(board, target, build, hyper, ops, out_types) -> tuple:
         raise ValueError(f"learner board: {words} memory words, the network has "
                          f"{build.memory_words()}")  # fmt: skip
     *counted, steps = numbers
-    load = np.array([LOAD, *counted, *([0] * (2 - counts)), steps - 1], np.uint32)
-    board.run(load, hyper, np.concatenate([m.ravel() for m in mem]), 0)
+    # the int32 counts as the board's uint32 words (bit for bit: a step count past 2^31 - 1
+    # wraps negative in JAX as on the board)
+    load = np.array([LOAD, *counted, *([0] * (2 - counts)), steps - 1], np.int64) & 0xFFFFFFFF
     batch = np.concatenate([np.asarray(x, np.float32).ravel() for x in data])
     metrics = 2 if target == DQN else 3
-    _, out = board.run(np.array([STEP, b, 0, 0], np.uint32), hyper, batch, b + metrics)
-    cmd, stored = board.run(np.array([STORE, 0, 0, 0], np.uint32), hyper, np.zeros(1), words)
+    with _lock(board):  # load, step, store: one seed's, never interleaved with another's
+        board.run(load.astype(np.uint32), hyper, np.concatenate([m.ravel() for m in mem]), 0)
+        _, out = board.run(np.array([STEP, b, 0, 0], np.uint32), hyper, batch, b + metrics)
+        cmd, stored = board.run(np.array([STORE, 0, 0, 0], np.uint32), hyper, np.zeros(1), words)
+    if int(cmd[3]) != (steps & 0xFFFFFFFF):  # the top counts each step it runs
+        raise ValueError(
+            f"learner board: the step did not run (its step count is {int(cmd[3])} after "
+            f"step {steps}): the bitstream refused the batch or does not serve the protocol"
+        )
     results: list = []
     at = 0
     for like in out_types[:memories]:
@@ -225,6 +236,23 @@ def _step(board, target, build, hyper, ops, out_types) -> tuple:
         at += n
     results += [np.int32(np.uint32(cmd[1 + k]).view(np.int32)) for k in range(counts)]
     return (*results, np.asarray(out[:b], np.float32), np.asarray(out[b : b + metrics], np.float32))
+
+
+_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LOCKS_LOCK = threading.Lock()
+
+
+def _lock(board) -> threading.Lock:
+    """The lock of ``board`` (one per board object, shared by every `board_call` on it): the
+    host callbacks of seeds, devices or programs may run on several threads at once."""
+    with _LOCKS_LOCK:
+        try:
+            return _LOCKS.setdefault(board, threading.Lock())
+        except TypeError:  # not weakly referenceable: a lock per call site's board id
+            return _ID_LOCKS.setdefault(id(board), threading.Lock())
+
+
+_ID_LOCKS: dict[int, threading.Lock] = {}
 
 
 def _check_actions(action: np.ndarray, actions: int) -> None:

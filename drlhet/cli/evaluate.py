@@ -19,6 +19,7 @@ from typing import Annotated
 import numpy as np
 import tyro
 
+from drlhet.checkpoint import CheckpointError, Checkpoints
 from drlhet.cli.checkpoints import CHECKPOINTS, resume_run
 from drlhet.cli.common import bad_input
 from drlhet.cli.report import agent_name
@@ -28,6 +29,10 @@ __all__ = ["eval_command", "MAX_EPISODES"]
 
 MAX_EPISODES = 100_000
 """The most episodes per seed (they run side by side: one environment each)."""
+RETRIES = 3
+"""Reads again of a live run's checkpoints that changed while they were read."""
+RUN_FILES = ("config.json", "metrics.jsonl", "curve.png")
+"""The files ``drlhet train`` writes in a run directory (besides its checkpoints)."""
 
 
 def eval_command(
@@ -48,7 +53,7 @@ def eval_command(
     """
     with bad_input():
         _check(run, episodes, chunk, out)
-        config, mapping, saved = resume_run(run, chunk, option="eval")
+        config, mapping, saved = _restore(run, chunk)
     import jax
 
     from drlhet.runtime.compiling import jit
@@ -70,9 +75,36 @@ def eval_command(
     result["run_eval_return"] = saved.rows[-1].get("eval_return") if saved.rows else None
     _print(result, config.eval_envs)
     if out is not None:
-        out.write_text(json.dumps(result) + "\n")
+        _write(out, json.dumps(result) + "\n")
         print(f"written: {out}")
     return result
+
+
+def _restore(run: Path, chunk: int | None) -> tuple:
+    """`resume_run`'s ``(config, mapping, checkpoint)``; read again (up to `RETRIES` times)
+    when the run is still being written and its checkpoints changed while they were read (it
+    deletes the oldest after each save). Its errors are named ``eval RUN: ...``."""
+    for attempt in range(RETRIES + 1):
+        listed = Checkpoints(run / CHECKPOINTS).chunks()
+        try:
+            return resume_run(run, chunk, option="eval")
+        except CheckpointError as e:
+            if attempt < RETRIES and Checkpoints(run / CHECKPOINTS).chunks() != listed:
+                continue  # a live run saved and deleted checkpoints meanwhile: read the new ones
+            raise ValueError(f"eval {run}: no checkpoint reads back: {e}") from e
+    raise AssertionError("unreachable")
+
+
+def _write(out: Path, text: str) -> None:
+    """``text`` into ``out`` (its missing folders made), whole or not at all: a temporary file
+    beside it, renamed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part = out.with_name(f".{out.name}.part")
+    try:
+        part.write_text(text)
+        part.replace(out)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def _check(run: Path, episodes: int, chunk: int | None, out: Path | None) -> None:
@@ -87,7 +119,17 @@ def _check(run: Path, episodes: int, chunk: int | None, out: Path | None) -> Non
     if out is not None:
         if out.is_dir():
             raise ValueError(f"--out {out} is a folder; name a JSON file")
+        if _runs_own(run, out):
+            owned = ", ".join([*RUN_FILES, f"{CHECKPOINTS}/"])
+            raise ValueError(f"--out {out} is one of the run's own files ({owned}); name another")
         check_writable(out.parent, f"--out {out}", "file")
+
+
+def _runs_own(run: Path, out: Path) -> bool:
+    """Whether ``out`` is one of the files ``drlhet train`` writes in ``run`` or lies in its
+    checkpoints (which the evaluation reads)."""
+    run, out = run.resolve(), out.resolve()
+    return out in [run / name for name in RUN_FILES] or out.is_relative_to(run / CHECKPOINTS)
 
 
 def _summary(returns: np.ndarray) -> dict:

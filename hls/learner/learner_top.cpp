@@ -96,7 +96,7 @@ void Step(int b, float* out) {
   const DdpgBatch batch{x, x + b * kObs, x + b * (kObs + kActions), x + b * (kObs + kActions + 1),
                         x + b * (kObs + kActions + 2), x + b * (2 * kObs + kActions + 2),
                         x + b * (2 * kObs + kActions + 3), b};
-  steps += 1;
+  steps = int32_t(uint32_t(steps) + 1u);  // wraps past 2^31 - 1 as JAX's int32 does
   const DdpgStepOut o = DdpgStep(nets, cfg, mem, counts[0], counts[1], steps, batch, out, &scratch);
   counts[0] = o.actor_count, counts[1] = o.critic_count;
   out[b] = o.loss, out[b + 1] = o.actor_loss, out[b + 2] = o.abs_td;
@@ -123,7 +123,7 @@ void Step(int b, float* out) {
   }
   if (!ok) return;  // an action past the Q-values would index past the step's arrays
   float* m = memory;
-  steps += 1;
+  steps = int32_t(uint32_t(steps) + 1u);  // wraps past 2^31 - 1 as JAX's int32 does
   const DqnStepOut o = DqnStep(net, cfg, m, m + kParams, m + 2 * kParams, m + 3 * kParams,
                                counts[0], steps, x, action, x + b * (kObs + 1),
                                x + b * (kObs + 2), x + b * (kObs + 3), x + b * (2 * kObs + 3), b,

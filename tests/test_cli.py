@@ -149,7 +149,7 @@ def test_keep_checkpoints_0_is_taken_where_no_checkpoint_is_written(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        ([], "missing subcommand: Expected one of {train, backends, profile, dse}."),
+        ([], "missing subcommand: Expected one of {train, backends, eval, profile, dse}."),
         (["nope"], "Unrecognized options: nope"),
         (["train", "--bogus", "1"], "Unrecognized options: --bogus, 1"),
         (["train", "--batch-size", "abc"], "--batch-size: invalid literal for int() with base 10"),

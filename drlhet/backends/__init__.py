@@ -22,17 +22,24 @@ def tree_ops(name: str):
     return load(name)
 
 
-def learner_step(name: str):
+def learner_step(name: str, board: str | None = None):
     """How learner backend ``name`` trains: ``wrap(algo, config, agent, obs_shape, outputs, batch,
     bounds=(low, high)) -> AgentFns`` (its own step in place of the agent's), or None (the
-    agent's JAX step).
+    agent's JAX step); ``board``: its module on a board (`Backend.board_learner`).
 
     Raises:
-      BackendUnavailable: ``name`` is unknown, does not provide the learner, or cannot load here.
+      BackendUnavailable: ``name`` is unknown, does not provide the learner, cannot load here,
+        or has no board; the board's own (no driver, no board, no bitstream).
     """
     b = get(name)
     if "learner" not in b.provides:
         raise BackendUnavailable(f"backend {name!r} does not implement the learner")
+    if board is not None:
+        if b.board_learner is None:
+            on = [n for n in base.names() if get(n).board_learner is not None]
+            raise BackendUnavailable(f"learner {name!r} runs on no board ({', '.join(on)} do)")
+        load(name)
+        return b.board_learner(board)
     if b.learner is None:
         return None
     load(name)  # BackendUnavailable names what is missing

@@ -94,6 +94,10 @@ class Backend:
       learner: for a backend that runs the learner step itself, ``() -> wrap`` where
         ``wrap(algo, config, agent, obs_shape, outputs, batch, bounds=) -> AgentFns`` swaps the
         agent's ``update`` for its own; None: the agents' JAX step (`drlhet.agents`) is its learner.
+      board_learner: for a learner backend whose hardware module also runs on a board,
+        ``(where) -> wrap`` (as ``learner``'s) that runs each step there: ``where`` a bitstream's
+        path, or ``"sim"`` for the module's synthesized top simulated through its host protocol
+        (`TrainConfig.learner_board`). None: no board.
       rank: preference among the backends that load (higher: faster where measured).
       host: runs in the host process outside XLA (one placement: the first CPU device).
       reference: the pure-JAX reference every other backend is tested against.
@@ -117,6 +121,7 @@ class Backend:
     needs: str
     loader: Callable[[], Any] | None
     learner: Callable[[], Any] | None = None
+    board_learner: Callable[[str], Any] | None = None
     rank: int = 0
     host: bool = False
     reference: bool = False

@@ -188,6 +188,13 @@ def _load_learner() -> Callable:
     return functools.partial(fpga_learner.wrap, call=_learner_call)
 
 
+def _load_board_learner(where: str) -> Callable:
+    """The learner module's step on a board (`drlhet.backends.fpga_learner_board.board_wrap`)."""
+    from drlhet.backends.fpga_learner_board import board_wrap
+
+    return board_wrap(where)
+
+
 def _load() -> TreeOps:
     _library()  # BackendUnavailable when the C-simulation was not built
     return TreeOps(None, write, fp.REFERENCE.init, fp.sampler(draw), "fixed")
@@ -202,6 +209,7 @@ BACKEND = register(
         "headers); a board: pynq or pyxrt and a bitstream",
         loader=_load,
         learner=_load_learner,
+        board_learner=_load_board_learner,
         rank=-10,
         numbers="fixed",
         simulation=(CPU, ("replay", "learner")),

@@ -33,6 +33,8 @@ __all__ = [
     "LearnerBoard",
     "LearnerBuild",
     "board_call",
+    "board_wrap",
+    "SIM",
     "check_learner_build",
     "LOAD",
     "STEP",
@@ -52,6 +54,8 @@ INFO_MAGIC = 0x4C524E
 PROTOCOL_VERSION = 1
 MAX_BATCH = 256
 """The module's largest batch (``kMaxBatch``, hls/learner/mlp.h)."""
+SIM = "sim"
+"""`board_wrap`'s board for the synthesized top's C-simulation (`SimulatedLearnerBoard`)."""
 DQN, DDPG = "drlhet_learner_dqn", "drlhet_learner_ddpg"
 """The FFI targets `drlhet.backends.fpga_learner.wrap` calls (and `board_call` stands for)."""
 
@@ -88,6 +92,16 @@ class LearnerBuild(NamedTuple):
             0 if ddpg else int(attrs["dueling"]),
             int(attrs["critics"]) if ddpg else 1,
         )
+
+    @classmethod
+    def for_agent(cls, algo: str, config, obs_dim: int, outputs: int) -> LearnerBuild:
+        """The build that trains ``algo``'s agent of ``config`` (`drlhet.agents`) on
+        observations of ``obs_dim`` with ``outputs`` actions (DQN) or action dimensions."""
+        h = (*(int(w) for w in config.hidden), 0, 0, 0)
+        hidden = (h[0], h[1], h[2])
+        if algo == "dqn":
+            return cls(0, obs_dim, outputs, hidden, int(config.dueling), 1)
+        return cls(1, obs_dim, outputs, hidden, 0, 2 if config.td3 else 1)
 
     def macros(self) -> dict[str, int]:
         """The ``LEARNER_*`` macros that build it (``hls/learner/learner_top.h``)."""
@@ -194,6 +208,33 @@ def board_call(board: LearnerBoard, check: bool = True) -> Callable:
         return step
 
     return call
+
+
+def board_wrap(where: str) -> Callable:
+    """`drlhet.backends.fpga_learner.wrap` (without its ``call``) with each step on the board at
+    ``where``: `SIM` (`SimulatedLearnerBoard`: the top built here for the agent's network) or a
+    bitstream's path (`open_learner_board`: pyxrt or pynq). The board is opened, and asked for
+    its build, when an agent is wrapped: before a run starts.
+
+    Raises (from ``wrap``):
+      ValueError: a network the module cannot run, or a bitstream built for another.
+      BackendUnavailable: no driver, no board or no bitstream at ``where``; no compiler (`SIM`).
+    """
+    from drlhet.backends import fpga_learner
+    from drlhet.backends.fpga_learner_links import SimulatedLearnerBoard, open_learner_board
+    from drlhet.backends.learner_spec import why_not
+
+    def wrap(algo, config, agent, obs_shape, outputs, batch, bounds=(-1.0, 1.0)):
+        why = why_not(algo, config.hidden, obs_shape, outputs, batch)
+        if why:
+            raise ValueError(why)
+        build = LearnerBuild.for_agent(algo, config, obs_shape[0], outputs)
+        board = SimulatedLearnerBoard(build) if where == SIM else open_learner_board(where, build)
+        check_learner_build(board, build)
+        call = board_call(board)
+        return fpga_learner.wrap(algo, config, agent, obs_shape, outputs, batch, call, bounds)
+
+    return wrap
 
 
 def _step(board, target, build, hyper, ops, out_types) -> tuple:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import importlib
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -69,18 +70,11 @@ class SimulatedLearnerBoard:
         if not LEARNER_TOP.is_file():
             raise BackendUnavailable(f"no HLS sources at {LEARNER_TOP} (a repository has them)")
         self.build = build
-        folder = Path(folder or tempfile.mkdtemp(prefix="drlhet-learner-top-"))
-        key = hashlib.sha256(repr(sorted(build.macros().items())).encode()).hexdigest()[:12]
-        lib = folder / f"learner_top_{key}_{id(self):x}.so"
-        macros = [f"-D{k}={v}" for k, v in build.macros().items()]
-        cmd = [cxx, "-std=c++17", "-O2", "-w", "-shared", "-fPIC", *macros]
-        cmd += [f"-I{LEARNER_TOP.parent}", str(LEARNER_TOP), "-o", str(lib)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:  # a network the module refuses (its static_asserts)
-            why = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr)
-            raise ValueError(f"the learner top does not build for {build}: {why.strip()}")
-        self._top = ctypes.CDLL(str(lib)).learner_top
-        self._top.argtypes = [ctypes.c_void_p] * 4
+        if folder is None:  # the library is loaded: its file is not needed after
+            with tempfile.TemporaryDirectory(prefix="drlhet-learner-top-") as tmp:
+                self._top = _compiled(cxx, build, Path(tmp))
+        else:
+            self._top = _compiled(cxx, build, Path(folder))
         self._in, self._out = (np.zeros(n, np.float32) for n in buffer_words(build))
 
     def run(self, cmd, hyper, inputs, out_words: int) -> tuple[np.ndarray, np.ndarray]:
@@ -100,6 +94,26 @@ class SimulatedLearnerBoard:
         if cmd.size < 4 or hyper.size < HYPER or inputs.size < n_in or out.size < n_out:
             raise ValueError("learner top: buffers shorter than the build's (buffer_words)")
         self._top(*(a.ctypes.data_as(ctypes.c_void_p) for a in arrays))
+
+
+def _compiled(cxx: str, build: LearnerBuild, folder: Path):
+    """``learner_top`` of the top compiled for ``build`` into ``folder``, loaded (ctypes).
+
+    Raises:
+      ValueError: a network the module refuses (its ``static_assert``s), named.
+    """
+    key = hashlib.sha256(repr(sorted(build.macros().items())).encode()).hexdigest()[:12]
+    lib = folder / f"learner_top_{key}_{secrets.token_hex(4)}.so"  # each its own globals
+    macros = [f"-D{k}={v}" for k, v in build.macros().items()]
+    cmd = [cxx, "-std=c++17", "-O2", "-w", "-shared", "-fPIC", *macros]
+    cmd += [f"-I{LEARNER_TOP.parent}", str(LEARNER_TOP), "-o", str(lib)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        why = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr)
+        raise ValueError(f"the learner top does not build for {build}: {why.strip()}")
+    top = ctypes.CDLL(str(lib)).learner_top
+    top.argtypes = [ctypes.c_void_p] * 4
+    return top
 
 
 def _library(name: str) -> ModuleType:

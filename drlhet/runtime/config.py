@@ -62,6 +62,10 @@ class TrainConfig:
     learner: str | None = None
     """Learner backend (a mapping's ``learner=NAME@device`` sets it); None: the agents' JAX
     step. ``fpga`` runs the FPGA learner module's C-simulation (DQN and DDPG/TD3)."""
+    learner_board: str | None = None
+    """Run the learner backend's module on a board instead (``fpga``): a bitstream's path
+    (pyxrt or pynq), or ``sim`` for its synthesized top simulated through the board's host
+    protocol; one step a host call (drlhet.backends.fpga_learner_board). None: no board."""
     uniform: bool = False
     """Uniform replay instead of PER (the baseline)."""
     delay: int = 0

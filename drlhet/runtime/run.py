@@ -66,9 +66,9 @@ class Start(NamedTuple):
         return cls(saved.states, saved.chunk, config)
 
 
-RESUMABLE = ("backend", "learner")
-"""`TrainConfig` fields a resume may change: the mapping places the replay and the learner
-(``drlhet train --resume`` takes every other field from the checkpoint)."""
+RESUMABLE = ("backend", "learner", "learner_board")
+"""`TrainConfig` fields a resume may change: the mapping places the replay and the learner,
+on a board or not (``drlhet train --resume`` takes every other field from the checkpoint)."""
 
 
 def run(

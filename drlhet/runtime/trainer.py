@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from drlhet.agents.base import AgentFns
 from drlhet.agents.ddpg import make_ddpg
 from drlhet.agents.dqn import make_dqn
-from drlhet.backends import learner_step, tree_ops
+from drlhet.backends import get, learner_step, names, tree_ops
 from drlhet.envs import EnvFns, make_env
 from drlhet.replay.delayed import DelayedUpdates, make_delayed_updates
 from drlhet.replay.nstep import NStepFns, make_nstep
@@ -142,11 +142,29 @@ def _make_agent(cfg: TrainConfig, env: EnvFns) -> tuple[AgentFns, float]:
             raise ValueError(f"DDPG needs continuous actions; {cfg.env} is discrete (use dqn)")
         agent = make_ddpg(cfg.ddpg, env.obs_shape, env.action_dim, env.action_low, env.action_high)
         config, outputs = cfg.ddpg, env.action_dim
-    wrap = learner_step(cfg.learner) if cfg.learner is not None else None
+    wrap = _learner_wrap(cfg)
     if wrap is not None:
         bounds = (env.action_low, env.action_high)
         agent = wrap(cfg.algo, config, agent, env.obs_shape, outputs, cfg.batch_size, bounds=bounds)
     return agent, config.gamma
+
+
+def _learner_wrap(cfg: TrainConfig):
+    """The learner backend's ``wrap`` (`drlhet.backends.learner_step`), on its board when
+    ``cfg.learner_board`` names one; None: the agent's own JAX step."""
+    board = cfg.learner_board
+    if board is not None:
+        if not board.strip():
+            raise ConfigError("learner_board is empty: a bitstream's path, or sim", "learner_board")
+        has = [n for n in names() if get(n).board_learner is not None]
+        if cfg.learner not in has:
+            raise ConfigError(
+                f"learner_board {board!r} puts the training step on a board, and learner "
+                f"{cfg.learner!r} has none ({', '.join(has)} has one)",
+                "learner_board",
+                "learner",
+            )
+    return learner_step(cfg.learner, board) if cfg.learner is not None else None
 
 
 def make_evaluation(cfg: TrainConfig, episodes: int) -> Callable[..., Any]:
@@ -164,7 +182,7 @@ def make_evaluation(cfg: TrainConfig, episodes: int) -> Callable[..., Any]:
         env = make_env(cfg.env, episodes)
     except ValueError as e:
         raise ConfigError("env", "env", reason=str(e)) from e
-    agent, _ = _make_agent(dataclasses.replace(cfg, learner=None), env)
+    agent, _ = _make_agent(dataclasses.replace(cfg, learner=None, learner_board=None), env)
     return episode_returns(env, agent)
 
 

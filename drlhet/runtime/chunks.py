@@ -24,10 +24,13 @@ class ReplayRefused(ValueError):
         self.chunk, self.errors = chunk, errors
 
 
-def check_replay_error(error: Any, chunk: int, summary: dict | None = None) -> None:
+def check_replay_error(
+    error: Any, chunk: int, summary: dict | None = None, cfg: TrainConfig | None = None
+) -> None:
     """Raises `ReplayRefused` when any seed's buffer refused an operation (``error`` ``[S]``)
     during chunk ``chunk``, in words: which seeds, what was refused and, for a priority, why a
-    training run gets one (its learner diverged: the chunk's ``summary`` gives its loss)."""
+    training run gets one (its learner diverged: the chunk's ``summary`` gives its loss, the
+    run's ``cfg`` its learning rates)."""
     err = np.asarray(error).reshape(-1)
     bad = [int(s) for s in np.flatnonzero(err)]
     if not bad:
@@ -42,10 +45,20 @@ def check_replay_error(error: Any, chunk: int, summary: dict | None = None) -> N
     if bits & ERR_PRIORITY:  # a run's only priorities not made by the buffer: |TD| + eps
         message += (
             ": the learner's new priorities (|TD error| + eps) were NaN, infinite or past the "
-            f"largest the tree holds, so training diverged{_losses(summary, bad)}; try a lower "
-            "learning rate"
+            f"largest the tree holds, so training diverged{_losses(summary, bad)}; try "
+            f"{_lower_rates(cfg)}"
         )
     raise ReplayRefused(message, chunk, err.tolist())
+
+
+def _lower_rates(cfg: TrainConfig | None) -> str:
+    """What to lower, named as the configuration's fields with their values."""
+    if cfg is None:
+        return "a lower learning rate"
+    if cfg.algo == "dqn":
+        return f"a lower learning rate (dqn.learning_rate {cfg.dqn.learning_rate:g})"
+    rates = f"ddpg.critic_lr {cfg.ddpg.critic_lr:g}, ddpg.actor_lr {cfg.ddpg.actor_lr:g}"
+    return f"lower learning rates ({rates})"
 
 
 def _losses(summary: dict | None, seeds: list[int]) -> str:

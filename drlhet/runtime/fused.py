@@ -37,7 +37,7 @@ def run_fused(
     for i in range(first, tr.chunks):
         states, summary = chunk(states)
         summary = jax.device_get(summary)
-        check_replay_error(summary["replay_error"], i, summary)
+        check_replay_error(summary["replay_error"], i, summary, cfg)
         rows.append({**chunk_row(cfg, tr.iterations, summary, i, t0, last), **(extra or {})})
         last = time.perf_counter()
         hook.after(rows[-1], functools.partial(_same, states))

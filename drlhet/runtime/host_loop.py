@@ -101,7 +101,7 @@ def _end_chunk(tr, loop, i, metrics_acc, finished_acc, evaluate, t0, last, extra
     summary = host_summary(
         cfg, metrics_acc, finished_acc, evaluate(loop.agent, k_eval), loop.env_steps
     )
-    check_replay_error(loop.rep.error, i, summary)
+    check_replay_error(loop.rep.error, i, summary, cfg)
     return {**chunk_row(cfg, tr.iterations, summary, i, t0, last), **extra}
 
 

@@ -205,7 +205,7 @@ def _report(r: StageRun, names: list[str], t0, t_start, hook, extra, first) -> l
         error = got.pop(("replay", i))
         threads = {n: got.pop((f"clock:{n}", i)) for n in names}
         summary = host_summary(cfg, metrics, finished, r.st.evaluate(agent, k_eval), steps)
-        check_replay_error(error, first + i, summary)
+        check_replay_error(error, first + i, summary, cfg)
         row = chunk_row(cfg, tr.iterations, summary, first + i, t0, last, done_at)
         rows.append({**row, **extra, "threads": threads})
         last = done_at  # timed by the learner's thread: the host thread may lag behind

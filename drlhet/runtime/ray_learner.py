@@ -334,7 +334,7 @@ def _chunk(lr: _Learner, i: int, t0: float, last: float) -> dict:
     eval_return = jax.device_get(lr.evaluate(lr.state[0], k_eval))
     eval_s = time.perf_counter() - t_eval
     summary = host_summary(cfg, metrics, finished, eval_return, lr.env_steps)
-    check_replay_error(lr.state[1].error, i, summary)
+    check_replay_error(lr.state[1].error, i, summary, cfg)
     iterations = len(metrics) * lr.rc.rollout  # whole actor calls: not always --eval-every's
     row = chunk_row(cfg, iterations, summary, i, t0, last, stepped=lr.env_steps - start)
     return {**row, "eval_s": eval_s, "ray": lr.report.as_dict()}

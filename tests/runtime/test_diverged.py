@@ -51,7 +51,7 @@ def test_a_diverged_learner_ends_the_run_saying_so(path):
         "priorities (|TD error| + eps) were NaN, infinite or past the largest the tree holds, "
         "so training diverged (loss "
     ), said
-    assert said.endswith("; try a lower learning rate")
+    assert said.endswith("; try a lower learning rate (dqn.learning_rate 1e+30)")
     assert e.value.chunk == 0 and e.value.errors == [1, 1]
 
 
@@ -60,7 +60,8 @@ def test_the_cli_says_it_in_one_line(tmp_path, capsys):
         main(["train", *TINY, "--dqn.learning-rate", "1e30", "--out", str(tmp_path)])
     assert stop.value.code == 1
     line = one_error_line(capsys)
-    assert "so training diverged (loss " in line and "try a lower learning rate" in line, line
+    assert "so training diverged (loss " in line, line
+    assert line.endswith("try a lower learning rate (dqn.learning_rate 1e+30)"), line
 
 
 def test_one_seed_and_other_bits_are_named():
@@ -77,6 +78,15 @@ def test_one_seed_and_other_bits_are_named():
         "of an empty buffer or of all-zero priorities (chunk 0; error bits per seed [6])"
     )
     check_replay_error(np.zeros(3, np.int32), 0)  # nothing refused: nothing raised
+
+
+def test_ddpg_names_both_of_its_learning_rates():
+    cfg = TrainConfig(algo="ddpg", ddpg=dataclasses.replace(TrainConfig().ddpg, critic_lr=1e30))
+    with pytest.raises(ReplayRefused) as e:
+        check_replay_error(np.array([ERR_PRIORITY]), 0, None, cfg)
+    assert str(e.value).endswith(
+        "try lower learning rates (ddpg.critic_lr 1e+30, ddpg.actor_lr 0.001)"
+    )
 
 
 def test_unknown_bits_are_named_by_value():

@@ -5,6 +5,7 @@ said "mean of 1 seeds" over a second copy of the same line), every evaluation ma
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import matplotlib.pyplot as plt
 import pytest
@@ -49,3 +50,14 @@ def test_seeds_are_drawn_once_each_with_their_mean(tmp_path, drawn, seeds, lines
     assert len(ax.lines) == lines and ax.lines[-1].get_marker() == "o"
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [label]
     assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_the_return_reached_is_said_as_the_other_figures_are(tmp_path, capsys):
+    from drlhet.cli import main
+    from tests.test_cli import TINY_SHAPE
+
+    args = [*TINY_SHAPE, "--eval-every", "1000", "--steps", "3000", "--no-progress"]
+    main(["train", *args, "--stop-at-return", "1", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    # (was "reached 1.0 after 1108 env steps": no thousands separator, a float's ".0")
+    assert re.search(r"mean evaluation return reached 1 after 1,\d{3} env steps, ", out), out

@@ -110,7 +110,7 @@ def report_run(
         print(_stopped_line(reached["stopped"], run_dir))
     elif reached:
         print(
-            f"mean evaluation return reached {stop_at_return} after {reached['env_steps']} "
+            f"mean evaluation return reached {stop_at_return:g} after {reached['env_steps']:,} "
             f"env steps, {reached['wall_s']:.1f} s wall time including compilation"
         )
     print(f"wall time {wall:.1f} s; curve: {run_dir / 'curve.png'}")

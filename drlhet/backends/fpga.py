@@ -216,7 +216,8 @@ BACKEND = register(
         accepts=accepts,
         holds=f"K in {BRANCHING} and capacity <= {MAX_CAPACITY}",
         summary="HLS replay module (fixed point) and learner module (float32, DQN and "
-        "DDPG/TD3): their C-simulation inside jit on a CPU device (function, not speed); on a "
-        "board modeled by their cycle models",
+        "DDPG/TD3): their C-simulation inside jit on a CPU device (function, not speed); the "
+        "learner on a board with --learner-board (a bitstream, or sim: its top through the "
+        "host protocol); board speed modeled by their cycle models",
     )
 )

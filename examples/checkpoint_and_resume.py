@@ -74,8 +74,8 @@ def demo(cfg: drlhet.TrainConfig, folder: Path, every: int) -> None:
 
     # 2. The same run, with checkpoints, asked to stop while it runs. Here the request is a
     #    flag set once chunk 0 is reported; a real program would set it from a signal handler.
-    #    `stop_asked` is read after each chunk, before that chunk's row reaches `on_chunk`, so
-    #    this one is seen after chunk 1, which is then saved and the run ends.
+    #    `stop_asked` is read after each chunk, and again once `on_chunk` has seen its row, so
+    #    this one ends the run after chunk 0, which is saved.
     store = drlhet.Checkpoints(folder, keep=2)
     meta = {"config": dataclasses.asdict(cfg), "mapping": "fused"}  # JSON; config required
 

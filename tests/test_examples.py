@@ -68,9 +68,9 @@ def test_train_and_evaluate():
 
 def test_checkpoint_and_resume():
     out = run_example("checkpoint_and_resume")
-    assert "run ended by Stopped: stopped after chunk 1 (saved)" in out, out
-    assert "restored chunk 1 from " in out
-    assert "resumed run: chunks [2]," in out
+    assert "run ended by Stopped: stopped after chunk 0 (saved)" in out, out
+    assert "restored chunk 0 from " in out
+    assert "resumed run: chunks [1, 2]," in out
     assert "eval returns of every chunk match the uninterrupted run: True" in out, out
     assert "final agent parameters and optimizer state bit-identical: True" in out, out
 

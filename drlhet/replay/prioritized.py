@@ -6,7 +6,8 @@ docs/design.md section 2:
 
 * new transitions get the running maximum priority (or a caller-given one);
 * ``sample`` is stratified by default and returns importance-sampling weights
-  ``w_i = (size * P(i)) ** -beta`` normalised by the largest weight in the batch;
+  ``w_i = (size * P(i)) ** -beta`` normalised by the largest weight in the batch (times its
+  reciprocal: the largest comes out 1 or the float32 just below);
 * every slot carries an insertion stamp; ``update_priorities`` drops entries whose stamp no
   longer matches (the slot was overwritten after it was sampled), which makes delayed updates
   safe;
@@ -97,7 +98,9 @@ class PrioritizedSample(NamedTuple):
       stamps: ``[B]`` int32 insertion stamps of those slots (pass back to `update_priorities`).
       data: pytree of ``[B, ...]`` transitions.
       probabilities: ``[B]`` sampling probabilities ``P(i)``.
-      weights: ``[B]`` importance-sampling weights, max 1 (all 0 when the sample was refused).
+      weights: ``[B]`` importance-sampling weights, their largest 1 to within one float32
+        ulp (times the reciprocal of the batch's largest raw weight: 0.99999994 may come out;
+        `drlhet.replay.buffer_ops`); all 0 when the sample was refused.
       error: ``[]`` int32 bit mask (``ERR_EMPTY``, ``ERR_BETA``) of why the sample was refused
         under ``jit``; 0 when it was not. None where a sampler does not report it.
     """

@@ -5,7 +5,9 @@ and a way to get the state after it. The fused and per-iteration loops have thei
 chunks; the pipelined loop has it only when its threads have ended, so `drlhet.runtime.run` runs
 it in segments that end where a checkpoint is due (`ChunkHook.segments`) and saves after each.
 A chunk's checkpoint is written before its row reaches the caller's ``on_chunk``, so a run that
-``on_chunk`` stops (a return reached) still has its last chunk saved.
+``on_chunk`` stops (a return reached) still has its last chunk saved; a stop that ``on_chunk``
+asks for (``stop_asked`` true once it has seen the row) ends the run after that chunk too,
+saved after ``on_chunk``.
 
 A run asked to stop (``stop_asked``; the CLI asks on SIGINT or SIGTERM) ends after the chunk it is
 in, that chunk saved when checkpoints are on, by `Stopped`. The pipelined loop's threads run ahead
@@ -106,13 +108,23 @@ class ChunkHook:
         if get_state is None and (last or self.due(chunk)):
             self._held = row
             return
-        if self.due(chunk) or (stopping and self.saving is not None):
+        written = self.due(chunk) or (stopping and self.saving is not None)
+        if written:
             assert get_state is not None
             self._write(chunk, get_state())
         if self.on_chunk:
             self.on_chunk(row)
-        if stopping:
-            raise Stopped(chunk, self.saving is not None)
+        if get_state is not None:  # (the pipeline's host thread asks its threads to stop)
+            self._stop_if_asked(chunk, written, get_state)
+
+    def _stop_if_asked(self, chunk: int, written: bool, get_state: Callable[[], Any]) -> None:
+        """Raises `Stopped` after ``chunk`` when a stop was asked, before or by ``on_chunk``
+        (then the chunk is saved now, unless ``written``)."""
+        if not self.stopping(chunk):
+            return
+        if self.saving is not None and not written:  # asked by on_chunk: saved after it
+            self._write(chunk, get_state())
+        raise Stopped(chunk, self.saving is not None)
 
     def ended(self, states: Any) -> None:
         """A path (or segment) returned ``states``: saves them if its last chunk was held
@@ -121,13 +133,12 @@ class ChunkHook:
         if row is None:
             return
         chunk = row["chunk"]
-        stopping = self.stopping(chunk)
-        if self.due(chunk) or (stopping and self.saving is not None):
+        written = self.due(chunk) or (self.stopping(chunk) and self.saving is not None)
+        if written:
             self._write(chunk, states)
         if self.on_chunk:
             self.on_chunk(row)
-        if stopping:
-            raise Stopped(chunk, self.saving is not None)
+        self._stop_if_asked(chunk, written, lambda: states)
 
     def stopping(self, chunk: int) -> bool:
         """Whether to end the run after ``chunk``: a stop was asked (now or by any earlier

@@ -34,8 +34,9 @@ import jax
 import numpy as np
 
 from drlhet.runtime.config import TrainConfig
+from drlhet.runtime.saving import Saving
 
-__all__ = ["Checkpoints", "Saved", "CheckpointError", "config_from_dict"]
+__all__ = ["Checkpoints", "Saved", "CheckpointError", "config_from_dict", "checkpoint_saving"]
 
 FORMAT = 1
 """Version of the layout written here; a checkpoint of another version is refused."""
@@ -328,3 +329,30 @@ def _dataclass_from(cls: Any, d: dict) -> Any:
             value = tuple(value)
         kwargs[f.name] = value
     return cls(**kwargs)
+
+
+def checkpoint_saving(
+    store: Checkpoints,
+    config: TrainConfig,
+    mapping: str = "",
+    every: int = 1,
+    before: list[dict] | None = None,
+    **meta: Any,
+) -> Saving:
+    """A run's checkpoints (``run(..., saving=...)``) into ``store`` after every ``every``-th
+    chunk and the last. Each records ``config`` and ``mapping`` (what
+    `drlhet.runtime.run.Start.from_saved` checks a resume against) and ``meta`` (JSON); it
+    holds the rows of every chunk so far, ``before`` first (a resumed run's earlier rows).
+
+    Raises:
+      ValueError: ``every`` below 1.
+    """
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+        raise ValueError(f"every must be an integer >= 1 chunk, got {every!r}")
+    recorded = {"config": dataclasses.asdict(config), "mapping": mapping, **meta}
+    earlier = list(before or [])
+
+    def write(chunk: int, states: Any, rows: list[dict]) -> None:
+        store.save(chunk, states, earlier + rows, recorded)
+
+    return Saving(every, write)

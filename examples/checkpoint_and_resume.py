@@ -2,12 +2,13 @@
 
 Shows the Python side of ``drlhet train --checkpoint-every`` / ``--resume``:
 
-* `drlhet.Saving` with `drlhet.Checkpoints` writes the whole training state (agents and
-  optimizers, replay storage and sum tree, RNG keys, counters) after every ``every``-th chunk;
+* `drlhet.checkpoint_saving` into a `drlhet.Checkpoints` folder writes the whole training
+  state (agents and optimizers, replay storage and sum tree, RNG keys, counters) after every
+  ``every``-th chunk, with the configuration a resume is checked against;
 * ``stop_asked`` (a ``() -> bool``, e.g. a flag a signal handler sets) ends the run after the
-  chunk it is in, that chunk saved, by raising `drlhet.runtime.saving.Stopped`;
+  chunk it is in, that chunk saved, by raising `drlhet.Stopped`;
 * `drlhet.Checkpoints.restore` reads the newest intact checkpoint back against the state's
-  shapes (`drlhet.runtime.run.initial_example`), and `drlhet.Start.from_saved` resumes from
+  shapes (`drlhet.initial_example`), and `drlhet.Start.from_saved` resumes from
   it (refusing a configuration other than the saved one).
 
 A resumed run goes on bit for bit as the run that was not stopped; the example runs both and
@@ -23,7 +24,6 @@ Run it with::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -31,8 +31,6 @@ import jax
 import numpy as np
 
 import drlhet
-from drlhet.runtime.run import initial_example
-from drlhet.runtime.saving import Stopped
 
 
 def main() -> None:
@@ -77,11 +75,6 @@ def demo(cfg: drlhet.TrainConfig, folder: Path, every: int) -> None:
     #    `stop_asked` is read after each chunk, and again once `on_chunk` has seen its row, so
     #    this one ends the run after chunk 0, which is saved.
     store = drlhet.Checkpoints(folder, keep=2)
-    meta = {"config": dataclasses.asdict(cfg), "mapping": "fused"}  # JSON; config required
-
-    def write(chunk: int, states, rows: list[dict]) -> None:
-        store.save(chunk, states, rows, meta)  # copies to the host before returning
-        print(f"  checkpoint of chunk {chunk} written to {folder / str(chunk)}")
 
     stop = {"asked": False}
 
@@ -94,16 +87,16 @@ def demo(cfg: drlhet.TrainConfig, folder: Path, every: int) -> None:
         drlhet.run(
             cfg,
             on_chunk=on_chunk,
-            saving=drlhet.Saving(every, write),
+            saving=drlhet.checkpoint_saving(store, cfg, every=every),
             stop_asked=lambda: stop["asked"],
         )
         raise SystemExit("the run was not stopped: give it more chunks (--steps)")
-    except Stopped as e:
+    except drlhet.Stopped as e:
         print(f"  run ended by Stopped: {e} (e.chunk {e.chunk}, e.saved {e.saved})")
 
     # 3. Resume from the newest good checkpoint. `initial_example(cfg)` gives the shapes and
     #    dtypes the checkpoint must hold (nothing is computed).
-    saved = store.restore(initial_example(cfg))
+    saved = store.restore(drlhet.initial_example(cfg))
     print(f"restored chunk {saved.chunk} from {saved.path} ({len(saved.rows)} rows in it)")
     resumed_states, resumed_rows = drlhet.run(cfg, start=drlhet.Start.from_saved(saved))
     rows = saved.rows + resumed_rows

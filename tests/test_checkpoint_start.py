@@ -117,3 +117,28 @@ def test_a_checkpoint_without_config_and_a_bad_config_are_refused(tmp_path):
         Start.from_saved(saved)
     with pytest.raises(ValueError, match="start.config must be .* got list"):
         run(SMALL, start=Start({}, 0, [1]))
+
+
+def test_checkpoint_saving_records_what_a_resume_is_checked_against(tmp_path):
+    """`drlhet.checkpoint_saving`: the library's way to the checkpoints `Start.from_saved`
+    takes (the configuration recorded; a resume under another one refused), earlier rows
+    first, extra metadata kept; a bad ``every`` refused."""
+    import dataclasses as dc
+
+    import drlhet
+
+    cfg = dc.replace(drlhet.TrainConfig(), env="probe-constant", steps=300, warmup=100,
+                     eval_every=100, batch_size=16, buffer_size=200, eval_envs=2)  # fmt: skip
+    store = drlhet.Checkpoints(tmp_path / "ckpt")
+    before = [{"chunk": -1, "note": "earlier"}]
+    saving = drlhet.checkpoint_saving(store, cfg, "fused", every=1, before=before, tag="x")
+    drlhet.run(cfg, saving=saving)
+    saved = store.restore(drlhet.initial_example(cfg))
+    assert saved.meta["tag"] == "x" and saved.meta["mapping"] == "fused"
+    assert saved.rows[0] == before[0] and [r["chunk"] for r in saved.rows[1:]] == [0, 1]
+    drlhet.run(cfg, start=drlhet.Start.from_saved(saved))  # the same configuration: taken
+    with pytest.raises(ValueError, match="saved with another configuration: seed 0 there"):
+        drlhet.run(dc.replace(cfg, seed=1), start=drlhet.Start.from_saved(saved))
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="every must be an integer >= 1"):
+            drlhet.checkpoint_saving(store, cfg, every=bad)

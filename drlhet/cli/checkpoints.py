@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from drlhet.checkpoint import Checkpoints, Saved, config_from_dict
+from drlhet.checkpoint import Checkpoints, Saved, checkpoint_saving, config_from_dict
 from drlhet.cli.report import report_run
 from drlhet.runtime.config import TrainConfig, tree_shape
 from drlhet.runtime.mapping import Mapping
@@ -54,13 +54,10 @@ def saving_for(
     if every == 0:
         return None
     store = Checkpoints(run_dir / CHECKPOINTS, keep)
-    meta: dict[str, object] = {"config": dataclasses.asdict(config), "mapping": mapping}
-    meta |= {"checkpoint_every": every, "keep_checkpoints": keep}  # what --resume goes on with
-
-    def write(chunk: int, states, rows: list[dict]) -> None:
-        store.save(chunk, states, before + rows, meta)
-
-    return Saving(every, write)
+    # (with what --resume goes on with)
+    return checkpoint_saving(
+        store, config, mapping, every, before, checkpoint_every=every, keep_checkpoints=keep
+    )
 
 
 def resume_run(

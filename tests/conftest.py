@@ -72,11 +72,14 @@ SLOW_FIRST = (
     "tests/backends/test_fpga.py",
     "tests/backends/test_fpga_learner_ddpg.py",
     "tests/backends/test_fuzz.py",
+    "tests/test_examples.py",
+    "tests/backends/test_fpga_learner_board_run.py",
     "tests/replay/test_fixed_point.py",
 )
 """The files with the longest tests, longest first (worker seconds in `make test`, 2-core VM,
 2026-11-25: 292, 152, 145, 113, 86, 85, 57, 51 s at least; test_fpga.py and test_fuzz.py, at
-least 86 and 52 s on 2026-11-27, were left to run late)."""
+least 86 and 52 s on 2026-11-27, were left to run late; the examples and the learner-board runs,
+about 65 and 45 s on 2026-11-30 with other work running)."""
 
 
 def pytest_collection_modifyitems(config, items):

@@ -68,3 +68,10 @@ def test_a_live_runs_checkpoints_that_changed_are_read_again(
     monkeypatch.setattr(evaluate, "resume_run", deleted_meanwhile)
     main(["eval", str(run), "--episodes", "2"])
     assert len(calls) == 2 and "after chunk 0 (" in capsys.readouterr().out
+
+
+def test_returns_that_are_not_finite_are_written_as_null():
+    from drlhet.cli.evaluate import _jsonable
+
+    got = _jsonable({"a": [1.0, float("nan")], "b": {"c": float("inf")}, "d": (2, "x")})
+    assert got == {"a": [1.0, None], "b": {"c": None}, "d": [2, "x"]}

@@ -75,7 +75,7 @@ def eval_command(
     result["run_eval_return"] = saved.rows[-1].get("eval_return") if saved.rows else None
     _print(result, config.eval_envs)
     if out is not None:
-        _write(out, json.dumps(result) + "\n")
+        _write(out, json.dumps(_jsonable(result), allow_nan=False) + "\n")
         print(f"written: {out}")
     return result
 
@@ -105,6 +105,15 @@ def _write(out: Path, text: str) -> None:
         part.replace(out)
     finally:
         part.unlink(missing_ok=True)
+
+
+def _jsonable(x):
+    """``x`` with every float that is not finite as None (JSON has no NaN or infinity)."""
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
 def _check(run: Path, episodes: int, chunk: int | None, out: Path | None) -> None:

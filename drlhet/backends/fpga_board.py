@@ -36,7 +36,17 @@ from drlhet.backends.rmm_spec import (
 )
 from drlhet.replay.sum_tree import layout
 
-__all__ = ["Board", "PynqBoard", "XrtBoard", "BoardTree", "check_build", "open_board", "DRIVERS"]
+__all__ = [
+    "Board",
+    "PynqBoard",
+    "XrtBoard",
+    "BoardTree",
+    "check_build",
+    "open_board",
+    "DRIVERS",
+    "board_library",
+    "bitstream_file",
+]
 
 WRITE, SAMPLE, READ = 1, 2, 3
 """The protocol's ops (``rmm.h``: kWrite, kSample, kRead; kInfo is `rmm_spec.INFO`)."""
@@ -54,7 +64,9 @@ class Board(Protocol):
     def run(self, cmd: np.ndarray, inputs: np.ndarray, out_words: int) -> np.ndarray: ...
 
 
-def _library(name: str) -> ModuleType:
+def board_library(name: str) -> ModuleType:
+    """The board driver ``name`` (``pynq``, ``pyxrt``), imported; `BackendUnavailable` naming
+    the extra that installs it."""
     try:
         return importlib.import_module(name)
     except ImportError as e:
@@ -63,10 +75,12 @@ def _library(name: str) -> ModuleType:
         ) from e
 
 
-def _bitstream(path: str | Path) -> Path:
+def bitstream_file(path: str | Path, build: str = "hls/rmm/README.md") -> Path:
+    """``path`` as a file that exists; `BackendUnavailable` naming it and where the bitstream's
+    build is described (``build``)."""
     p = Path(path)
     if not p.is_file():
-        raise BackendUnavailable(f"no bitstream at {p} (build it: hls/rmm/README.md)")
+        raise BackendUnavailable(f"no bitstream at {p} (build it: {build})")
     return p
 
 
@@ -96,8 +110,8 @@ class PynqBoard:
     ``kernel`` is the compute unit's name (``rmm`` in ``hls/rmm/u250.cfg``)."""
 
     def __init__(self, bitstream: str | Path, kernel: str = "rmm", max_batch: int = 4096) -> None:
-        pynq = _library("pynq")
-        path = _bitstream(bitstream)
+        pynq = board_library("pynq")
+        path = bitstream_file(bitstream)
         if not list(getattr(pynq.Device, "devices", [])):
             raise BackendUnavailable("no board: pynq finds no FPGA device")
         self.overlay = pynq.Overlay(str(path))
@@ -131,8 +145,8 @@ class XrtBoard:
         max_batch: int = 4096,
         index: int = 0,
     ) -> None:
-        xrt = _library("pyxrt")
-        path = _bitstream(bitstream)
+        xrt = board_library("pyxrt")
+        path = bitstream_file(bitstream)
         try:
             self.device = xrt.device(index)
         except Exception as e:  # pyxrt raises a RuntimeError without a device

@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import importlib
 import secrets
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 
 from drlhet.backends.base import BackendUnavailable
+from drlhet.backends.fpga_board import bitstream_file, board_library
 from drlhet.backends.fpga_learner_board import HYPER, INFO_WORDS, MAX_BATCH, LearnerBuild
 
 __all__ = [
@@ -116,30 +115,14 @@ def _compiled(cxx: str, build: LearnerBuild, folder: Path):
     return top
 
 
-def _library(name: str) -> ModuleType:
-    try:
-        return importlib.import_module(name)
-    except ImportError as e:
-        raise BackendUnavailable(
-            f"no {name}: the FPGA board driver needs it (`pip install drlhet[fpga]`)"
-        ) from e
-
-
-def _bitstream(path: str | Path) -> Path:
-    p = Path(path)
-    if not p.is_file():
-        raise BackendUnavailable(f"no bitstream at {p} (build it: hls/learner/run_hls.tcl)")
-    return p
-
-
 class PynqLearnerBoard:
     """The module through pynq: ``Overlay(bitstream)``, buffers from ``pynq.allocate``, synced
     each way around the kernel's ``call``; ``kernel``: the compute unit's name
     (``hls/learner/u250.cfg``)."""
 
     def __init__(self, bitstream: str | Path, build: LearnerBuild, kernel: str = "learner") -> None:
-        pynq = _library("pynq")
-        path = _bitstream(bitstream)
+        pynq = board_library("pynq")
+        path = bitstream_file(bitstream, "hls/learner/run_hls.tcl")
         if not list(getattr(pynq.Device, "devices", [])):
             raise BackendUnavailable("no board: pynq finds no FPGA device")
         overlay = pynq.Overlay(str(path))
@@ -170,8 +153,8 @@ class XrtLearnerBoard:
     def __init__(
         self, bitstream: str | Path, build: LearnerBuild, kernel: str = "learner_top", index=0
     ) -> None:
-        xrt = _library("pyxrt")
-        path = _bitstream(bitstream)
+        xrt = board_library("pyxrt")
+        path = bitstream_file(bitstream, "hls/learner/run_hls.tcl")
         try:
             self.device = xrt.device(index)
         except Exception as e:  # noqa: BLE001 - pyxrt raises a RuntimeError without a device

@@ -13,28 +13,17 @@ import jax
 import numpy as np
 import pytest
 
-from drlhet.agents.dqn import DQNConfig
 from drlhet.backends import BackendUnavailable, learner_step
 from drlhet.cli import main
-from drlhet.runtime.config import ConfigError, TrainConfig
+from drlhet.runtime.config import ConfigError
 from drlhet.runtime.run import _check_resumed, run
+from tests.runtime.test_run import SMALL as RUN_SMALL
 from tests.test_cli import TINY, one_error_line
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to build the top")
 
-SMALL = TrainConfig(
-    env="CartPole-v1",
-    steps=500 + 2 * 200,
-    warmup=500,
-    eval_every=200,
-    eval_envs=2,
-    seeds=2,
-    sgd_steps=2,
-    batch_size=32,
-    buffer_size=4096,
-    dqn=DQNConfig(hidden=(16,)),
-    learner="fpga",
-)
+SMALL = dataclasses.replace(RUN_SMALL, learner="fpga")
+"""tests/runtime/test_run.py's small run, its steps on the FPGA learner module."""
 
 
 def host(tree):

@@ -16,20 +16,10 @@ from drlhet.replay.prioritized import ERR_EMPTY, ERR_INDEX, ERR_PRIORITY, refusa
 from drlhet.runtime.chunks import ReplayRefused, check_replay_error
 from drlhet.runtime.config import TrainConfig
 from drlhet.runtime.run import run
+from tests.runtime.test_run import SMALL
 from tests.test_cli import TINY, one_error_line
 
-DIVERGING = TrainConfig(
-    env="CartPole-v1",
-    steps=500 + 2 * 200,
-    warmup=500,
-    eval_every=200,
-    eval_envs=2,
-    seeds=2,
-    sgd_steps=2,
-    batch_size=32,
-    buffer_size=4096,
-    dqn=DQNConfig(hidden=(16,), learning_rate=1e30),
-)
+DIVERGING = dataclasses.replace(SMALL, dqn=DQNConfig(hidden=(16,), learning_rate=1e30))
 """Adam's steps of 1e30 overflow the Q-network within the first chunk, in both seeds."""
 
 PATHS = {

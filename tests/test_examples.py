@@ -75,7 +75,10 @@ def test_checkpoint_and_resume():
     assert "final agent parameters and optimizer state bit-identical: True" in out, out
 
 
-@pytest.mark.parametrize("delay", [0, 4])
+@pytest.mark.parametrize(
+    "delay",
+    [0, pytest.param(4, marks=pytest.mark.slow)],  # (the pipeline's: 30 s more)
+)
 def test_split_mapping(delay):
     out = run_example("split_mapping", "--delay", str(delay))
     assert "devices: [CpuDevice(id=0), CpuDevice(id=1)]" in out, out

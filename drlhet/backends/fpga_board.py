@@ -46,6 +46,7 @@ __all__ = [
     "DRIVERS",
     "board_library",
     "bitstream_file",
+    "open_with",
 ]
 
 WRITE, SAMPLE, READ = 1, 2, 3
@@ -182,13 +183,23 @@ def open_board(bitstream: str | Path, driver: str = "auto", **kw) -> Board:
       BackendUnavailable: naming what is missing (no pynq/pyxrt, no board, no bitstream).
       ValueError: an unknown driver.
     """
+    return open_with({"pyxrt": XrtBoard, "pynq": PynqBoard}, driver, bitstream, **kw)
+
+
+def open_with(drivers: dict, driver: str, *args, **kw):
+    """``drivers[name](*args, **kw)`` for ``driver``, or for ``auto`` the first of `DRIVERS`
+    that opens (`open_board`'s and the learner's links).
+
+    Raises:
+      BackendUnavailable: what each driver tried lacked, joined.
+      ValueError: an unknown driver.
+    """
     if driver not in ("auto", *DRIVERS):
         raise ValueError(f"driver must be auto or one of {DRIVERS}, got {driver!r}")
-    drivers = {"pyxrt": XrtBoard, "pynq": PynqBoard}
     tried = []
     for name in DRIVERS if driver == "auto" else (driver,):
         try:
-            return drivers[name](bitstream, **kw)
+            return drivers[name](*args, **kw)
         except BackendUnavailable as e:
             tried.append(str(e))
     raise BackendUnavailable("; ".join(tried))

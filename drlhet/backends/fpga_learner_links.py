@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from drlhet.backends.base import BackendUnavailable
-from drlhet.backends.fpga_board import bitstream_file, board_library
+from drlhet.backends.fpga_board import bitstream_file, board_library, open_with
 from drlhet.backends.fpga_learner_board import HYPER, INFO_WORDS, MAX_BATCH, LearnerBuild
 
 __all__ = [
@@ -38,7 +38,6 @@ __all__ = [
 
 LEARNER_TOP = Path(__file__).resolve().parents[2] / "hls" / "learner" / "learner_top.cpp"
 """The synthesized top's source (a repository's ``hls/``; an installed wheel has none)."""
-DRIVERS = ("pyxrt", "pynq")
 
 
 def buffer_words(build: LearnerBuild) -> tuple[int, int]:
@@ -194,13 +193,5 @@ def open_learner_board(bitstream: str | Path, build: LearnerBuild, driver: str =
       BackendUnavailable: naming what is missing (no pynq/pyxrt, no board, no bitstream).
       ValueError: an unknown driver.
     """
-    if driver not in ("auto", *DRIVERS):
-        raise ValueError(f"driver must be auto or one of {DRIVERS}, got {driver!r}")
     drivers = {"pyxrt": XrtLearnerBoard, "pynq": PynqLearnerBoard}
-    tried = []
-    for name in DRIVERS if driver == "auto" else (driver,):
-        try:
-            return drivers[name](bitstream, build, **kw)
-        except BackendUnavailable as e:
-            tried.append(str(e))
-    raise BackendUnavailable("; ".join(tried))
+    return open_with(drivers, driver, bitstream, build, **kw)

@@ -91,8 +91,8 @@ def run(
       start: resume from a saved state (`drlhet.checkpoint`) instead of a fresh one; one with
         a ``config`` must have been saved with ``cfg`` (`Start`).
       saving: write checkpoints during the run.
-      stop_asked: ``() -> bool``: once true (it stays so: a later false is not read), end
-        after the chunk that runs (the pipeline: after the chunks its threads have begun,
+      stop_asked: ``() -> bool``: once true (it stays so: a later false is not read; also
+        when ``on_chunk`` made it true for the row it was given), end after the chunk that runs (the pipeline: after the chunks its threads have begun,
         which may run ahead of the rows reported, and with in-program channels where a
         device's program runs one stage a call ahead of the other, one chunk more:
         `drlhet.runtime.threads.ChunkEnd`; its host thread asks at each row and every 50 ms

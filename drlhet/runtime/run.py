@@ -92,8 +92,9 @@ def run(
         a ``config`` must have been saved with ``cfg`` (`Start`).
       saving: write checkpoints during the run.
       stop_asked: ``() -> bool``: once true (it stays so: a later false is not read; also
-        when ``on_chunk`` made it true for the row it was given), end after the chunk that runs (the pipeline: after the chunks its threads have begun,
-        which may run ahead of the rows reported, and with in-program channels where a
+        when ``on_chunk`` made it true for the row it was given), end after the chunk that
+        runs (the pipeline: after the chunks its threads have begun, which may run ahead of
+        the rows reported, and with in-program channels where a
         device's program runs one stage a call ahead of the other, one chunk more:
         `drlhet.runtime.threads.ChunkEnd`; its host thread asks at each row and every 50 ms
         while it waits for one), that chunk saved, by raising

@@ -19,7 +19,6 @@ from drlhet.dse.build import build_model, replay_backends_here
 from drlhet.dse.cache import ProfileCache
 from drlhet.dse.key import ProfileKey
 from drlhet.dse.measure import measure_mapping, speed_probe, whole_chunk
-from drlhet.dse.model import Prediction
 from drlhet.dse.search import search
 
 if TYPE_CHECKING:
@@ -87,7 +86,7 @@ def _round(key, rnd: int, delay: int, chunks: int, chunk_steps: int, cache_dir: 
     # cpu:0 and cpu:1 are the same two cores: a mapping and its relabeling (cpu:0 <-> cpu:1) are
     # the same hardware and get the same prediction; each such pair is measured once (its form
     # with cpu:0 first)
-    runnable = [p for p in preds if p.runnable and _canonical(p)]
+    runnable = [p for p in preds if p.runnable]  # once up to a swap of the CPUs
     shift = rnd % len(runnable)
     records = {}
     for p in runnable[shift:] + runnable[:shift]:
@@ -141,13 +140,3 @@ def _at_speed(work, ref_s: float | None = None) -> tuple:
 
 def _silent(_: str) -> None:
     """A log that says nothing (a round's profiling is silent)."""
-
-
-def _canonical(p: Prediction) -> bool:
-    """True for the relabeling of ``p`` in which devices are numbered in order of first use."""
-    seen: list[str] = []
-    for g in ("actors", "replay", "learner"):
-        d = p.places[g].device
-        if d not in seen:
-            seen.append(d)
-    return seen == DEVICES[: len(seen)]

@@ -101,7 +101,8 @@ def enumerate_mappings(
     model: Model, devices: Iterable[str], host: bool = True
 ) -> list[dict[str, Place]]:
     """Every placement of actors, replay and learner on ``devices`` that the registry offers
-    (``host``: include host backends).
+    (``host``: include host backends), once up to a swap of this machine's CPU devices (the
+    first CPU device used is the first given, and so on).
 
     Raises:
       ValueError: a device that is neither a CPU device nor a device sheet (a link's sheet).
@@ -111,7 +112,20 @@ def enumerate_mappings(
         if model.kind(d) not in PLATFORMS:
             raise ValueError(f"{d!r} is a {model.kind(d)}, not a device; devices: {PLATFORMS}")
     per_group = [_placements(model, devices, g, host) for g in GROUPS]
-    return [dict(zip(GROUPS, combo, strict=True)) for combo in itertools.product(*per_group)]
+    cpus = [d for d in devices if model.kind(d) == CPU]
+    combos = (dict(zip(GROUPS, c, strict=True)) for c in itertools.product(*per_group))
+    return [places for places in combos if _canonical(places, cpus)]
+
+
+def _canonical(places: dict[str, Place], cpus: list[str]) -> bool:
+    """Whether ``places`` names this machine's CPU devices in the order of ``cpus`` by first
+    use (a host backend's device first: it is pinned to the host process). The CPU devices
+    cost the same (one profile, `Model`), so a mapping that only swaps them (actors on
+    ``cpu:1`` instead of ``cpu:0``) is the same design point and is listed once."""
+    pinned = [p.device for p in places.values() if get(p.backend).host]
+    used = [p.device for p in places.values() if p.device in cpus]
+    order = list(dict.fromkeys(pinned + used))
+    return order == cpus[: len(order)]
 
 
 def search(

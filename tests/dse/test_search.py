@@ -156,7 +156,7 @@ def test_a_device_named_twice_is_searched_once():
     assert expand_devices("cpu, CPU:1,cpu:0,gpu,GPU", 2) == ["cpu:0", "cpu:1", "gpu"]
     m = Model(SHAPES, toy_sheets(), {"jax": PROFILE}, cpu_cores=2)
     maps = [str(x) for x in enumerate_mappings(m, expand_devices("cpu:0,cpu,cpu:0", 2))]
-    assert len(maps) == len(set(maps)) == 2 * 2 * 2
+    assert len(maps) == len(set(maps)) == 4  # 2 * 2 * 2 placements, 4 up to a swap of CPUs
 
 
 def test_each_baseline_family_holds_its_mappings_only():
@@ -189,3 +189,25 @@ def test_each_baseline_family_holds_its_mappings_only():
     for name, rows in cases.items():
         for a, r, ln, member in rows:
             assert fams[name](m.predict(places(a, r, ln))) is member, (name, a, r, ln)
+
+
+def _swapped(mapping: dict, a: str = "cpu:0", b: str = "cpu:1") -> dict:
+    swap = {a: b, b: a}
+    return {g: Place(p.backend, swap.get(p.device, p.device)) for g, p in mapping.items()}
+
+
+def test_a_swap_of_the_cpu_devices_is_listed_once_and_predicts_the_same():
+    m = Model(SHAPES, toy_sheets(), {"jax": PROFILE, "native": NATIVE}, host_costs={"python": HOST})
+    maps = enumerate_mappings(m, ["cpu:0", "cpu:1", "gpu"])
+    texts = [str(sorted(x.items())) for x in maps]
+    assert len(set(texts)) == len(texts)
+    twins = [_swapped(x) for x in maps]
+    assert not any(str(sorted(t.items())) in set(texts) and t != x for t, x in zip(twins, maps))
+    both = [x for x in maps if {p.device for p in x.values()} >= {"cpu:0", "cpu:1"}]
+    assert both  # a split over the two CPU devices is still a design point
+    for x, twin in zip(maps, twins):  # the dropped twin is the same design point
+        if get(x["replay"].backend).host:
+            continue  # a host backend has no twin: it stays on the host process's device
+        assert m.predict(twin).trained_samples_per_s == m.predict(x).trained_samples_per_s
+    only_second = enumerate_mappings(m, ["cpu:1", "gpu"])
+    assert any(p.device == "cpu:1" for x in only_second for p in x.values())

@@ -202,10 +202,11 @@ def test_a_swap_of_the_cpu_devices_is_listed_once_and_predicts_the_same():
     texts = [str(sorted(x.items())) for x in maps]
     assert len(set(texts)) == len(texts)
     twins = [_swapped(x) for x in maps]
-    assert not any(str(sorted(t.items())) in set(texts) and t != x for t, x in zip(twins, maps))
+    pairs = list(zip(maps, twins, strict=True))
+    assert not any(str(sorted(t.items())) in set(texts) for x, t in pairs if t != x)
     both = [x for x in maps if {p.device for p in x.values()} >= {"cpu:0", "cpu:1"}]
     assert both  # a split over the two CPU devices is still a design point
-    for x, twin in zip(maps, twins):  # the dropped twin is the same design point
+    for x, twin in pairs:  # the dropped twin is the same design point
         if get(x["replay"].backend).host:
             continue  # a host backend has no twin: it stays on the host process's device
         assert m.predict(twin).trained_samples_per_s == m.predict(x).trained_samples_per_s

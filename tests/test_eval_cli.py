@@ -39,6 +39,9 @@ def test_it_reports_each_seed_and_writes_json(run_dir, tmp_path, capsys):
     assert returns.shape == (2, 7) and np.all(returns >= 1) and np.all(returns <= 500)
     assert written["per_seed"]["mean"] == pytest.approx(returns.mean(axis=1).tolist())
     assert written["all_seeds"]["std"] == pytest.approx(returns.std())
+    across = written["all_seeds"]["std_of_seed_means"]
+    assert across == pytest.approx(returns.mean(axis=1).std(ddof=1))
+    assert "seeds' mean" in out[3]
     assert written["chunk"] == 1 and written["episodes"] == 7 and written["seed"] == 0
 
 

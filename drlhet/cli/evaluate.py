@@ -142,14 +142,22 @@ def _runs_own(run: Path, out: Path) -> bool:
 
 
 def _summary(returns: np.ndarray) -> dict:
-    """Per seed and over all seeds: mean, std, min, max of ``returns`` ``[S, episodes]``."""
+    """Per seed: mean, std, min, max of ``returns`` ``[S, episodes]``; over all seeds: the
+    mean, the pooled std of every episode and the std of the S seeds' means (None for one
+    seed)."""
     per_seed = {
         "mean": returns.mean(axis=1).tolist(),
         "std": returns.std(axis=1).tolist(),
         "min": returns.min(axis=1).tolist(),
         "max": returns.max(axis=1).tolist(),
     }
-    overall = {"mean": float(returns.mean()), "std": float(returns.std())}
+    means = returns.mean(axis=1)
+    overall = {
+        "mean": float(returns.mean()),
+        "std": float(returns.std()),  # over every episode of every seed, pooled
+        # across the seeds' means (sample std, ddof 1): how much the training seed matters
+        "std_of_seed_means": float(means.std(ddof=1)) if len(means) > 1 else None,
+    }
     return {"per_seed": per_seed, "all_seeds": overall, "returns": returns.tolist()}
 
 
@@ -162,9 +170,13 @@ def _print(result: dict, eval_envs: int) -> None:
         said = f"; the run's evaluation: {ran[s]:.1f} over {eval_envs}" if ran else ""
         print(f"seed {s}: return {mean:.1f} +- {std:.1f} (min {low:.1f}, max {high:.1f}{said})")
     overall, n = result["all_seeds"], len(seeds["mean"]) * result["episodes"]
-    if not all(math.isfinite(v) for v in overall.values()):
+    if not all(math.isfinite(v) for v in overall.values() if v is not None):
         print("note: some returns are not finite numbers")
+    across = overall["std_of_seed_means"]
+    spread = f"; +- {across:.1f} across the {len(seeds['mean'])} seeds' means" if across else ""
+    if across == 0.0:
+        spread = f"; the {len(seeds['mean'])} seeds' means are equal"
     print(
-        f"all seeds: return {overall['mean']:.1f} +- {overall['std']:.1f} over {n:,} episodes "
-        f"(measured, this machine, {result['wall_s']:.1f} s)"
+        f"all seeds: return {overall['mean']:.1f} +- {overall['std']:.1f} over {n:,} episodes"
+        f"{spread} (measured, this machine, {result['wall_s']:.1f} s)"
     )

@@ -35,6 +35,7 @@ EXPORTS = {
     "make_delayed_updates": "drlhet.replay.delayed",
     "tree_ops": "drlhet.backends",
     "BackendUnavailable": "drlhet.backends.base",
+    "enable_compilation_cache": "drlhet.runtime.compiling",
 }
 """Each top-level name and the module it comes from."""
 

@@ -56,8 +56,7 @@ def main() -> None:
         # The three runs below compile the same programs. Unlike `drlhet train`, `drlhet.run`
         # leaves JAX's persistent compilation cache as it is (off by default); turned on here
         # (in the temporary folder), the second and third runs load what the first compiled.
-        jax.config.update("jax_compilation_cache_dir", str(Path(tmp) / "compiled"))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        drlhet.enable_compilation_cache(Path(tmp) / "compiled")
         folder = (args.dir or Path(tmp)) / "checkpoints"
         demo(cfg, folder, args.every)
 

@@ -34,3 +34,18 @@ def test_the_docstrings_example_runs():
     replay = drlhet.make_prioritized_replay(2**10, 4, tree_ops=drlhet.tree_ops("native"))
     state = replay.add(replay.init({"x": 0.0}), {"x": np.array([1.0, 2.0])})
     assert int(state.size) == 2
+
+
+def test_the_compilation_cache_keeps_even_a_small_program(tmp_path):
+    code = (
+        "import sys, drlhet, jax; drlhet.enable_compilation_cache(sys.argv[1]); "
+        "jax.jit(lambda x: x + 1)(1.0).block_until_ready()"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "c")], check=True)
+    assert list((tmp_path / "c").iterdir())  # JAX's defaults keep no program this quick
+
+
+def test_a_compilation_cache_folder_that_cannot_be_made_is_named(tmp_path):
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ValueError, match=f"no compilation cache folder can be made at {tmp_path}"):
+        drlhet.enable_compilation_cache(tmp_path / "f" / "c")

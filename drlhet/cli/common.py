@@ -96,22 +96,14 @@ def cache_dir() -> Path:
 
 
 def enable_compilation_cache(folder: Path | None = None) -> Path:
-    """Turns on JAX's persistent compilation cache in ``folder`` (default: ``compiled`` under
-    `cache_dir`), so a second run of the same program loads it instead of compiling.
+    """`drlhet.runtime.compiling.enable_compilation_cache` in ``folder`` (default: ``compiled``
+    under `cache_dir`), so a second run of the same program loads it instead of compiling.
 
     Raises:
       ValueError: the folder cannot be made."""
-    import jax
+    from drlhet.runtime.compiling import enable_compilation_cache as enable
 
-    folder = folder or cache_dir() / "compiled"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:  # a file on the way, no permission: named (DRLHET_CACHE, say)
-        raise ValueError(f"no compilation cache folder can be made at {folder} ({e})") from None
-    jax.config.update("jax_compilation_cache_dir", str(folder))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    return folder
+    return enable(folder or cache_dir() / "compiled")
 
 
 MAX_CPU_DEVICES = 1024

@@ -10,16 +10,23 @@ contracts no multiply-adds and runs the chunk at half speed: not used.
 
 Every run-time program (init, warm-up, chunks, the host loops' stages, Ray's actors) is
 compiled with the same options, so the run paths stay bit-identical to each other.
+
+The library leaves JAX's settings alone unless asked: `enable_compilation_cache` turns on JAX's
+persistent cache (as ``drlhet train`` does), so a second run of a configuration loads its
+programs instead of compiling them (``drlhet.run`` of the default DQN on CartPole-v1, one seed,
+96,008 env steps, in a fresh process: 14.2 s with an empty cache, 8.4 s with it filled;
+measured on the 2-core VM, 2026-11-30).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax
 
-__all__ = ["OPTIONS", "jit", "inlined"]
+__all__ = ["OPTIONS", "jit", "inlined", "enable_compilation_cache"]
 
 OPTIONS: dict[str, Any] = {"xla_backend_optimization_level": 2}
 
@@ -34,3 +41,22 @@ def inlined(fn: Any) -> Callable[..., Any]:
     """The function a `jit` wraps, to call inside another program: JAX takes compile options
     at the top-level program only (a nested `jit` with them is refused)."""
     return getattr(fn, "__wrapped__", fn)
+
+
+def enable_compilation_cache(folder: str | Path) -> Path:
+    """Turns on JAX's persistent compilation cache in ``folder`` (made if missing) for every
+    program of this process, however small or quick to compile (JAX's defaults skip programs
+    compiled in under a second, which are most of a run's). Returns the folder.
+
+    Raises:
+      ValueError: the folder cannot be made (a file on the way, no permission), named.
+    """
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"no compilation cache folder can be made at {folder} ({e})") from None
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return folder

@@ -109,7 +109,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff format --check drlhet tests experiments
 	$(BIN)/ruff check drlhet tests experiments
-	$(BIN)/mypy --check-untyped-defs drlhet
+	$(BIN)/mypy --check-untyped-defs drlhet experiments
 
 # The C++ kernels (kernels/cpu, kernels/fpga_sim, and the CUDA kernels under their host emulation,
 # kernels/cuda/emu, whose fibers ASan is told about) built with ASan + UBSan into build/sanitize

@@ -57,8 +57,8 @@ def _run() -> dict:
 
 
 @functools.cache
-def _versions(packages: tuple[str, ...]) -> dict:
-    found = {}
+def _versions(packages: tuple[str, ...]) -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
     for name in packages:
         try:
             found[name] = metadata.version(name)

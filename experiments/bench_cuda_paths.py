@@ -11,6 +11,7 @@ Imports no jax at import time: the backend is imported only where a switch is re
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -57,10 +58,14 @@ def set_cuda_switches(args: Args) -> None:
             setattr(cuda, name, value)
 
 
-def ab_arms(args: Args) -> list[tuple[str, dict, dict]]:
+Arm = tuple[str, dict[str, bool], Mapping[str, int | bool]]
+"""An A/B arm: ``(impl, drlhet_ops variant, cuda switches its runs set)``."""
+
+
+def ab_arms(args: Args) -> list[Arm]:
     """The in-process A/B arms beside ``drlhet-cuda`` that ``args`` asks for, in their order:
     ``(impl, drlhet_ops variant, cuda switches its runs set)``."""
-    arms = [(impl, {}, settings) for impl, (flag, settings) in CLAIMS_ARMS.items()
+    arms: list[Arm] = [(impl, {}, settings) for impl, (flag, settings) in CLAIMS_ARMS.items()
             if getattr(args, flag)]  # fmt: skip
     if args.cuda_find_ab:
         arms.append(("drlhet-cuda-find", {"own_sample": False}, {}))

@@ -28,23 +28,35 @@ import os
 import platform
 import statistics
 from pathlib import Path
+from typing import TypedDict
 
 import checked_cli
 from _common import run_info
 
-CONFIGS = {
-    "jax-b256": dict(backend="jax", batch_size=256, buffer_size=1 << 20, num_envs=4, sgd_steps=1),
-    "native-b256": dict(
+
+class Config(TypedDict):
+    """A named configuration: the replay backend and the `TrainConfig` fields it sets."""
+
+    backend: str
+    batch_size: int
+    buffer_size: int
+    num_envs: int
+    sgd_steps: int
+
+
+CONFIGS: dict[str, Config] = {
+    "jax-b256": Config(backend="jax", batch_size=256, buffer_size=1 << 20, num_envs=4, sgd_steps=1),
+    "native-b256": Config(
         backend="native", batch_size=256, buffer_size=1 << 20, num_envs=4, sgd_steps=1
     ),
-    "jax-b64": dict(backend="jax", batch_size=64, buffer_size=1 << 20, num_envs=4, sgd_steps=1),
-    "jax-envs64": dict(
+    "jax-b64": Config(backend="jax", batch_size=64, buffer_size=1 << 20, num_envs=4, sgd_steps=1),
+    "jax-envs64": Config(
         backend="jax", batch_size=256, buffer_size=1 << 20, num_envs=64, sgd_steps=1
     ),
-    "jax-b1024": dict(
+    "jax-b1024": Config(
         backend="jax", batch_size=1024, buffer_size=1 << 20, num_envs=16, sgd_steps=1
     ),
-    "jax-b256-s2": dict(
+    "jax-b256-s2": Config(
         backend="jax", batch_size=256, buffer_size=1 << 20, num_envs=4, sgd_steps=2
     ),
 }
@@ -98,9 +110,8 @@ def _config(name: str, args: Args, delay: int):
     from drlhet.agents.dqn import DQNConfig
     from drlhet.runtime.config import TrainConfig
 
-    fields = dict(CONFIGS[name])
-    fields.pop("backend")
-    every = fields["num_envs"] * max(1, args.chunk_steps // fields["num_envs"])
+    c = CONFIGS[name]
+    every = c["num_envs"] * max(1, args.chunk_steps // c["num_envs"])
     return TrainConfig(
         env="CartPole-v1",
         warmup=5_000,
@@ -109,7 +120,10 @@ def _config(name: str, args: Args, delay: int):
         steps=5_000 + args.chunks * every,
         dqn=DQNConfig(hidden=(64, 64)),
         delay=delay,
-        **fields,
+        batch_size=c["batch_size"],
+        buffer_size=c["buffer_size"],
+        num_envs=c["num_envs"],
+        sgd_steps=c["sgd_steps"],
     )
 
 

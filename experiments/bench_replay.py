@@ -58,6 +58,12 @@ from bench_rows import limits_row, machine, print_ratios, print_table
 from bench_threading import apply_threading, threading_study
 from bench_timing import build_impls, measure
 
+Op = Literal["insert", "sample", "update", "step"]
+Mode = Literal["fused", "percall"]
+Threading = Literal["default", "pin1", "xla1"]
+"""The values of `Args`' ``ops``, ``modes`` and ``threading`` (primitives_rows.py passes its
+own on)."""
+
 
 @dataclasses.dataclass
 class Args:
@@ -74,13 +80,13 @@ class Args:
     every capacity and batch)."""
     repeats: int = 5
     """Timed repeats per measurement (after a warm-up that includes compilation)."""
-    ops: tuple[Literal["insert", "sample", "update", "step"], ...] = (
+    ops: tuple[Op, ...] = (
         "insert",
         "sample",
         "update",
         "step",
     )
-    modes: tuple[Literal["fused", "percall"], ...] = ("fused", "percall")
+    modes: tuple[Mode, ...] = ("fused", "percall")
     backends: tuple[str, ...] = ("jax", "native", "fpga")
     """drlhet backends to measure (an unavailable one is skipped with its reason; ``fpga`` is
     the replay module's C-simulation: its rows are labelled function-only)."""
@@ -95,7 +101,7 @@ class Args:
     """A peer's op whose warm-up (compilation and one timed run) takes longer than this is not
     repeated: a note says so and the op has no row, so that a peer far slower than the rest
     costs the run one run of it, not ``repeats`` more."""
-    threading: Literal["default", "pin1", "xla1"] = "default"
+    threading: Threading = "default"
     threading_study: bool = False
     """Measure sample, update and step (fused and per call) at 2^20/K16/B256 under each
     threading setting, each in a process of its own; the files are named after ``--out``,

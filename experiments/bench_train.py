@@ -19,7 +19,7 @@ import platform
 import statistics
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import checked_cli
 from _common import run_info
@@ -109,7 +109,7 @@ def main(args: Args) -> list[dict]:
             run()
             times[name].append(time.perf_counter() - t)
     machine = f"{platform.machine()} {os.cpu_count()} cores ({platform.node()})"
-    rows = []
+    rows: list[dict[str, Any]] = []
     print(
         f"machine: {machine}; threading {args.threading}; env {args.env}, MLP {args.hidden}, "
         f"batch {args.batch_size}, {args.num_envs} envs, replay ratio "

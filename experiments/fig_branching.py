@@ -23,8 +23,9 @@ from typing import Literal
 
 import checked_cli
 import fig_primitives as fp
+from bench_replay import Op
 
-OPS = ("sample", "update")
+OPS: tuple[Op, ...] = ("sample", "update")
 FULL_REPEATS = 15
 
 

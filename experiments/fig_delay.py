@@ -140,7 +140,9 @@ def _mixed_runs(args: Args, task: str) -> str:
         if cfg["delay"] != k:
             run = _run_file(args, task, k).parent
             return f"--from-runs: {run} ran at delay {cfg['delay']!r}, not {k}"
-    (k0, first), *rest = configs.items() or [(None, {})]
+    if not configs:
+        return ""
+    (k0, first), *rest = configs.items()
     for k, cfg in rest:
         differ = sorted(f for f in first.keys() | cfg.keys()
                         if f != "delay" and first.get(f) != cfg.get(f))  # fmt: skip
@@ -225,8 +227,8 @@ def _drawn_config(args: Args, task: str) -> tuple[dict, str]:
     if ran:
         k, cfg = next(iter(ran.items()))
         return cfg, str(_run_file(args, task, k).with_name("config.json"))
-    cfg = dataclasses.replace(TASKS[task], steps=args.steps or TASKS[task].steps)
-    return dataclasses.asdict(cfg), "the task's configuration (fig_delay.TASKS)"
+    config = dataclasses.replace(TASKS[task], steps=args.steps or TASKS[task].steps)
+    return dataclasses.asdict(config), "the task's configuration (fig_delay.TASKS)"
 
 
 def _title(cfg: dict) -> str:

@@ -35,9 +35,9 @@ WORST = "worst runnable mapping"
 """The baseline family validate_dse reports as ``pick_over_worst`` (always measured)."""
 PAPER_RATIO = 997.3
 """The paper's "up to 997.3x over baseline mappings"."""
-ROW_KEYS = ("batch", "capacity", "delay", "mapping", "error")
+ROW_KEYS: tuple[str, ...] = ("batch", "capacity", "delay", "mapping", "error")
 ROW_KEYS += ("predicted_trained_samples_per_s", "measured_trained_samples_per_s")
-CONFIG_KEYS = ("batch", "capacity", "delay", "baselines", "pick", "pick_measured")
+CONFIG_KEYS: tuple[str, ...] = ("batch", "capacity", "delay", "baselines", "pick", "pick_measured")
 CONFIG_KEYS += ("best_measured", "best_measured_value", "worst_measured")
 """What the figure reads of each row and each configuration of validate_dse.py's JSON."""
 

@@ -56,7 +56,7 @@ SYSTEMS = {
     "rllib": (".venv-peers/rllib/bin/python", "rllib_run.py", "matched", True),
     "rllib-tuned": (".venv-peers/rllib/bin/python", "rllib_run.py", "tuned", True),
 }
-TD3_SPEC = dict(
+TD3_SPEC = RunSpec(
     algo="td3", env="Pendulum-v1", hidden=(256, 256), batch=256, buffer=100_000, n_step=1,
     lr=1e-3, tau=0.005, steps=30_000, eval_every=2_000, stop_at_return=-200.0,
 )  # fmt: skip
@@ -93,7 +93,7 @@ class Args:
 
 def base_spec(args: Args) -> RunSpec:
     """The matched configuration the arguments ask for."""
-    spec = RunSpec(**TD3_SPEC) if args.algo == "td3" else RunSpec(algo=args.algo)
+    spec = TD3_SPEC if args.algo == "td3" else RunSpec(algo=args.algo)
     target = args.target
     if target is None and args.full:
         target = spec.stop_at_return

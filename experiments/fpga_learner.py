@@ -97,8 +97,9 @@ def _batch(b: int, d: int, a: int, algo: str):
 def _agent(algo: str, obs_dim: int, hidden: tuple, outputs: int, b: int):
     """(the JAX agent, the module's) for this network, and the module's cycles per step."""
     wrap = backends.learner_step("fpga")
+    config: DQNConfig | DDPGConfig
     if algo == "dqn":
-        config: object = DQNConfig(hidden=hidden)
+        config = DQNConfig(hidden=hidden)
         agent = make_dqn(config, (obs_dim,), outputs)
         cycles: float = learner_cycles.dqn_step_cycles(obs_dim, hidden, outputs, b)
     else:

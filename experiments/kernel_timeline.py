@@ -207,7 +207,7 @@ def host_during(host: list[Event], burst: list[Event], steps: int) -> list[dict]
     for e in host:
         if e.end > t0 and e.start < t1:
             inside.setdefault(e.name, []).append(e.duration)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "event": n,
             "count": len(d),
@@ -253,7 +253,7 @@ def summarise(
     for e in burst:
         gaps.setdefault(e.name, []).append(max(0.0, e.start - end))
         end = max(end, e.end)
-    kernels = [
+    kernels: list[dict[str, Any]] = [
         {
             "kernel": name,
             "launches": counts[name],

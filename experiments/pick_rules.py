@@ -35,6 +35,8 @@ def _unbroken_wins(evidence: list[dict], what: str, margin: float) -> tuple[int,
 def pick_cluster(steps: list[Step], args: Args) -> tuple[int, list[dict], str]:
     """``CLUSTER_MAX_BATCH``, the evidence per batch, and why. Only runs that kept the batch off
     the one-block path and used the current narrow limit compare (the ``cluster`` stage's)."""
+    # no current value is None: pick_cuda_paths.library_defaults filled them
+    assert args.block_max_batch is not None and args.cluster_max_batch is not None
     runs = [s for s in steps if s.block < s.batch and s.narrow == args.narrow_max_nodes]
     evidence: list[dict] = []
     for batch in sorted({s.batch for s in runs if s.batch > args.block_max_batch}):
@@ -54,6 +56,8 @@ def pick_cluster(steps: list[Step], args: Args) -> tuple[int, list[dict], str]:
 def pick_narrow(steps: list[Step], cluster: int, args: Args) -> tuple[int, list[dict], str]:
     """``NARROW_MAX_NODES`` for the batches the per-level path keeps (above ``cluster``), by
     the geometric mean of their steps; the evidence per value, and why."""
+    # no current value is None: pick_cuda_paths.library_defaults filled them
+    assert args.block_max_batch is not None and args.narrow_max_nodes is not None
     runs = [s for s in steps if s.block < s.batch and s.cluster < s.batch]
     batches = sorted({s.batch for s in runs if s.batch > max(cluster, args.block_max_batch)})
     if not batches:
@@ -133,6 +137,8 @@ def pick_tagged(steps: list[Step], siblings: bool, args: Args) -> tuple[bool, li
 def pick_own_sample(steps: list[Step], args: Args) -> tuple[int, list[dict], str]:
     """``OWN_SAMPLE_MAX_BATCH``, the evidence per batch (the same thresholds, the sample cuda's
     own call or XLA's code around ``find``), and why."""
+    # no current value is None: pick_cuda_paths.library_defaults filled them
+    assert args.own_sample_max_batch is not None
     evidence: list[dict] = []
     for batch in sorted({s.batch for s in steps}):
         for paths in sorted({(s.block, s.narrow, s.cluster) for s in steps if s.batch == batch}):
@@ -168,6 +174,8 @@ def _first_of_unbroken_wins(evidence: list[dict]) -> int | None:
 def pick_spread(steps: list[Step], args: Args) -> tuple[int, int, list[dict], str]:
     """``SPREAD_MIN_BATCH`` and ``SPREAD_THREADS``, the evidence per batch and threads (the same
     thresholds, cuda's own sample call spread or not), and why."""
+    # no current value is None: pick_cuda_paths.library_defaults filled them
+    assert args.spread_min_batch is not None and args.spread_threads is not None
     evidence: list[dict] = []
     for batch in sorted({s.batch for s in steps}):
         for paths in sorted({(s.block, s.narrow, s.cluster) for s in steps if s.batch == batch}):

@@ -19,7 +19,7 @@ from pathlib import Path
 import bench_replay
 from _common import run_info
 
-PRIMITIVES = ("insert", "sample", "update")
+PRIMITIVES: tuple[bench_replay.Op, ...] = ("insert", "sample", "update")
 ROW_BYTES = 44
 """Bytes of one transition of bench_replay's data (obs 4 + action + reward + next_obs 4 + done,
 4 bytes each): what a modeled insert writes and a modeled sample reads per item."""
@@ -42,11 +42,11 @@ def threading_text(mode: str) -> str:
 def measure(
     points: list[tuple[int, int, int]],
     *,
-    ops: tuple[str, ...],
-    modes: tuple[str, ...],
+    ops: tuple[bench_replay.Op, ...],
+    modes: tuple[bench_replay.Mode, ...],
     backends: tuple[str, ...],
     repeats: int,
-    threading: str,
+    threading: bench_replay.Threading,
 ) -> list[dict]:
     """Measured rows at each ``(capacity, batch, K)`` of ``points``, by bench_replay's
     `measure_grid`
@@ -70,7 +70,7 @@ def measure(
             thread_scaling=False,
             limits=False,
             peers=False,
-            threading=threading,  # type: ignore[arg-type]
+            threading=threading,
         )
         with contextlib.redirect_stdout(log):
             raw += bench_replay.measure_grid(bench_args)

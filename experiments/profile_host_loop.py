@@ -23,6 +23,7 @@ import os
 import platform
 import time
 from pathlib import Path
+from typing import Any
 
 import checked_cli
 from _common import run_info
@@ -269,7 +270,7 @@ def main(args: Args) -> dict:
     import jax
 
     jax.config.update("jax_num_cpu_devices", 2)
-    result = {
+    result: dict[str, Any] = {
         "args": {k: str(v) for k, v in dataclasses.asdict(args).items()},
         "machine": f"{platform.machine()} {os.cpu_count()} cores ({platform.node()})",
         "measured": time.strftime("%Y-%m-%d"),

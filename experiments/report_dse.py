@@ -21,7 +21,7 @@ def _short(mapping: str) -> str:
     return f"A {a.split('@')[1]} / R {r} / L {ln.split('@')[1]}"
 
 
-ROW_KEYS = ("batch", "capacity", "mapping", "error")
+ROW_KEYS: tuple[str, ...] = ("batch", "capacity", "mapping", "error")
 ROW_KEYS += ("predicted_trained_samples_per_s", "measured_trained_samples_per_s")
 CONFIG_KEYS = ("batch", "capacity", "pick", "pick_within", "pick_over_worst", "baselines")
 TOTALS = ("rows", "configs", "median_abs_error", "max_abs_error", "picks_within_5pct")
@@ -50,7 +50,7 @@ def wrong_shape(data: Any) -> str:
         why = checked_cli.lacking(data, unpaired) or _not_numbers(data, "the file", unpaired)
     for i, r in enumerate(data["rows"] if not why else ()):
         rounds = r.get("error_per_round", [])
-        numbers = ("error", "error_unpaired", ROW_KEYS[4], ROW_KEYS[5])
+        numbers: tuple[str, ...] = ("error", "error_unpaired", ROW_KEYS[4], ROW_KEYS[5])
         why = why or _not_numbers(r, f"rows[{i}]", numbers) or _not_mapping(r, f"rows[{i}]")
         if not why and not isinstance(rounds, list):
             why = f"rows[{i}]'s error_per_round is {rounds!r}, not a list"

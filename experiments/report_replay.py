@@ -162,11 +162,13 @@ def main(grid_path: str, threading_path: str | None = None) -> None:
         print("|---|---|---|---|")
         for t in ("default", "pin1", "xla1"):
             sel = [r for r in trows if r.get("threading") == t]
-            v = [
+            vals = [
                 rate(sel, impl, "step", "fused", 2**20, 256)
                 for impl in ("drlhet-jax", "drlhet-native", "drlhet-native-1t")
             ]
-            print(f"| {t} | " + " | ".join(fmt(r["items_per_s"] if r else None) for r in v) + " |")
+            print(
+                f"| {t} | " + " | ".join(fmt(r["items_per_s"] if r else None) for r in vals) + " |"
+            )
 
 
 RATES = ("items_per_s", "items_per_s_min", "items_per_s_max")

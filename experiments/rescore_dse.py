@@ -80,7 +80,7 @@ def wrong_shape(data: Any) -> str:
     """Why ``data`` (a file's JSON) is not a validation this can re-score, or "": validate_dse.py's
     JSON with its rows (each with its rounds' measurements) and its rounds' profiles."""
     why = checked_cli.lacking(data, ("rows", "round_profiles"))
-    keys = ("batch", "capacity", "mapping", "delay", "error", "rounds")
+    keys: tuple[str, ...] = ("batch", "capacity", "mapping", "delay", "error", "rounds")
     why = why or checked_cli.rows_lacking(data["rows"], keys, "rows")
     keys = ("batch", "capacity", "profiles")
     why = why or checked_cli.rows_lacking(data["round_profiles"], keys, "round_profiles")

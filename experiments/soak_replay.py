@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import checked_cli
 from _common import run_info
@@ -200,7 +201,7 @@ def main(args: Args) -> None:
     if args.child:
         print(json.dumps(soak(args, args.child)))
         return
-    rows = []
+    rows: list[dict[str, Any]] = []
     for backend in args.backends:
         cmd = [sys.executable, __file__, *sys.argv[1:], "--child", backend]
         print(f"soak: {backend}", flush=True)

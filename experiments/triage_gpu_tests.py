@@ -106,7 +106,7 @@ def node_id(classname: str, name: str) -> str:
     """The pytest node id of a JUnit case: ``tests.backends.test_x`` (and a ``TestY`` class)
     and ``test_z[params]`` -> ``tests/backends/test_x.py::TestY::test_z[params]``."""
     parts = classname.split(".")
-    classes = []
+    classes: list[str] = []
     while parts and parts[-1][:1].isupper():
         classes.insert(0, parts.pop())
     return "::".join(["/".join(parts) + ".py", *classes, name])

@@ -161,7 +161,7 @@ def test_lint_and_types_are_clean(tool):
     commands = {
         "ruff-check": ["ruff", "check", "drlhet", "tests", "experiments"],
         "ruff-format": ["ruff", "format", "--check", "drlhet", "tests", "experiments"],
-        "mypy": ["mypy", "--check-untyped-defs", "drlhet"],
+        "mypy": ["mypy", "--check-untyped-defs", "drlhet", "experiments"],
     }
     cmd = commands[tool]
     exe = bin_dir / cmd[0] if (bin_dir / cmd[0]).exists() else shutil.which(cmd[0])

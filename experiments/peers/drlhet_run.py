@@ -14,22 +14,26 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from spec import Reporter, RunSpec, parse_argv  # noqa: E402
+
+if TYPE_CHECKING:
+    from drlhet.runtime.config import TrainConfig
 
 
 class _Reached(Exception):
     """Raised from the chunk callback to end the run at the target return."""
 
 
-def train_config(spec: RunSpec):  # -> drlhet.runtime.config.TrainConfig
+def train_config(spec: RunSpec) -> TrainConfig:
     """The `RunSpec` as drlhet's `TrainConfig` (one seed; ``td3`` is DDPG with its TD3 parts)."""
     from drlhet.agents.ddpg import DDPGConfig
     from drlhet.agents.dqn import DQNConfig
     from drlhet.runtime.config import TrainConfig
 
-    common = dict(
+    common: dict[str, Any] = dict(
         env=spec.env,
         seeds=1,
         seed=spec.seed,

@@ -16,6 +16,7 @@ from flashbax_replay import _beta, _strong_max, add_at_max, is_weights, without_
 
 from drlhet.agents.dqn import DQNConfig, make_dqn
 from drlhet.envs import EnvFns, make_env
+from drlhet.replay.delayed import DelayedUpdates
 from drlhet.replay.nstep import make_nstep
 from drlhet.replay.prioritized import ReplayFns
 from drlhet.runtime.parts import Batch, Parts, make_parts
@@ -111,11 +112,14 @@ def make_loop(spec: RunSpec) -> Loop:
     n_step = spec.n_step
     chunks = (spec.steps - spec.warmup) // spec.eval_every
     total_steps = spec.warmup + chunks * spec.eval_every  # drlhet's beta horizon
-    # drlhet's acting, env stepping (n-step), learner step and evaluation; its replay slots
-    # stay empty (insert, sample and update are flashbax's below).
+    # drlhet's acting, env stepping (n-step), learner step and evaluation; its replay and
+    # priority-update slots stay empty (insert, sample and update are flashbax's below).
     no_replay = ReplayFns(None, None, None, None)
+    no_delay = DelayedUpdates(None, None)
     nstep = make_nstep(n_step, cfg.gamma)
-    parts = make_parts(env, eval_env, agent, no_replay, nstep, None, spec.beta_start, total_steps)
+    parts = make_parts(
+        env, eval_env, agent, no_replay, nstep, no_delay, spec.beta_start, total_steps
+    )
     buffer = flashbax.make_prioritised_item_buffer(
         max_length=spec.buffer,
         min_length=spec.batch,

@@ -108,7 +108,7 @@ def matched_config(spec: RunSpec, env) -> tuple[Any, dict]:
     """
     import gymnasium as gym
 
-    common = dict(
+    common: dict[str, Any] = dict(
         gamma=spec.gamma,
         tau=spec.tau,
         # 0: a Polyak update with `tau` after every SGD step (the learner's env-step test
@@ -131,22 +131,24 @@ def matched_config(spec: RunSpec, env) -> tuple[Any, dict]:
             raise ValueError(f"algo 'dqn' needs a discrete action space; {spec.env} has none")
         from ray.rllib.algorithms.dqn import DQNConfig
 
-        config = DQNConfig().training(
+        dqn = DQNConfig().training(
             lr=spec.lr,
             double_q=True,
             dueling=True,
             epsilon=[(0, 1.0), (spec.epsilon_steps, spec.epsilon_end)],
             td_error_loss_fn="huber",
-            grad_clip=10.0,  # drlhet DQNConfig.max_grad_norm (the spec has none)
+            # drlhet DQNConfig.max_grad_norm (the spec has none); RLlib's DQN annotates
+            # grad_clip as int, but takes a float (its own default is 40.0)
+            grad_clip=10.0,  # type: ignore[arg-type]
             grad_clip_by="global_norm",
             **common,
         )
-        return config, model
+        return dqn, model
     if not isinstance(env.action_space, gym.spaces.Box):
         raise ValueError(f"algo 'td3' needs a continuous action space; {spec.env} has none")
     from ray.rllib.algorithms.sac import SACConfig
 
-    config = SACConfig().training(
+    sac = SACConfig().training(
         lr=None,
         actor_lr=spec.lr,
         critic_lr=spec.lr,
@@ -154,17 +156,19 @@ def matched_config(spec: RunSpec, env) -> tuple[Any, dict]:
         twin_q=True,
         **common,
     )
-    return config, model
+    return sac, model
 
 
 def tuned_config(spec: RunSpec) -> tuple[Any, dict]:
     """RLlib's config of its own recipe for the spec's algo and env, and its model."""
     recipe = TUNED[(spec.algo, spec.env)]
     if spec.algo == "dqn":
-        from ray.rllib.algorithms.dqn import DQNConfig as Config
-    else:
-        from ray.rllib.algorithms.sac import SACConfig as Config
-    return Config().training(**recipe["training"]), dict(recipe["model"])
+        from ray.rllib.algorithms.dqn import DQNConfig
+
+        return DQNConfig().training(**recipe["training"]), dict(recipe["model"])
+    from ray.rllib.algorithms.sac import SACConfig
+
+    return SACConfig().training(**recipe["training"]), dict(recipe["model"])
 
 
 def build_config(spec: RunSpec, env) -> Any:

@@ -28,6 +28,7 @@ Usage (the harness, `experiments/fig_peers.py`, runs it):
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
 from pathlib import Path
@@ -107,7 +108,7 @@ def main() -> None:
         num_cpus=1,
         include_dashboard=False,
         log_to_driver=False,
-        logging_level="ERROR",
+        logging_level=logging.ERROR,
     )
     try:
         algo = config.build_algo()

@@ -68,7 +68,8 @@ fuzz: $(STAMP)
 gpu-test: $(STAMP)
 	$(BIN)/pip install --quiet "jax[cuda13]" "cupy-cuda13x>=14.0"
 	$(BIN)/python -m pytest -q --timeout 300 --timeout-method thread tests/backends/test_cuda.py \
-	  tests/backends/test_cuda_buffer.py tests/backends/conformance.py \
+	  tests/backends/test_cuda_buffer.py tests/backends/test_cuda_buffer_lowering.py \
+	  tests/backends/test_cuda_buffer_device.py tests/backends/conformance.py \
 	  -k "(cuda or gpu) and not emulated"
 
 # Before a GPU call, on any machine: the same GPU tests with their GPU place pointed at the
@@ -78,6 +79,7 @@ gpu-test: $(STAMP)
 # The kernels' behaviour on a GPU it cannot show.
 GPU_DRY_RUN = PYTHONPATH=tests/backends $(BIN)/python -m pytest -p emulated_gpu -q \
   -n $(PYTEST_WORKERS) --dist load tests/backends/test_cuda.py tests/backends/test_cuda_buffer.py \
+  tests/backends/test_cuda_buffer_lowering.py tests/backends/test_cuda_buffer_device.py \
   tests/backends/conformance.py -k "(cuda or gpu) and not emulated" -rs
 gpu-dry-run: $(STAMP)
 	$(GPU_DRY_RUN) -m "not slow"
@@ -123,7 +125,8 @@ lint: $(STAMP)
 SANITIZE_DIR := build/sanitize
 SANITIZE_CXX ?= g++
 SANITIZE_TESTS := tests/backends/test_native.py tests/backends/conformance.py \
-	tests/backends/test_cuda_emu.py tests/backends/test_fpga.py tests/backends/test_channel.py \
+	tests/backends/test_cuda_emu.py tests/backends/test_cuda_emu_sample.py \
+	tests/backends/test_cuda_emu_launch.py tests/backends/test_fpga.py tests/backends/test_channel.py \
 	tests/backends/test_kernel_header.py tests/backends/test_fpga_learner.py \
 	tests/backends/test_fpga_learner_ddpg.py tests/backends/test_fuzz.py \
 	tests/backends/test_cuda_tagged.py

@@ -6,7 +6,7 @@
 # does not stop the next. Stages (default: all, in this order):
 #   build     pip install -e . without build isolation (CMake builds the CPU and CUDA kernels
 #             for CUDA_ARCH, default 90)
-#   tests     the GPU tests: tests/backends/test_cuda.py, test_cuda_buffer.py (the buffer's own
+#   tests     the GPU tests: tests/backends/test_cuda.py, test_cuda_buffer*.py (the buffer's own
 #             calls: weigh, update_checked) and the conformance suite's cuda cases (JUnit XML
 #             in $OUT/tests.xml; TEST_WORKERS workers, default 8, given cases one by one,
 #             TEST_DIST, default load), but the cluster path's; then those (marked cuda_cluster) in
@@ -253,6 +253,7 @@ PEER_FLAG=--peers  # for the quick stage
 [ "${QUICK_PEERS:-1}" = 0 ] && PEER_FLAG=--no-peers
 declare -A STAGE_RC  # each stage's exit status
 GPU_TESTS="tests/backends/test_cuda.py tests/backends/test_cuda_buffer.py"
+GPU_TESTS+=" tests/backends/test_cuda_buffer_lowering.py tests/backends/test_cuda_buffer_device.py"
 GPU_TESTS+=" tests/backends/conformance.py"
 GPU_K="(cuda or gpu) and not emulated"
 CUDA_KERNELS="drlhet_cuda_(update|sample)_(cluster|block|spread).*"  # one-launch paths (stalls, source)

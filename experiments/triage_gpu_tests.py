@@ -58,9 +58,9 @@ KEY_TESTS = (
     "test_targets_are_never_drawn_in_the_call_without_the_partitionable_layout",
     "test_key_targets_turned_off_draws_the_targets_in_xla",
 )
-"""The tests of the targets drawn in the sample call (``tests/backends/test_cuda_buffer.py``)."""
+"""The tests of the targets drawn in the sample call (``tests/backends/test_cuda_buffer*.py``)."""
 TOP_TESTS = ("test_the_top_copy_gives_the_bits_of_descents_that_read_the_tree",)
-"""The test of the descents' copy of the tree's top (``tests/backends/test_cuda_buffer.py``)."""
+"""The test of the descents' copy of the tree's top (in ``tests/backends/test_cuda_buffer*.py``)."""
 
 
 @dataclasses.dataclass

@@ -1,7 +1,7 @@
 // The CUDA backend's update and sample calls run by the host emulation of the CUDA execution
 // model (cuda_emu.h): the same kernels (../sum_tree_kernels.cuh, ../sample_kernels.cuh) through
 // the same launch sequences (../launch.cuh) as the XLA FFI handlers, exported for ctypes
-// (tests/backends/test_cuda_emu.py). Built on every machine, with or without a CUDA toolkit.
+// (tests/backends/test_cuda_emu*.py). Built on every machine, with or without a CUDA toolkit.
 // The workspace starts as garbage, as XLA leaves it: the launches must not read what they did
 // not write.
 #include <cstdint>

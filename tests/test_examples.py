@@ -77,7 +77,9 @@ def test_checkpoint_and_resume():
 
 @pytest.mark.parametrize(
     "delay",
-    [0, pytest.param(4, marks=pytest.mark.slow)],  # (the pipeline's: 30 s more)
+    # both slow (make test-slow): k = 0's claim, the split's agents bit-identical to the fused
+    # loop's, is tests/runtime/test_run.py's k = 0 case (16 s here); k = 4's pipeline 30 s more
+    [pytest.param(0, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)],
 )
 def test_split_mapping(delay):
     out = run_example("split_mapping", "--delay", str(delay))

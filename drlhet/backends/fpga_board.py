@@ -126,12 +126,16 @@ class PynqBoard:
         self.out = pynq.allocate((n_out,), np.uint32)
 
     def run(self, cmd: np.ndarray, inputs: np.ndarray, out_words: int) -> np.ndarray:
+        """One command; only the words it uses cross the link (a pynq buffer's slice syncs its
+        own range), as `XrtBoard` moves them."""
         self.cmd[:] = cmd
         self.inputs[: inputs.size] = inputs
         self.cmd.sync_to_device()
-        self.inputs.sync_to_device()
+        if inputs.size:
+            self.inputs[: inputs.size].sync_to_device()
         self.kernel.call(self.cmd, self.inputs, self.out)
-        self.out.sync_from_device()
+        if out_words:
+            self.out[:out_words].sync_from_device()
         return np.array(self.out[:out_words], np.uint32)
 
 

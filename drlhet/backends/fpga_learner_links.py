@@ -137,11 +137,15 @@ class PynqLearnerBoard:
         cmd, hyper, inputs = _arrays(cmd, hyper, inputs)
         cmd_buf[:], hyper_buf[:] = cmd, hyper
         in_buf[: inputs.size] = inputs
-        for buf in (cmd_buf, hyper_buf, in_buf):
-            buf.sync_to_device()
+        # only the words this command uses cross the link (a slice of a pynq buffer syncs its
+        # own range): the memories or a batch in, the memories or the step's outputs back
+        for buf in (cmd_buf, hyper_buf, in_buf[: inputs.size]):
+            if buf.size:
+                buf.sync_to_device()
         self.kernel.call(*self.bufs)
         cmd_buf.sync_from_device()
-        out_buf.sync_from_device()
+        if out_words:
+            out_buf[:out_words].sync_from_device()
         return np.array(cmd_buf, np.uint32), np.array(out_buf[:out_words], np.float32)
 
 

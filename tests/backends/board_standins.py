@@ -57,15 +57,30 @@ def _bitstream_ok(path: str) -> None:
 
 
 class _PynqBuffer(np.ndarray):
-    """``pynq.allocate``'s buffer: a host array with a device copy."""
+    """``pynq.allocate``'s buffer: a host array with a device copy. As pynq's, a slice is a
+    buffer too, at its offset: its sync moves only its own words (``synced`` counts the bytes
+    each sync moved, per allocation)."""
 
     on_board: np.ndarray
+    offset: int
+    synced: list[tuple[str, int]]
+
+    def __array_finalize__(self, obj) -> None:
+        if isinstance(obj, _PynqBuffer) and hasattr(obj, "on_board"):
+            self.on_board, self.synced = obj.on_board, obj.synced
+            self.offset = obj.offset + (self.ctypes.data - obj.ctypes.data) // self.itemsize
+
+    def _board(self) -> np.ndarray:
+        assert self.ndim == 1, "the stand-in syncs 1-D buffers and their slices"
+        return self.on_board[self.offset : self.offset + self.size]
 
     def sync_to_device(self) -> None:
-        self.on_board[:] = self
+        self._board()[:] = self
+        self.synced.append(("to", self.nbytes))
 
     def sync_from_device(self) -> None:
-        self[:] = self.on_board
+        self[:] = self._board()
+        self.synced.append(("from", self.nbytes))
 
 
 def pynq_module(memory, boards: int = 1, kernel: str = "rmm") -> types.ModuleType:
@@ -75,7 +90,7 @@ def pynq_module(memory, boards: int = 1, kernel: str = "rmm") -> types.ModuleTyp
 
     def allocate(shape, dtype, target=None):
         buf = np.zeros(shape, dtype).view(_PynqBuffer)
-        buf.on_board = np.zeros(shape, dtype)
+        buf.on_board, buf.offset, buf.synced = np.zeros(shape, dtype), 0, []
         return buf
 
     class Kernel:

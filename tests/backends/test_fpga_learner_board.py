@@ -202,6 +202,11 @@ def test_the_board_links_move_every_buffer_each_way(simulated, tmp_path, monkeyp
         a, pa, _ = jax.jit(ffi.update)(a, data, w, key)
         b, pb, _ = jax.jit(on_link.update)(b, data, w, key)
         assert same(a, b) and same(pa, pb)
+    if driver == "pynq":  # only the words a command uses cross the link, each way
+        ins = [n for way, n in link.bufs[2].synced if way == "to"]
+        outs = [n for way, n in link.bufs[3].synced if way == "from"]
+        assert 4 in ins and max(ins) <= link.bufs[2].nbytes  # the store's one word
+        assert min(outs) < link.bufs[3].nbytes  # the step's outputs, not the memories' room
 
 
 def test_what_is_missing_is_named(tmp_path, monkeypatch):

@@ -290,3 +290,15 @@ def test_peek_names_checkpoints_whose_metadata_does_not_read_back(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match=r"no checkpoint in \S+$"):
         peek_run(tmp_path / "empty")
+
+
+def test_a_run_stopped_at_its_return_saves_that_chunk(tmp_path, capsys):
+    # --stop-at-return ended the run before the chunk that reached it was saved: `make run`
+    # left no checkpoint to evaluate or resume (the default saves every 10 chunks)
+    args = [*CASES["dqn-fused-k0"], "--warmup", "500", "--eval-every", "200", "--no-progress"]
+    main(["train", *args, "--out", str(tmp_path), "--name", "r", "--stop-at-return", "0"])
+    assert "mean evaluation return reached 0 after 708 env steps" in capsys.readouterr().out
+    run = tmp_path / "r"
+    assert Checkpoints(run / "checkpoints").chunks() == [0]
+    saved, rows = final(run)
+    assert saved.chunk == 0 and [r["chunk"] for r in rows] == [0]

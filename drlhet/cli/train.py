@@ -57,10 +57,6 @@ AUTO_CPU_DEVICES = 2
 """XLA CPU devices that ``--mapping auto`` searches over when ``--cpu-devices`` is not given."""
 
 
-class _Stop(Exception):
-    """Raised from the chunk callback once the target return is reached."""
-
-
 def train_command(
     config: Annotated[TrainConfig, tyro.conf.arg(name="")],
     out: Path = Path("runs"),
@@ -304,8 +300,8 @@ def _check_memory(tr, config: TrainConfig, copies: int) -> None:
 
 @contextlib.contextmanager
 def _removed_on_failure(run_dir: Path) -> Iterator[None]:
-    """Removes what this run creates on the way to ``run_dir`` if the body raises (not
-    `_Stop`), unless ``run_dir`` holds checkpoints; folders that existed before are kept."""
+    """Removes what this run creates on the way to ``run_dir`` if the body raises, unless
+    ``run_dir`` holds checkpoints; folders that existed before are kept."""
     missing = [p for p in (run_dir, *run_dir.parents) if not p.exists()]
     try:
         yield
@@ -347,18 +343,21 @@ def _train(
         bar.refresh()
         if stop_at_return is not None and mean_ret >= stop_at_return and not reached:
             reached.update(env_steps=row["env_steps"], wall_s=row["wall_s"])
-            raise _Stop
+
+    def signalled() -> bool:
+        return stop is not None and stop.asked()
+
+    def asked() -> bool:  # the return reached ends the run after that chunk, saved as a stop
+        return signalled() or "env_steps" in reached
 
     t0 = time.perf_counter()
     with (run_dir / "metrics.jsonl").open("w") as metrics:
         metrics.writelines(json.dumps(r) + "\n" for r in before)
-        asked = None if stop is None else stop.asked
         try:
             runner(config, mapping, on_chunk=on_chunk, start=start, saving=saving, stop_asked=asked)
-        except _Stop:
-            pass
         except Stopped as e:
-            reached["stopped"] = e
+            if signalled() or "env_steps" not in reached:
+                reached["stopped"] = e
         finally:
             bar.close()
     return rows, reached, time.perf_counter() - t0

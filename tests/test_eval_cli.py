@@ -78,6 +78,8 @@ def test_an_older_chunk_and_the_seed_are_taken(run_dir, tmp_path, capsys):
         (["{run}", "--chunk", "7"], "eval {run}: no checkpoint of chunk 7 (chunks 0, 1)"),
         (["{run}", "--chunk", "-1"], "--chunk must be >= 0, got -1"),
         (["{run}", "--episodes", "0"], "--episodes must be in [1, 100,000], got 0"),
+        (["{run}", "--seed", "-1"], "--seed must be in [0, 4294967295] (JAX's key keeps 32"),
+        (["{run}", "--seed", "4294967296"], "--seed must be in [0, 4294967295] (JAX's key"),
         (["{run}", "--out", "{run}"], "--out {run} is a folder; name a JSON file"),
         (["{tmp}/none"], "eval {tmp}/none: no run directory (a run of drlhet train with"),
         (["{tmp}"], "eval {tmp}: no checkpoints/ folder in it"),

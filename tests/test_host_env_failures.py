@@ -215,3 +215,12 @@ def test_cli_a_step_that_raises_is_named_in_the_line(tmp_path, capsys):
     name = _register("step")
     _, err = _train(name, tmp_path, capsys)
     assert err == [f"drlhet: failed: HostEnvError: {name}: step raised RuntimeError: step blew up"]
+
+
+def test_a_namespaced_id_gets_a_default_run_name_of_one_folder(tmp_path):
+    # was refused: "--name must be one folder's name (no '/' ...)", a name the user never gave
+    from drlhet.cli.train import _new_run_dir
+    from drlhet.runtime.config import TrainConfig
+
+    run = _new_run_dir(TrainConfig(env="gymnasium:ALE/Pong-v5"), tmp_path, None)
+    assert run.parent == tmp_path and run.name.endswith("-dqn-gymnasium-ALE-Pong-v5")

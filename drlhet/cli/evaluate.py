@@ -23,6 +23,7 @@ from drlhet.checkpoint import CheckpointError, Checkpoints
 from drlhet.cli.checkpoints import CHECKPOINTS, resume_run
 from drlhet.cli.common import bad_input
 from drlhet.cli.report import agent_name
+from drlhet.runtime.config import MAX_SEED
 from drlhet.writable import check_writable
 
 __all__ = ["eval_command", "MAX_EPISODES"]
@@ -52,7 +53,7 @@ def eval_command(
       out: also write the result to this JSON file.
     """
     with bad_input():
-        _check(run, episodes, chunk, out)
+        _check(run, episodes, chunk, out, seed)
         config, mapping, saved = _restore(run, chunk)
     import jax
 
@@ -116,8 +117,12 @@ def _jsonable(x):
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
-def _check(run: Path, episodes: int, chunk: int | None, out: Path | None) -> None:
+def _check(run: Path, episodes: int, chunk: int | None, out: Path | None, seed: int) -> None:
     """Refuses, naming the option, what the evaluation cannot take, before JAX starts."""
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(
+            f"--seed must be in [0, {MAX_SEED}] (JAX's key keeps 32 bits of it), got {seed}"
+        )
     if not (run / CHECKPOINTS).is_dir():
         what = "no run directory" if not run.is_dir() else f"no {CHECKPOINTS}/ folder in it"
         raise ValueError(f"eval {run}: {what} (a run of drlhet train with checkpoints)")

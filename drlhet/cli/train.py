@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -150,7 +151,8 @@ def _remote(stop_at_return: float | None, *ray_options):
 def _new_run_dir(config: TrainConfig, out: Path, name: str | None) -> Path:
     """A new run's directory (`run_directory`): ``out/name``, by default named by the time,
     the algorithm and the environment."""
-    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{config.algo}-{config.env.replace(':', '-')}"
+    env = re.sub(r"[:/\\]", "-", config.env)  # gymnasium:ALE/Pong-v5 -> gymnasium-ALE-Pong-v5
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{config.algo}-{env}"
     return run_directory(out, stamp if name is None else name)
 
 

@@ -89,6 +89,12 @@ class Mapping:
         """Parses ``key=backend@device`` pairs separated by commas; every group must be set. A
         bare device takes the group's default backend (`parse_placement`, ``tree``)."""
         got: dict[str, Placement] = {}
+        if text.strip().lower() == "auto":
+            raise ValueError(
+                "mapping 'auto' is drlhet train's (it profiles this machine and asks the DSE); "
+                "from Python, drlhet.cli.dse.auto_mapping(cfg, cfg.delay) returns the text of "
+                "the mapping it picks"
+            )
         for item in filter(None, (t.strip() for t in text.split(","))):
             if "=" not in item:
                 raise ValueError(f"mapping item {item!r} is not key=backend@device")

@@ -97,3 +97,9 @@ def test_cpu_devices_named():
     assert cpu_devices_named("") == 1
     with pytest.raises(ValueError, match="device 'cpu:x': the index after ':' must be a number"):
         cpu_devices_named("actors=cpu:0,replay=cpu:x,learner=cpu:0")
+
+
+def test_auto_is_named_as_the_clis_with_the_way_to_get_its_pick():
+    # was: "mapping item 'auto' is not key=backend@device" from drlhet.run(cfg, mapping="auto")
+    with pytest.raises(ValueError, match=r"mapping 'auto' is drlhet train's .*auto_mapping"):
+        Mapping.parse(" Auto ")

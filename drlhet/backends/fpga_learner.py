@@ -283,7 +283,7 @@ def wrap(
     """
     why = why_not(algo, config.hidden, obs_shape, outputs, batch)
     if not why and getattr(config, "actor_is_weights", False):
-        why = "the FPGA learner module trains the actor unweighted: actor_is_weights=True"
+        why = "the FPGA learner module trains the actor unweighted: ddpg.actor_is_weights=True"
     if why:
         raise ValueError(why)
     if algo == "dqn":

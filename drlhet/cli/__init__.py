@@ -76,6 +76,28 @@ def _parsed(command, held: HeldStderr):
     return run
 
 
+CLOSED_LOOP = "Event loop is closed"
+
+
+def quiet_closed_loops() -> None:
+    """Drops, from now on in this process, the unraisable ``RuntimeError: Event loop is
+    closed`` alone: orbax's read of a corrupt checkpoint (named and skipped) leaves
+    tensorstore callbacks that post to its closed asyncio loops, and each printed a traceback
+    (4 to 37 of them around the one warning line). Every other unraisable error is printed as
+    before; ``--debug`` keeps these too."""
+    previous = sys.unraisablehook
+    if getattr(previous, "drops", None) == CLOSED_LOOP:
+        return  # installed already (main called again in this process)
+
+    def hook(unraisable) -> None:
+        value = unraisable.exc_value
+        if not (isinstance(value, RuntimeError) and str(value) == CLOSED_LOOP):
+            previous(unraisable)
+
+    hook.drops = CLOSED_LOOP  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: ``drlhet [--debug] train|eval|backends|profile|dse ...``."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -84,6 +106,8 @@ def main(argv: list[str] | None = None) -> None:
     args = [a for i, a in enumerate(args) if i >= end or a != DEBUG]
     if why := empty_paths(args):
         _end(False, EXIT_BAD_INPUT, f"drlhet: error: {why}")
+    if not debug:
+        quiet_closed_loops()
     commands = {"train": train_command, "backends": backends_command}
     commands |= {"eval": eval_command, "profile": profile_command, "dse": dse_command}
     # the options written (what --resume refuses); tyro's refusals: read back, told in one line

@@ -121,15 +121,13 @@ def refuse_flags_with_resume(config: TrainConfig, given: Iterable[str] | None = 
     those ``given`` on the command line (`drlhet.cli.common.FLAGS_GIVEN`; at their default
     value too), else (None: called from Python) those that differ from the defaults."""
     names = [f.name for f in dataclasses.fields(TrainConfig)]
-    if given is not None:  # --dqn.hidden sets dqn; --no-uniform sets uniform
-        written = {g.split(".")[0] for g in given}
-        written |= {g.removeprefix("no_") for g in written}
-        changed = [n for n in names if n in written]
+    if given is not None:  # --dqn.hidden sets dqn; --no-uniform sets uniform: named as given
+        flags = [g for g in sorted(set(given)) if g.split(".")[0].removeprefix("no_") in names]
     else:
-        changed = [n for n in names if getattr(config, n) != getattr(TrainConfig(), n)]
-    if changed:
-        flags = ", ".join("--" + n.replace("_", "-") for n in changed)
-        raise ValueError(f"--resume takes the configuration from the checkpoint; drop {flags}")
+        flags = [n for n in names if getattr(config, n) != getattr(TrainConfig(), n)]
+    if flags:
+        text = ", ".join("--" + f.replace("_", "-") for f in flags)
+        raise ValueError(f"--resume takes the configuration from the checkpoint; drop {text}")
 
 
 def finished_run(config: TrainConfig, saved: Saved | None, chunks: int, run_dir: Path) -> bool:

@@ -145,7 +145,13 @@ def _make_agent(cfg: TrainConfig, env: EnvFns) -> tuple[AgentFns, float]:
     wrap = _learner_wrap(cfg)
     if wrap is not None:
         bounds = (env.action_low, env.action_high)
-        agent = wrap(cfg.algo, config, agent, env.obs_shape, outputs, cfg.batch_size, bounds=bounds)
+        try:
+            agent = wrap(
+                cfg.algo, config, agent, env.obs_shape, outputs, cfg.batch_size, bounds=bounds
+            )
+        except ValueError as e:  # the fields it names as the configuration spells them
+            named = [f"{cfg.algo}.{f.name}" for f in dataclasses.fields(config)]
+            raise ConfigError(str(e), *[n for n in named if n in str(e)]) from None
     return agent, config.gamma
 
 

@@ -153,6 +153,14 @@ def test_an_is_weighted_actor_is_refused(wrap):
     agent = make_ddpg(config, (3,), 1, LOW, HIGH)
     with pytest.raises(ValueError, match="actor_is_weights"):
         wrap("ddpg", config, agent, (3,), 1, 64, bounds=(LOW, HIGH))
+    # in a run, the field is named as the configuration spells it (the CLI: as its option)
+    from drlhet.runtime.config import ConfigError
+    from drlhet.runtime.trainer import make_trainer
+
+    cfg = TrainConfig(algo="ddpg", env="Pendulum-v1", learner="fpga", ddpg=config)
+    with pytest.raises(ConfigError, match="ddpg.actor_is_weights=True") as e:
+        make_trainer(cfg)
+    assert e.value.fields == ("ddpg.actor_is_weights",)
 
 
 def test_training_runs_the_module_in_the_fused_loop(wrap):

@@ -26,6 +26,7 @@ __all__ = [
     "flags_given",
     "empty_paths",
     "no_replay_backend",
+    "refuse_unused_flags",
     "bad_input",
     "available_memory",
     "cache_dir",
@@ -139,6 +140,37 @@ def flags_given(args: list[str]) -> frozenset[str]:
     return frozenset(
         a[2:].split("=", 1)[0].replace("-", "_") for a in args[:end] if a.startswith("--")
     )
+
+
+PER_OPTIONS = ("alpha", "beta_start", "branching", "dqn.priority_eps", "ddpg.priority_eps")
+"""The options that tune prioritized replay alone (``--uniform`` replay has no priorities)."""
+
+
+def refuse_unused_flags(algo: str, uniform: bool, given: frozenset[str] | None) -> None:
+    """Refuses options ``given`` (`FLAGS_GIVEN`) that the run would ignore: the other
+    agent's (``--ddpg.td3`` on a DQN run) and, with ``--uniform``, prioritized replay's.
+
+    Raises:
+      ValueError: naming them and what to do.
+    """
+    other = "ddpg" if algo == "dqn" else "dqn"
+    theirs = sorted(g for g in given or () if g.split(".")[0] == other)
+    if theirs:
+        raise ValueError(
+            f"{_spelled(theirs)}: {other.upper()}'s options, and this run trains "
+            f"{algo.upper()} (--algo {algo}); drop them, or pass --algo {other}"
+        )
+    per = sorted(g for g in given or () if g in PER_OPTIONS)
+    if uniform and per:
+        raise ValueError(
+            f"{_spelled(per)}: prioritized replay's options, and --uniform replay has no "
+            "priorities; drop them, or --uniform"
+        )
+
+
+def _spelled(flags: list[str]) -> str:
+    """``["dqn.priority_eps", "alpha"]`` as ``--dqn.priority-eps, --alpha``."""
+    return ", ".join("--" + f.replace("_", "-") for f in flags)
 
 
 PATH_OPTIONS = ("--out", "--cache-dir", "--resume", "--gpu-profile")

@@ -32,6 +32,7 @@ from drlhet.cli.common import (
     bad_input,
     enable_compilation_cache,
     no_replay_backend,
+    refuse_unused_flags,
     run_directory,
     set_cpu_devices,
 )
@@ -119,6 +120,9 @@ def train_command(
         remote = _remote(stop_at_return, actors, sync_every, rollout, ray_address, mapping,
                          resume, checkpoint_every, max_failures)  # fmt: skip
         config, mapping, saved = _resume(config, resume, mapping, cpu_devices, out, name)
+        if resume is None:  # bad values first; a resume refuses every option of the config
+            check(config)
+            refuse_unused_flags(config.algo, config.uniform, FLAGS_GIVEN.get())
         every, keep = _saving(checkpoint_every, keep_checkpoints, remote, saved)
         run_dir = resume or _new_run_dir(config, out, name)  # before auto
         placed, tr = _prepare(config, mapping, cpu_devices, memory_check, every > 0)

@@ -120,9 +120,6 @@ def train_command(
         remote = _remote(stop_at_return, actors, sync_every, rollout, ray_address, mapping,
                          resume, checkpoint_every, max_failures)  # fmt: skip
         config, mapping, saved = _resume(config, resume, mapping, cpu_devices, out, name)
-        if resume is None:  # bad values first; a resume refuses every option of the config
-            check(config)
-            refuse_unused_flags(config.algo, config.uniform, FLAGS_GIVEN.get())
         every, keep = _saving(checkpoint_every, keep_checkpoints, remote, saved)
         run_dir = resume or _new_run_dir(config, out, name)  # before auto
         placed, tr = _prepare(config, mapping, cpu_devices, memory_check, every > 0)
@@ -195,7 +192,9 @@ def _resume(config: TrainConfig, run_dir: Path | None, mapping, cpu_devices, out
     to go on with from ``run_dir``, its ``out`` and ``name`` left at their default; a mapping
     given must suit the config (`no_replay_backend`). The CPU devices the mapping needs are made
     before the checkpoint is read (reading it starts JAX, which then keeps the devices it has)."""
-    if run_dir is None:
+    if run_dir is None:  # its bad values first, then the options it would ignore
+        check(config)
+        refuse_unused_flags(config.algo, config.uniform, FLAGS_GIVEN.get())
         return config, no_replay_backend(config.uniform, mapping), None
     refuse_flags_with_resume(config, FLAGS_GIVEN.get())
     if out != Path("runs") or name is not None:

@@ -52,8 +52,8 @@ test-slow: $(STAMP)
 # one CI run red and the next green. A failure prints the seed that replays it. Run it after
 # touching a tree kernel or the buffer's checks, and more than once.
 PROPERTY_TESTS := tests/backends/test_fuzz.py tests/backends/test_kernel_header.py \
-  tests/backends/test_fpga.py tests/replay/test_prioritized.py tests/replay/test_fixed_point.py \
-  tests/replay/test_uint64.py
+  tests/backends/test_kernel_header_compiles.py tests/backends/test_fpga.py \
+  tests/replay/test_prioritized.py tests/replay/test_fixed_point.py tests/replay/test_uint64.py
 fuzz: $(STAMP)
 	DRLHET_HYPOTHESIS=explore $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile \
 	  -m "slow or not slow" -k "not planted" $(PROPERTY_TESTS)
@@ -127,7 +127,8 @@ SANITIZE_CXX ?= g++
 SANITIZE_TESTS := tests/backends/test_native.py tests/backends/conformance.py \
 	tests/backends/test_cuda_emu.py tests/backends/test_cuda_emu_sample.py \
 	tests/backends/test_cuda_emu_launch.py tests/backends/test_fpga.py tests/backends/test_channel.py \
-	tests/backends/test_kernel_header.py tests/backends/test_fpga_learner.py \
+	tests/backends/test_kernel_header.py tests/backends/test_kernel_header_compiles.py \
+	tests/backends/test_fpga_learner.py \
 	tests/backends/test_fpga_learner_ddpg.py tests/backends/test_fuzz.py \
 	tests/backends/test_cuda_tagged.py
 SANITIZE_RT = $(shell $(SANITIZE_CXX) -print-file-name=libasan.so) \

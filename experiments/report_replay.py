@@ -67,6 +67,17 @@ def where_measured(rows: list[dict]) -> str:
 
 def main(grid_path: str, threading_path: str | None = None) -> None:
     rows = json.loads(Path(grid_path).read_text())
+    print_machine(rows)
+    print_primitives(rows)
+    print_steps(rows)
+    print_branchings(rows)
+    if threading_path and Path(threading_path).exists():
+        print_threading(json.loads(Path(threading_path).read_text()))
+
+
+def print_machine(rows: list[dict]) -> None:
+    """Where the rows were measured: the machine, its threading, the devices, and the
+    machine's memory limits where measured."""
     lim = next((r for r in rows if r["impl"] == "machine-limit"), None)
     any_row = next(r for r in rows if r["impl"] != "machine-limit")
     machine, threading = (any_row.get(k, "not recorded") for k in ("machine", "threading"))
@@ -79,6 +90,11 @@ def main(grid_path: str, threading_path: str | None = None) -> None:
             f"{lim['independent_per_s'] / 1e6:.0f}M/s, "
             f"sequential read {lim['sequential_gbs']:.0f} GB/s."
         )
+
+
+def print_primitives(rows: list[dict]) -> None:
+    """The table of each implementation's insert, sample, update and step, fused and per
+    call, at capacity 2^20, K 16, batch 256."""
     impls = [
         ("drlhet-jax", "fused"),
         ("drlhet-native", "fused"),
@@ -100,6 +116,10 @@ def main(grid_path: str, threading_path: str | None = None) -> None:
         if any(c != "-" for c in cells):
             print(f"| {impl} | {mode} | " + " | ".join(cells) + " |")
 
+
+def print_steps(rows: list[dict]) -> None:
+    """The table of the step by capacity and batch (K 16), with native's ratios to jax and
+    to cpprb."""
     caps = sorted({r["capacity"] for r in rows if "capacity" in r})
     batches = sorted({r["batch"] for r in rows if "batch" in r})
     print("\n**Step (sample B + update B) by capacity and batch, K = 16** (items/s, median):\n")
@@ -138,6 +158,10 @@ def main(grid_path: str, threading_path: str | None = None) -> None:
                 f"| {fmt(v['flashbax'])} | {fmt(v['cpprb'])} | {nj} | {nc} |"
             )
 
+
+def print_branchings(rows: list[dict]) -> None:
+    """The table of jax's and native's sample, update and step by branching factor K
+    (capacity 2^20, batch 256, fused)."""
     ks = sorted({r["branching"] for r in rows if r.get("branching")})
     print("\n**Branching factor K, capacity 2^20, batch 256, fused** (items/s, median):\n")
     print(
@@ -155,20 +179,20 @@ def main(grid_path: str, threading_path: str | None = None) -> None:
                 f"| {k} | " + " | ".join(fmt(r["items_per_s"] if r else None) for r in vals) + " |"
             )
 
-    if threading_path and Path(threading_path).exists():
-        trows = json.loads(Path(threading_path).read_text())
-        print("\n**Threading, capacity 2^20, K = 16, batch 256, fused step** (items/s, median):\n")
-        print("| setting | jax | native (all threads) | native (1 thread) |")
-        print("|---|---|---|---|")
-        for t in ("default", "pin1", "xla1"):
-            sel = [r for r in trows if r.get("threading") == t]
-            vals = [
-                rate(sel, impl, "step", "fused", 2**20, 256)
-                for impl in ("drlhet-jax", "drlhet-native", "drlhet-native-1t")
-            ]
-            print(
-                f"| {t} | " + " | ".join(fmt(r["items_per_s"] if r else None) for r in vals) + " |"
-            )
+
+def print_threading(trows: list[dict]) -> None:
+    """The table of the fused step under each threading setting (the threading study's rows
+    ``trows``)."""
+    print("\n**Threading, capacity 2^20, K = 16, batch 256, fused step** (items/s, median):\n")
+    print("| setting | jax | native (all threads) | native (1 thread) |")
+    print("|---|---|---|---|")
+    for t in ("default", "pin1", "xla1"):
+        sel = [r for r in trows if r.get("threading") == t]
+        vals = [
+            rate(sel, impl, "step", "fused", 2**20, 256)
+            for impl in ("drlhet-jax", "drlhet-native", "drlhet-native-1t")
+        ]
+        print(f"| {t} | " + " | ".join(fmt(r["items_per_s"] if r else None) for r in vals) + " |")
 
 
 RATES = ("items_per_s", "items_per_s_min", "items_per_s_max")

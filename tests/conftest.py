@@ -63,23 +63,28 @@ if _KERNEL_DIR:
     os.environ.pop("LD_PRELOAD", None)
 
 SLOW_FIRST = (
-    "tests/runtime/test_run.py",
-    "tests/runtime/test_pipeline.py",
-    "tests/dse/test_profile_cli.py",
-    "tests/test_ray_actors.py",
+    "tests/runtime/test_failures.py",
     "tests/test_checkpoint.py",
-    "tests/test_checkpoint_cli.py",
-    "tests/backends/test_fpga.py",
-    "tests/backends/test_fpga_learner_ddpg.py",
+    "tests/runtime/test_pipeline.py",
+    "tests/runtime/test_run.py",
+    "tests/backends/test_cuda_buffer_device.py",
     "tests/backends/test_fuzz.py",
+    "tests/backends/test_fpga_learner_ddpg.py",
+    "tests/agents/test_agents.py",
+    "tests/dse/test_profile_cli.py",
+    "tests/test_checkpoint_cli.py",
+    "tests/backends/test_fpga_learner.py",
+    "tests/backends/test_fpga.py",
+    "tests/test_ray_actors.py",
     "tests/test_examples.py",
+    "tests/test_ray_run_end.py",
     "tests/backends/test_fpga_learner_board_run.py",
     "tests/replay/test_fixed_point.py",
 )
-"""The files with the longest tests, longest first (worker seconds in `make test`, 2-core VM,
-2026-11-25: 292, 152, 145, 113, 86, 85, 57, 51 s at least; test_fpga.py and test_fuzz.py, at
-least 86 and 52 s on 2026-11-27, were left to run late; the examples and the learner-board runs,
-about 65 and 45 s on 2026-11-30 with other work running)."""
+"""The files with the longest tests, longest first (worker seconds in `make test-times` from a
+clean clone, 2-core VM, 2026-11-30 at 15677a8: 103, 99, 94, 60, 53, 52, 50, 45, 44, 43, 38,
+37 s; test_ray_actors.py's 77 s since split into three files, the examples' 42 s into 26 and a
+slow case; the rest 16-31 s)."""
 
 
 def pytest_collection_modifyitems(config, items):

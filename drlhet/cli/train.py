@@ -288,19 +288,24 @@ def _check_memory(tr, config: TrainConfig, copies: int) -> None:
     need = estimate_memory(tr, config.seeds, copies=copies)
     if need.total > free:
         text = size_text
-        evaluating = need.evaluation > need.total // 2  # its evaluation, not its state
-        what = (
-            f"--eval-envs {config.eval_envs} x --seeds {config.seeds}"
-            if evaluating
-            else f"--buffer-size {config.buffer_size} x --seeds {config.seeds}"
-        )
+        lower, what = _largest_part(need, config)
         raise ValueError(
             f"{what}: the run needs ~{text(need.total)} (replay {text(need.replay)}, agents "
-            f"{text(need.agent)}, evaluation {text(need.evaluation)}), this machine has "
-            f"{text(free)} available ({source}); lower "
-            f"{'--eval-envs' if evaluating else '--buffer-size'} or --seeds "
-            "(--no-memory-check runs it anyway)"
+            f"{text(need.agent)}, delayed updates and the rest {text(need.other)}, evaluation "
+            f"{text(need.evaluation)}), this machine has {text(free)} available ({source}); "
+            f"lower {lower} or --seeds (--no-memory-check runs it anyway)"
         )
+
+
+def _largest_part(need, config: TrainConfig) -> tuple[str, str]:
+    """``(option, what)`` of the largest part of ``need``: the evaluation's environments, a
+    long ``--delay``'s queue of pending updates, else the replay buffers."""
+    seeds = f" x --seeds {config.seeds}"
+    if need.evaluation > need.total // 2:  # its evaluation, not its state
+        return "--eval-envs", f"--eval-envs {config.eval_envs}{seeds}"
+    if config.delay and need.other > need.replay:
+        return "--delay", f"--delay {config.delay} x --batch-size {config.batch_size}{seeds}"
+    return "--buffer-size", f"--buffer-size {config.buffer_size}{seeds}"
 
 
 @contextlib.contextmanager

@@ -85,6 +85,9 @@ one would repeat a smaller one's run."""
 MAX_BUFFER = (1 << 31) - 1
 """Slots a buffer can have: its indices are int32 inside the jitted program."""
 
+MAX_STEPS = (1 << 31) - 1
+"""Env steps a run can have: they are counted in int32 inside the jitted program."""
+
 MAX_BRANCHING = 1024
 """Widest tree node: the programs sum a node's K children one by one (the order every backend
 keeps), so they grow with K (one tree write compiled in 2.7 s at K = 2048 and 27 s at 16384
@@ -124,6 +127,11 @@ def check(cfg: TrainConfig) -> None:
     for name in _POSITIVE:
         if getattr(cfg, name) < 1:
             raise ConfigError(f"{name} must be >= 1, got {getattr(cfg, name)}", name)
+    if cfg.steps > MAX_STEPS:
+        raise ConfigError(
+            f"steps must be <= {MAX_STEPS} (the program's counters are int32), got {cfg.steps}",
+            "steps",
+        )
     if cfg.delay < 0:
         raise ConfigError(f"delay must be >= 0, got {cfg.delay}", "delay")
     if cfg.algo not in ("dqn", "ddpg"):
@@ -185,6 +193,7 @@ def _check_sizes(cfg: TrainConfig) -> None:
             f"the programs grow with it), got {cfg.branching}",
             "branching",
         )
+    _check_delay(cfg)
     iterations = cfg.steps // cfg.num_envs
     if n_step_of(cfg) > iterations:  # the warm-up's fill alone would outrun the run
         raise ConfigError(
@@ -235,6 +244,23 @@ def _check_backends(cfg: TrainConfig) -> None:
             "buffer_size",
             "branching",
             reason=why,
+        )
+
+
+def _check_delay(cfg: TrainConfig) -> None:
+    """A priority update delayed by ``delay`` learner steps must come within the run: at or
+    past its learner steps, none is ever applied and PER samples by insertion priority alone."""
+    chunks = (cfg.steps - cfg.warmup) // cfg.eval_every  # (none: chunks_of refuses it)
+    learner_steps = chunks * (cfg.eval_every // cfg.num_envs) * cfg.sgd_steps
+    if chunks >= 1 and not cfg.uniform and cfg.delay >= learner_steps:
+        raise ConfigError(
+            f"delay ({cfg.delay}) must be below the run's learner steps ({learner_steps}: "
+            f"{chunks} chunks x eval_every / num_envs x sgd_steps): no delayed priority update "
+            "would ever be applied",
+            "delay",
+            "eval_every",
+            "num_envs",
+            "sgd_steps",
         )
 
 

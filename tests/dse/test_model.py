@@ -1,127 +1,20 @@
-"""The performance model and the search, on toy device sheets with answers worked out by hand."""
+"""The performance model and the search, on toy device sheets with answers worked out by hand
+(the devices' own models: test_model_devices.py; the shapes it is given: test_model_inputs.py)."""
 
 from __future__ import annotations
 
-import json
-import math
-import re
 import subprocess
 import sys
 
 import pytest
 
+# the toy model; test_search.py, test_build.py and the DSE's other tests import it from here
+from toy_model import NATIVE, PROFILE, SHAPES, US, model, places, stats, toy_sheets
+
 from drlhet.dse.baselines import baselines
-from drlhet.dse.devices import learner_cycles, load_sheets, rmm_cycles
 from drlhet.dse.model import Model, Place, Shapes
 from drlhet.dse.pipelined import in_program
 from drlhet.dse.search import enumerate_mappings, expand_devices, search
-
-US = 1e-6
-
-
-def stats(us: float) -> dict:
-    return {"median": us * US, "min": us * US, "max": us * US}
-
-
-SHAPES = Shapes(
-    batch=100,
-    capacity=4096,
-    branching=16,
-    num_envs=4,
-    sgd_steps=2,
-    levels=3,
-    tree_bytes=4 * 4384,
-    row_bytes=40,
-    params=1000,
-    macs_per_sample=1000,
-    layers=2,
-    bytes={"transitions": 1_000, "batch": 10_000, "priorities": 1_000, "params": 100_000},
-    net=(4, 64, 64, 2),
-)
-
-# A CPU profile with round numbers (microseconds).
-PROFILE = {
-    "compute": {
-        "actors": stats(10),
-        "insert": stats(20),
-        "sample": stats(30),
-        "train": stats(100),
-        "update": stats(20),
-    },
-    "call": {
-        "actors": stats(50),
-        "replay_in": stats(80),
-        "replay_next": stats(70),
-        "apply": stats(40),
-        "learner": stats(200),
-    },
-    "latency": {  # each call waited for: call + 20 us here
-        "actors": stats(70),
-        "replay_in": stats(100),
-        "replay_next": stats(90),
-        "apply": stats(60),
-        "learner": stats(220),
-    },
-    "transfer": {
-        "transitions": stats(5),
-        "batch": stats(15),
-        "priorities": stats(5),
-        "params": stats(60),
-    },
-}
-NATIVE = {**PROFILE, "compute": {**PROFILE["compute"], "sample": stats(10), "update": stats(5)}}
-
-
-def toy_sheets() -> dict:
-    def v(x):
-        return {"value": x, "source": "toy"}
-
-    return {
-        "gpu": {
-            "name": "gpu",
-            "kind": "gpu",
-            "link": "link",
-            "values": {
-                "mem_bw_gbs": v(1e9),  # effectively infinite: launch-bound
-                "mem_gb": v(1.0),
-                "fp32_tflops": v(1e9),
-                "launch_us": v(1.0),
-                "dispatch_us": v(10.0),
-                "random_access_efficiency": v(1.0),
-                "compute_efficiency": v(1.0),
-            },
-        },
-        "fpga": {
-            "name": "fpga",
-            "kind": "fpga",
-            "link": "link",
-            "values": {
-                "clock_mhz": v(100),
-                "dsp": v(20000),
-                "sram_mb": v(1),
-                "ddr_bw_gbs": v(1e9),
-                "invocation_us": v(5.0),
-                "ddr_gb": v(0.01),
-            },
-        },
-        "link": {
-            "name": "link",
-            "kind": "link",
-            "values": {"bw_gbs": v(1.0), "latency_us": v(2.0)},
-        },
-    }
-
-
-def model(**kw) -> Model:
-    return Model(SHAPES, toy_sheets(), {"jax": PROFILE, "native": NATIVE}, cpu_cores=2, **kw)
-
-
-def places(a, r, ln):
-    return {
-        "actors": Place(*a.split("@")),
-        "replay": Place(*r.split("@")),
-        "learner": Place(*ln.split("@")),
-    }
 
 
 def test_fused_is_the_sum_of_compute_times():
@@ -227,59 +120,6 @@ def test_a_pipelined_call_moves_all_of_its_batches_over_the_link():
         assert terms["busy thread actors+replay"] >= n * 10_000 / 1e9
 
 
-def test_fpga_replay_costs_the_modules_cycle_model():
-    m = model()
-    c = m.compute("replay", Place("fpga", "fpga"))
-    mhz, rows = 100, 40 / 1e18  # toy clock; rows over the toy DDR: ~free
-
-    def cycles(op, n, **kw):
-        return rmm_cycles.cycles(op, 16, 4096, n, **kw) / (mhz * 1e6)
-
-    assert c["sample"] == pytest.approx(cycles("sample", 100) + 100 * rows)
-    assert c["update"] == pytest.approx(cycles("write", 100))
-    assert c["insert"] == pytest.approx(cycles("write", 4) + 4 * rows)
-    assert m.call("apply", Place("fpga", "fpga")) == pytest.approx(5 * US + c["update"])
-    p = m.predict(places("jax@cpu:0", "fpga@fpga", "jax@cpu:0"))
-    assert p.basis == "modeled (cycle model)"
-    on_fpga = places("jax@cpu:0", "fpga@fpga", "fpga@fpga")
-    assert m.predict(on_fpga).basis == "modeled (cycle model)"
-    # learner: the learner module's cycle model at the toy's clock
-    t = m.compute("learner", Place("fpga", "fpga"))["train"]
-    assert t == pytest.approx(learner_cycles.dqn_step_cycles(4, (64, 64), 2, 100) / (mhz * 1e6))
-    ddpg = Model(
-        Shapes(**{**SHAPES.__dict__, "algo": "ddpg", "td3": True}), toy_sheets(), {"jax": PROFILE}
-    )
-    t = ddpg.compute("learner", Place("fpga", "fpga"))["train"]
-    mean = learner_cycles.ddpg_mean_step_cycles(4, (64, 64), 2, 100, td3=True, policy_delay=2)
-    assert t == pytest.approx(mean / (mhz * 1e6))
-    for change, why in (
-        ({"algo": "sac"}, "not 'sac'"),
-        ({"algo": "ddpg", "net": (200, 64, 64, 60)}, "1..256 wide"),
-        ({"net": (4, 512, 2)}, "1..256 wide"),
-        ({"batch": 512}, "batches of 1..256"),
-    ):
-        shapes = Shapes(**{**SHAPES.__dict__, **change})
-        assert why in Model(shapes, toy_sheets(), {"jax": PROFILE}).infeasible(on_fpga)
-
-
-def test_fpga_leaves_beyond_on_chip_live_in_ddr_and_beyond_ddr_are_refused():
-    def sized(capacity, branching=16):
-        shapes = Shapes(**{**SHAPES.__dict__, "capacity": capacity, "branching": branching})
-        return Model(shapes, toy_sheets(), {"jax": PROFILE})
-
-    on_chip = sized(4096).compute("replay", Place("fpga", "fpga"))["update"]
-    ddr = sized(1 << 17)  # 1 MiB of leaves: past the toy's 1 MB on chip, inside its 10 MB DDR
-    assert ddr.infeasible(places("jax@cpu:0", "fpga@fpga", "jax@cpu:0")) == ""
-    assert ddr.compute("replay", Place("fpga", "fpga"))["update"] > 10 * on_chip
-    for capacity, branching, why in (
-        (1 << 21, 16, "exceed the board's on-chip .* and DDR"),
-        (4096, 2, "supports K in"),
-        ((1 << 30) + 1, 64, "holds <= 1073741824 leaves"),
-    ):
-        p = sized(capacity, branching).predict(places("jax@cpu:0", "fpga@fpga", "jax@cpu:0"))
-        assert math.isinf(p.iteration_s) and re.search(why, p.note), p.note
-
-
 def test_infeasible_mappings_say_why():
     m = model()
     assert "FPGA" in m.infeasible(places("jax@fpga", "fpga@fpga", "fpga@fpga"))
@@ -325,23 +165,6 @@ def test_search_ranks_and_knows_the_bottleneck_mapping():
     }
     assert base["paper-style: Python replay"].places["replay"].backend == "python"
     assert base["all on GPU"].places["replay"].device == "gpu"
-
-
-def test_shipped_sheets_give_every_value_a_source(tmp_path):
-    sheets = load_sheets()
-    assert {"h100", "a100", "u200", "u250", "pcie3", "pcie4"} <= set(sheets)
-    for s in sheets.values():
-        if s["kind"] != "link":
-            assert s["link"] in sheets
-        for name, v in s["values"].items():
-            assert v["source"] and isinstance(v["value"], (int, float)), (s["name"], name)
-    bad = {"name": "x", "kind": "gpu", "values": {"launch_us": {"value": 1}}}
-    (tmp_path / "x.json").write_text(json.dumps(bad))
-    with pytest.raises(ValueError, match="needs a value and a source"):
-        load_sheets(tmp_path)
-    (tmp_path / "x.json").write_text("{not json")
-    with pytest.raises(ValueError, match="not valid JSON"):
-        load_sheets(tmp_path)
 
 
 def test_the_model_imports_no_jax_and_no_training_stack():
@@ -397,115 +220,6 @@ def test_in_program_channels_charge_no_host_thread_only_their_messages():
     assert p.terms["busy cpu cores"] == pytest.approx(380 / 2 * US)
     assert p.terms["busy dependency cycle"] == pytest.approx(max(360 / 2, 380 / 2) * US)
     assert p.bottleneck == "thread learner" and p.iteration_s == pytest.approx(220 * US)
-
-
-@pytest.mark.parametrize("td3", [False, True])
-def test_the_traced_shapes_count_every_networks_weights(monkeypatch, td3):
-    # the critics are made with vmap (a leading [critics] axis on every leaf): their weight
-    # matrices were skipped and their biases counted as layers (DDPG 4481 MACs, not 8768)
-    import dataclasses
-
-    from drlhet.dse import trace
-    from drlhet.dse.key import ProfileKey
-
-    real = trace.make_trainer
-
-    def make_trainer(cfg):  # ProfileKey has no TD3 switch: trace the TD3 agent here
-        return real(dataclasses.replace(cfg, ddpg=dataclasses.replace(cfg.ddpg, td3=td3)))
-
-    monkeypatch.setattr(trace, "make_trainer", make_trainer)
-    shapes = trace.shapes_of(ProfileKey(algo="ddpg", env="Pendulum-v1", hidden=(64, 64)))
-    actor = 3 * 64 + 64 * 64 + 64 * 1  # Pendulum: 3 observations, 1 action
-    critic = (3 + 1) * 64 + 64 * 64 + 64 * 1
-    assert shapes.macs_per_sample == actor + (2 if td3 else 1) * critic
-    assert shapes.layers == 6  # 3 of the actor, 3 batched products of the critics
-    dqn = trace.shapes_of(ProfileKey(hidden=(64, 64)))  # CartPole: 4 observations, 2 actions
-    assert dqn.macs_per_sample == 4 * 64 + 64 * 64 + 64 * 2 + 64  # and the dueling value head
-
-
-@pytest.mark.parametrize("num_envs", [3, 32, 64])
-def test_a_measured_mapping_runs_whole_iterations_per_chunk(monkeypatch, num_envs):
-    # eval_every was the raw 2,000 env steps, refused for envs that do not divide it
-    from drlhet.dse import measure
-    from drlhet.dse.key import ProfileKey
-    from drlhet.runtime.config import check, chunks_of
-
-    seen = []
-
-    def run(cfg, mapping):
-        check(cfg)
-        chunks_of(cfg)
-        seen.append(cfg)
-        return None, [{"trained_samples_per_s": 1.0, "env_steps_per_s": 2.0}] * 5
-
-    monkeypatch.setattr(measure, "run", run)
-    got = measure.measure_mapping(
-        ProfileKey(num_envs=num_envs), "actors=cpu:0,replay=cpu:0,learner=cpu:0"
-    )
-    assert got["trained_samples_per_s"] == 1.0
-    assert seen[0].eval_every % num_envs == 0 and seen[0].eval_every <= 2_000
-
-
-def test_the_shipped_sheets_are_read_in_their_units():
-    # a shape where the bytes and FLOPs weigh as much as the launches (the toy sheets make
-    # them free: GB/s read as MB/s, or an efficiency left out, went unseen)
-    from drlhet.dse.devices import MODELS
-
-    sheets = load_sheets()
-    s = Shapes(**{**SHAPES.__dict__, "batch": 65536})
-    gpu, h100 = MODELS["gpu"], sheets["h100"]
-    rand_bw, flops = 3350e9 * 0.25, 67e12 * 0.3  # GB/s x random-access eff., TFLOPS x eff.
-    # sample: 3 levels + 4 kernels of 3 us; B x (3 levels x a 16 x 4 B row + a 40 B row)
-    assert gpu.seconds("sample", h100, s) == pytest.approx(7 * 3e-6 + 65536 * 232 / rand_bw)
-    # train: 12 x 2 + 10 kernels; 2 x 5 x B x 1000 MACs; 3 x 4 B x 1000 params at full bw
-    train = 34 * 3e-6 + 10 * 65536 * 1000 / flops + 12 * 1000 / 3350e9
-    assert gpu.seconds("train", h100, s) == pytest.approx(train)
-    # update: 2 x 3 + 2 kernels; 2 x B x 3 levels x 64 B
-    assert gpu.seconds("update", h100, s) == pytest.approx(8 * 3e-6 + 2 * 65536 * 192 / rand_bw)
-    assert gpu.host_overhead(h100) == pytest.approx(25e-6)
-    # the board: the module's cycles at 300 MHz, and the B sampled rows of 40 B at 77 GB/s
-    fpga, u250 = MODELS["fpga"], sheets["u250"]
-    cycles = rmm_cycles.cycles("sample", 16, 4096, 65536)
-    sample = cycles / 300e6 + 65536 * 40 / 77e9
-    assert fpga.seconds("sample", u250, s) == pytest.approx(sample)
-    assert fpga.host_overhead(u250) == pytest.approx(10e-6)
-
-
-def test_a_replay_that_a_device_cannot_hold_cannot_be_placed_there():
-    def sized(capacity, row_bytes=40, sheets=None):
-        shapes = Shapes(**{**SHAPES.__dict__, "capacity": capacity, "row_bytes": row_bytes})
-        return Model(shapes, sheets or toy_sheets(), {"jax": PROFILE})
-
-    # the toy GPU holds 1 GB: 26 M rows of 40 B do not fit (they were placed there)
-    on_gpu = places("jax@cpu:0", "jax@gpu", "jax@cpu:0")
-    assert sized(24_000_000).infeasible(on_gpu) == ""
-    why = sized(26_000_000).infeasible(on_gpu)
-    assert why == (
-        "gpu: capacity 26000000: the replay's transitions and sum tree (1.0 GB) exceed its "
-        "memory (1 GB)"
-    )
-    assert sized(26_000_000).infeasible(places("jax@cpu:0", "jax@cpu:0", "jax@gpu")) == ""
-    # the toy board's 10 MB of DDR hold its leaves (2^17: 1 MB, past on chip) and 40 B rows,
-    # not 80 B rows (the transitions it samples were not counted)
-    on_fpga = places("jax@cpu:0", "fpga@fpga", "jax@cpu:0")
-    assert sized(1 << 17).infeasible(on_fpga) == ""
-    why = sized(1 << 17, 80).infeasible(on_fpga)
-    assert re.search(r"transitions .* and leaves .* exceed the board's DDR \(0 GB\)", why)
-    # the shipped sheets: CartPole's 44 B rows at the largest buffer a run takes (2^31 - 1)
-    # overflow an 80 GB H100 and fit a 141 GB H200; 2^25 rows of a MinAtar transition (two
-    # 10 x 10 x 4 float observations: 3,200 B) overflow a U250's 64 GB of DDR
-    shipped = load_sheets()
-    big = sized((1 << 31) - 1, 44, shipped)
-    on_h100 = places("jax@cpu:0", "jax@h100", "jax@h100")
-    assert "exceed its memory (80 GB)" in big.infeasible(on_h100)
-    assert big.infeasible(places("jax@cpu:0", "jax@h200", "jax@cpu:0")) == ""
-    on_u250 = places("jax@cpu:0", "fpga@u250", "jax@cpu:0")
-    assert sized(1 << 25, 1600, shipped).infeasible(on_u250) == ""
-    why = sized(1 << 25, 3200, shipped).infeasible(on_u250)
-    assert why == (
-        "u250: capacity 33554432: its transitions (107.4 GB) and leaves (0.3 GB) exceed the "
-        "board's DDR (64 GB)"
-    )
 
 
 def test_the_host_loop_pays_a_hop_between_cpu_devices_itself():

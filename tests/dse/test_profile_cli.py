@@ -1,4 +1,6 @@
-"""Profiles (measured here), their cache, and the `drlhet dse` / `drlhet profile` commands."""
+"""Profiles (measured here), their cache, and the `drlhet dse` / `drlhet profile` commands run on
+them (what the commands refuse before profiling: test_dse_refusals.py; what they write, on the
+toy model: test_dse_outputs.py)."""
 
 from __future__ import annotations
 
@@ -9,18 +11,17 @@ import shutil
 
 import jax
 import pytest
+from tiny_profile_key import TINY
 
 from drlhet import backends
 from drlhet.cli import main
 from drlhet.dse.baselines import profile_python_replay
 from drlhet.dse.build import build_model, replay_backends_here
 from drlhet.dse.cache import ProfileCache
-from drlhet.dse.key import ProfileKey
 from drlhet.dse.profile import profile_config
 from drlhet.dse.profile_pipeline import PIPELINE_FIGURES
 from drlhet.dse.search import search
 
-TINY = ProfileKey(hidden=(8,), batch=16, capacity=1024, num_envs=2, sgd_steps=2)
 PRIMITIVES = ("actors", "insert", "sample", "train", "update")
 FP = "tests"  # a fixed fingerprint: a rebuild of the package during the session keeps it
 
@@ -211,76 +212,6 @@ def test_train_mapping_auto_runs_the_dse_pick(tmp_path, capsys, monkeypatch, cac
     assert rows and rows[-1]["mapping"].startswith("actors=jax@cpu:")
 
 
-@pytest.mark.parametrize(
-    "devices, message",
-    [
-        ("nonsense", "device 'nonsense' has no sheet"),
-        ("cpu,pcie3", "'pcie3' is a link, not a device"),
-        ("u250", "no device of u250 runs the actors"),
-        ("cpu:5", "device 'cpu:5' is not present: this process has 2 CPU devices"),
-        ("cpu:x", "device 'cpu:x': the index after ':' must be a number"),
-        ("", "no devices given in ''"),  # not the default devices
-    ],
-)
-def test_dse_refuses_bad_devices_before_profiling(tmp_path, capsys, monkeypatch, devices, message):
-    def no_profiling(*args, **kwargs):
-        pytest.fail("profiled before refusing the devices")
-
-    monkeypatch.setattr("drlhet.cli.dse.build_model", no_profiling)
-    with pytest.raises(SystemExit) as stop:
-        main(
-            [
-                "dse",
-                "--devices",
-                devices,
-                "--cache-dir",
-                str(tmp_path),
-                "--out",
-                str(tmp_path / "d"),
-            ]
-        )
-    assert stop.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"drlhet: error: --devices {devices}: ")
-    assert message in err[0]
-
-
-@pytest.mark.parametrize("command", ["dse", "profile"])
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--batch", "2048", "--capacity", "1024"], "--batch (2048) must be <= --capacity (1024)"),
-        # the shape's widths are both agents' (spelled as this command's option)
-        (["--hidden", "64", "0"], "--hidden must be layer widths >= 1, got (64, 0)"),
-        (["--num-envs", "0"], "--num-envs must be >= 1, got 0"),  # not a division by zero
-        # every backend that loads is profiled: a named one was ignored, not profiled alone
-        (
-            ["--backend", "bogus"],
-            "--backend bogus: every replay backend that loads here is profiled; drop --backend",
-        ),
-        (["--cpu-devices", "100000"], "--cpu-devices must be in [1, 1024], got 100000"),
-    ],
-)
-def test_a_shape_that_cannot_train_is_refused_before_profiling(
-    capsys, monkeypatch, command, args, message
-):
-    monkeypatch.setattr("drlhet.cli.dse.build_model", lambda *a, **k: pytest.fail("profiled"))
-    with pytest.raises(SystemExit) as stop:
-        main([command, *args])
-    assert stop.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"drlhet: error: {message}"]
-
-
-def test_a_gpu_profile_that_is_a_folder_is_refused(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("drlhet.cli.dse.build_model", lambda *a, **k: pytest.fail("profiled"))
-    with pytest.raises(SystemExit) as stop:  # was "failed: IsADirectoryError", exit 1
-        main(["dse", "--gpu-profile", str(tmp_path), "--out", str(tmp_path / "d.json")])
-    assert stop.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"GPU profile {tmp_path} cannot be read (Is a directory)" in err[0]
-
-
 def test_auto_takes_a_gpu_here_only_as_measured_and_names_it_gpu0(
     tmp_path, monkeypatch, cache_base
 ):
@@ -313,137 +244,6 @@ def test_auto_takes_a_gpu_here_only_as_measured_and_names_it_gpu0(
     for where in (build, dse_cli):  # no GPU: the CPU's best, as before
         monkeypatch.setattr(where, "first_gpu", lambda: None)
     assert dse_cli.auto_mapping(cfg, 0, log=logs.append).startswith("actors=jax@cpu:")
-
-
-@pytest.mark.parametrize("command", ["dse", "profile"])
-def test_outputs_that_cannot_be_written_are_refused_before_profiling(
-    tmp_path, capsys, monkeypatch, command
-):
-    monkeypatch.setattr("drlhet.cli.dse.build_model", lambda *a, **k: pytest.fail("profiled"))
-    (tmp_path / "file").write_text("")
-    cases = [
-        (
-            ["--cache-dir", str(tmp_path / "file" / "cache")],
-            f"--cache-dir {tmp_path}/file/cache: no cache can be made in {tmp_path}/file "
-            "(Not a directory)",
-        )
-    ]
-    if command == "dse":
-        cases += [
-            (["--out", str(tmp_path)], f"--out {tmp_path} is a folder; name the JSON file"),
-            (
-                ["--out", str(tmp_path / "file" / "dse.json")],
-                f"no file can be made in {tmp_path}/file (Not a directory)",
-            ),
-        ]
-    for args, message in cases:
-        with pytest.raises(SystemExit) as stop:
-            main([command, *args])
-        assert stop.value.code == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("drlhet: error: ") and message in err[0]
-    assert [p.name for p in tmp_path.iterdir()] == ["file"]
-
-
-def test_the_dse_predicts_and_measures_runs_in_the_chunks_of_the_run(tmp_path, monkeypatch):
-    """The pipeline's iterations per call divide a chunk's iterations (`drlhet.dse.pipelined
-    .unroll`): `drlhet dse` predicts (and ``--measure`` runs) the shape's own run, and
-    ``--mapping auto`` predicts the run it picks for, each in its chunks of ``eval_every``."""
-    from drlhet.cli import dse as dse_cli
-    from drlhet.dse.model import Model
-    from tests.dse.test_model import NATIVE, PROFILE, SHAPES, toy_sheets
-
-    asked: list[tuple[str, int]] = []
-
-    def build(key, **kw):  # the toy model of tests/dse/test_model.py, at this chunk
-        asked.append(("model", kw["eval_every"]))
-        shapes = dataclasses.replace(SHAPES, iterations=kw["eval_every"] // key.num_envs)
-        return Model(shapes, toy_sheets(), {"jax": PROFILE, "native": NATIVE}, cpu_cores=2)
-
-    def measure(key, text, delay, chunk_steps):
-        asked.append(("measured", chunk_steps))
-        return {"trained_samples_per_s": 1.0}
-
-    monkeypatch.setattr(dse_cli, "build_model", build)
-    monkeypatch.setattr(dse_cli, "measure_mapping", measure)
-    out = tmp_path / "d.json"
-    args = ["dse", "--num-envs", "2", "--delay", "8", "--devices", "cpu", "--measure"]
-    main([*args, "--cache-dir", str(tmp_path), "--out", str(out)])
-    every = dataclasses.replace(TINY, num_envs=2).train_config().eval_every
-    assert asked[0] == ("model", every) and set(asked[1:]) == {("measured", every)}
-    asked.clear()
-    cfg = TINY.train_config(eval_every=TINY.num_envs * 625, delay=8)
-    dse_cli.auto_mapping(cfg, cfg.delay, log=lambda s: None)
-    assert asked == [("model", TINY.num_envs * 625)]
-
-
-def test_the_json_and_the_table_label_each_figure_as_what_it_is(tmp_path, monkeypatch, capsys):
-    """Every row of ``--out`` carries its own basis (profiled here, modeled from a sheet) and,
-    with ``--measure``, what was measured of it (runnable rows only); the table prints it."""
-    from drlhet.cli import dse as dse_cli
-    from drlhet.dse.model import Model
-    from tests.dse.test_model import NATIVE, PROFILE, SHAPES, toy_sheets
-
-    sheets = toy_sheets()
-    sheets["h100"] = {**sheets["gpu"], "name": "h100"}  # the toy GPU, named as a shipped sheet
-
-    def build(key, **kw):
-        return Model(SHAPES, sheets, {"jax": PROFILE, "native": NATIVE}, cpu_cores=2)
-
-    measured = iter(range(1, 1000))
-    monkeypatch.setattr(dse_cli, "build_model", build)
-    monkeypatch.setattr(
-        dse_cli, "measure_mapping", lambda *a, **k: {"trained_samples_per_s": next(measured)}
-    )
-    out = tmp_path / "d.json"
-    args = ["dse", "--devices", "cpu,h100", "--measure", "--top", "1000"]
-    main([*args, "--cache-dir", str(tmp_path), "--out", str(out)])
-    rows = json.loads(out.read_text())["predictions"]
-    table = capsys.readouterr().out
-    got = {r["mapping"]: r["measured_trained_samples_per_s"] for r in rows if r["runnable"]}
-    assert sorted(got.values()) == list(range(1, len(got) + 1))  # each its own measurement
-    for r in rows:
-        on_gpu = "@h100" in r["mapping"]
-        assert r["basis"] == ("modeled (sheet)" if on_gpu else "profiled"), r
-        assert r["runnable"] is (not on_gpu) or r["note"], r
-        if not r["runnable"]:
-            assert r["measured_trained_samples_per_s"] is None, r
-    for mapping, rate in got.items():
-        line = next(x for x in table.splitlines() if f" {mapping} " in x)
-        assert line.split()[-1] == f"{rate:,}" and "profiled" in line, line
-
-
-@pytest.mark.parametrize("command", ["dse", "profile"])
-def test_a_shape_this_machine_cannot_hold_is_refused_before_profiling(
-    tmp_path, capsys, monkeypatch, command
-):
-    # it was profiled, and allocated its buffer (twice) until the machine ran out of memory
-    monkeypatch.setattr("drlhet.cli.dse.build_model", lambda *a, **k: pytest.fail("profiled"))
-    monkeypatch.setattr("drlhet.cli.dse.available_memory", lambda: (2**30, "MemAvailable"))
-    out = ["--cache-dir", str(tmp_path / "cache")] + (
-        ["--out", str(tmp_path / "d.json")] if command == "dse" else []
-    )
-    cases = [
-        (["--capacity", "20000000"], "--capacity 20000000: profiling it needs ~"),
-        (["--hidden", "20000", "20000"], "--hidden 20000 20000: profiling it needs ~"),
-    ]
-    if command == "dse":  # a measured run holds its delayed updates: k x B entries
-        delay = ["--delay", "100000000", "--measure", "--hidden", "8"]
-        cases.append((delay, "--delay 100000000: a run measured at it needs ~"))
-    for args, message in cases:
-        with pytest.raises(SystemExit) as stop:
-            main([command, *args, *out])
-        assert stop.value.code == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith(f"drlhet: error: {message}"), err
-        assert err[0].endswith("this machine has 1.0 GiB available (MemAvailable)")
-    assert list(tmp_path.iterdir()) == []
-    # predicted only (no --measure), a long delay holds nothing: not refused
-    from drlhet.cli.dse import _check_shape
-
-    _check_shape(TINY, None)
-    with pytest.raises(ValueError, match="--delay 100000000: a run measured at it"):
-        _check_shape(TINY, 10**8)
 
 
 def test_every_call_of_a_transfer_chain_is_a_hop(monkeypatch):

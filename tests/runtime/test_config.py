@@ -51,6 +51,10 @@ def test_warmup_steps_count_the_rounding_and_the_n_step_window():
         # was taken: --n-step 1000000 ran a warm-up 40 times --steps (and still filling)
         ({"n_step": 501}, "n_step (501) must be <= steps / num_envs (500), the iterations", 3),
         ({"buffer_size": 2**31 - 1}, "needs 2290649248 tree nodes", 2),
+        # was taken: an OverflowError once the run's counters reached 2^31 (exit status 1)
+        ({"steps": 2**31}, "steps must be <= 2147483647 (the program's counters are int32)", 1),
+        # was taken: no delayed update ever applied (a delay of 10^6 ran at 12 env steps/s)
+        ({"delay": 10**6}, "delay (1000000) must be below the run's learner steps (", 4),
         ({"backend": "fpga", "branching": 2}, "cannot hold buffer_size 1000 at branching 2", 3),
         ({"backend": "native", "branching": 300}, "the native backend supports K <= 256", 3),
         ({"backend": "cuda", "branching": 257}, "the cuda backend supports K <= 256", 3),
@@ -115,3 +119,11 @@ def test_run_places_uniform_replay_on_a_bare_device():
     cfg = dataclasses.replace(BASE, env="probe-constant", uniform=True, steps=600)
     _, rows = run(cfg, "actors=cpu:0,replay=cpu:0,learner=cpu:0")
     assert len(rows) == 1
+
+
+def test_a_delay_just_below_the_runs_learner_steps_is_taken():
+    # 4 chunks x 400 / 4 envs x 2 SGD steps = 800 learner steps: the last update at 799 applies
+    check(dataclasses.replace(BASE, delay=799))
+    with pytest.raises(ConfigError, match=r"delay \(800\) must be below the run's learner steps"):
+        check(dataclasses.replace(BASE, delay=800))
+    check(dataclasses.replace(BASE, delay=800, uniform=True))  # no priorities to delay

@@ -1,32 +1,24 @@
-"""The threaded pipeline: stage threads, bounded channels, errors that stop every thread."""
+"""The threaded pipeline: stage threads, bounded channels, errors that stop every thread (the
+threads' crew itself: test_threads.py; the payload a channel carries: test_payload.py)."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.extend import core as jax_core
 
 from drlhet.runtime import channel_stages, compiling, pipeline
 from drlhet.runtime.config import TrainConfig
-from drlhet.runtime.payload import payload_of
 from drlhet.runtime.run import run
-from drlhet.runtime.threads import THREAD_PREFIX, ChunkEnd, Crew, Stopped
+from tests.runtime.pipeline_threads import stage_threads
 from tests.runtime.test_run import SMALL, SPLITS, assert_same_state
 
 SPLIT = "actors=cpu:0,replay=jax@cpu:1,learner=cpu:0"
-
-
-def stage_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX)]
 
 
 def with_learner(monkeypatch, wrap):
@@ -310,98 +302,3 @@ def test_an_error_in_the_callback_stops_the_threads(monkeypatch, host):
     with pytest.raises(KeyboardInterrupt):
         run(TrainConfig(**{**SMALL.__dict__, "delay": 2}), SPLIT, on_chunk=stop)
     assert stage_threads() == []
-
-
-def test_crew_raises_the_first_error_after_every_thread_ended():
-    crew = Crew()
-    ch = crew.channel(1)
-    crew.start("waits", ch.get)  # blocked until the crew stops
-    crew.start("fails", lambda: 1 / 0)
-    with pytest.raises(ZeroDivisionError):
-        crew.join()
-    assert stage_threads() == []
-
-
-@pytest.mark.parametrize("margin", [1, 2])
-def test_a_stop_ends_every_thread_at_the_same_chunk_past_any_one_entered(margin):
-    end = ChunkEnd(10, margin)
-    assert end.enter(0) == 10 and end.enter(3) == 10 and end.enter(1) == 10
-    assert end.ask() == 3 + margin and end.ask() == 3 + margin  # asked twice: the same
-    assert end.enter(3) == 3 + margin  # a chunk entered before the stop runs in every thread
-    if margin == 2:  # and, entered as not the last, stays so
-        assert 3 != end.enter(3) - 1
-    assert list(end) == list(range(3 + margin))
-    assert ChunkEnd(3, margin).ask() == margin  # no thread started: chunk 0 (and 1) still run
-    assert ChunkEnd(9, margin).ask(at_least=5) == 5  # rows owed: their chunks run
-    late = ChunkEnd(4, margin)
-    late.enter(3)
-    assert late.ask() == 4  # every thread in the last chunk: the run ends as usual
-    with pytest.raises(ValueError, match="margin must be 1 or 2"):
-        ChunkEnd(4, 3)
-
-
-def test_a_waiting_get_calls_idle_until_an_item_comes():
-    # the host thread's stop check while it waits for a row
-    crew, calls = Crew(), []
-    channel = crew.channel(1)
-
-    def idle():
-        calls.append(1)
-        if len(calls) == 3:
-            channel.put("row")
-
-    assert channel.get(idle=idle) == "row" and len(calls) == 3
-    crew.halt()
-    with pytest.raises(Stopped):  # a stopped crew: idle is not called again
-        channel.get(idle=idle)
-    assert len(calls) == 3
-
-
-def test_an_interrupt_while_waiting_for_the_threads_stops_them_first():
-    # a second Ctrl-C while `run_pipeline` waits for its threads: they must have ended before
-    # the process may exit (else it aborts, a thread ended inside native code)
-    crew, ended = Crew(), threading.Event()
-    channel = crew.channel(1)
-
-    def waits():  # blocked until the crew stops
-        try:
-            channel.get()
-        finally:
-            ended.set()
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    crew.start("waits", waits)
-    before = signal.signal(signal.SIGUSR1, interrupt)
-    try:
-        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGUSR1)).start()
-        with pytest.raises(KeyboardInterrupt):
-            crew.join()
-        assert ended.is_set()
-    finally:
-        signal.signal(signal.SIGUSR1, before)
-        crew.halt()  # (a failed check must not leave the thread waiting)
-
-
-def test_payload_packs_every_leaf_bit_for_bit():
-    import jax
-
-    tree = {
-        "f": jnp.array([[np.nan, -0.0, 1e-45]], jnp.float32),
-        "i": jnp.array([-1, 2**31 - 1], jnp.int32),
-        "b": jnp.array([True, False]),
-        "k": jax.random.split(jax.random.key(3), 2),
-    }
-    layout = payload_of(tree)
-    words = jax.jit(layout.pack)(tree)
-    assert words.dtype == jnp.uint32 and words.shape == (layout.size,) == (11,)
-    back = jax.jit(layout.unpack)(words)
-    np.testing.assert_array_equal(
-        np.asarray(back["f"]).view(np.uint32), np.asarray(tree["f"]).view(np.uint32)
-    )
-    np.testing.assert_array_equal(np.asarray(back["i"]), np.asarray(tree["i"]))
-    assert back["b"].dtype == jnp.bool_ and np.asarray(back["b"]).tolist() == [True, False]
-    np.testing.assert_array_equal(jax.random.key_data(back["k"]), jax.random.key_data(tree["k"]))
-    with pytest.raises(ValueError, match="float16"):
-        payload_of(jnp.zeros(2, jnp.float16))

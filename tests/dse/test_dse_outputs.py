@@ -1,0 +1,79 @@
+"""What `drlhet dse` predicts, measures and writes, on the toy model of test_model.py: runs in the
+chunks of the run, and each figure labelled as what it is."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from tiny_profile_key import TINY
+
+from drlhet.cli import main
+
+
+def test_the_dse_predicts_and_measures_runs_in_the_chunks_of_the_run(tmp_path, monkeypatch):
+    """The pipeline's iterations per call divide a chunk's iterations (`drlhet.dse.pipelined
+    .unroll`): `drlhet dse` predicts (and ``--measure`` runs) the shape's own run, and
+    ``--mapping auto`` predicts the run it picks for, each in its chunks of ``eval_every``."""
+    from drlhet.cli import dse as dse_cli
+    from drlhet.dse.model import Model
+    from tests.dse.test_model import NATIVE, PROFILE, SHAPES, toy_sheets
+
+    asked: list[tuple[str, int]] = []
+
+    def build(key, **kw):  # the toy model of tests/dse/test_model.py, at this chunk
+        asked.append(("model", kw["eval_every"]))
+        shapes = dataclasses.replace(SHAPES, iterations=kw["eval_every"] // key.num_envs)
+        return Model(shapes, toy_sheets(), {"jax": PROFILE, "native": NATIVE}, cpu_cores=2)
+
+    def measure(key, text, delay, chunk_steps):
+        asked.append(("measured", chunk_steps))
+        return {"trained_samples_per_s": 1.0}
+
+    monkeypatch.setattr(dse_cli, "build_model", build)
+    monkeypatch.setattr(dse_cli, "measure_mapping", measure)
+    out = tmp_path / "d.json"
+    args = ["dse", "--num-envs", "2", "--delay", "8", "--devices", "cpu", "--measure"]
+    main([*args, "--cache-dir", str(tmp_path), "--out", str(out)])
+    every = dataclasses.replace(TINY, num_envs=2).train_config().eval_every
+    assert asked[0] == ("model", every) and set(asked[1:]) == {("measured", every)}
+    asked.clear()
+    cfg = TINY.train_config(eval_every=TINY.num_envs * 625, delay=8)
+    dse_cli.auto_mapping(cfg, cfg.delay, log=lambda s: None)
+    assert asked == [("model", TINY.num_envs * 625)]
+
+
+def test_the_json_and_the_table_label_each_figure_as_what_it_is(tmp_path, monkeypatch, capsys):
+    """Every row of ``--out`` carries its own basis (profiled here, modeled from a sheet) and,
+    with ``--measure``, what was measured of it (runnable rows only); the table prints it."""
+    from drlhet.cli import dse as dse_cli
+    from drlhet.dse.model import Model
+    from tests.dse.test_model import NATIVE, PROFILE, SHAPES, toy_sheets
+
+    sheets = toy_sheets()
+    sheets["h100"] = {**sheets["gpu"], "name": "h100"}  # the toy GPU, named as a shipped sheet
+
+    def build(key, **kw):
+        return Model(SHAPES, sheets, {"jax": PROFILE, "native": NATIVE}, cpu_cores=2)
+
+    measured = iter(range(1, 1000))
+    monkeypatch.setattr(dse_cli, "build_model", build)
+    monkeypatch.setattr(
+        dse_cli, "measure_mapping", lambda *a, **k: {"trained_samples_per_s": next(measured)}
+    )
+    out = tmp_path / "d.json"
+    args = ["dse", "--devices", "cpu,h100", "--measure", "--top", "1000"]
+    main([*args, "--cache-dir", str(tmp_path), "--out", str(out)])
+    rows = json.loads(out.read_text())["predictions"]
+    table = capsys.readouterr().out
+    got = {r["mapping"]: r["measured_trained_samples_per_s"] for r in rows if r["runnable"]}
+    assert sorted(got.values()) == list(range(1, len(got) + 1))  # each its own measurement
+    for r in rows:
+        on_gpu = "@h100" in r["mapping"]
+        assert r["basis"] == ("modeled (sheet)" if on_gpu else "profiled"), r
+        assert r["runnable"] is (not on_gpu) or r["note"], r
+        if not r["runnable"]:
+            assert r["measured_trained_samples_per_s"] is None, r
+    for mapping, rate in got.items():
+        line = next(x for x in table.splitlines() if f" {mapping} " in x)
+        assert line.split()[-1] == f"{rate:,}" and "profiled" in line, line

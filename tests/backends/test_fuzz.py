@@ -219,13 +219,20 @@ def test_backend_equals_reference_long(name, k, data):
 
 
 @pytest.mark.parametrize("name", BACKENDS)
-def test_backend_refuses_the_k_it_does_not_take(name):
+@pytest.mark.parametrize("k", (*KS, 5, 64))
+def test_backend_takes_exactly_the_k_its_entry_accepts(name, k):
+    """Every K the registry entry says the backend takes builds a buffer that stores what it
+    is given; every other K is refused in words naming it."""
     ops, _ = tree_ops_or_skip(name)
-    refused = [k for k in KS if k not in ks_for(name)]
-    for k in refused:  # none for a backend that takes any K
-        fns = make_prioritized_replay(10, 2, branching=k, tree_ops=ops)
+    accepts = backends.get(name).accepts
+    fns = make_prioritized_replay(10, 2, branching=k, tree_ops=ops)
+    if accepts is not None and accepts(64, k):
         with pytest.raises(ValueError, match=f"K.*{k}"):
             fns.add(fns.init({"x": F32(0)}), {"x": np.zeros(3, F32)})
+    else:
+        added = fns.add(fns.init({"x": F32(0)}), {"x": np.arange(1, 4, dtype=F32)})
+        assert int(added.size) == 3
+        np.testing.assert_array_equal(np.asarray(added.storage["x"][:3]), [1, 2, 3])
 
 
 def _one_ulp_up(write):

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from drlhet.runtime.config import TrainConfig
+from drlhet.runtime.config import TrainConfig, differences, said
 from drlhet.runtime.saving import Saving
 
 __all__ = ["Checkpoints", "Saved", "CheckpointError", "config_from_dict", "checkpoint_saving"]
@@ -164,11 +164,16 @@ class Checkpoints:
     def _rows_of(self, chunk: int) -> list[dict]:
         """The rows that the checkpoint of ``chunk`` holds (none where they do not read back:
         nothing to judge it by)."""
-        try:
-            rows = json.loads((self.folder / str(chunk) / "meta" / "metadata").read_text())["rows"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return []
+        rows = self._meta_of(chunk).get("rows")
         return rows if isinstance(rows, list) else []
+
+    def _meta_of(self, chunk: int) -> dict:
+        """The JSON record of the checkpoint of ``chunk`` ({} where it does not read back)."""
+        try:
+            meta = json.loads((self.folder / str(chunk) / "meta" / "metadata").read_text())
+        except (OSError, ValueError):
+            return {}
+        return meta if isinstance(meta, dict) else {}
 
     def restore(self, example: Any, chunk: int | None = None) -> Saved:
         """The newest checkpoint that reads back intact (or the one of ``chunk``).
@@ -345,14 +350,40 @@ def checkpoint_saving(
     holds the rows of every chunk so far, ``before`` first (a resumed run's earlier rows).
 
     Raises:
-      ValueError: ``every`` below 1.
+      ValueError: ``every`` below 1; ``store`` holds the checkpoints of a run of another
+        configuration (`RESUMABLE` fields aside), which this run's first save would delete (a
+        folder holds one history); a ``meta`` value JSON cannot write.
     """
     if not isinstance(every, int) or isinstance(every, bool) or every < 1:
         raise ValueError(f"every must be an integer >= 1 chunk, got {every!r}")
+    for key, value in meta.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"meta {key}={value!r} cannot be written as JSON: {e}") from None
+    _check_history(store, config)
     recorded = {"config": dataclasses.asdict(config), "mapping": mapping, **meta}
     earlier = list(before or [])
 
     def write(chunk: int, states: Any, rows: list[dict]) -> None:
         store.save(chunk, states, earlier + rows, recorded)
 
-    return Saving(every, write)
+    return Saving(every, write, config)
+
+
+def _check_history(store: Checkpoints, config: TrainConfig) -> None:
+    """Raises ``ValueError`` when the newest checkpoint in ``store`` that records a
+    configuration records another than ``config`` (`RESUMABLE` fields aside)."""
+    from drlhet.runtime.run import RESUMABLE
+
+    for c in reversed(store.chunks()):
+        recorded = store._meta_of(c).get("config")
+        if isinstance(recorded, dict):
+            differ = differences(config, recorded, RESUMABLE)
+            if differ:
+                raise ValueError(
+                    f"{store.folder} holds the checkpoints of a run of another configuration "
+                    f"({said(differ)}); this run's first save would delete them: give "
+                    "another folder"
+                )
+            return

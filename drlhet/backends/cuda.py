@@ -43,7 +43,7 @@ from drlhet.backends.cuda_ffi import (
     gpu_devices,
 )
 from drlhet.backends.cuda_ffi import library as _library
-from drlhet.backends.native import ffi_find, ffi_update, tree_attrs
+from drlhet.backends.native import ffi_find, ffi_update, float32_trees, tree_attrs
 from drlhet.replay import checks
 from drlhet.replay.sum_tree import SumTreeState, TreeOps
 
@@ -375,7 +375,8 @@ def _load() -> TreeOps:
         raise BackendUnavailable(
             f"no GPU (JAX sees no CUDA device here: jax[cuda] and a driver), and {e}"
         ) from None
-    return TreeOps(find, update, weigh=weigh, update=update_checked, weigh_key=weigh_key)
+    ops = TreeOps(find, update, weigh=weigh, update=update_checked, weigh_key=weigh_key)
+    return ops._replace(holds=float32_trees("cuda", accepts))
 
 
 BACKEND = register(

@@ -197,7 +197,8 @@ def _load_board_learner(where: str) -> Callable:
 
 def _load() -> TreeOps:
     _library()  # BackendUnavailable when the C-simulation was not built
-    return TreeOps(None, write, fp.REFERENCE.init, fp.sampler(draw), "fixed")
+    holds = lambda capacity, branching, dtype: accepts(capacity, branching)  # noqa: E731
+    return TreeOps(None, write, fp.REFERENCE.init, fp.sampler(draw), "fixed", holds=holds)
 
 
 BACKEND = register(

@@ -15,7 +15,7 @@ import ctypes
 import functools
 import importlib.util
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -177,7 +177,21 @@ def update(
 
 def _load() -> TreeOps:
     _library()  # BackendUnavailable when the library was not built
-    return TreeOps(find, update)
+    return TreeOps(find, update, holds=float32_trees("native", accepts))
+
+
+def float32_trees(name: str, accepts: Any) -> Any:
+    """`TreeOps.holds` of backend ``name`` whose kernels take the float32 trees that its
+    ``accepts(capacity, K) -> why`` takes."""
+
+    def holds(capacity: int, branching: int, dtype: Any) -> str:
+        if why := accepts(capacity, branching):
+            return why
+        if jnp.dtype(dtype) != jnp.float32:
+            return f"the {name} backend supports float32 trees, got {jnp.dtype(dtype)}"
+        return ""
+
+    return holds
 
 
 BACKEND = register(

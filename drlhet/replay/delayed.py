@@ -62,10 +62,22 @@ def after_sample(stamps: jax.Array, sampled: jax.Array) -> jax.Array:
 
 
 def make_delayed_updates(replay: ReplayFns, delay: int, batch_size: int) -> DelayedUpdates:
-    """Builds a priority-update queue of ``delay`` learner steps for ``replay``."""
-    if not isinstance(delay, int | np.integer) or delay < 0:
+    """Builds a priority-update queue of ``delay`` learner steps for ``replay`` (paper
+    Sec. 4.3: the update of a learner step is applied ``delay`` steps later).
+
+    Args:
+      replay: the buffer the updates go to.
+      delay: k >= 0, learner steps an update waits (0: applied at once, no queue).
+      batch_size: B, entries of one learner step's update (each push takes ``[B]`` arrays).
+
+    Raises:
+      ValueError: a ``delay`` or ``batch_size`` that is not such an integer; a push of another
+        size than ``B`` or of values the buffer's update would refuse (eagerly; the queue and
+        the buffer unchanged).
+    """
+    if not _integer(delay) or delay < 0:
         raise ValueError(f"delay must be an integer >= 0, got {delay!r}")
-    if not isinstance(batch_size, int | np.integer) or batch_size < 1:
+    if not _integer(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     delay, batch_size = int(delay), int(batch_size)
 
@@ -78,8 +90,12 @@ def make_delayed_updates(replay: ReplayFns, delay: int, batch_size: int) -> Dela
 
     def push(rep, pending: PendingUpdates, indices, stamps, priorities):
         if delay == 0:
+            if jnp.shape(indices) != (batch_size,):  # as a queue of this B would refuse it
+                raise ValueError(
+                    f"index array must have shape ({batch_size},), got {jnp.shape(indices)}"
+                )
             return replay.update_priorities(rep, indices, priorities, stamps), pending
-        new = _checked(rep, indices, stamps, priorities, batch_size)
+        new = _checked(replay, rep, indices, stamps, priorities, batch_size)
         # `indices` are the ones just sampled: the write waits for the sample's reads
         stamps0 = after_sample(pending.stamps[0], new[0])
         rep = replay.update_priorities(rep, pending.indices[0], pending.priorities[0], stamps0)
@@ -91,12 +107,19 @@ def make_delayed_updates(replay: ReplayFns, delay: int, batch_size: int) -> Dela
     return DelayedUpdates(init, push)
 
 
-def _checked(rep, indices, stamps, priorities, b: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _integer(x: Any) -> bool:
+    return isinstance(x, int | np.integer) and not isinstance(x, bool | np.bool_)
+
+
+def _checked(
+    replay: ReplayFns, rep, indices, stamps, priorities, b: int
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``(indices, stamps, priorities)`` ``[B]`` to queue (int32, int32, float32), checked now as
     `ReplayFns.update_priorities` checks them when they are applied: dtypes and shapes always;
     eagerly, an index outside the filled slots and a negative, NaN or infinite priority raise
     ``ValueError`` (queued, a bad value would fail every later push, the queue stuck behind
-    it); a positive priority float32 makes 0 is queued as float32's smallest, still drawn as
+    it; the buffer's own check, `ReplayFns.check_priorities`, says what its alpha and tree
+    refuse); a positive priority float32 makes 0 is queued as float32's smallest, still drawn as
     when applied at once. Under ``jit`` an index int32 cannot hold is queued as -1 and its
     stamp as -1 (never matched); the update that applies the batch refuses it
     (``state.error``)."""
@@ -105,4 +128,6 @@ def _checked(rep, indices, stamps, priorities, b: int) -> tuple[jax.Array, jax.A
         raise ValueError(f"index array must have shape ({b},), got {idx.shape}")
     want, _ = checks.int32_or_never(stamps, (b,), "stamps")  # -1 where int32 cannot hold it
     checks.leaf_values(priorities, 0.0, jnp.float32, (b,))  # eager: raises on a bad value
+    if replay.check_priorities is not None:  # p ** alpha within the tree's range (eager)
+        replay.check_priorities(priorities)
     return idx, want, checks.cast_keeping_sign(priorities, jnp.float32)

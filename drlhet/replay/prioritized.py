@@ -122,12 +122,17 @@ class ReplayFns(NamedTuple):
       sample: ``(state, key, beta=0.4) -> PrioritizedSample``.
       update_priorities: ``(state, indices [B], priorities [B], stamps [B] | None) -> state``;
         priorities are raw (e.g. ``|TD| + eps``); duplicate indices: the last occurrence wins.
+      check_priorities: ``(priorities [B]) -> None``: eagerly raises the ``ValueError``
+        `update_priorities` would for these values (negative, NaN, infinite, or above the
+        tree's largest leaf once raised to alpha); under ``jit`` does nothing. None: a buffer
+        without priorities (uniform replay).
     """
 
     init: Any
     add: Any
     sample: Any
     update_priorities: Any
+    check_priorities: Any = None
 
 
 def refusals(err: int) -> list[str]:
@@ -140,10 +145,17 @@ def refusals(err: int) -> list[str]:
 
 def raise_on_error(state: PrioritizedReplayState | PrioritizedSample) -> None:
     """Raises ``ValueError`` if a jitted operation on ``state`` (or the sample) was refused
-    (a host sync)."""
-    err = 0 if state.error is None else int(state.error)
-    if err:
-        raise ValueError(f"refused replay operation(s): {', '.join(refusals(err))} (error={err})")
+    (a host sync). A batch of states (``error`` ``[S]``: `vmap`, a run's seeds) names the
+    first lane whose operation was refused and how many were."""
+    errors = np.zeros((), np.int32) if state.error is None else np.asarray(state.error)
+    bad = np.flatnonzero(errors.reshape(-1))
+    if bad.size == 0:
+        return
+    err = int(errors.reshape(-1)[bad[0]])
+    where = f" in lane {int(bad[0])} ({bad.size} of {errors.size} lanes)" if errors.ndim else ""
+    raise ValueError(
+        f"refused replay operation(s){where}: {', '.join(refusals(err))} (error={err})"
+    )
 
 
 class _Spec(NamedTuple):
@@ -186,22 +198,47 @@ def make_prioritized_replay(
     Raises:
       ValueError: a bad size, K, alpha or dtype.
     """
-    if not isinstance(capacity, int | np.integer) or not 1 <= capacity <= checks.MAX_CAPACITY:
+    if not _integer(capacity) or not 1 <= capacity <= checks.MAX_CAPACITY:
         raise ValueError(f"capacity must be an integer in [1, 2^31 - 1], got {capacity!r}")
-    if not isinstance(batch_size, int | np.integer) or batch_size < 1:
+    if not _integer(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    if not isinstance(branching, int | np.integer) or branching < 2:
+    if not _integer(branching) or branching < 2:
         raise ValueError(f"branching factor K must be an integer >= 2, got {branching!r}")
-    if not (np.isfinite(alpha) and alpha >= 0):
-        raise ValueError(f"alpha must be finite and >= 0, got {alpha!r}")
+    if not _real(alpha) or not (np.isfinite(alpha) and alpha >= 0):
+        raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
+    if not isinstance(stratified, bool | np.bool_):
+        raise ValueError(f"stratified must be True or False, got {stratified!r}")
+    if not isinstance(tree_ops, TreeOps):
+        raise ValueError(
+            f"tree_ops must be a TreeOps (drlhet.tree_ops(name) gives a backend's), "
+            f"got {type(tree_ops).__name__} {tree_ops!r}"
+        )
     checks.check_tree_dtype(dtype)
+    if tree_ops.holds is not None and (why := tree_ops.holds(capacity, branching, dtype)):
+        raise ValueError(why)
     spec = _Spec(int(capacity), int(batch_size), alpha, int(branching), stratified, tree_ops, dtype)
     return ReplayFns(
         functools.partial(_init, spec),
         functools.partial(_add, spec),
         functools.partial(_sample, spec),
         functools.partial(_update_priorities, spec),
+        functools.partial(_check_priorities, spec),
     )
+
+
+def _check_priorities(spec: _Spec, priorities: Any) -> None:
+    """`ReplayFns.check_priorities`: the update's own check of the values (eager only)."""
+    given = priorities if isinstance(priorities, jax.Array) else np.asarray(priorities)
+    if checks.concrete(given):
+        checks.leaf_values(given, spec.alpha, spec.dtype, given.shape)
+
+
+def _integer(x: Any) -> bool:
+    return isinstance(x, int | np.integer) and not isinstance(x, bool | np.bool_)
+
+
+def _real(x: Any) -> bool:
+    return isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
 
 
 def _init(spec: _Spec, example_transition: Any) -> PrioritizedReplayState:

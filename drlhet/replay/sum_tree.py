@@ -31,6 +31,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from drlhet.replay import descent_step
+from drlhet.replay.descent_step import child_step
+
 __all__ = [
     "SumTreeState",
     "TreeLayout",
@@ -285,24 +288,15 @@ def descend(state: SumTreeState, targets: jax.Array) -> tuple[jax.Array, jax.Arr
     def level_step(level, carry):
         node, u, _, root = carry
         children = _rows(nodes, offsets[level] + node * k, k)  # [B, K]
-        # One pass over the K children with running prefix sums, kept in registers:
-        #   count: how many prefixes are <= u (the child taken unless rounding overflows)
-        #   left: the largest prefix <= u, i.e. prefix[count - 1] (0 if none)
-        #   last_nz / left_nz / value_nz: the last non-zero child, the prefix before it and its
-        #   value (the fallback when rounding pushes u past every non-zero child)
-        acc = left = left_nz = value = value_nz = zero
-        count = last_nz = jnp.zeros(u.shape, jnp.int32)
-        for j in range(k):
-            c = children[:, j]
-            nz = c > 0
-            left_nz = jnp.where(nz, acc, left_nz)
-            value_nz = jnp.where(nz, c, value_nz)
-            last_nz = jnp.where(nz, j, last_nz)
-            acc = c if j == 0 else acc + c
-            below = acc <= u
-            value = jnp.where(count == j, c, value)  # c of child `count` (before increment)
-            count = count + below.astype(jnp.int32)
-            left = jnp.where(below, acc, left)
+        # one pass over the K children with running prefix sums (`child_step`)
+        ints = jnp.zeros(u.shape, jnp.int32)
+        scan = (zero, zero, zero, zero, zero, ints, ints)
+        if k <= descent_step.UNROLLED_MAX_K:
+            for j in range(k):
+                scan = child_step(children, u, j, scan, j == 0)
+        else:  # one loop over the children: an unrolled K of hundreds compiled for minutes
+            scan = jax.lax.fori_loop(0, k, lambda j, s: child_step(children, u, j, s, j == 0), scan)
+        acc, left, left_nz, value, value_nz, count, last_nz = scan
         overflow = count > last_nz
         child = jnp.where(overflow, last_nz, count)
         left = jnp.where(overflow, left_nz, left)
@@ -383,6 +377,8 @@ class TreeOps(NamedTuple):
       update: None (the buffer runs `drlhet.replay.buffer_ops.update` over ``write``), or the
         backend's own: ``(tree, indices [B] int32, raw [B], values [B], keep [B] bool, size [],
         max_priority [], error []) -> (tree, max_priority, error)``, equal to it bit for bit.
+      holds: None (any tree the buffer allows), or ``(capacity, K, dtype) -> str``: why the
+        backend cannot hold such a tree (empty: it can), asked when a buffer is built.
     """
 
     find: Callable[..., tuple[jax.Array, jax.Array, jax.Array]] | None
@@ -393,6 +389,7 @@ class TreeOps(NamedTuple):
     weigh: Callable[..., tuple[jax.Array, jax.Array, jax.Array, jax.Array] | None] | None = None
     update: Callable[..., tuple[Any, jax.Array, jax.Array]] | None = None
     weigh_key: Callable[..., tuple[jax.Array, jax.Array, jax.Array, jax.Array] | None] | None = None
+    holds: Callable[[int, int, Any], str] | None = None
 
 
 REFERENCE = TreeOps(descend, write)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from drlhet.agents import ddpg, dqn
 from drlhet.agents.ddpg import DDPGConfig
@@ -12,6 +13,7 @@ from drlhet.agents.dqn import DQNConfig
 from drlhet.agents.ranges import HyperparameterError, check_ranges
 from drlhet.backends import default, get, names
 from drlhet.replay.sum_tree import layout
+from drlhet.runtime.field_types import wrong_kind
 
 __all__ = [
     "TrainConfig",
@@ -22,6 +24,8 @@ __all__ = [
     "n_step_of",
     "with_backend",
     "tree_shape",
+    "differences",
+    "said",
 ]
 
 
@@ -91,8 +95,9 @@ MAX_STEPS = (1 << 31) - 1
 MAX_BRANCHING = 1024
 """Widest tree node: the programs sum a node's K children one by one (the order every backend
 keeps), so they grow with K (one tree write compiled in 2.7 s at K = 2048 and 27 s at 16384
-on the 2-core VM; K = 10^8 had taken 14 GiB, still tracing, when it was stopped). The native
-and CUDA backends hold K <= 256."""
+on the 2-core VM; K = 10^8 had taken 14 GiB, still tracing, when it was stopped; the descent
+loops over a node wider than 64 children: K = 1024 compiles in 0.6 s). The native and CUDA
+backends hold K <= 256."""
 
 _POSITIVE = (
     "steps",
@@ -121,7 +126,13 @@ def check(cfg: TrainConfig) -> None:
     out of range, sizes that do not fit together, an unknown backend, one that cannot hold
     the tree or one named for uniform replay (no tree), a hyper-parameter out of its range
     (the agents' fields spelled ``dqn.<name>``, ``ddpg.<name>``). (How many chunks fit in
-    ``steps`` is `chunks_of`'s check.)"""
+    ``steps`` is `chunks_of`'s check.) A field of another kind than its annotation says
+    (``seeds=2.5``, ``uniform="yes"``) is named first (`drlhet.runtime.field_types`)."""
+    if not isinstance(cfg, TrainConfig):
+        raise ConfigError(f"the configuration must be a TrainConfig, got {type(cfg).__name__}")
+    wrong = wrong_kind(cfg)
+    if wrong is not None:
+        raise ConfigError(wrong[1], wrong[0])
     if cfg.n_step is not None and cfg.n_step < 1:
         raise ConfigError(f"n_step must be >= 1, got {cfg.n_step}", "n_step")
     for name in _POSITIVE:
@@ -314,3 +325,38 @@ def tree_shape(cfg: TrainConfig) -> tuple[int, int] | None:
     """``(capacity, K)`` of ``cfg``'s sum tree, which its replay backend must hold; None for
     uniform replay (no tree)."""
     return None if cfg.uniform else (cfg.buffer_size, cfg.branching)
+
+
+def differences(
+    cfg: TrainConfig, other: TrainConfig | dict, ignore: tuple[str, ...] = ()
+) -> list[tuple[str, Any, Any]]:
+    """``[(field, value in other, value in cfg)]`` of every leaf field (``dqn.learning_rate``)
+    where ``cfg`` and ``other`` differ, but those under a top-level name in ``ignore``.
+    ``other`` may be a checkpoint's JSON config: a field it lacks has its default, and values
+    compare as JSON gives them back (tuples and lists alike; ``1 == 1.0`` as in Python)."""
+    if isinstance(other, TrainConfig):
+        other = dataclasses.asdict(other)
+    here = _flat(dataclasses.asdict(cfg))
+    there = _flat(dataclasses.asdict(TrainConfig())) | {
+        k: v for k, v in _flat(other).items() if k in here
+    }
+    return [
+        (k, there[k], here[k])
+        for k in here
+        if k.split(".")[0] not in ignore and here[k] != there[k]
+    ]
+
+
+def said(differ: list[tuple[str, Any, Any]]) -> str:
+    """`differences` in words: ``seed 7 there, 0 here; ...``."""
+    return "; ".join(f"{k} {json.dumps(a)} there, {json.dumps(b)} here" for k, a, b in differ)
+
+
+def _flat(config: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in config.items():
+        if isinstance(v, dict):
+            out |= _flat(v, f"{prefix}{k}.")
+        else:
+            out[f"{prefix}{k}"] = json.loads(json.dumps(v, default=repr))
+    return out

@@ -41,19 +41,21 @@ def parse_placement(text: str, group: str, tree: tuple[int, int] | None = None) 
         raise ValueError(f"{group}={text!r}: expected backend@device or a device")
     if "@" in text:
         backend, device = text.split("@")
-        return Placement(backend, canonical_device(device))
+        return Placement(backend.strip(), canonical_device(device))
     device = canonical_device(text)
     return Placement(backends.default(group, _platform(device), tree), device)
 
 
 def canonical_device(name: str) -> str:
-    """A device's one spelling, ``kind:index``: ``"cpu"``, ``"cpu:"`` and ``"cpu:00"`` are all
-    ``"cpu:0"``, so that placements on one device compare equal (`segments` fuses them).
+    """A device's one spelling, ``kind:index``: ``"cpu"``, ``"cpu:"``, ``"cpu : 0"`` and
+    ``"cpu:00"`` are all ``"cpu:0"``, so that placements on one device compare equal
+    (`segments` fuses them).
 
     Raises:
       ValueError: an unknown kind of device or an index that is not a number.
     """
-    name = name.strip()
+    kind, colon, index = name.partition(":")
+    name = f"{kind.strip()}{colon}{index.strip()}"  # "cpu : 0" is cpu:0 too
     return f"{_platform(name)}:{device_index(name)}"
 
 

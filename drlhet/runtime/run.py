@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -27,7 +26,14 @@ import jax.numpy as jnp
 from drlhet.envs.host import failure_in, is_host_env
 from drlhet.replay.nstep import cut
 from drlhet.runtime.compiling import jit
-from drlhet.runtime.config import ConfigError, TrainConfig, check, tree_shape
+from drlhet.runtime.config import (
+    ConfigError,
+    TrainConfig,
+    check,
+    differences,
+    said,
+    tree_shape,
+)
 from drlhet.runtime.fused import run_fused
 from drlhet.runtime.host_loop import run_iteration_loop
 from drlhet.runtime.mapping import Mapping, Placement, replay_backend_named, segments
@@ -50,8 +56,10 @@ class Start(NamedTuple):
     ``Saved.meta["config"]``, or a `TrainConfig`; `from_saved` sets it). `run` then refuses
     a ``cfg`` that differs from it in any field but those a resume may change (`RESUMABLE`:
     the mapping sets them), naming each field and both values, before it touches the states.
-    None (``Start(states, chunk)``): unchecked, the run goes on with whatever ``cfg`` says
-    (as a longer run from a shorter one's state)."""
+    None (``Start(states, chunk)``): the fields are unchecked, the run goes on with whatever
+    ``cfg`` says (as a longer run from a shorter one's state). Either way, when chunks are
+    left to run, ``states`` must have the structure, shapes and dtypes of ``cfg``'s state
+    (`initial_example`), else ``ValueError`` names the first leaf that differs."""
 
     states: Any
     chunk: int
@@ -114,8 +122,11 @@ def run(
       BackendUnavailable: a backend or device the mapping names is missing here.
       Stopped: ``stop_asked`` ended the run early.
     """
+    _check_arguments(cfg, mapping, on_chunk, start, saving, stop_asked)
     if start is not None and start.config is not None:
         _check_resumed(cfg, start.config)
+    if saving is not None and saving.config is not None:
+        _check_saving(cfg, saving.config)
     if cfg.uniform:
         _check_uniform(cfg, mapping)
     if isinstance(mapping, str):
@@ -140,10 +151,11 @@ def _start_and_run(tr, cfg, start, devices, extra, t0, saving, on_chunk, stop_as
             states = jit(jax.vmap(tr.init))(keys)
             states = jit(jax.vmap(tr.warmup), donate_argnums=0)(states)
     else:
+        if start.chunk + 1 >= tr.chunks:  # resumed after its last chunk: nothing left to run
+            return start.states, []
+        _check_start_states(start.states, _example(tr, cfg))
         states = _fresh_episodes(tr, start.states) if is_host_env(cfg.env) else start.states
     first = 0 if start is None else start.chunk + 1
-    if first >= tr.chunks:  # resumed after its last chunk: nothing left to run
-        return states, []
     hook = ChunkHook(tr.chunks, saving, on_chunk, stop_asked)
     if len(extra["segments"]) == 1:
         return run_fused(tr, states, devices["replay"], t0, hook, extra, first)
@@ -176,40 +188,55 @@ def _check_uniform(cfg: TrainConfig, mapping: Mapping | str | None) -> None:
         raise ConfigError(f"mapping {named} names a replay backend, and {why}", "uniform")
 
 
+def _check_arguments(cfg, mapping, on_chunk, start, saving, stop_asked) -> None:
+    """Raises ``TypeError`` naming the first of `run`'s arguments of the wrong kind (before
+    anything is built or trained: a callback found not callable after the first chunk would
+    lose it), and ``ValueError`` for a ``start.chunk`` that is no chunk index."""
+    kinds = (
+        ("cfg", cfg, TrainConfig, "a TrainConfig"),
+        ("mapping", mapping, (Mapping, str, type(None)), "a Mapping, its text or None"),
+        ("start", start, (Start, type(None)), "a Start or None"),
+        ("saving", saving, (Saving, type(None)), "a Saving (drlhet.checkpoint_saving) or None"),
+    )
+    for name, value, kind, what in kinds:
+        if not isinstance(value, kind):
+            raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
+    for name, value in (("on_chunk", on_chunk), ("stop_asked", stop_asked)):
+        if value is not None and not callable(value):
+            raise TypeError(f"{name} must be callable or None, got {value!r}")
+    if start is not None:
+        chunk = start.chunk
+        if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < -1:
+            raise ValueError(
+                f"start.chunk must be the index of the chunk the states were saved after "
+                f"(an integer >= -1; -1: before the first), got {chunk!r}"
+            )
+
+
+def _check_saving(cfg: TrainConfig, made_for: TrainConfig) -> None:
+    """Raises ``ValueError`` when ``saving`` was made (`drlhet.checkpoint_saving`) for another
+    configuration than the run's: its checkpoints would record that one, and a resume would
+    then be checked against the wrong fields."""
+    differ = differences(cfg, made_for, RESUMABLE)
+    if differ:
+        raise ValueError(
+            f"saving was made for another configuration than the run's: {said(differ)}"
+        )
+
+
 def _check_resumed(cfg: TrainConfig, saved: Any) -> None:
     """Raises `ConfigError` naming every field but `RESUMABLE` where ``cfg`` differs from
     ``saved`` (a checkpoint's JSON config, where a missing field has its default, as the
     CLI's resume reads it; or a `TrainConfig`), with both values."""
-    if dataclasses.is_dataclass(saved) and not isinstance(saved, type):
-        saved = dataclasses.asdict(saved)
-    if not isinstance(saved, dict):
+    if not isinstance(saved, dict | TrainConfig):
         raise ValueError(
             f"start.config must be a checkpoint's config (a dict) or a TrainConfig, "
             f"got {type(saved).__name__}"
         )
-    here = _flat(dataclasses.asdict(cfg))
-    there = _flat(dataclasses.asdict(TrainConfig())) | {
-        k: v for k, v in _flat(saved).items() if k in here
-    }
-    differ = [k for k in here if k.split(".")[0] not in RESUMABLE and here[k] != there[k]]
+    differ = differences(cfg, saved, RESUMABLE)
     if differ:
-        said = "; ".join(
-            f"{k} {json.dumps(there[k])} there, {json.dumps(here[k])} here" for k in differ
-        )
-        message = f"start: the checkpoint was saved with another configuration: {said}"
-        raise ConfigError(message, *differ)
-
-
-def _flat(config: dict, prefix: str = "") -> dict[str, Any]:
-    """``{"dqn.lr": 0.001, ...}``: every leaf field of a config dict, its value as JSON gives
-    it back (tuples and the lists a checkpoint holds alike; ``1 == 1.0`` as in Python)."""
-    out: dict[str, Any] = {}
-    for k, v in config.items():
-        if isinstance(v, dict):
-            out |= _flat(v, f"{prefix}{k}.")
-        else:
-            out[f"{prefix}{k}"] = json.loads(json.dumps(v, default=repr))
-    return out
+        message = f"start: the checkpoint was saved with another configuration: {said(differ)}"
+        raise ConfigError(message, *(k for k, _, _ in differ))
 
 
 def _fresh_episodes(tr: Trainer, states: Any) -> Any:
@@ -246,13 +273,48 @@ def _pipeline_segments(tr: Trainer, states, devices, t0, hook: ChunkHook, extra,
 def initial_example(cfg: TrainConfig) -> Any:
     """The shapes and dtypes of a run's state (``[S]`` seeds), as `jax.eval_shape` gives them:
     what a checkpoint of ``cfg`` must hold."""
-    tr = make_trainer(cfg)
+    return _example(make_trainer(cfg), cfg)
 
+
+def _example(tr: Trainer, cfg: TrainConfig) -> Any:
     def fresh():  # as `run` makes it
         keys = jax.random.split(jax.random.key(cfg.seed), cfg.seeds)
         return jax.vmap(lambda k: tr.warmup(tr.init(k)))(keys)
 
     return jax.eval_shape(fresh)
+
+
+def _check_start_states(states: Any, example: Any) -> None:
+    """Raises ``ValueError`` (naming the first leaf that differs) unless ``states`` has the
+    structure, shapes and dtypes of ``example``: a resumed state of another buffer size,
+    seed count or network would otherwise train (or fail mid-chunk) on the wrong arrays."""
+    want, want_def = jax.tree_util.tree_flatten_with_path(example)
+    try:
+        got, got_def = jax.tree_util.tree_flatten_with_path(states)
+    except Exception as e:  # not a pytree JAX reads
+        raise ValueError(f"start.states is not a run's state: {e}") from e
+    if [p for p, _ in got] != [p for p, _ in want]:
+        raise ValueError(
+            f"start.states has another structure than this configuration's state "
+            f"({len(got)} arrays, {len(want)} here): not a state of this agent and replay"
+        )
+    for (path, have), (_, need) in zip(got, want, strict=True):
+        shape, dtype = getattr(have, "shape", None), getattr(have, "dtype", None)
+        if shape is None or tuple(shape) != tuple(need.shape) or dtype != need.dtype:
+            said = f"{dtype}{list(shape)}" if shape is not None else type(have).__name__
+            raise ValueError(
+                f"start.states{jax.tree_util.keystr(path)} is {said}, "
+                f"{need.dtype}{list(need.shape)} in this configuration"
+            )
+    if str(got_def) != str(
+        want_def
+    ):  # the same arrays, other static fields (a tree's capacity or K)
+        a, b = str(got_def), str(want_def)
+        i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), 0)
+        raise ValueError(
+            f"start.states has other static fields than this configuration's state: "
+            f"...{a[max(i - 40, 0) : i + 20]}... there, ...{b[max(i - 40, 0) : i + 20]}... here"
+        )
 
 
 def default_mapping(cfg: TrainConfig) -> Mapping:

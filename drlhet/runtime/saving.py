@@ -35,10 +35,13 @@ class Saving(NamedTuple):
       write: ``(chunk, states, rows) -> None``: the state of every seed after ``chunk`` and the
         rows of every chunk this run made so far (``chunk`` included); it must copy what it
         keeps before returning (the state's buffers are donated to the next chunk).
+      config: the `TrainConfig` the checkpoints record (`drlhet.checkpoint_saving` sets it);
+        `drlhet.runtime.run.run` refuses one that differs from its own. None: unchecked.
     """
 
     every: int
     write: Callable[[int, Any, list[dict]], None]
+    config: Any = None
 
 
 class Stopped(Exception):

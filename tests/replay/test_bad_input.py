@@ -147,6 +147,8 @@ BAD_PUSHES = [
     (np.int64([2**32 + 3, 1]), jnp.float32([1.0, 1.0]), "index 4294967299 outside"),
     (jnp.float32([0.0, 1.0]), jnp.float32([1.0, 1.0]), "integer dtype"),
     (jnp.int32([0, 1, 2]), jnp.float32([1.0, 1.0, 1.0]), "shape \\(2,\\)"),
+    # p ** alpha above the tree's largest leaf: the buffer's alpha (it was checked with 0)
+    (jnp.int32([0, 1]), jnp.float32([1e30, 1.0]), "1.00000002e\\+30 at position 0"),
 ]
 
 
@@ -181,11 +183,37 @@ def test_a_bad_delayed_update_under_jit_is_refused_when_applied():
         push(s, delayed.init(), jnp.int32([0]), jnp.int32([0]), jnp.float32([1]))
 
 
-@pytest.mark.parametrize("delay, batch", [(1.5, 2), (-1, 2), (1, 0), (1, -1)])
+@pytest.mark.parametrize("delay, batch", [(1.5, 2), (-1, 2), (1, 0), (1, -1), (True, 2), (1, True)])
 def test_a_delayed_queue_of_a_bad_size_is_refused(delay, batch):
     fns, _ = filled()
     with pytest.raises(ValueError, match="delay|batch_size"):
         make_delayed_updates(fns, delay, batch)
+
+
+def test_a_push_of_another_size_is_refused_at_delay_0_as_at_delay_1():
+    fns, s = filled()
+    for delay in (0, 1):
+        delayed = make_delayed_updates(fns, delay, 2)
+        with pytest.raises(ValueError, match="shape \\(2,\\), got \\(3,\\)"):
+            delayed.push(s, delayed.init(), jnp.int32([0, 1, 2]), None, jnp.ones(3))
+
+
+# ------------------------------------------------------------- the buffer's arguments
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"alpha": "0.6"}, "alpha must be a finite number >= 0, got '0.6'"),
+        ({"alpha": None}, "alpha must be a finite number >= 0, got None"),
+        ({"stratified": "no"}, "stratified must be True or False, got 'no'"),
+        ({"capacity": True}, "capacity must be an integer .* got True"),
+        ({"batch_size": True}, "batch_size must be an integer >= 1, got True"),
+        ({"tree_ops": "native"}, "tree_ops must be a TreeOps .* got str 'native'"),
+    ],
+)
+def test_a_buffer_argument_of_the_wrong_kind_is_refused_naming_it(kwargs, match):
+    args = {"capacity": 8, "batch_size": 4} | kwargs
+    with pytest.raises(ValueError, match=match):
+        make_prioritized_replay(**args)
 
 
 # ------------------------------------------------------------- the n-step FIFO
@@ -228,3 +256,22 @@ def test_an_nstep_push_keeps_the_fifos_dtypes():
     assert jax.tree.map(lambda x: x.dtype, out) == jax.tree.map(lambda x: x.dtype, fifo)
     with pytest.raises(ValueError, match="lacks reward"):
         fns.init({"obs": OBS[0], "action": ACT[0], "next_obs": OBS[0]}, 4)
+
+
+@pytest.mark.parametrize(
+    "name, kwargs, match",
+    [
+        ("native", {"branching": 300}, "the native backend supports K <= 256, got 300"),
+        (
+            "native",
+            {"dtype": jnp.bfloat16},
+            "the native backend supports float32 trees, got bfloat16",
+        ),
+        ("fpga", {"branching": 3}, r"the FPGA replay module supports K in \(4, .*\), got 3"),
+        ("fpga", {"branching": 2}, r"the FPGA replay module supports K in \(4, .*\), got 2"),
+    ],
+)
+def test_a_tree_the_backend_cannot_hold_is_refused_as_the_buffer_is_built(name, kwargs, match):
+    # it was refused at `init`, and the FPGA's K 3 in words that listed K 2 as taken
+    with pytest.raises(ValueError, match=f"^{match}$"):
+        make_prioritized_replay(64, 4, tree_ops=load(name), **kwargs)

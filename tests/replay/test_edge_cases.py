@@ -240,6 +240,13 @@ def test_sampling_a_buffer_whose_priorities_are_all_zero_is_refused(name):
         raise_on_error(b)
     empty = jax.jit(fns.sample)(fns.init(EXAMPLE), jax.random.key(0))
     assert int(empty.error) == ERR_EMPTY
+    # a batch of buffers (vmap, a run's seeds): the first refused lane named, and how many
+    lanes = jax.tree.map(lambda *x: jnp.stack(x), s, s, fns.add(s, rows(1), np.ones(1)))
+    drawn = jax.jit(jax.vmap(fns.sample, (0, None)))(lanes, jax.random.key(0))
+    np.testing.assert_array_equal(drawn.error, [ERR_EMPTY, ERR_EMPTY, 0])
+    with pytest.raises(ValueError, match=r"in lane 0 \(2 of 3 lanes\): .* all-zero priorities"):
+        raise_on_error(drawn)
+    raise_on_error(jax.tree.map(lambda x: x[2:], drawn))  # the lane that drew: no error
 
 
 # ------------------------------------------------------------- 4: add checks shapes and dtypes

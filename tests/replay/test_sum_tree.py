@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from drlhet.replay import descent_step
 from drlhet.replay import sum_tree as st
 
 KS = [2, 3, 4, 16, 64]
@@ -292,3 +293,26 @@ def test_dropped_entries_never_shadow_a_kept_duplicate():
     )
     np.testing.assert_array_equal(st.get(tree, jnp.array([3, 5])), [1.0, 4.0])
     assert float(st.total(tree)) == 5.0
+
+
+@pytest.mark.parametrize("k, capacity", [(3, 100), (16, 1000), (65, 500), (300, 700)])
+def test_the_looped_descent_is_the_unrolled_one_bit_for_bit(monkeypatch, k, capacity):
+    """A node wider than `UNROLLED_MAX_K` is stepped through in a loop (an unrolled K = 1024
+    compiled for minutes): the same additions in the same order, so the same leaves, values
+    and root, at zero children and at targets rounding pushes past the last non-zero one."""
+    rng = np.random.default_rng(k)
+    leaves = rng.exponential(size=capacity).astype(np.float32)
+    leaves[rng.random(capacity) < 0.3] = 0  # zero-priority children, whole zero nodes
+    leaves[-k:] = 0
+    tree = st.write(st.init(capacity, k), jnp.arange(capacity), jnp.asarray(leaves))
+    total = np.float32(st.total(tree))
+    edge = [0, total, np.nextafter(total, np.float32(0)), total * np.float32(0.999999)]
+    targets = jnp.asarray(np.concatenate([rng.random(60) * total, edge]), jnp.float32)
+    got = []
+    for unrolled in (10**6, 0):
+        monkeypatch.setattr(descent_step, "UNROLLED_MAX_K", unrolled)
+        descend = jax.jit(lambda t, x: st.descend(t, x))  # traced anew (a jit of st.descend
+        got.append([np.asarray(x) for x in descend(tree, targets)])  # is cached once)
+    for a, b in zip(*got, strict=True):
+        assert a.tobytes() == b.tobytes()
+    assert np.all(leaves[got[0][0]] > 0)  # never a zero leaf

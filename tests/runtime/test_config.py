@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
+from drlhet.agents.ddpg import DDPGConfig
+from drlhet.agents.dqn import DQNConfig
 from drlhet.runtime.config import ConfigError, TrainConfig, check, chunks_of, warmup_steps
 
 BASE = TrainConfig(steps=2_000, warmup=200, eval_every=400, batch_size=32, buffer_size=1_000)
@@ -127,3 +130,32 @@ def test_a_delay_just_below_the_runs_learner_steps_is_taken():
     with pytest.raises(ConfigError, match=r"delay \(800\) must be below the run's learner steps"):
         check(dataclasses.replace(BASE, delay=800))
     check(dataclasses.replace(BASE, delay=800, uniform=True))  # no priorities to delay
+
+
+@pytest.mark.parametrize(
+    "change, field, message",
+    [
+        ({"seeds": 2.5}, "seeds", "seeds must be an integer, got float 2.5"),
+        ({"steps": 2000.0}, "steps", "steps must be an integer, got float 2000.0"),
+        ({"seed": True}, "seed", "seed must be an integer, got bool True"),
+        ({"uniform": "yes"}, "uniform", "uniform must be True or False, got str 'yes'"),
+        ({"env": None}, "env", "env must be text, got NoneType None"),
+        ({"alpha": "0.6"}, "alpha", "alpha must be a number, got str '0.6'"),
+        ({"n_step": 2.0}, "n_step", "n_step must be an integer or None, got float 2.0"),
+        ({"algo": "sac"}, "algo", "algo must be 'dqn' or 'ddpg', got str 'sac'"),
+        ({"dqn": {"hidden": (8,)}}, "dqn", "dqn must be a DQNConfig, got dict"),
+        ({"dqn": DQNConfig(double="no")}, "dqn.double", "dqn.double must be True or False"),
+        ({"ddpg": DDPGConfig(hidden=64)}, "ddpg.hidden", "ddpg.hidden must be a tuple of int"),
+    ],
+)
+def test_a_field_of_another_kind_is_refused_naming_it(change, field, message):
+    """A configuration made in Python is not type-checked by the dataclass: these failed deep
+    in JAX naming no field, or (a text for a bool) ran as True."""
+    with pytest.raises(ConfigError) as e:
+        check(dataclasses.replace(BASE, **change))
+    assert str(e.value).startswith(message) and e.value.fields == (field,)
+
+
+def test_numbers_of_the_kinds_numpy_and_python_give_are_taken():
+    check(dataclasses.replace(BASE, seeds=np.int64(2), alpha=1, beta_start=np.float32(0.5)))
+    check(dataclasses.replace(BASE, n_step=None, backend=None, dqn=DQNConfig(hidden=(8, 8))))

@@ -23,7 +23,7 @@ def test_parse_and_segments():
     assert Mapping.parse(str(m)) == m
 
 
-@pytest.mark.parametrize("spelling", ["cpu", "cpu:", "cpu:00", " cpu:0 "])
+@pytest.mark.parametrize("spelling", ["cpu", "cpu:", "cpu:00", " cpu:0 ", "cpu : 0"])
 def test_every_spelling_of_a_device_is_that_device(spelling):
     # the groups of one device are one segment, however the device is spelled: a mapping with
     # "cpu" beside "cpu:0" ran as a split (the host loop, or refused by the pipeline)

@@ -3,6 +3,9 @@ be made, a run that cannot fit): one line, exit status 2, nothing written."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from cli_args import TINY, one_error_line
 
@@ -252,6 +255,48 @@ def test_mapping_auto_profiles_only_once_its_options_are_known_good(tmp_path, ca
             main(["train", "--mapping", "auto", "--no-memory-check", *args])
         assert stop.value.code == 2
         assert one_error_line(capsys).startswith("drlhet: error: --")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--uniform"],
+            "--mapping auto: the DSE models prioritized replay only: with --uniform "
+            "give the mapping (its replay on a bare device: replay=DEVICE)",
+        ),
+        (
+            ["--learner", "fpga"],
+            "--mapping auto: the DSE places no --learner fpga on this "
+            "machine's devices (it runs here as a simulation",
+        ),
+    ],
+)
+def test_mapping_auto_refuses_what_it_cannot_search_before_profiling(
+    tmp_path, capsys, monkeypatch, args, message
+):
+    # --learner fpga was profiled for a minute, then refused the pick it had ignored it for;
+    # --uniform printed a prioritized replay's prediction and a replay backend uniform refuses
+    monkeypatch.setattr("drlhet.cli.auto.build_model", lambda *a, **k: pytest.fail("profiled"))
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--mapping", "AUTO ", "--out", str(tmp_path), *args])  # any spelling
+    assert stop.value.code == 2
+    assert one_error_line(capsys).startswith(f"drlhet: error: {message}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_closed_pipe_ends_the_command_quietly():
+    # `drlhet dse | head`: "drlhet: failed: BrokenPipeError", exit 1
+    code = (
+        "import sys\nfrom drlhet.cli import main\n"
+        "class Closed:\n"
+        "    def write(self, text): raise BrokenPipeError(32, 'Broken pipe')\n"
+        "    def flush(self): pass\n"
+        "    def fileno(self): return 1\n"
+        "sys.stdout = Closed()\nmain(['backends'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (141, "")
 
 
 def test_a_compilation_cache_folder_that_cannot_be_made_is_named(tmp_path, capsys, monkeypatch):

@@ -4,10 +4,13 @@ and the file, before anything is profiled."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from drlhet.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
 
 ROW = {"key": "k", "backend": "jax", "device_kind": "Toy", "sheet": "h100", "compute": {}}
 
@@ -40,3 +43,27 @@ def test_a_bad_gpu_profile_is_refused_naming_the_option_and_the_file(
     assert len(err) == 1 and err[0].startswith("drlhet: error: "), err
     assert "--gpu-profile" in err[0] and str(path) in err[0] and why in err[0], err
     assert not (tmp_path / "dse.json").exists()
+
+
+def test_a_gpu_profile_of_a_gpu_the_devices_leave_out_is_refused(tmp_path, capsys, monkeypatch):
+    # its rows were left unused with no word: every GPU row stayed modeled from its sheet
+    monkeypatch.setattr("drlhet.cli.dse.build_model", lambda *a, **k: pytest.fail("profiled"))
+    path = REPO / "results" / "gpu_profile_h100.json"
+    with pytest.raises(SystemExit) as stop:
+        main(
+            [
+                "dse",
+                "--devices",
+                "cpu,h200",
+                "--gpu-profile",
+                str(path),
+                "--out",
+                str(tmp_path / "d.json"),
+            ]
+        )
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"drlhet: error: --gpu-profile {path} measured h100, which --devices cpu:0,cpu:1,h200 "
+        "does not list: add it, or drop --gpu-profile"
+    ]

@@ -262,6 +262,12 @@ def default(group: str, platform: str, tree: tuple[int, int] | None = None) -> s
       BackendUnavailable: none loads (the message lists why each failed).
     """
     candidates = providing(group, platform)
+    if not candidates:
+        implement = sorted({p for b in providing(group) for p in b.platforms})
+        raise BackendUnavailable(
+            f"no backend implements the {group} on {platform!r} (they run on {implement}); "
+            f"place the {group} on one of those"
+        )
     why = []
     for b in candidates:
         refused = b.refuses(tree)

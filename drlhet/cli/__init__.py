@@ -65,6 +65,14 @@ def _end(debug: bool, status: int, line: str) -> None:
     raise SystemExit(status) from None
 
 
+def _reader_gone() -> None:
+    """Ends quietly when stdout's reader has closed the pipe (as ``cat`` and ``grep`` do:
+    status 141, 128 + SIGPIPE): Python's exit would flush stdout again and fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    raise SystemExit(141) from None
+
+
 def _parsed(command, held: HeldStderr):
     """``command``, run with stderr back in place (`HeldStderr.release`): tyro has parsed."""
 
@@ -131,6 +139,8 @@ def main(argv: list[str] | None = None) -> None:
             _end(debug, EXIT_BAD_INPUT, f"drlhet: error: {_one_line(e)}")
         except KeyboardInterrupt:
             _end(debug, 130, "drlhet: interrupted")
+        except BrokenPipeError:  # the reader went away (`drlhet dse | head`): nothing to say
+            _reader_gone()
         except Exception as e:  # noqa: BLE001 - any failure while running: one line, no traceback
             if why := _platforms_refused(e):
                 _end(debug, EXIT_BAD_INPUT, f"drlhet: error: {why}")

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import tyro
 
-from drlhet.backends.base import CPU, GPU, PLATFORMS, providing
+from drlhet.backends.base import CPU, PLATFORMS
+from drlhet.cli.auto import auto_mapping
 from drlhet.cli.common import (
     UsageError,
     available_memory,
@@ -24,15 +24,15 @@ from drlhet.cli.common import (
 )
 from drlhet.cli.common import cache_dir as default_cache_dir
 from drlhet.dse.baselines import baselines
-from drlhet.dse.build import build_model, cpu_devices_here, first_gpu, replay_backends_here
+from drlhet.dse.build import build_model, cpu_devices_here, replay_backends_here
 from drlhet.dse.cache import ProfileCache
 from drlhet.dse.devices import load_sheets
-from drlhet.dse.gpu_profile import load_gpu_profiles, sheet_for_device
+from drlhet.dse.gpu_profile import load_gpu_profiles
 from drlhet.dse.key import ProfileKey
 from drlhet.dse.measure import measure_mapping
 from drlhet.dse.model import Prediction
-from drlhet.dse.search import best_to_run, expand_devices, search
-from drlhet.runtime.config import TrainConfig, check
+from drlhet.dse.search import expand_devices, search
+from drlhet.runtime.config import check
 from drlhet.runtime.memory import MemoryEstimate, estimate_memory, size_text
 from drlhet.runtime.trainer import make_trainer
 
@@ -132,6 +132,8 @@ def dse_command(
     named = default_devices() if devices is None else devices  # '' is refused, not the default
     with bad_input(f"--devices {named}: "):
         devs = expand_devices(named, len(present), load_sheets())
+    with bad_input():
+        _check_profiled_gpus(gpu_profile, gpu_rows, devs)
     cache = ProfileCache(cache_dir or default_cache_dir())
     every = shape.train_config().eval_every  # the run predicted, and measured (--measure)
     model = build_model(
@@ -174,6 +176,17 @@ def _gpu_rows(path: Path | None) -> list[dict] | None:
         return load_gpu_profiles(path)
     except ValueError as e:  # the library names the file; the option is the command's
         raise ValueError(f"{e} (--gpu-profile)") from None
+
+
+def _check_profiled_gpus(path: Path | None, rows: list[dict] | None, devices: list[str]) -> None:
+    """Refuses a ``--gpu-profile`` none of whose GPUs is among ``devices`` (its rows would be
+    left unused, every GPU row modeled from its sheet)."""
+    sheets = sorted({r["sheet"] for r in rows or [] if r.get("sheet")})
+    if path is not None and not set(sheets) & set(devices):
+        raise ValueError(
+            f"--gpu-profile {path} measured {', '.join(sheets) or 'no GPU with a sheet'}, "
+            f"which --devices {','.join(devices)} does not list: add it, or drop --gpu-profile"
+        )
 
 
 def _measure_runnable(
@@ -257,25 +270,49 @@ def _print_ranking(
     print(
         "basis: profiled = predicted from costs measured on this machine; <gpu> measured = "
         "from primitives measured on that GPU (a GPU profile); modeled (sheet) = predicted "
-        "with device sheets (drlhet/dse/sheets); modeled (cycle model) = the FPGA modules' "
-        "cycle models (hls/rmm, hls/learner); measured = run here"
+        "with device sheets (drlhet/dse/sheets; a sheet costs a GPU's replay backends "
+        "alike); modeled (cycle model) = the FPGA modules' cycle models (hls/rmm, "
+        "hls/learner); measured = run here"
     )
-    head = f"{'#':>3} {'mapping':<64} {'trained/s':>11} {'basis':>28} {'bottleneck':>16}"
+    print(
+        "bottleneck = what sets the time: fused = one program; chain = a strict loop's "
+        "stages in turn; thread <groups> = a pipeline's host thread; cpu cores = the programs' "
+        "share of this machine's cores; dependency cycle = calls waiting for delayed updates; "
+        "<device> = its busy time"
+    )
+    shown = feasible[:top]
+    wide = max([16, *(len(p.bottleneck) for p in shown)])
+    head = f"{'#':>3} {'mapping':<64} {'trained/s':>11} {'basis':>28} {'bottleneck':>{wide}}"
     print(head + (f" {'measured':>11}" if measured is not None else ""))
-    for i, p in enumerate(feasible[:top]):
+    for i, p in enumerate(shown):
         line = (
             f"{i + 1:>3} {p.mapping_text():<64} {p.trained_samples_per_s:>11,.0f} "
-            f"{p.basis:>28} {p.bottleneck:>16}"
+            f"{p.basis:>28} {p.bottleneck:>{wide}}"
         )
-        if measured is not None and p.mapping_text() in measured:
-            line += f" {measured[p.mapping_text()]:>11,.0f}"
+        if measured is not None:
+            got = measured.get(p.mapping_text())
+            line += f" {got:>11,.0f}" if got is not None else f" {'not run':>11}"
         print(line)
-    best = feasible[0]
+    _print_best(feasible[0], runnable, measured)
+
+
+def _print_best(best: Prediction, runnable: list[Prediction], measured: dict | None) -> None:
+    """The best mapping, the best runnable here (or that none is) and, with ``--measure``,
+    the best measured."""
     print(f"\nbest: {best.mapping_text()} ({best.basis}) {best.trained_samples_per_s:,.0f}/s")
     if runnable:
         print(
             f"best runnable here: {runnable[0].mapping_text()} "
-            f"{runnable[0].trained_samples_per_s:,.0f}/s (profiled)"
+            f"{runnable[0].trained_samples_per_s:,.0f}/s ({runnable[0].basis})"
+        )
+    else:
+        print("best runnable here: none (no mapping of these devices runs on this machine)")
+    if measured:
+        text = max(measured, key=lambda m: measured[m])
+        predicted = next(p.trained_samples_per_s for p in runnable if p.mapping_text() == text)
+        print(
+            f"best measured here: {text} {measured[text]:,.0f}/s (measured; predicted "
+            f"{predicted:,.0f}/s)"
         )
 
 
@@ -309,46 +346,3 @@ def _result(
         "best": feasible[0].mapping_text(),
         "best_runnable": runnable[0].mapping_text() if runnable else None,
     }
-
-
-def auto_mapping(
-    config: TrainConfig,
-    delay: int,
-    log: Callable[[str], None] = print,
-    backend: str | None = None,
-) -> str:
-    """The DSE's best mapping runnable here for ``config`` (profiles from the user's cache
-    folder, measured and cached when missing), its replay on ``backend`` if given: over this
-    machine's CPU devices, and its GPU as measured (a GPU profile; never from a sheet alone),
-    where only a mapping with every group on the GPU is taken (`drlhet.dse.search.best_to_run`),
-    named ``gpu:0``.
-
-    Raises:
-      ValueError: no mapping runnable here (with that replay backend).
-    """
-    key = ProfileKey.of(config)
-    present = cpu_devices_here()
-    cache = ProfileCache(default_cache_dir())
-    model = build_model(key, cache=cache, log=log, eval_every=config.eval_every)  # its chunks
-    gpu = first_gpu()
-    sheet = sheet_for_device(gpu.device_kind, model.sheets) if gpu is not None else None
-    if sheet is not None and (model.gpu is None or not model.gpu.has(sheet)):
-        sheet = None  # a GPU here is taken only as measured (its profile), never from a sheet
-    gpu_replay = [b.name for b in providing("replay", GPU, runnable=True) if not b.host]
-    if backend is not None:
-        gpu_replay = [b for b in gpu_replay if b == backend]
-    devices = present + ([sheet] if sheet else [])
-    preds = search(model, devices, delay, present=present)  # runnable: backends that load
-    if backend is not None:
-        preds = [p for p in preds if p.places["replay"].backend == backend]
-    picked = best_to_run(preds, sheet, gpu_replay)
-    if picked is None:
-        raise ValueError(
-            "no mapping runnable here" + (f" with replay backend {backend!r}" if backend else "")
-        )
-    best, text = picked
-    log(
-        f"--mapping auto: {text} ({best.trained_samples_per_s:,.0f} trained samples/s "
-        f"predicted, {best.basis})"
-    )
-    return text

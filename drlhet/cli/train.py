@@ -192,6 +192,8 @@ def _resume(config: TrainConfig, run_dir: Path | None, mapping, cpu_devices, out
     to go on with from ``run_dir``, its ``out`` and ``name`` left at their default; a mapping
     given must suit the config (`no_replay_backend`). The CPU devices the mapping needs are made
     before the checkpoint is read (reading it starts JAX, which then keeps the devices it has)."""
+    if mapping is not None and mapping.strip().lower() == "auto":  # AUTO, " auto"
+        mapping = "auto"
     if run_dir is None:  # its bad values first, then the options it would ignore
         check(config)
         refuse_unused_flags(config.algo, config.uniform, FLAGS_GIVEN.get())
@@ -219,7 +221,9 @@ def _prepare(config: TrainConfig, mapping: str | None, cpu_devices, memory_check
         if memory_check:  # before profiling: the run's shapes do not depend on the mapping
             _check_memory(_trainer(config, default_mapping(config)), config, 1 + saving)
         with bad_input("--mapping auto: "):
-            mapping = auto_mapping(config, config.delay, backend=config.backend)
+            mapping = auto_mapping(
+                config, config.delay, backend=config.backend, learner=config.learner
+            )
     elif mapping is not None or cpu_devices is not None:
         set_cpu_devices(_cpu_devices(mapping or "", cpu_devices))
     if mapping is None:

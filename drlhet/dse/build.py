@@ -17,7 +17,7 @@ from typing import Any
 
 import jax
 
-from drlhet.backends.base import CPU, GPU, get, providing
+from drlhet.backends.base import CPU, GPU, get, providing, reference
 from drlhet.dse.baselines import host_replay_backend, profile_python_replay
 from drlhet.dse.cache import ProfileCache
 from drlhet.dse.devices import load_sheets
@@ -150,7 +150,8 @@ def build_model(
     host_costs = _host_costs(key, cache, reprofile, cpus[0], log)
     sheets = load_sheets(sheets_dir)
     rows = list(gpu_rows or []) + gpu_rows_here(key, cache, reprofile, sheets, log)
-    gpu = GpuProfiles(rows, dataclasses.replace(key, backend=None).name()) if rows else None
+    prefix = dataclasses.replace(key, backend=None).name()
+    gpu = GpuProfiles(rows, prefix, reference()) if rows else None
     return Model(
         shapes_of(key, eval_every),
         sheets,

@@ -63,9 +63,12 @@ class GpuProfiles:
         matches ``key_prefix`` (the run's `drlhet.dse.key.ProfileKey` name without a backend)
         are kept.
       key_prefix: the run's key name, backend left out.
+      reference: the reference replay backend's name (`drlhet.backends.reference`), whose
+        row's actors and learner figures the groups take (`seconds`); None: none.
     """
 
-    def __init__(self, rows: list[dict], key_prefix: str):
+    def __init__(self, rows: list[dict], key_prefix: str, reference: str | None = None):
+        self.reference = reference
         self.figures: dict[str, dict[str, dict]] = {}
         self.device_kinds: dict[str, str] = {}
         for row in rows:
@@ -79,13 +82,28 @@ class GpuProfiles:
         return bool(got) if backend is None else backend in got
 
     def seconds(self, sheet: str, primitive: str, backend: str | None) -> float:
-        """Median seconds per call of ``primitive`` on ``sheet``'s GPU: with the replay
-        ``backend``'s profile, or (``backend`` None: actors, learner, which do not depend on
-        it) the median over every backend's."""
+        """Median seconds per call of ``primitive`` on ``sheet``'s GPU.
+
+        The replay's (``backend`` given) from that backend's row; the actors' and the
+        learner's (``backend`` None) from the reference backend's row where there is one (each
+        row times the learner's step after its own sample: after the reference's, whose batch
+        gather XLA fuses into the sample, that is the step alone), else the median over the
+        rows. A backend whose sample leaves the gather to the learner's program (``cuda``:
+        its learner step measured 36-46 us above the reference's on an H200) has that excess
+        booked to its sample, so that each mapping costs what its own row measured: a fused
+        mapping with that replay the same as its row, one with another replay not its gather.
+        """
         got = self.figures[sheet]
-        profs = [got[backend]] if backend is not None else list(got.values())
-        values = sorted(p[primitive]["median"] for p in profs)
-        return values[len(values) // 2]
+        ref = got.get(self.reference) if self.reference is not None else None
+        if backend is None:
+            if ref is not None:
+                return ref[primitive]["median"]
+            values = sorted(p[primitive]["median"] for p in got.values())
+            return values[len(values) // 2]
+        t = got[backend][primitive]["median"]
+        if primitive == "sample" and ref is not None and backend != self.reference:
+            t += max(0.0, got[backend]["train"]["median"] - ref["train"]["median"])
+        return t
 
     def __bool__(self) -> bool:
         return bool(self.figures)

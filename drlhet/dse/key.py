@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Annotated, Any
+
+import tyro
 
 from drlhet.agents.ddpg import DDPGConfig
 from drlhet.agents.dqn import DQNConfig
@@ -18,8 +20,9 @@ class ProfileKey:
 
     Attributes:
       algo, env, hidden, batch, capacity, branching, num_envs, sgd_steps: the run's shape.
-      backend: the replay backend profiled (None: the run's default, the fastest that loads;
-        ``drlhet dse`` and ``drlhet profile`` profile every one that loads and refuse it).
+      backend: the replay backend profiled (None: the run's default, the fastest that loads).
+        Not an option of ``drlhet dse`` and ``drlhet profile``: they profile every one that
+        loads.
     """
 
     algo: str = "dqn"
@@ -30,7 +33,7 @@ class ProfileKey:
     branching: int = 16
     num_envs: int = 4
     sgd_steps: int = 2
-    backend: str | None = None
+    backend: Annotated[str | None, tyro.conf.Suppress] = None
 
     def name(self) -> str:
         """The key as text (the profile cache's entry name)."""

@@ -91,6 +91,7 @@ class Mapping:
         """Parses ``key=backend@device`` pairs separated by commas; every group must be set. A
         bare device takes the group's default backend (`parse_placement`, ``tree``)."""
         got: dict[str, Placement] = {}
+        seen: set[str] = set()
         if text.strip().lower() == "auto":
             raise ValueError(
                 "mapping 'auto' is drlhet train's (it profiles this machine and asks the DSE); "
@@ -105,6 +106,9 @@ class Mapping:
             if group is None:
                 raise ValueError(f"unknown group or primitive {key!r}; use {GROUPS + LOOP_ORDER}")
             place = parse_placement(value, group, tree if group == "replay" else None)
+            if key in seen:
+                raise ValueError(f"mapping {text!r} places {key} twice")
+            seen.add(key)
             if got.setdefault(group, place) != place:
                 raise ValueError(
                     f"the {group} ({', '.join(GROUP_PRIMITIVES[group])}) must share one "
@@ -196,7 +200,8 @@ def device_index(name: str) -> int:
     """
     index = name.partition(":")[2]
     if index and not (index.isascii() and index.isdigit()):
-        raise ValueError(f"device {name!r}: the index after ':' must be a number")
+        what = "a number >= 0" if index.lstrip("-").isdigit() else "a number"
+        raise ValueError(f"device {name!r}: the index after ':' must be {what}")
     return int(index or 0)
 
 

@@ -15,6 +15,7 @@ def test_the_dse_predicts_and_measures_runs_in_the_chunks_of_the_run(tmp_path, m
     """The pipeline's iterations per call divide a chunk's iterations (`drlhet.dse.pipelined
     .unroll`): `drlhet dse` predicts (and ``--measure`` runs) the shape's own run, and
     ``--mapping auto`` predicts the run it picks for, each in its chunks of ``eval_every``."""
+    from drlhet.cli import auto as auto_cli
     from drlhet.cli import dse as dse_cli
     from drlhet.dse.model import Model
     from tests.dse.test_model import NATIVE, PROFILE, SHAPES, toy_sheets
@@ -31,6 +32,7 @@ def test_the_dse_predicts_and_measures_runs_in_the_chunks_of_the_run(tmp_path, m
         return {"trained_samples_per_s": 1.0}
 
     monkeypatch.setattr(dse_cli, "build_model", build)
+    monkeypatch.setattr(auto_cli, "build_model", build)  # --mapping auto's
     monkeypatch.setattr(dse_cli, "measure_mapping", measure)
     out = tmp_path / "d.json"
     args = ["dse", "--num-envs", "2", "--delay", "8", "--devices", "cpu", "--measure"]
@@ -77,3 +79,33 @@ def test_the_json_and_the_table_label_each_figure_as_what_it_is(tmp_path, monkey
     for mapping, rate in got.items():
         line = next(x for x in table.splitlines() if f" {mapping} " in x)
         assert line.split()[-1] == f"{rate:,}" and "profiled" in line, line
+    # the rows that did not run say so; the best measured is named beside the best predicted
+    rows_shown = [x for x in table.splitlines() if x[:4].strip().isdigit()]
+    assert all(x.endswith(" not run") for x in rows_shown if "@h100" in x)
+    best = max(got, key=lambda m: got[m])
+    assert f"best measured here: {best} {got[best]:,}/s (measured; predicted " in table
+    assert "bottleneck = what sets the time: fused = one program" in table
+
+
+def test_a_search_of_devices_none_of_which_runs_here_says_so(tmp_path, monkeypatch, capsys):
+    from drlhet.cli import dse as dse_cli
+    from drlhet.dse.model import Model
+    from tests.dse.test_model import PROFILE, SHAPES, toy_sheets
+
+    sheets = toy_sheets() | {"h100": {**toy_sheets()["gpu"], "name": "h100"}}
+    monkeypatch.setattr(
+        dse_cli, "build_model", lambda *a, **k: Model(SHAPES, sheets, {"jax": PROFILE})
+    )
+    main(
+        [
+            "dse",
+            "--devices",
+            "h100",
+            "--cache-dir",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "d.json"),
+        ]
+    )
+    out = capsys.readouterr().out  # the JSON's best_runnable null had no line
+    assert "best runnable here: none (no mapping of these devices runs on this machine)" in out

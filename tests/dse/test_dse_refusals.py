@@ -51,11 +51,6 @@ def test_dse_refuses_bad_devices_before_profiling(tmp_path, capsys, monkeypatch,
         # the shape's widths are both agents' (spelled as this command's option)
         (["--hidden", "64", "0"], "--hidden must be layer widths >= 1, got (64, 0)"),
         (["--num-envs", "0"], "--num-envs must be >= 1, got 0"),  # not a division by zero
-        # every backend that loads is profiled: a named one was ignored, not profiled alone
-        (
-            ["--backend", "bogus"],
-            "--backend bogus: every replay backend that loads here is profiled; drop --backend",
-        ),
         (["--cpu-devices", "100000"], "--cpu-devices must be in [1, 1024], got 100000"),
     ],
 )
@@ -68,6 +63,23 @@ def test_a_shape_that_cannot_train_is_refused_before_profiling(
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"drlhet: error: {message}"]
+
+
+@pytest.mark.parametrize("command", ["dse", "profile"])
+def test_backend_is_no_option_of_the_commands_that_profile_every_backend(
+    capsys, monkeypatch, command
+):
+    # every backend that loads is profiled: a named one was ignored, not profiled alone; it
+    # was listed as an option that was always refused
+    monkeypatch.setattr("drlhet.cli.dse.build_model", lambda *a, **k: pytest.fail("profiled"))
+    with pytest.raises(SystemExit) as stop:
+        main([command, "--backend", "native"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Unrecognized or misplaced options: --backend" in err[0]
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    assert "--backend" not in capsys.readouterr().out
 
 
 def test_a_gpu_profile_that_is_a_folder_is_refused(tmp_path, capsys, monkeypatch):

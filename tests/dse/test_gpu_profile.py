@@ -47,30 +47,38 @@ def test_a_device_is_matched_to_the_sheet_named_in_its_kind():
 
 
 def test_profiles_keep_the_rows_of_the_run_shape_only():
-    gp = GpuProfiles(rows(), PREFIX)
+    gp = GpuProfiles(rows(), PREFIX, "jax")
     assert gp.has("gpu") and gp.has("gpu", "cuda") and not gp.has("gpu", "native")
     assert not gp.has("h100")
     assert gp.seconds("gpu", "sample", "jax") == pytest.approx(120 * US)
-    # actors / learner do not depend on the replay backend: the median over the backends' rows
-    # (of two, the upper one)
-    assert gp.seconds("gpu", "train", None) == pytest.approx(70 * US)
+    # the actors and the learner: the reference's row (the cuda row's train, 70 us, holds the
+    # gather its sample leaves to the learner: booked to cuda's sample, 20 + 20 us)
+    assert gp.seconds("gpu", "train", None) == pytest.approx(50 * US)
+    assert gp.seconds("gpu", "sample", "cuda") == pytest.approx(40 * US)
+    assert gp.seconds("gpu", "update", "cuda") == pytest.approx(10 * US)
+    # without a reference row: the median over the rows (of two, the upper one)
+    other = [profile_row(f"{PREFIX}-x", "x", "Toy", "gpu", figures(train=90)), rows()[1]]
+    assert GpuProfiles(other, PREFIX, "jax").seconds("gpu", "train", None) == pytest.approx(90 * US)
+    assert GpuProfiles(other, PREFIX, "jax").seconds("gpu", "sample", "cuda") == pytest.approx(
+        20 * US
+    )
     assert not GpuProfiles(rows(), "another-shape")
 
 
 def test_a_fused_gpu_mapping_costs_what_was_measured_and_says_so():
-    m = model(gpu=GpuProfiles(rows(), PREFIX))
+    m = model(gpu=GpuProfiles(rows(), PREFIX, "jax"))
     p = m.predict(places("jax@gpu", "cuda@gpu", "jax@gpu"))
-    # actors + insert + S (sample + train + update): the replay's from the cuda row, train the
-    # median of both rows (70 us)
+    # actors + insert + S (sample + train + update), all as the cuda row measured them (its
+    # train's excess over the reference's booked to its sample)
     assert p.iteration_s == pytest.approx((40 + 30 + 2 * (20 + 70 + 10)) * US)
     assert p.basis == "profiled (gpu measured)"
-    # the jax replay on the same GPU costs its own row (its sample: 120 us)
+    # the jax replay on the same GPU costs its own row (sample 120 us, train 50 us)
     q = m.predict(places("jax@gpu", "jax@gpu", "jax@gpu"))
-    assert q.iteration_s - p.iteration_s == pytest.approx(2 * (120 - 20) * US)
+    assert q.iteration_s == pytest.approx((40 + 30 + 2 * (120 + 50 + 10)) * US)
 
 
 def test_a_split_with_a_measured_gpu_rests_on_the_sheets_too():
-    m = model(gpu=GpuProfiles(rows(), PREFIX))
+    m = model(gpu=GpuProfiles(rows(), PREFIX, "jax"))
     p = m.predict(places("jax@cpu:0", "native@cpu:0", "jax@gpu"))
     assert p.basis == "modeled (gpu measured, sheet)"
     # without the profile, the same mapping is the sheet's
@@ -134,7 +142,8 @@ def test_a_profile_file_round_trips(tmp_path):
     path = tmp_path / "gpu.json"
     path.write_text(json.dumps(rows()))
     assert (
-        GpuProfiles(load_gpu_profiles(path), PREFIX).figures == GpuProfiles(rows(), PREFIX).figures
+        GpuProfiles(load_gpu_profiles(path), PREFIX).figures
+        == GpuProfiles(rows(), PREFIX, "jax").figures
     )
 
 

@@ -215,6 +215,7 @@ def test_train_mapping_auto_runs_the_dse_pick(tmp_path, capsys, monkeypatch, cac
 def test_auto_takes_a_gpu_here_only_as_measured_and_names_it_gpu0(
     tmp_path, monkeypatch, cache_base
 ):
+    from drlhet.cli import auto as auto_cli
     from drlhet.cli import dse as dse_cli
     from drlhet.dse import build
 
@@ -227,7 +228,7 @@ def test_auto_takes_a_gpu_here_only_as_measured_and_names_it_gpu0(
     fast = {p: {"median": 1e-9, "min": 1e-9, "max": 1e-9} for p in PRIMITIVES}
     monkeypatch.setattr(build, "compute_figures", lambda key, device: fast)
     cfg = TINY.train_config()
-    for where in (build, dse_cli):
+    for where in (build, auto_cli):
         monkeypatch.setattr(where, "first_gpu", StandIn)
     logs: list[str] = []
     text = dse_cli.auto_mapping(cfg, 0, log=logs.append)
@@ -241,7 +242,7 @@ def test_auto_takes_a_gpu_here_only_as_measured_and_names_it_gpu0(
     assert dse_cli.auto_mapping(cfg, 0, log=logs.append, backend="native").startswith(
         "actors=jax@cpu:"
     )
-    for where in (build, dse_cli):  # no GPU: the CPU's best, as before
+    for where in (build, auto_cli):  # no GPU: the CPU's best, as before
         monkeypatch.setattr(where, "first_gpu", lambda: None)
     assert dse_cli.auto_mapping(cfg, 0, log=logs.append).startswith("actors=jax@cpu:")
 

@@ -75,7 +75,17 @@ def test_per_primitive_keys_must_agree_with_their_group():
         ("actors=tpu:0,replay=cpu:0,learner=cpu:0", ValueError, "kind must be one of"),
         ("actors=cpu:x,replay=cpu:0,learner=cpu:0", ValueError, "must be a number"),
         ("actors=cpu:\u00b2,replay=cpu:0,learner=cpu:0", ValueError, "must be a number"),
-        ("actors=cpu:-1,replay=cpu:0,learner=cpu:0", ValueError, "must be a number"),
+        ("actors=cpu:-1,replay=cpu:0,learner=cpu:0", ValueError, "must be a number >= 0"),
+        (
+            "actors=fpga:0,replay=cpu:0,learner=cpu:0",
+            BackendUnavailable,
+            "no backend implements the actors on 'fpga' \\(they run on \\['cpu', 'gpu'\\]\\)",
+        ),  # was "loads ...: []"
+        (
+            "actors=cpu:0,replay=cpu:0,learner=cpu:0,learner=cpu:1",
+            ValueError,
+            "places learner twice",
+        ),
         ("bogus=cpu:0", ValueError, "unknown group or primitive"),
         ("replay", ValueError, "key=backend@device"),
         ("replay=a@b@c", ValueError, "expected backend@device"),

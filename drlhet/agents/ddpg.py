@@ -1,5 +1,11 @@
 """DDPG (Lillicrap et al., 2016) with optional TD3 refinements (Fujimoto et al., 2018).
 
+The DDPG is the TD3 authors' variant of it (their paper's "our DDPG"): Gaussian exploration
+noise instead of Ornstein-Uhlenbeck, no weight decay on the critic, the action fed to the
+critic's input layer, Polyak tau 0.005. With ``td3`` the critics' loss is the mean of the two
+critics' squared TD errors (Fujimoto's code sums them: Adam's steps are the same, the logged
+``loss`` is half of theirs).
+
 `make_ddpg(config, ...)` returns `drlhet.agents.base.AgentFns(init, act, update)`;
 ``update`` returns ``|TD| + eps`` as the new priorities [B], the larger of the critics' |TD| for
 TD3's twins (as the PER / LAP reference for TD3 does, Fujimoto et al., 2020).
@@ -44,8 +50,12 @@ class DDPGConfig:
     td3: bool = False
     """Twin critics (min), target policy smoothing and delayed actor updates."""
     target_noise: float = 0.2
+    """TD3's target policy smoothing: Gaussian noise std as a fraction of the half action range
+    (0.2 of Pendulum's 2: 0.4, as Fujimoto's 0.2 x max_action)."""
     target_noise_clip: float = 0.5
+    """The smoothing noise clipped to +- this fraction of the half action range."""
     policy_delay: int = 2
+    """TD3: critic steps per actor (and target) update."""
     priority_eps: float = 1e-6
     """Added to |TD| for the new priorities; > 0, so that a transition whose TD error is zero
     is still drawn (PER's epsilon, Schaul et al., 2016)."""

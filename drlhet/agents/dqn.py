@@ -53,7 +53,9 @@ class DQNConfig:
     epsilon_start: float = 1.0
     epsilon_end: float = 0.02
     epsilon_steps: int = 10_000
-    """Env steps (all environments together) over which epsilon decays linearly."""
+    """Env steps (all environments together) over which epsilon decays linearly, counted from
+    the run's first env step: the random warm-up's steps included (as Stable-Baselines3
+    counts; Dopamine starts after the warm-up)."""
     priority_eps: float = 1e-6
     """Added to |TD| for the new priorities; > 0, so that a transition whose TD error is zero
     is still drawn (PER's epsilon, Schaul et al., 2016)."""

@@ -28,6 +28,8 @@ class QNetwork(nn.Module):
     hidden: Sequence[int]
     num_actions: int
     dueling: bool = False
+    """Q = V + A - mean(A) (Wang et al., 2016), V and A two linear heads on the shared hidden
+    layers (the paper gives each stream its own hidden layer)."""
 
     @nn.compact
     def __call__(self, obs):

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 __all__ = ["EnvFns", "EnvStep", "make_env", "GYMNAX_ENVS"]
 
@@ -209,8 +210,7 @@ def _gymnax_env(name: str, num_envs: int) -> EnvFns:
             trunc & ~term,
         )
 
-    low = float(jnp.min(jnp.asarray(getattr(space, "low", -1.0))))
-    high = float(jnp.max(jnp.asarray(getattr(space, "high", 1.0))))
+    low, high = _uniform_bounds(space)
     return EnvFns(
         reset,
         step,
@@ -223,3 +223,16 @@ def _gymnax_env(name: str, num_envs: int) -> EnvFns:
         num_envs,
         int(params.max_steps_in_episode),
     )
+
+
+def _uniform_bounds(space: Any) -> tuple[float, float]:
+    """``(low, high)`` of a gymnax action space, the same for every dimension (the agents scale
+    one range; a space whose dimensions differ is refused, not collapsed to its extremes)."""
+    low = np.asarray(getattr(space, "low", -1.0), np.float64)
+    high = np.asarray(getattr(space, "high", 1.0), np.float64)
+    if low.size and (np.ptp(low) > 0 or np.ptp(high) > 0):
+        raise ValueError(
+            f"the action space's bounds differ per dimension (low {low.tolist()}, high "
+            f"{high.tolist()}): the agents take one range for every dimension"
+        )
+    return float(low.min()) if low.size else -1.0, float(high.max()) if high.size else 1.0

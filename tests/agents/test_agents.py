@@ -329,3 +329,15 @@ def test_an_image_observation_is_flattened_for_the_networks():
     assert state.obs.shape == (4, 400)
     _, summary = jax.eval_shape(tr.chunk, state)
     assert summary["eval_return"].shape == ()
+
+
+def test_a_gymnax_action_space_whose_dimensions_differ_is_refused_not_collapsed():
+    # the agents scale one range: (-1, 1) and (-2, 2) were taken as (-2, 2) for both
+    from types import SimpleNamespace
+
+    from drlhet.envs import _uniform_bounds
+
+    assert _uniform_bounds(SimpleNamespace(low=np.full(3, -2.0), high=np.full(3, 2.0))) == (-2, 2)
+    assert _uniform_bounds(SimpleNamespace()) == (-1.0, 1.0)  # discrete: no bounds
+    with pytest.raises(ValueError, match=r"bounds differ per dimension \(low \[-1.0, -2.0\]"):
+        _uniform_bounds(SimpleNamespace(low=np.array([-1.0, -2.0]), high=np.array([1.0, 2.0])))

@@ -225,17 +225,21 @@ inline int32_t OptimizerStep(const Adam& opt, float t_new, float t_old, int64_t 
               a2 = float(1.0 - opt.b2), eps = float(opt.eps), neg_lr = float(-opt.lr);
   const float c1 = 1.0f - std::pow(b1, float(next));
   const float c2 = 1.0f - std::pow(b2, float(next));
-  for (int64_t k = 0; k < n; ++k) {
+  for (int64_t k0 = 0; k0 < n; k0 += kPOut) {  // kPOut parameters an iteration: the lanes
 #pragma HLS PIPELINE II = 1
-    const float g = clip ? (grads[k] / norm) * max_norm : grads[k];
-    float step = g;
-    if (!opt.sgd) {
-      mu[k] = a1 * g + b1 * mu[k];
-      nu[k] = a2 * (g * g) + b2 * nu[k];
-      step = (mu[k] / c1) / (std::sqrt(nu[k] / c2) + eps);
+    for (int q = 0; q < kPOut; ++q) {  // a constant trip count: unrolled by the pipeline
+      const int64_t k = k0 + q;
+      if (k >= n) continue;
+      const float g = clip ? (grads[k] / norm) * max_norm : grads[k];
+      float step = g;
+      if (!opt.sgd) {
+        mu[k] = a1 * g + b1 * mu[k];
+        nu[k] = a2 * (g * g) + b2 * nu[k];
+        step = (mu[k] / c1) / (std::sqrt(nu[k] / c2) + eps);
+      }
+      params[k] = params[k] + neg_lr * step;
+      if (target != nullptr) target[k] = t_new * params[k] + t_old * target[k];
     }
-    params[k] = params[k] + neg_lr * step;
-    if (target != nullptr) target[k] = t_new * params[k] + t_old * target[k];
   }
   return opt.sgd ? count : next;
 }

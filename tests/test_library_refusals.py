@@ -105,3 +105,15 @@ def test_a_folder_with_another_runs_checkpoints_is_refused_and_kept(tmp_path):
 def test_metadata_json_cannot_write_is_refused_naming_its_key(tmp_path):
     with pytest.raises(ValueError, match=r"^meta note=<object .*> cannot be written as JSON"):
         checkpoint_saving(Checkpoints(tmp_path / "ckpt"), SMALL, note=object())
+
+
+def test_a_run_beyond_the_memory_available_is_refused_before_anything_is_allocated(monkeypatch):
+    # from Python it met XLA's out-of-memory error (or the kernel's OOM killer) mid-allocation
+    monkeypatch.setattr(
+        "drlhet.runtime.memory_check.available_memory", lambda: (2**10, "MemAvailable")
+    )
+    with pytest.raises(ValueError, match=r"^the run needs ~\S+ \S+ \(replay .*\), this machine "
+                       r"has 1.0 KiB available \(MemAvailable\); lower buffer_size"):  # fmt: skip
+        run(SMALL, on_chunk=lambda row: pytest.fail("trained"))
+    with pytest.raises(TypeError, match="on_chunk"):  # memory_check=False: past the check
+        run(SMALL, on_chunk=5, memory_check=False)

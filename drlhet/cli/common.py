@@ -17,6 +17,7 @@ from pathlib import Path
 from drlhet.backends import CPU, BackendUnavailable
 from drlhet.runtime.config import ConfigError
 from drlhet.runtime.mapping import replay_backend_named
+from drlhet.runtime.memory_check import available_memory
 from drlhet.writable import check_writable
 
 __all__ = [
@@ -64,28 +65,6 @@ def bad_input(prefix: str = "", options: dict[str, str] | None = None) -> Iterat
         raise
     except (ValueError, BackendUnavailable) as e:
         raise UsageError(prefix + _as_options(e, options or {})) from e
-
-
-def available_memory() -> tuple[int, str] | None:
-    """``(bytes, source)``: the memory a new run can have now, the smaller of the machine's
-    (``MemAvailable`` of ``/proc/meminfo``, else free pages from ``os.sysconf``) and what this
-    process's cgroup has left (``memory.max - memory.current``); None when neither is known."""
-    found: list[tuple[int, str]] = []
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                found.append((int(line.split()[1]) * 1024, "MemAvailable"))
-    if not found:
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-            found.append((pages, "free physical pages"))
-    with contextlib.suppress(OSError, ValueError):
-        cgroup = Path("/sys/fs/cgroup")
-        limit = (cgroup / "memory.max").read_text().strip()
-        if limit != "max":
-            used = int((cgroup / "memory.current").read_text())
-            found.append((int(limit) - used, "cgroup memory.max"))
-    return min(found) if found else None
 
 
 def cache_dir() -> Path:

@@ -95,9 +95,10 @@ def ray_runner(remote, config: TrainConfig):
     where += f"learner={config.learner or reference()}@{here}"
 
     def runner(
-        cfg, mapping, on_chunk=None, start=None, saving=None, stop_asked=None
+        cfg, mapping, on_chunk=None, start=None, saving=None, stop_asked=None, memory_check=False
     ) -> tuple[Any, list[dict]]:
-        del cfg, mapping, start, saving  # one placement; no checkpoints (refused up front)
+        del cfg, mapping, start, saving, memory_check  # one placement; no checkpoints (refused
+        # up front); the memory checked by the CLI
 
         def named(row: dict) -> None:
             row["mapping"] = where

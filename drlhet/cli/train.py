@@ -368,7 +368,9 @@ def _train(
     with (run_dir / "metrics.jsonl").open("w") as metrics:
         metrics.writelines(json.dumps(r) + "\n" for r in before)
         try:
-            runner(config, mapping, on_chunk=on_chunk, start=start, saving=saving, stop_asked=asked)
+            kwargs = {"on_chunk": on_chunk, "start": start, "saving": saving, "stop_asked": asked}
+            # the memory: checked with the options' names (_check_memory)
+            runner(config, mapping, memory_check=False, **kwargs)
         except Stopped as e:
             if signalled() or "env_steps" not in reached:
                 reached["stopped"] = e

@@ -12,8 +12,8 @@ copy while it is written. An evaluation's working set (its environments and the 
 activations over them) is counted once, as a lower bound: with ``eval_envs`` in the millions it
 is the larger part. JAX's own runtime (about 0.6 GiB) is not counted.
 
-Pure: reads neither the machine nor any setting; the CLI compares the figure with the memory
-the machine has.
+Pure: reads neither the machine nor any setting; `drlhet.runtime.memory_check` compares the
+figure with the memory the machine has.
 """
 
 from __future__ import annotations

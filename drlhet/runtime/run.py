@@ -37,6 +37,7 @@ from drlhet.runtime.config import (
 from drlhet.runtime.fused import run_fused
 from drlhet.runtime.host_loop import run_iteration_loop
 from drlhet.runtime.mapping import Mapping, Placement, replay_backend_named, segments
+from drlhet.runtime.memory_check import check_memory
 from drlhet.runtime.pipeline import run_pipeline
 from drlhet.runtime.saving import ChunkHook, Saving
 from drlhet.runtime.trainer import Trainer, TrainState, make_trainer
@@ -86,6 +87,7 @@ def run(
     start: Start | None = None,
     saving: Saving | None = None,
     stop_asked: Callable[[], bool] | None = None,
+    memory_check: bool = True,
 ) -> tuple[TrainState, list[dict]]:
     """Trains ``cfg.seeds`` seeds of ``cfg`` with its groups placed by ``mapping``.
 
@@ -107,6 +109,9 @@ def run(
         `drlhet.runtime.threads.ChunkEnd`; its host thread asks at each row and every 50 ms
         while it waits for one), that chunk saved, by raising
         `drlhet.runtime.saving.Stopped`.
+      memory_check: refuse, before anything is allocated, a run whose state (twice with
+        ``saving``: a host copy for each checkpoint) needs more memory than this machine has
+        available now (`drlhet.runtime.memory_check`); False runs it anyway.
 
     Returns:
       ``(states, rows)``: the final `TrainState` (``[S]`` seeds; each group's fields on its
@@ -118,7 +123,8 @@ def run(
 
     Raises:
       ValueError: a bad configuration or mapping; `ConfigError` naming the fields where
-        ``cfg`` differs from ``start.config``.
+        ``cfg`` differs from ``start.config``; a run beyond the memory available
+        (``memory_check``).
       BackendUnavailable: a backend or device the mapping names is missing here.
       Stopped: ``stop_asked`` ended the run early.
     """
@@ -136,6 +142,8 @@ def run(
     devices = mapping.validate()
     cfg = dataclasses.replace(cfg, backend=mapping.replay.backend, learner=mapping.learner.backend)
     tr = make_trainer(cfg)
+    if memory_check:
+        check_memory(tr, cfg.seeds, 1 + (saving is not None))
     segs = segments(mapping)
     extra = {"mapping": str(mapping), "segments": [[d, list(n)] for d, n in segs]}
     t0 = time.perf_counter()

@@ -302,6 +302,12 @@ def test_a_run_stopped_at_its_return_saves_that_chunk(tmp_path, capsys):
     assert Checkpoints(run / "checkpoints").chunks() == [0]
     saved, rows = final(run)
     assert saved.chunk == 0 and [r["chunk"] for r in rows] == [0]
+    # its --stop-at-return is the resume's too (it was forgotten: the resume trained on to
+    # --steps); reached already, there is nothing to go on with
+    assert saved.meta["stop_at_return"] == 0
+    main(["train", "--resume", str(run)])
+    assert "reached --stop-at-return 0 at chunk 0: nothing to go on with" in capsys.readouterr().out
+    assert Checkpoints(run / "checkpoints").chunks() == [0]
 
 
 def test_only_the_closed_event_loops_of_a_corrupt_read_are_kept_quiet(monkeypatch):

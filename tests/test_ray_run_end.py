@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -90,13 +91,17 @@ def test_sigterm_ends_a_ray_run_after_its_chunk_and_keeps_its_folder(tmp_path):
     # a Ray of its own: this module's test cluster (two_nodes) may still run, and Ray joins
     # the newest on the machine (RAY_ADDRESS)
     env = {**os.environ, "RAY_ADDRESS": "local"}
+    # in a process group of its own, which the SIGTERM goes to whole (as `timeout`, Slurm's
+    # cancel or systemd send it): Ray's head was in it and died, and the run with it (exit 1,
+    # its rows lost, after a minute of "Failed to connect to GCS")
     proc = subprocess.Popen([sys.executable, "-m", "drlhet", "train", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
     metrics = run / "metrics.jsonl"
     deadline = time.monotonic() + 240
     while proc.poll() is None and time.monotonic() < deadline:
         if metrics.is_file() and len(metrics.read_text().splitlines()) >= 4:
-            proc.terminate()
+            os.killpg(proc.pid, signal.SIGTERM)
             break
         time.sleep(0.05)
     out, err = proc.communicate(timeout=120)

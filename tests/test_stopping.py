@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from drlhet.cli.stopping import StopRequest, stop_on_signals
+from drlhet.cli.stopping import StopRequest, held_while_starting, stop_on_signals
 from drlhet.cli.train import _end
 from drlhet.runtime.saving import Stopped
 
@@ -68,3 +68,23 @@ def test_only_a_run_stopped_early_exits_with_the_signals_status(tmp_path):
     with pytest.raises(SystemExit) as e:
         _end(None, [], {"stopped": Stopped(3, True)}, None, 0.0, tmp_path, stop)
     assert e.value.code == 143
+
+
+def test_a_signal_while_a_start_replaces_its_handler_is_a_stop_request_after_it(capsys):
+    # Ray's start puts in a SIGTERM handler that exits 15 at once (and in the first seconds
+    # of a Ray run a SIGTERM did that): held, it is the run's stop request once the run's own
+    # handlers are in place, and the start's handler is the one a second signal reaches
+    got: list[int] = []
+    signal.signal(signal.SIGTERM, lambda s, f: got.append(-s))
+    with held_while_starting(signal.SIGTERM):
+        signal.signal(signal.SIGTERM, lambda s, f: got.append(s))  # as Ray's start does
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert got == []
+    os.kill(os.getpid(), signal.SIGTERM)  # after the start, before the run's handlers
+    assert got == []
+    with stop_on_signals() as stop:
+        assert stop is not None and stop.asked() and stop.name == "SIGTERM"
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert got == [signal.SIGTERM]  # the start's handler
+    assert "SIGTERM: stopping after this chunk" in capsys.readouterr().err
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -40,11 +41,18 @@ CHECKPOINTS = "checkpoints"
 
 
 def saving_for(
-    run_dir: Path, config: TrainConfig, mapping: str, every: int, keep: int, before: list[dict]
+    run_dir: Path,
+    config: TrainConfig,
+    mapping: str,
+    every: int,
+    keep: int,
+    before: list[dict],
+    stop_at_return: float | None = None,
 ) -> Saving | None:
     """Checkpoints of a run into ``run_dir/checkpoints`` every ``every`` chunks (0: none),
     ``keep`` deep (0 only with ``every`` 0, where it says what ``every`` says); ``before``: the
-    rows of a resumed run's earlier chunks."""
+    rows of a resumed run's earlier chunks; ``stop_at_return`` recorded (what ``--resume``
+    goes on with unless given again; an infinite one as none)."""
     if every < 0:
         raise ValueError(f"--checkpoint-every must be >= 0 chunks, got {every}")
     if keep < 0 or (keep == 0 and every > 0):
@@ -56,8 +64,9 @@ def saving_for(
     store = Checkpoints(run_dir / CHECKPOINTS, keep)
     # (with what --resume goes on with)
     return checkpoint_saving(
-        store, config, mapping, every, before, checkpoint_every=every, keep_checkpoints=keep
-    )
+        store, config, mapping, every, before, checkpoint_every=every, keep_checkpoints=keep,
+        stop_at_return=stop_at_return if stop_at_return != math.inf else None,
+    )  # fmt: skip
 
 
 def resume_run(
@@ -128,6 +137,22 @@ def refuse_flags_with_resume(config: TrainConfig, given: Iterable[str] | None = 
     if flags:
         text = ", ".join("--" + f.replace("_", "-") for f in flags)
         raise ValueError(f"--resume takes the configuration from the checkpoint; drop {text}")
+
+
+def reached_before(saved: Saved | None, stop_at_return: float | None, run_dir: Path) -> bool:
+    """Whether the run resumed from ``saved`` had reached ``stop_at_return`` (the mean of its
+    seeds' evaluation returns) in a chunk it saved (said on stdout: nothing to go on with)."""
+    if saved is None or stop_at_return is None:
+        return False
+    for row in saved.rows:
+        returns = row.get("eval_return") or [math.nan]
+        if sum(returns) / len(returns) >= stop_at_return:
+            print(
+                f"{run_dir} reached --stop-at-return {stop_at_return:g} at chunk {row['chunk']}: "
+                "nothing to go on with (a higher --stop-at-return, or inf, trains on)"
+            )
+            return True
+    return False
 
 
 def finished_run(config: TrainConfig, saved: Saved | None, chunks: int, run_dir: Path) -> bool:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
+from drlhet.cli.stopping import held_while_starting
 from drlhet.runtime.config import TrainConfig
 
 __all__ = ["ray_config", "ray_runner", "ray_summary"]
@@ -89,7 +91,8 @@ def ray_runner(remote, config: TrainConfig):
     from drlhet.runtime.ray_learner import run_ray
 
     check_run(config, remote)
-    init_ray(remote)
+    with held_while_starting(signal.SIGTERM):  # Ray's handler exits 15 at once
+        init_ray(remote)
     here = f"{jax.devices()[0].platform}:0"  # where run_ray's replay and learner run
     where = f"actors=ray:{remote.actors},replay={config.backend}@{here},"
     where += f"learner={config.learner or reference()}@{here}"

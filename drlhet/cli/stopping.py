@@ -12,8 +12,9 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
-__all__ = ["SIGNALS", "StopRequest", "stop_on_signals"]
+__all__ = ["SIGNALS", "StopRequest", "stop_on_signals", "HeldSignal", "held_while_starting"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """The signals that ask a run to stop after its chunk."""
@@ -40,6 +41,47 @@ class StopRequest:
         return 128 + self.signum
 
 
+class HeldSignal:
+    """A signal's handler between a start that put its own in place (Ray's, which exits 15 at
+    once) and `stop_on_signals`: records the signal, which `stop_on_signals` then takes as a
+    stop request; ``previous`` is the handler it stands in front of."""
+
+    def __init__(self, previous: Any):
+        self.previous, self.signum = previous, None
+
+    def __call__(self, signum: int, frame) -> None:
+        del frame
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def held_while_starting(signum: int) -> Iterator[None]:
+    """Inside the block, and after it until `stop_on_signals`, ``signum`` is recorded by a
+    `HeldSignal` (which `stop_on_signals` takes as a stop request) rather than handled by
+    what the block puts in place: a handler the block sets for it (Ray's start sets one that
+    exits 15 at once) becomes the one the `HeldSignal` stands in front of. On the main thread
+    only (elsewhere the block runs as it is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = HeldSignal(signal.getsignal(signum))
+    real = signal.signal
+
+    def redirect(sig, handler):
+        if sig != signum:
+            return real(sig, handler)
+        before, held.previous = held.previous, handler
+        return before
+
+    real(signum, held)
+    signal.signal = redirect  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        signal.signal = real
+        real(signum, held)  # again: a C library's own handler (Ray's core worker) went in under it
+
+
 @contextlib.contextmanager
 def stop_on_signals(enabled: bool = True, saving: bool = True) -> Iterator[StopRequest | None]:
     """Inside the block the first of `SIGNALS` sets the yielded `StopRequest` (and says so on
@@ -50,7 +92,8 @@ def stop_on_signals(enabled: bool = True, saving: bool = True) -> Iterator[StopR
         yield None
         return
     request = StopRequest()
-    before = {s: signal.getsignal(s) for s in SIGNALS}
+    now = {s: signal.getsignal(s) for s in SIGNALS}
+    before = {s: h.previous if isinstance(h, HeldSignal) else h for s, h in now.items()}
 
     def restore() -> None:
         for s, handler in before.items():
@@ -71,6 +114,9 @@ def stop_on_signals(enabled: bool = True, saving: bool = True) -> Iterator[StopR
 
     for s in SIGNALS:
         signal.signal(s, ask)
+    for h in now.values():  # one that came while held: as if it came now
+        if isinstance(h, HeldSignal) and h.signum is not None:
+            ask(h.signum, None)
     try:
         yield request
     finally:

@@ -21,6 +21,7 @@ from drlhet.cli.checkpoints import (
     CHECKPOINTS,
     finished_run,
     peek_run,
+    reached_before,
     refuse_flags_with_resume,
     resume_run,
     saving_for,
@@ -120,15 +121,19 @@ def train_command(
         remote = _remote(stop_at_return, actors, sync_every, rollout, ray_address, mapping,
                          resume, checkpoint_every, max_failures)  # fmt: skip
         config, mapping, saved = _resume(config, resume, mapping, cpu_devices, out, name)
+        if stop_at_return is None and saved is not None:  # as the run was started
+            stop_at_return = saved.meta.get("stop_at_return")
         every, keep = _saving(checkpoint_every, keep_checkpoints, remote, saved)
         run_dir = resume or _new_run_dir(config, out, name)  # before auto
         placed, tr = _prepare(config, mapping, cpu_devices, memory_check, every > 0)
         before = saved.rows if saved is not None else []
-        saving = saving_for(run_dir, config, str(placed), every, keep, before)
+        saving = saving_for(run_dir, config, str(placed), every, keep, before, stop_at_return)
         if compilation_cache:
             enable_compilation_cache()  # its folder can be made
         runner = run if remote is None else ray_runner(remote, tr.config)
-    if finished_run(config, saved, tr.chunks, run_dir):
+    if finished_run(config, saved, tr.chunks, run_dir) or reached_before(
+        saved, stop_at_return, run_dir
+    ):
         return run_dir
     print(plan_line(tr.config, tr.chunks, str(placed), remote))
     start = _start(saved, run_dir)

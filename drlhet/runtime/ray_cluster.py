@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import socket
 import time
 import warnings
@@ -95,6 +96,11 @@ def init_ray(rc: RayConfig, free_wait_s: float = FREE_WAIT_S) -> None:
     never answers; the learner would wait for it): if fewer are free, waits up to
     ``free_wait_s`` for them. Ray puts its own SIGTERM handler in place: start it first.
 
+    Ray's processes are started with SIGTERM blocked (they inherit the mask): a SIGTERM sent to
+    the whole process group (``timeout``, a batch system's cancel) then stops the run, not the
+    Ray head it needs to end its chunk (Ray stops its processes with SIGKILL when they do not
+    end).
+
     Raises:
       ValueError: an address that cannot be reached, or where Ray joins no cluster; too few
         CPUs in all, or free (other jobs hold them); named.
@@ -103,7 +109,12 @@ def init_ray(rc: RayConfig, free_wait_s: float = FREE_WAIT_S) -> None:
 
     if not ray.is_initialized():
         check_address(rc.address)
-        _start(ray, rc.address)
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            _start(ray, rc.address)
+        finally:
+            if signal.SIGTERM not in held:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     resource = CPU.upper()  # Ray's name of the resource
     cpus = ray.cluster_resources().get(resource, 0)
     if cpus < rc.actors:

@@ -139,6 +139,21 @@ def refuse_flags_with_resume(config: TrainConfig, given: Iterable[str] | None = 
         raise ValueError(f"--resume takes the configuration from the checkpoint; drop {text}")
 
 
+def resumed_stop(stop_at_return: float | None, saved: Saved | None) -> float | None:
+    """``--stop-at-return`` as given, else (resuming) as the run was started with."""
+    if stop_at_return is None and saved is not None:
+        return saved.meta.get("stop_at_return")
+    return stop_at_return
+
+
+def nothing_to_resume(
+    config: TrainConfig, saved: Saved | None, chunks: int, run_dir: Path, stop_at: float | None
+) -> bool:
+    """Whether the run resumed from ``saved`` has nothing left to run: all its ``chunks``
+    (`finished_run`) or its ``--stop-at-return`` reached (`reached_before`)."""
+    return finished_run(config, saved, chunks, run_dir) or reached_before(saved, stop_at, run_dir)
+
+
 def reached_before(saved: Saved | None, stop_at_return: float | None, run_dir: Path) -> bool:
     """Whether the run resumed from ``saved`` had reached ``stop_at_return`` (the mean of its
     seeds' evaluation returns) in a chunk it saved (said on stdout: nothing to go on with)."""

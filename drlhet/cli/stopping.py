@@ -47,7 +47,8 @@ class HeldSignal:
     stop request; ``previous`` is the handler it stands in front of."""
 
     def __init__(self, previous: Any):
-        self.previous, self.signum = previous, None
+        self.previous = previous
+        self.signum: int | None = None
 
     def __call__(self, signum: int, frame) -> None:
         del frame

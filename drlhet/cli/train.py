@@ -19,11 +19,11 @@ import tyro
 from drlhet.backends import CPU, describe
 from drlhet.cli.checkpoints import (
     CHECKPOINTS,
-    finished_run,
+    nothing_to_resume,
     peek_run,
-    reached_before,
     refuse_flags_with_resume,
     resume_run,
+    resumed_stop,
     saving_for,
 )
 from drlhet.cli.common import (
@@ -108,8 +108,8 @@ def train_command(
       keep_checkpoints: checkpoints kept, the newest (0 only with ``--checkpoint-every 0``;
         default 2, or on ``--resume`` the run's own).
       resume: a run directory: go on in it from its newest checkpoint that reads back intact,
-        with its configuration and (unless ``--mapping`` is given) its mapping, bit for bit as
-        the run would have gone on (``--out`` and ``--name`` are refused).
+        with its configuration, ``--stop-at-return`` and (unless ``--mapping`` is given) its
+        mapping, bit for bit as the run would have gone on (``--out``, ``--name`` refused).
       actors: ``ray:N``: N Ray actors feed this process's replay and learner (the ``ray``
         extra; no checkpoints; `drlhet.runtime.ray_learner`): ``--sync-every`` learner
         iterations a parameter broadcast, ``--rollout`` iterations an actor call (32 each),
@@ -121,19 +121,15 @@ def train_command(
         remote = _remote(stop_at_return, actors, sync_every, rollout, ray_address, mapping,
                          resume, checkpoint_every, max_failures)  # fmt: skip
         config, mapping, saved = _resume(config, resume, mapping, cpu_devices, out, name)
-        if stop_at_return is None and saved is not None:  # as the run was started
-            stop_at_return = saved.meta.get("stop_at_return")
-        every, keep = _saving(checkpoint_every, keep_checkpoints, remote, saved)
+        stop_at_return = resumed_stop(stop_at_return, saved)
+        every, keep, before = _saving(checkpoint_every, keep_checkpoints, remote, saved)
         run_dir = resume or _new_run_dir(config, out, name)  # before auto
         placed, tr = _prepare(config, mapping, cpu_devices, memory_check, every > 0)
-        before = saved.rows if saved is not None else []
         saving = saving_for(run_dir, config, str(placed), every, keep, before, stop_at_return)
         if compilation_cache:
             enable_compilation_cache()  # its folder can be made
         runner = run if remote is None else ray_runner(remote, tr.config)
-    if finished_run(config, saved, tr.chunks, run_dir) or reached_before(
-        saved, stop_at_return, run_dir
-    ):
+    if nothing_to_resume(config, saved, tr.chunks, run_dir, stop_at_return):
         return run_dir
     print(plan_line(tr.config, tr.chunks, str(placed), remote))
     start = _start(saved, run_dir)
@@ -162,14 +158,15 @@ def _new_run_dir(config: TrainConfig, out: Path, name: str | None) -> Path:
     return run_directory(out, stamp if name is None else name)
 
 
-def _saving(every: int | None, keep: int | None, remote, saved) -> tuple[int, int]:
+def _saving(every: int | None, keep: int | None, remote, saved) -> tuple[int, int, list]:
     """Chunks between checkpoints and checkpoints kept: as given; else, resuming, as the run
     saved them (``saved``'s metadata; checkpoints before 2026-11-30 do not say); else none for
-    a Ray run, else `CHECKPOINT_EVERY`, and `KEEP_CHECKPOINTS`."""
+    a Ray run, else `CHECKPOINT_EVERY`, and `KEEP_CHECKPOINTS`; and the rows saved before."""
     meta = {} if saved is None else saved.meta
     if every is None:
         every = meta.get("checkpoint_every", 0 if remote is not None else CHECKPOINT_EVERY)
-    return every, meta.get("keep_checkpoints", KEEP_CHECKPOINTS) if keep is None else keep
+    keep = meta.get("keep_checkpoints", KEEP_CHECKPOINTS) if keep is None else keep
+    return every, keep, [] if saved is None else saved.rows
 
 
 def _end(

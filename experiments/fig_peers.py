@@ -321,13 +321,16 @@ def main(args: Args) -> dict:
         runs = compare(spec, args, args.rounds)
         result.update(spec=dataclasses.asdict(spec), runs=runs)
         result["summary"] = summarize(runs, args.systems)
+        if not result["summary"]:  # nothing measured: --out and --plot are left as they are
+            why = "; ".join(f"{r['system']}: {r.get('skipped') or r.get('failed')}" for r in runs)
+            failed = args.out.with_suffix(".failed.json")
+            failed.parent.mkdir(parents=True, exist_ok=True)
+            failed.write_text(json.dumps(result, indent=1))
+            raise SystemExit(f"fig_peers: failed: no system ran ({why}); rows in {failed}")
         _plot(result["summary"], spec, args.plot)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print(json.dumps(result.get("summary") or result.get("range"), indent=1))
-    if not args.grid and not result["summary"]:  # the rows say why each did not run
-        why = "; ".join(f"{r['system']}: {r.get('skipped') or r.get('failed')}" for r in runs)
-        raise SystemExit(f"fig_peers: failed: no system ran ({why}); rows in {args.out}")
     return result
 
 

@@ -131,6 +131,7 @@ def refused(args: Args) -> str:
             from drlhet.dse.devices import load_sheets
 
             why = checked_cli.unknown_names("--sheets", args.sheets, load_sheets())
+    why = why or _simulated(args.backends)
     if args.replot is not None or "fused" in args.modes:  # where the GPU rows are drawn
         from report_replay import wrong_shape  # what a bench_replay row file holds
 
@@ -138,6 +139,22 @@ def refused(args: Args) -> str:
             bad = checked_cli.unreadable_json(path, wrong_shape) if path.exists() else ""
             why = why or (f"--gpu-results {bad}" if bad else "")
     return why
+
+
+def _simulated(names: tuple[str, ...]) -> str:
+    """Why a backend named in ``--backends`` cannot be drawn: one that runs on this machine's
+    CPU only as a simulation of its hardware (``cuda``'s host emulation, ``fpga``'s
+    C-simulation: function, not speed), whose times would be labelled measured."""
+    from drlhet import backends
+
+    for name in names:
+        if name in backends.names() and backends.get(name).simulates(backends.CPU):
+            return (
+                f"--backends {name}: on the CPU it runs as a simulation of its hardware "
+                "(function, not speed); this figure draws measured speeds (a GPU's from "
+                "--gpu-results)"
+            )
+    return ""
 
 
 def main(args: Args) -> list[dict]:

@@ -109,6 +109,12 @@ BAD_INPUT = [
     ("fig_primitives", f"--repeats 1 {PRIMITIVES_TINY}", "--repeats must be >= 2, got 1"),
     ("fig_primitives", f"--sheets bogus {PRIMITIVES_TINY}", "--sheets takes one or more of"),
     ("fig_primitives", f"--replot nope.json {PRIMITIVES_TINY}", "nope.json: no such file"),
+    # a backend that runs on the CPU as a simulation: its times were drawn labelled measured
+    (
+        "fig_primitives",
+        f"--backends cuda {PRIMITIVES_TINY}",
+        "--backends cuda: on the CPU it runs as a simulation of its hardware (function, not speed)",
+    ),
     # 14: inputs missing or not what the script reads, a name checked up front, counts
     ("fig_mapping", "--validation nope.json --out m.json --plot m.png", "nope.json: no such"),
     ("report_dse", "rows.json", "rows.json: not validate_dse.py's JSON (the file is a list, not"),

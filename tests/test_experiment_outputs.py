@@ -208,7 +208,8 @@ PEERS_CRASH = "--systems drlhet --steps 2000 --eval-every 1000 --out p.json --pl
 
 
 def test_a_peers_run_where_no_system_ran_fails_and_keeps_its_rows(cli, monkeypatch, tmp_path):
-    """It exited 0 with an empty summary and a figure of no bars."""
+    """It exited 0 with an empty summary and a figure of no bars; then it wrote those rows over
+    ``--out`` (the committed results by default) and the empty figure over ``--plot``."""
     import subprocess
 
     crashed = subprocess.CompletedProcess([], 1, stdout="", stderr="Traceback\nboom")
@@ -216,7 +217,8 @@ def test_a_peers_run_where_no_system_ran_fails_and_keeps_its_rows(cli, monkeypat
     with pytest.raises(SystemExit) as stop:
         cli("fig_peers", *shlex.split(PEERS_CRASH))
     assert stop.value.code == (
-        "fig_peers: failed: no system ran (drlhet: exit 1: boom); rows in p.json"
+        "fig_peers: failed: no system ran (drlhet: exit 1: boom); rows in p.failed.json"
     )
-    rows = json.loads((tmp_path / "p.json").read_text())
+    assert not (tmp_path / "p.json").exists() and not (tmp_path / "p.png").exists()
+    rows = json.loads((tmp_path / "p.failed.json").read_text())
     assert rows["summary"] == {} and rows["runs"][0]["failed"] == "exit 1: boom"

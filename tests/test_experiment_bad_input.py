@@ -112,7 +112,7 @@ BAD_INPUT = [
     # a backend that runs on the CPU as a simulation: its times were drawn labelled measured
     (
         "fig_primitives",
-        f"--backends cuda {PRIMITIVES_TINY}",
+        f"{PRIMITIVES_TINY} --backends cuda",
         "--backends cuda: on the CPU it runs as a simulation of its hardware (function, not speed)",
     ),
     # 14: inputs missing or not what the script reads, a name checked up front, counts

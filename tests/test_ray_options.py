@@ -81,9 +81,9 @@ def test_ray_flags_left_out_take_the_configs_defaults():
 
 
 def test_checkpoints_default_to_every_ten_chunks_and_none_with_ray():
-    assert _saving(None, None, None, None) == (CHECKPOINT_EVERY, KEEP_CHECKPOINTS) == (10, 2)
+    assert _saving(None, None, None, None)[:2] == (CHECKPOINT_EVERY, KEEP_CHECKPOINTS) == (10, 2)
     assert _saving(None, None, RayConfig(actors=2), None)[0] == 0
-    assert _saving(3, None, None, None)[0] == 3 and _saving(0, 5, None, None) == (0, 5)
+    assert _saving(3, None, None, None)[0] == 3 and _saving(0, 5, None, None) == (0, 5, [])
 
 
 @pytest.mark.parametrize(

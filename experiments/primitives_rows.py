@@ -140,7 +140,7 @@ def modeled(
                 notes.append(f"{name} at 2^{c.bit_length() - 1}, B {b}, K {k}: {why}; omitted")
                 continue
             for op in ops:
-                t = model.seconds(op, sheet, s)
+                t = model.seconds(op, sheet, s, sheets[sheet["link"]])
                 for mode, sec in (("fused", t), ("percall", t + host)):
                     rows.append(
                         {

@@ -29,6 +29,8 @@ from typing import NamedTuple, Protocol
 import jax
 import numpy as np
 
+from drlhet.backends.learner_spec import memory_words
+
 __all__ = [
     "LearnerBoard",
     "LearnerBuild",
@@ -111,21 +113,10 @@ class LearnerBuild(NamedTuple):
 
     def memory_words(self) -> int:
         """Floats of the memories ``kLoad`` takes (``learner_top.cpp``'s ``kMemory``)."""
-        if self.algo == 1:
-            actor = _net_size(self.obs, self.hidden, (self.actions,))
-            return 4 * (
-                actor + self.critics * _net_size(self.obs + self.actions, self.hidden, (1,))
-            )
-        heads = (1, self.actions) if self.dueling else (self.actions,)
-        return 4 * _net_size(self.obs, self.hidden, heads)
-
-
-def _net_size(inputs: int, hidden: tuple[int, ...], heads: tuple[int, ...]) -> int:
-    """Parameters of an MLP of ``inputs``, the nonzero ``hidden`` widths and ``heads``."""
-    size, prev = 0, inputs
-    for w in (w for w in hidden if w):
-        size, prev = size + prev * w + w, w
-    return size + sum(prev * h + h for h in heads)
+        algo = "ddpg" if self.algo == 1 else "dqn"
+        return memory_words(
+            algo, self.obs, self.hidden, self.actions, bool(self.dueling), self.critics
+        )
 
 
 def check_learner_build(board: LearnerBoard, want: LearnerBuild) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["MAX_WIDTH", "MAX_HIDDEN", "MAX_BATCH", "why_not"]
+__all__ = ["MAX_WIDTH", "MAX_HIDDEN", "MAX_BATCH", "why_not", "memory_words"]
 
 MAX_WIDTH, MAX_HIDDEN, MAX_BATCH = 256, 3, 256
 """The module's sizes (hls/learner/mlp.h): neurons per layer, hidden layers, batch."""
@@ -32,3 +32,23 @@ def why_not(
     if not 1 <= batch <= MAX_BATCH:
         return f"the FPGA learner module trains batches of 1..{MAX_BATCH}, got {batch}"
     return ""
+
+
+def _net_size(inputs: int, hidden: Sequence[int], heads: Sequence[int]) -> int:
+    """Parameters of an MLP of ``inputs``, the nonzero ``hidden`` widths and ``heads``."""
+    size, prev = 0, inputs
+    for w in (w for w in hidden if w):
+        size, prev = size + prev * w + w, w
+    return size + sum(prev * h + h for h in heads)
+
+
+def memory_words(
+    algo: str, obs: int, hidden: Sequence[int], outputs: int, dueling: bool, critics: int
+) -> int:
+    """Floats of the module's memories for this network (``learner_top.cpp``'s ``kMemory``):
+    the parameters, the target network's and Adam's two moments, four times the network (DDPG:
+    the actor and ``critics`` critics reading the observation and the action)."""
+    if algo == "ddpg":
+        critic = _net_size(obs + outputs, hidden, (1,))
+        return 4 * (_net_size(obs, hidden, (outputs,)) + critics * critic)
+    return 4 * _net_size(obs, hidden, (1, outputs) if dueling else (outputs,))

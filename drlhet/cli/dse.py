@@ -39,9 +39,10 @@ from drlhet.runtime.trainer import make_trainer
 __all__ = ["profile_command", "dse_command", "auto_mapping", "default_devices"]
 
 
-def default_devices() -> str:
-    """This machine's CPU devices and every shipped device sheet (``cpu,a100,h100,...``)."""
-    sheets = load_sheets()
+def default_devices(sheets: dict[str, dict] | None = None) -> str:
+    """This machine's CPU devices and every device sheet of ``sheets`` (default: the shipped
+    ones): ``cpu,a100,h100,...``."""
+    sheets = load_sheets() if sheets is None else sheets
     modeled = sorted(n for n, s in sheets.items() if s["kind"] in PLATFORMS and s["kind"] != CPU)
     return ",".join([CPU, *modeled])
 
@@ -93,6 +94,7 @@ def dse_command(
     out: Path = Path("runs/dse.json"),
     cpu_devices: int = 2,
     gpu_profile: Path | None = None,
+    sheets: Path | None = None,
 ) -> dict:
     """Predicts the throughput of every mapping and ranks them (docs/design.md section 5).
 
@@ -114,31 +116,30 @@ def dse_command(
       gpu_profile: primitives measured on a GPU (``experiments/profile_gpu.py``'s JSON, e.g.
         ``results/gpu_profile_h100.json``): for this shape, they replace the sheet model of
         the GPU they were measured on (a GPU present here is profiled anyway).
+      sheets: device sheets read instead of the shipped ones (a copy of drlhet/dse/sheets with
+        values changed, e.g. a board's measured ``invocation_us``, or 1 for
+        ``learner_memories_resident``: a learner driver that keeps the memories on the board).
     """
     with bad_input(options=_KEY_OPTIONS):
         set_cpu_devices(cpu_devices)
         if delay < 0:
             raise ValueError(f"--delay must be >= 0, got {delay}")
         _check_shape(shape, delay if measure else None)
-        if top < 1:
-            raise ValueError(f"--top must be >= 1, got {top}")
-        if out.is_dir():
-            raise ValueError(f"--out {out} is a folder; name the JSON file to write")
-        check_writable(out.parent, f"--out {out}", "file")
-        folder = cache_dir or default_cache_dir()
-        check_writable(folder, f"--cache-dir {folder}", "cache")
+        _check_outputs(top, out, cache_dir)
         gpu_rows = _gpu_rows(gpu_profile)
+        sheet_set = _sheets(sheets)
     present = cpu_devices_here()
-    named = default_devices() if devices is None else devices  # '' is refused, not the default
+    named = default_devices(sheet_set) if devices is None else devices  # '' is refused
     with bad_input(f"--devices {named}: "):
-        devs = expand_devices(named, len(present), load_sheets())
+        devs = expand_devices(named, len(present), sheet_set)
     with bad_input():
         _check_profiled_gpus(gpu_profile, gpu_rows, devs)
     cache = ProfileCache(cache_dir or default_cache_dir())
     every = shape.train_config().eval_every  # the run predicted, and measured (--measure)
     model = build_model(
-        shape, cache=cache, reprofile=reprofile, gpu_rows=gpu_rows, eval_every=every
-    )
+        shape, cache=cache, reprofile=reprofile, sheets_dir=sheets, gpu_rows=gpu_rows,
+        eval_every=every,
+    )  # fmt: skip
     if gpu_profile is not None and model.gpu is None:
         print(
             f"note: --gpu-profile {gpu_profile} has no rows for this shape; GPUs stay modeled "
@@ -176,6 +177,36 @@ def _gpu_rows(path: Path | None) -> list[dict] | None:
         return load_gpu_profiles(path)
     except ValueError as e:  # the library names the file; the option is the command's
         raise ValueError(f"{e} (--gpu-profile)") from None
+
+
+def _check_outputs(top: int, out: Path, cache_dir: Path | None) -> None:
+    """Refuses ``--top`` below 1, and an ``--out`` or a cache folder that cannot be written."""
+    if top < 1:
+        raise ValueError(f"--top must be >= 1, got {top}")
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; name the JSON file to write")
+    check_writable(out.parent, f"--out {out}", "file")
+    folder = cache_dir or default_cache_dir()
+    check_writable(folder, f"--cache-dir {folder}", "cache")
+
+
+def _sheets(folder: Path | None) -> dict[str, dict]:
+    """The device sheets of ``--sheets`` ``folder`` (`load_sheets`; None: the shipped ones).
+
+    Raises:
+      ValueError: not a folder, no sheet in it, or a sheet's fault, naming the option.
+    """
+    if folder is None:
+        return load_sheets()
+    if not folder.is_dir():
+        raise ValueError(f"--sheets {folder} is not a folder")
+    try:
+        found = load_sheets(folder)
+    except ValueError as e:
+        raise ValueError(f"{e} (--sheets)") from None
+    if not found:
+        raise ValueError(f"--sheets {folder} holds no device sheet (*.json)")
+    return found
 
 
 def _check_profiled_gpus(path: Path | None, rows: list[dict] | None, devices: list[str]) -> None:

@@ -138,7 +138,7 @@ class Model:
             backend = place.backend if group == "replay" else None
             return {p: self.gpu.seconds(place.device, p, backend) for p in prims}
         model, sheet = self._device_model(place.device), self.sheets[place.device]
-        return {p: model.seconds(p, sheet, self.s) for p in prims}
+        return {p: model.seconds(p, sheet, self.s, self.sheets[sheet["link"]]) for p in prims}
 
     def measured_on_gpu(self, group: str, place: Place) -> bool:
         """Whether ``group``'s costs on ``place`` come from a GPU profile (the replay: one of

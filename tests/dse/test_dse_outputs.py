@@ -109,3 +109,31 @@ def test_a_search_of_devices_none_of_which_runs_here_says_so(tmp_path, monkeypat
     )
     out = capsys.readouterr().out  # the JSON's best_runnable null had no line
     assert "best runnable here: none (no mapping of these devices runs on this machine)" in out
+
+
+def test_a_sheets_folder_replaces_the_shipped_sheets(tmp_path, monkeypatch, capsys):
+    """``--sheets DIR``: its devices are the default ones and are what the model reads."""
+    from drlhet.cli import dse as dse_cli
+    from drlhet.dse.devices import load_sheets
+    from drlhet.dse.model import Model
+    from tests.dse.test_model import NATIVE, PROFILE, SHAPES, toy_sheets
+
+    folder = tmp_path / "sheets"
+    folder.mkdir()
+    sheets = toy_sheets()
+    sheets["myboard"] = {**sheets.pop("fpga"), "name": "myboard"}
+    for name, sheet in sheets.items():
+        (folder / f"{name}.json").write_text(json.dumps(sheet))
+    read: list = []
+
+    def build(key, **kw):
+        read.append(kw["sheets_dir"])
+        return Model(SHAPES, load_sheets(kw["sheets_dir"]), {"jax": PROFILE, "native": NATIVE})
+
+    monkeypatch.setattr(dse_cli, "build_model", build)
+    out = tmp_path / "d.json"
+    main(["dse", "--sheets", str(folder), "--cache-dir", str(tmp_path), "--out", str(out)])
+    assert read == [folder]
+    result = json.loads(out.read_text())
+    assert result["devices"] == ["cpu:0", "cpu:1", "gpu", "myboard"]
+    assert any("learner=fpga@myboard" in p["mapping"] for p in result["predictions"])

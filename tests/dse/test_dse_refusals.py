@@ -3,6 +3,8 @@ line, before anything is profiled."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from tiny_profile_key import TINY
 
@@ -163,3 +165,24 @@ def test_a_shape_this_machine_cannot_hold_is_refused_before_profiling(
     monkeypatch.setattr("drlhet.cli.dse.available_memory", lambda: (2**20, "MemAvailable"))
     with pytest.raises(ValueError, match="--delay 40000: a run measured at it needs ~"):
         _check_shape(TINY, 40_000)
+
+
+def test_a_sheets_folder_that_cannot_be_read_is_refused_before_profiling(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr("drlhet.cli.dse.build_model", lambda *a, **k: pytest.fail("profiled"))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "unlinked").mkdir()
+    board = {"name": "b", "kind": "fpga", "link": "pcie9", "values": {}}
+    (tmp_path / "unlinked" / "b.json").write_text(json.dumps(board))
+    cases = [
+        (tmp_path / "none", "--sheets {} is not a folder"),
+        (tmp_path / "empty", "--sheets {} holds no device sheet (*.json)"),
+        (tmp_path / "unlinked", "device sheet b: its link 'pcie9' has no sheet of kind link"),
+    ]
+    for folder, message in cases:
+        with pytest.raises(SystemExit) as stop:
+            main(["dse", "--sheets", str(folder), "--out", str(tmp_path / "d.json")])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message.format(folder) in err[0], err

@@ -30,15 +30,27 @@ def test_fpga_replay_costs_the_modules_cycle_model():
     assert p.basis == "modeled (cycle model)"
     on_fpga = places("jax@cpu:0", "fpga@fpga", "fpga@fpga")
     assert m.predict(on_fpga).basis == "modeled (cycle model)"
-    # learner: the learner module's cycle model at the toy's clock
+
+    # learner: the learner module's cycle model at the toy's clock, and its driver's load and
+    # store: two more invocations (5 us) and the memories over the link (2 us + 1 GB/s) each way
+    def driver(floats):
+        return 2 * (5 * US + 2 * US + 4 * 4 * floats / 1e9)
+
+    # DQN 4-64-64 with dueling heads 1 and 2: 320 + 4160 + 65 + 130 parameters
     t = m.compute("learner", Place("fpga", "fpga"))["train"]
-    assert t == pytest.approx(learner_cycles.dqn_step_cycles(4, (64, 64), 2, 100) / (mhz * 1e6))
+    step = learner_cycles.dqn_step_cycles(4, (64, 64), 2, 100) / (mhz * 1e6)
+    assert t == pytest.approx(step + driver(4675))
+    resident = toy_sheets()
+    resident["fpga"]["values"]["learner_memories_resident"] = {"value": 1, "source": "toy"}
+    kept = Model(SHAPES, resident, {"jax": PROFILE}).compute("learner", Place("fpga", "fpga"))
+    assert kept["train"] == pytest.approx(step)
     ddpg = Model(
         Shapes(**{**SHAPES.__dict__, "algo": "ddpg", "td3": True}), toy_sheets(), {"jax": PROFILE}
     )
     t = ddpg.compute("learner", Place("fpga", "fpga"))["train"]
     mean = learner_cycles.ddpg_mean_step_cycles(4, (64, 64), 2, 100, td3=True, policy_delay=2)
-    assert t == pytest.approx(mean / (mhz * 1e6))
+    # the actor 4-64-64-2 (4610) and two critics 6-64-64-1 (4673 each)
+    assert t == pytest.approx(mean / (mhz * 1e6) + driver(4610 + 2 * 4673))
     for change, why in (
         ({"algo": "sac"}, "not 'sac'"),
         ({"algo": "ddpg", "net": (200, 64, 64, 60)}, "1..256 wide"),
@@ -91,21 +103,23 @@ def test_the_shipped_sheets_are_read_in_their_units():
 
     sheets = load_sheets()
     s = Shapes(**{**SHAPES.__dict__, "batch": 65536})
-    gpu, h100 = MODELS["gpu"], sheets["h100"]
+    gpu, h100, pcie = MODELS["gpu"], sheets["h100"], sheets["pcie5"]
     rand_bw, flops = 3350e9 * 0.25, 67e12 * 0.3  # GB/s x random-access eff., TFLOPS x eff.
     # sample: 3 levels + 4 kernels of 3 us; B x (3 levels x a 16 x 4 B row + a 40 B row)
-    assert gpu.seconds("sample", h100, s) == pytest.approx(7 * 3e-6 + 65536 * 232 / rand_bw)
+    assert gpu.seconds("sample", h100, s, pcie) == pytest.approx(7 * 3e-6 + 65536 * 232 / rand_bw)
     # train: 12 x 2 + 10 kernels; 2 x 5 x B x 1000 MACs; 3 x 4 B x 1000 params at full bw
     train = 34 * 3e-6 + 10 * 65536 * 1000 / flops + 12 * 1000 / 3350e9
-    assert gpu.seconds("train", h100, s) == pytest.approx(train)
+    assert gpu.seconds("train", h100, s, pcie) == pytest.approx(train)
     # update: 2 x 3 + 2 kernels; 2 x B x 3 levels x 64 B
-    assert gpu.seconds("update", h100, s) == pytest.approx(8 * 3e-6 + 2 * 65536 * 192 / rand_bw)
+    assert gpu.seconds("update", h100, s, pcie) == pytest.approx(
+        8 * 3e-6 + 2 * 65536 * 192 / rand_bw
+    )
     assert gpu.host_overhead(h100) == pytest.approx(25e-6)
     # the board: the module's cycles at 300 MHz, and the B sampled rows of 40 B at 77 GB/s
     fpga, u250 = MODELS["fpga"], sheets["u250"]
     cycles = rmm_cycles.cycles("sample", 16, 4096, 65536)
     sample = cycles / 300e6 + 65536 * 40 / 77e9
-    assert fpga.seconds("sample", u250, s) == pytest.approx(sample)
+    assert fpga.seconds("sample", u250, s, sheets["pcie3"]) == pytest.approx(sample)
     assert fpga.host_overhead(u250) == pytest.approx(10e-6)
 
 

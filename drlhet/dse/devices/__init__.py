@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from drlhet.backends.base import FPGA, GPU
 from drlhet.dse.devices import fpga, gpu
+from drlhet.dse.devices.links import link_seconds
 from drlhet.dse.shapes import Shapes
 
 __all__ = ["DeviceModel", "MODELS", "load_sheets", "link_seconds"]
@@ -26,7 +27,8 @@ class DeviceModel(NamedTuple):
     """The analytical costs of one kind of device.
 
     Attributes:
-      seconds: ``(primitive, sheet, shapes) -> s`` per call when fused (no dispatch).
+      seconds: ``(primitive, sheet, shapes, link) -> s`` per call when fused (no dispatch);
+        ``link`` is the sheet of the link the device hangs on.
       host_overhead: ``(sheet) -> s`` of the host thread per call of a stage (dispatch or
         invocation; the run itself is asynchronous).
       infeasible: ``(group, sheet, shapes) -> why`` the group cannot run there (empty: it can).
@@ -34,7 +36,7 @@ class DeviceModel(NamedTuple):
         model``): a prediction is labelled *modeled (sources)*.
     """
 
-    seconds: Callable[[str, dict, Shapes], float]
+    seconds: Callable[[str, dict, Shapes, dict], float]
     host_overhead: Callable[[dict], float]
     infeasible: Callable[[str, dict, Shapes], str]
     source: Callable[[str], str]
@@ -59,8 +61,9 @@ def load_sheets(directory: Path | None = None) -> dict[str, dict]:
     (default: the ones shipped in ``drlhet/dse/sheets``).
 
     Raises:
-      ValueError: a sheet that is not valid JSON, lacks ``name``, ``kind`` or ``values``, or
-        has a value without a source.
+      ValueError: a sheet that is not valid JSON, lacks ``name``, ``kind`` or ``values``, has
+        a value without a source, or (a device) names a link that no sheet of kind ``link``
+        describes.
     """
     sheets = {}
     for f in _sheet_files(directory):
@@ -75,10 +78,8 @@ def load_sheets(directory: Path | None = None) -> dict[str, dict]:
             if not isinstance(v, dict) or "value" not in v or not v.get("source"):
                 raise ValueError(f"device sheet {f}: {name} needs a value and a source")
         sheets[sheet["name"]] = sheet
+    for name, sheet in sheets.items():
+        link = sheet.get("link")
+        if sheet["kind"] != "link" and sheets.get(link, {}).get("kind") != "link":
+            raise ValueError(f"device sheet {name}: its link {link!r} has no sheet of kind link")
     return sheets
-
-
-def link_seconds(link: dict, nbytes: int) -> float:
-    """Seconds to move ``nbytes`` over the link of sheet ``link``: latency + bytes / bandwidth."""
-    values = link["values"]
-    return values["latency_us"]["value"] * 1e-6 + nbytes / (values["bw_gbs"]["value"] * 1e9)

@@ -7,16 +7,32 @@ leaves on chip or, beyond the on-chip memory, in DDR; a prediction resting on it
 (`drlhet.dse.devices.learner_cycles`, derived from ``hls/learner``) says at the board's clock,
 also *modeled (cycle model)*; a network or algorithm the module does not run cannot be placed
 there. The host pays the sheet's ``invocation_us`` per call.
+
+The learner's step on a board is costed as the driver that exists runs it
+(`drlhet.backends.fpga_learner_board`): it loads the module's memories (parameters, target
+network, Adam's moments), steps and stores them back, three invocations and the memories over
+the board's link each way a step (`driver_seconds`). A sheet whose
+``learner_memories_resident`` value is 1 costs instead a driver that keeps them on the board
+(one invocation a step, the design the module's cycle model describes; no such driver exists).
 """
 
 from __future__ import annotations
 
-from drlhet.backends.learner_spec import why_not
+from drlhet.backends.learner_spec import memory_words, why_not
 from drlhet.backends.rmm_spec import DDR, accepts, memory_bytes
 from drlhet.dse.devices import learner_cycles, rmm_cycles
+from drlhet.dse.devices.links import link_seconds
 from drlhet.dse.shapes import Shapes
 
-__all__ = ["seconds", "host_overhead", "infeasible", "leaves_at", "source", "learner_why_not"]
+__all__ = [
+    "seconds",
+    "host_overhead",
+    "infeasible",
+    "leaves_at",
+    "source",
+    "learner_why_not",
+    "driver_seconds",
+]
 
 
 def learner_why_not(s: Shapes) -> str:
@@ -37,11 +53,12 @@ def leaves_at(sheet: dict, s: Shapes) -> str:
     )
 
 
-def seconds(prim: str, sheet: dict, s: Shapes) -> float:
+def seconds(prim: str, sheet: dict, s: Shapes, link: dict) -> float:
     """Seconds of one call of primitive ``prim`` (``insert``, ``sample``, ``update``,
-    ``train``) on the board of ``sheet``: the replay module's commands from its cycle model
-    (an insert writes E leaves, an update B; a sample draws B and reads its B rows from the
-    board's DDR), the learner's step from the learner module's cycle model."""
+    ``train``) on the board of ``sheet`` (hanging on the link of sheet ``link``): the replay
+    module's commands from its cycle model (an insert writes E leaves, an update B; a sample
+    draws B and reads its B rows from the board's DDR), the learner's step from the learner
+    module's cycle model plus what its driver adds (`driver_seconds`)."""
     clock = _v(sheet, "clock_mhz")
     ddr = _v(sheet, "ddr_bw_gbs") * 1e9
     if prim in ("insert", "sample", "update"):
@@ -60,8 +77,22 @@ def seconds(prim: str, sheet: dict, s: Shapes) -> float:
             cycles = learner_cycles.dqn_step_cycles(
                 obs_dim, tuple(hidden), outputs, s.batch, s.dueling, s.double
             )
-        return learner_cycles.seconds(cycles, clock)
+        return learner_cycles.seconds(cycles, clock) + driver_seconds(sheet, link, s)
     raise ValueError(f"{prim} does not run on an FPGA in this model")
+
+
+def driver_seconds(sheet: dict, link: dict, s: Shapes) -> float:
+    """Seconds a learner step's driver adds on the board of ``sheet`` beyond the module's
+    cycles and the stage's one invocation (`host_overhead`): the existing driver's load and
+    store, two more invocations and the memories (``memory_words`` floats) over ``link`` each
+    way; 0 where the sheet says the memories stay on the board (``learner_memories_resident``
+    1)."""
+    if sheet["values"].get("learner_memories_resident", {}).get("value", 0):
+        return 0.0
+    obs, *hidden, outputs = s.net
+    critics = 2 if s.td3 else 1
+    words = memory_words(s.algo, obs, hidden, outputs, s.dueling, critics)
+    return 2 * (host_overhead(sheet) + link_seconds(link, 4 * words))
 
 
 def source(group: str) -> str:

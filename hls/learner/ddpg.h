@@ -101,10 +101,9 @@ inline float ActorOut(const DdpgConfig& cfg, float z) {
 // The critic's input rows [obs | action] into s->x (stride D + M); `act` has stride lda.
 inline void CriticInput(int d, int m, const float* obs, const float* act, int lda, int batch,
                         float* x) {
-  for (int row = 0; row < batch; ++row) {
-    for (int k = 0; k < d; ++k) x[int64_t(row) * (d + m) + k] = obs[int64_t(row) * d + k];
-    for (int k = 0; k < m; ++k) x[int64_t(row) * (d + m) + d + k] = act[int64_t(row) * lda + k];
-  }
+  Lanes(batch, d + m, [&](int64_t row, int64_t k) {
+    x[row * (d + m) + k] = k < d ? obs[row * d + k] : act[row * lda + k - d];
+  });
 }
 
 // q' = min over the target critics on (s', a'), a' from the target actor (+ TD3's noise).
@@ -113,22 +112,20 @@ inline void CriticTargets(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMe
   const int d = n.actor.layer[0].in, acts = n.critic.layer[0].in - d;
   Forward(n.actor, m.target_actor, b.next_obs, d, b.batch, &s->actor);
   float* a_next = s->actor.head[0];  // becomes a' in place
-  for (int row = 0; row < b.batch; ++row) {
-    for (int k = 0; k < acts; ++k) {
-      float& a = a_next[int64_t(row) * kMaxWidth + k];
-      a = ActorOut(cfg, a);
-      if (!cfg.td3) continue;
-      a = a + b.noise[int64_t(row) * acts + k];
-      a = std::fmin(std::fmax(a, float(cfg.low)), float(cfg.high));
-    }
-  }
+  Lanes(b.batch, acts, [&](int64_t row, int64_t k) {
+    float& a = a_next[row * kMaxWidth + k];
+    a = ActorOut(cfg, a);
+    if (!cfg.td3) return;
+    a = a + b.noise[row * acts + k];
+    a = std::fmin(std::fmax(a, float(cfg.low)), float(cfg.high));
+  });
   CriticInput(d, acts, b.next_obs, a_next, kMaxWidth, b.batch, s->x);
   for (int c = 0; c < cfg.critics; ++c) {
     Forward(n.critic, m.target_critic + c * n.critic.size, s->x, d + acts, b.batch, &s->probe);
-    for (int row = 0; row < b.batch; ++row) {
-      const float q = s->probe.head[0][int64_t(row) * kMaxWidth];
+    Lanes(b.batch, 1, [&](int64_t row, int64_t) {
+      const float q = s->probe.head[0][row * kMaxWidth];
       s->q_next[row] = c == 0 ? q : std::fmin(s->q_next[row], q);
-    }
+    });
   }
 }
 
@@ -144,22 +141,24 @@ inline float CriticStep(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMemo
   }
   const float inv = 1.0f / float(cfg.critics * b.batch);
   float loss = 0.0f;
-  for (int c = 0; c < cfg.critics; ++c) {
-    for (int row = 0; row < b.batch; ++row) {
-      const float y = b.reward[row] + b.discount[row] * s->q_next[row];
-      const float t = y - s->critic[c].head[0][int64_t(row) * kMaxWidth];
-      s->td[c][row] = t;
-      loss += b.weights[row] * (t * t);
-    }
+  DRLHET_LOOP(1, 1, 2, 3, 0);
+  for (int k = 0, c = 0, row = 0; k < cfg.critics * b.batch; ++k) {  // the critics' rows in turn
+#pragma HLS PIPELINE II = 1
+    DRLHET_ITER();
+    const float y = b.reward[row] + b.discount[row] * s->q_next[row];
+    const float t = y - s->critic[c].head[0][int64_t(row) * kMaxWidth];
+    s->td[c][row] = t;
+    loss += b.weights[row] * (t * t);
+    if (++row == b.batch) row = 0, ++c;
   }
   const float t_new = float(cfg.tau), t_old = 1.0f - t_new;  // tau as a float32 array
   int32_t next = *count;
   BackwardOut out;
   out.grads = s->grads;
   for (int c = 0; c < cfg.critics; ++c) {  // d loss / d q_c = -(w / (nB)) 2 td_c
-    for (int row = 0; row < b.batch; ++row) {
-      s->back.dq[0][int64_t(row) * kMaxWidth] = -((inv * b.weights[row]) * (2.0f * s->td[c][row]));
-    }
+    Lanes(b.batch, 1, [&](int64_t row, int64_t) {
+      s->back.dq[0][row * kMaxWidth] = -((inv * b.weights[row]) * (2.0f * s->td[c][row]));
+    });
     Backward(n.critic, m.critic + c * pc, s->x, d + acts, s->critic[c], b.batch, &s->back, out);
     next = OptimizerStep(cfg.critic_opt, t_new, t_old, pc, s->grads, m.critic + c * pc,
                          m.critic_mu + c * pc, m.critic_nu + c * pc,
@@ -176,32 +175,33 @@ inline float ActorStep(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMemor
   const int d = n.actor.layer[0].in, acts = n.critic.layer[0].in - d;
   Forward(n.actor, m.actor, b.obs, d, b.batch, &s->actor);
   float* a = s->act;
-  for (int row = 0; row < b.batch; ++row) {
-    for (int k = 0; k < acts; ++k) {
-      a[row * acts + k] = ActorOut(cfg, s->actor.head[0][int64_t(row) * kMaxWidth + k]);
-    }
-  }
+  Lanes(b.batch, acts, [&](int64_t row, int64_t k) {
+    a[row * acts + k] = ActorOut(cfg, s->actor.head[0][row * kMaxWidth + k]);
+  });
   CriticInput(d, acts, b.obs, a, acts, b.batch, s->x);
   Forward(n.critic, m.critic, s->x, d + acts, b.batch, &s->probe);
   float sum = 0.0f;
-  for (int row = 0; row < b.batch; ++row) sum += s->probe.head[0][int64_t(row) * kMaxWidth];
+  DRLHET_LOOP(1, 1, 0, 1, 1);
+  for (int row = 0; row < b.batch; ++row) {
+#pragma HLS PIPELINE II = 1
+    DRLHET_ITER();
+    sum += s->probe.head[0][int64_t(row) * kMaxWidth];
+  }
   const float loss = -(sum / float(b.batch));
   if (!step) return loss;
   const float dq = -1.0f / float(b.batch);
-  for (int row = 0; row < b.batch; ++row) s->back.dq[0][int64_t(row) * kMaxWidth] = dq;
+  Lanes(b.batch, 1, [&](int64_t row, int64_t) { s->back.dq[0][row * kMaxWidth] = dq; });
   BackwardOut to_action;  // the critic's input gradient at the action's columns only
   to_action.dx = s->da;
   to_action.dx_from = d;
   to_action.ld_dx = kMaxWidth;
   Backward(n.critic, m.critic, s->x, d + acts, s->probe, b.batch, &s->back, to_action);
   const float range = float(cfg.high - cfg.low);
-  for (int row = 0; row < b.batch; ++row) {  // through the scaling and tanh (JAX's tanh JVP)
-    for (int k = 0; k < acts; ++k) {
-      const float y = std::tanh(s->actor.head[0][int64_t(row) * kMaxWidth + k]);
-      const float g = (s->da[int64_t(row) * kMaxWidth + k] * range) * 0.5f;
-      s->back.dq[0][int64_t(row) * kMaxWidth + k] = (g + g * y) * (1.0f - y);
-    }
-  }
+  Lanes(b.batch, acts, [&](int64_t row, int64_t k) {  // the scaling and tanh (JAX's tanh JVP)
+    const float y = std::tanh(s->actor.head[0][row * kMaxWidth + k]);
+    const float g = (s->da[row * kMaxWidth + k] * range) * 0.5f;
+    s->back.dq[0][row * kMaxWidth + k] = (g + g * y) * (1.0f - y);
+  });
   BackwardOut grads;
   grads.grads = s->grads;
   Backward(n.actor, m.actor, b.obs, d, s->actor, b.batch, &s->back, grads);
@@ -224,7 +224,10 @@ inline DdpgStepOut DdpgStep(const DdpgNets& n, const DdpgConfig& cfg, const Ddpg
   out.loss = CriticStep(n, cfg, m, b, do_actor, &out.critic_count, s);
   out.actor_loss = ActorStep(n, cfg, m, b, do_actor, &out.actor_count, s);
   float sum = 0.0f;
+  DRLHET_LOOP(1, 1, 0, 1, 1);
   for (int row = 0; row < b.batch; ++row) {
+#pragma HLS PIPELINE II = 1
+    DRLHET_ITER();
     float a = std::fabs(s->td[0][row]);  // the larger of the critics' |td| (TD3's twins)
     for (int c = 1; c < cfg.critics; ++c) a = std::fmax(a, std::fabs(s->td[c][row]));
     priorities[row] = a + float(cfg.priority_eps);

@@ -62,8 +62,10 @@ inline float TdAndLoss(const Net& net, const DqnConfig& cfg, const int32_t* acti
   const float delta = float(cfg.huber_delta), inv_b = float(1.0 / batch);
   const Activations& pick = cfg.double_q ? s->online_next : s->target_next;
   float loss = 0.0f;
+  DRLHET_LOOP(1, 1, 2, 4, actions);  // the argmax and the advantages' sum: `actions` deep
   for (int row = 0; row < batch; ++row) {
 #pragma HLS PIPELINE II = 1
+    DRLHET_ITER();
     int best = 0;  // argmax, the first on ties (jnp.argmax)
     float best_q = QValue(net, pick, row, 0);
     for (int a = 1; a < actions; ++a) {
@@ -119,7 +121,10 @@ inline DqnStepOut DqnStep(const Net& net, const DqnConfig& cfg, float* params, f
   out.count = OptimizerStep(cfg.opt, float(tau), float(1.0 - tau), net.size, s->grads, params,
                             mu, nu, cfg.period > 0 && !copy ? nullptr : target, count);
   float sum = 0.0f;
+  DRLHET_LOOP(1, 1, 0, 1, 1);
   for (int row = 0; row < batch; ++row) {
+#pragma HLS PIPELINE II = 1
+    DRLHET_ITER();
     const float a = std::fabs(s->td[row]);
     priorities[row] = a + float(cfg.priority_eps);
     sum += a;

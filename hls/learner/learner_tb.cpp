@@ -1,14 +1,17 @@
-// The learner module's g++ testbench: the stepped cycle count (cycles.h) of one DQN step or one
-// DDPG / TD3 step of a network given on the command line, the count the closed-form cycle model
+// The learner module's g++ testbench: the stepped cycle count (cycles.h) of the loops one DQN step
+// or one DDPG / TD3 step of a network given on the command line runs (it runs the step, its
+// loops recording themselves), the count the closed-form cycle model
 // (drlhet/dse/devices/learner_cycles.py) is checked against (tests/hls/test_learner_testbench.py):
 //   g++ -std=c++17 -O2 -I hls/learner hls/learner/learner_tb.cpp -o learner_tb
 //   ./learner_tb --cycles OBS_DIM ACTIONS DUELING DOUBLE BATCH [HIDDEN ...]
 //   ./learner_tb --cycles-ddpg OBS_DIM ACTIONS CRITICS ACTOR BATCH [HIDDEN ...]
-// print "CYCLES <n> PARAMS <floats in the parameter memory (DDPG: actor + one critic)>".
+// print "CYCLES <n> PARAMS <floats in the parameter memory (DDPG: actor + one critic)> LOOPS <n>".
 // The synthesized top (learner_top.cpp, configured by its LEARNER_* macros) against the
 // C-simulation's path (DqnStep / DdpgStep on the host's memories) over STEPS random batches,
 // bit for bit:
 //   ./learner_tb --top STEPS SEED      prints "TOP OK <memory floats>" or "FAIL <what>".
+#define DRLHET_LEARNER_TRACE 1  // the loops' records (mlp.h's DRLHET_LOOP), for --cycles
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +32,62 @@ namespace ln = drlhet::learner;
 namespace top = drlhet::learner::top;
 
 namespace {
+std::vector<ln::LoopRecord>* g_loops = nullptr;  // where the loops are recorded (null: nowhere)
+}  // namespace
+
+void drlhet::learner::TraceLoop(int64_t accumulators, const LoopDepth& depth) {
+  if (g_loops != nullptr) g_loops->push_back({0, accumulators, depth});
+}
+
+void drlhet::learner::TraceIteration() {
+  if (g_loops != nullptr) ++g_loops->back().trips;
+}
+
+namespace {
+
+// The loops of one DQN step of `net` on `batch` samples (zeros; the trip counts do not depend
+// on the values), as the step runs them.
+std::vector<ln::LoopRecord> DqnLoops(const ln::Net& net, bool double_q, int batch) {
+  static ln::DqnScratch s;
+  ln::DqnConfig cfg;
+  cfg.double_q = double_q;
+  const size_t p = size_t(net.size), b = size_t(batch), d = size_t(net.layer[0].in);
+  std::vector<float> mem(4 * p), obs(b * d), next(b * d), rows(3 * b), out(b);
+  std::vector<int32_t> action(b, 0);
+  std::vector<float> weights(b, 1.0f);
+  std::vector<ln::LoopRecord> loops;
+  g_loops = &loops;
+  float* m = mem.data();
+  ln::DqnStep(net, cfg, m, m + p, m + 2 * p, m + 3 * p, 0, 1, obs.data(), action.data(),
+              rows.data(), rows.data() + b, next.data(), weights.data(), batch, out.data(), &s);
+  g_loops = nullptr;
+  return loops;
+}
+
+// The loops of one DDPG / TD3 step (`critics` critics; `actor`: one that trains the actor).
+std::vector<ln::LoopRecord> DdpgLoops(const ln::Net& actor_net, const ln::Net& critic,
+                                      int critics, bool actor, int batch) {
+  static ln::DdpgScratch s;
+  ln::DdpgConfig cfg;
+  cfg.critics = critics, cfg.td3 = true, cfg.policy_delay = 2;  // steps 2: the actor's turn
+  cfg.actor_opt.clip = cfg.critic_opt.clip = false;             // optax.adam alone, as DDPG's
+  const ln::DdpgNets nets{actor_net, critic};
+  const size_t pa = size_t(actor_net.size), pc = size_t(critics) * size_t(critic.size);
+  const size_t b = size_t(batch), d = size_t(actor_net.layer[0].in);
+  const size_t acts = size_t(critic.layer[0].in) - d;
+  std::vector<float> mem(4 * (pa + pc)), obs(b * d), action(b * acts), rows(2 * b), out(b);
+  std::vector<float> weights(b, 1.0f);
+  float* m = mem.data();
+  const ln::DdpgMemory dm{m, m + pa, m + pa + pc, m + 2 * pa + pc, m + 2 * (pa + pc),
+                          m + 3 * pa + 2 * pc, m + 4 * pa + 2 * pc, m + 4 * pa + 3 * pc};
+  const ln::DdpgBatch in{obs.data(), action.data(), rows.data(), rows.data() + b,
+                         obs.data(), weights.data(), action.data(), batch};
+  std::vector<ln::LoopRecord> loops;
+  g_loops = &loops;
+  ln::DdpgStep(nets, cfg, dm, 0, 0, actor ? 2 : 1, in, out.data(), &s);
+  g_loops = nullptr;
+  return loops;
+}
 
 // The C-simulation's path: one step on the host's copy of the memories. The layout (offsets,
 // batch columns, hyper-parameters) is written here again on purpose, from learner_top.h's
@@ -169,10 +228,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "a network or batch outside the module's sizes\n");
     return 2;
   }
-  const ln::Timing t;
-  const long long cycles = dqn ? ln::DqnStepCycles(net, flag_b != 0, batch, t)
-                               : ln::DdpgStepCycles(net, critic, flag_a, flag_b != 0, batch, t);
+  const std::vector<ln::LoopRecord> loops = dqn ? DqnLoops(net, flag_b != 0, batch)
+                                                : DdpgLoops(net, critic, flag_a, flag_b != 0, batch);
+  const long long cycles = ln::SteppedCycles(loops, ln::Timing());
   const long long params = net.size + (dqn ? 0 : critic.size);
-  std::printf("CYCLES %lld PARAMS %lld\n", cycles, params);
+  std::printf("CYCLES %lld PARAMS %lld LOOPS %zu\n", cycles, params, loops.size());
   return 0;
 }

@@ -12,16 +12,19 @@
 // heads), each layer its kernel [in][out] row-major (flax's layout) then its bias [out]. The
 // target network, Adam's first and second moments use the same layout.
 //
-// Loops (each innermost loop pipelined at II 1; kPOut neurons x kPBatch samples multiply-add
-// per cycle; the cycle model is hls/learner/cycles.h and drlhet/dse/devices/learner_cycles.py):
-//   forward   for each block of kPOut outputs, for each input i, for each group of kPBatch
-//             rows: acc[row][o] += x[row][i] * W[i][o]; then y = acc + bias (flax's order:
-//             the dot product summed over i in order, then the bias), ReLU on hidden layers;
-//   input grad for each block of outputs, for each input, for each group of rows:
+// Loops (each nest one pipelined loop at II 1, flattened by hand, its kPOut x kPBatch lanes
+// loops of constant trip count with guards; the cycle model is drlhet/dse/devices/
+// learner_cycles.py, checked against these loops as they run by cycles.h and learner_tb):
+//   forward   for each block of kPOut outputs, one loop over (input i, group of kPBatch rows):
+//             acc[row][o] += x[row][i] * W[i][o]; then y = acc + bias (flax's order: the dot
+//             product summed over i in order, then the bias), ReLU on hidden layers;
+//   input grad for each block of outputs, one loop over (input, group of rows):
 //             dx[row][i] += (adder tree over the block's kPOut products dy[row][o] W[i][o]);
-//   weight grad for each group of rows, for each input i (and the bias as input `in`, x = 1),
-//             for each block of outputs: dW[i][o] += (adder tree over the group's kPBatch
+//   weight grad for each group of rows, one loop over (input i, and the bias as input `in`,
+//             x = 1; block of outputs): dW[i][o] += (adder tree over the group's kPBatch
 //             products x[row][i] dy[row][o]).
+// The memories here are flat arrays at runtime offsets: not yet banked for synthesis
+// (docs/design.md, "What the FPGA code does not yet express").
 // The sums are those of the hardware (the order above), so the C-simulation matches flax's
 // step to float32 rounding (about 1e-6 relative), not bit for bit.
 #ifndef DRLHET_LEARNER_MLP_H_
@@ -79,38 +82,78 @@ inline bool MakeNet(int in, const int* widths, int hidden, const int* outs, int 
   return true;
 }
 
-// The sum of `n` values as the hardware's balanced adder tree adds them (pairs of halves).
-inline float TreeSum(const float* v, int n) {
-  if (n == 1) return v[0];
-  const int half = n / 2;
-  return TreeSum(v, half) + TreeSum(v + half, n - half);
+// Loop accounting, for the testbench's cycle count (learner_tb --cycles, cycles.h): every
+// pipelined loop of the module states, before it starts, how many accumulators its iterations
+// add into in turn (iteration k into k % accumulators; 0: none, 1: one running sum) and its
+// body's latency in the float cores' terms (DRLHET_LOOP), and counts each iteration it runs
+// (DRLHET_ITER, first in its body). Both are compiled out unless DRLHET_LEARNER_TRACE is
+// defined: the count is then of the iterations the step ran, not of a list written beside it.
+struct LoopDepth {
+  int mem = 0;     // dependent memory reads
+  int mul = 0;     // dependent multiplies
+  int add = 0;     // dependent adds
+  int plain = 0;   // other cycles (compares, selects, the write)
+  int update = 0;  // the optimizer's element pipelines
+};
+#ifdef DRLHET_LEARNER_TRACE
+void TraceLoop(int64_t accumulators, const LoopDepth& depth);  // the testbench's
+void TraceIteration();
+#define DRLHET_LOOP(accumulators, ...) \
+  ::drlhet::learner::TraceLoop(accumulators, ::drlhet::learner::LoopDepth{__VA_ARGS__})
+#define DRLHET_ITER() ::drlhet::learner::TraceIteration()
+#else
+#define DRLHET_LOOP(accumulators, ...) ((void)0)
+#define DRLHET_ITER() ((void)0)
+#endif
+
+constexpr int Log2Ceil(int n) { return n <= 1 ? 0 : 1 + Log2Ceil((n + 1) / 2); }
+
+// The sum of N values as the hardware's balanced adder tree adds them (pairs of halves), N a
+// constant: the recursion unfolds when the module is compiled. A partial block pads with +0.
+template <int N>
+struct Tree {
+  static float Sum(const float* v) { return Tree<N / 2>::Sum(v) + Tree<N - N / 2>::Sum(v + N / 2); }
+};
+template <>
+struct Tree<1> {
+  static float Sum(const float* v) { return v[0]; }
+};
+template <int N>
+inline float TreeSum(const float* v) {
+  return Tree<N>::Sum(v);
 }
 
 // y[row][o] = relu?(sum_i x[row][i] W[i][o] + bias[o]) for rows [0, batch); row strides ldx, ldy.
+// Per block of kPOut outputs: one pipelined loop over (input, row group), flattened (the input
+// advances every `groups` iterations), each iteration kPBatch x kPOut multiply-adds into the
+// group's accumulators (the first input's start from 0); then the bias and ReLU over the groups.
 inline void DenseForward(const Dense& d, const float* p, const float* x, int ldx, int batch,
                          bool relu, float* y, int ldy) {
   const float* w = p + d.w;
+  const int groups = (batch + kPBatch - 1) / kPBatch;
   for (int ob = 0; ob < d.out; ob += kPOut) {
     const int width = d.out - ob < kPOut ? d.out - ob : kPOut;
-    for (int row = 0; row < batch; ++row) {
-      for (int q = 0; q < width; ++q) y[int64_t(row) * ldy + ob + q] = 0.0f;
-    }
-    for (int i = 0; i < d.in; ++i) {
-      for (int r0 = 0; r0 < batch; r0 += kPBatch) {  // pipelined: a row group per iteration
+    DRLHET_LOOP(groups, 1, 1, 1, 1);
+    for (int64_t k = 0, i = 0, r0 = 0; k < int64_t(d.in) * groups; ++k) {
 #pragma HLS PIPELINE II = 1
-        const int rows = batch - r0 < kPBatch ? batch - r0 : kPBatch;
-        for (int r = 0; r < rows; ++r) {  // unrolled with q: kPBatch x kPOut MACs
-          const int64_t row = r0 + r;
-          for (int q = 0; q < width; ++q) {
-            y[row * ldy + ob + q] += x[row * ldx + i] * w[int64_t(i) * d.out + ob + q];
-          }
+      DRLHET_ITER();
+      for (int r = 0; r < kPBatch; ++r) {  // unrolled with q: kPBatch x kPOut MACs
+        for (int q = 0; q < kPOut; ++q) {
+          if (r0 + r >= batch || q >= width) continue;
+          float& acc = y[(r0 + r) * ldy + ob + q];
+          acc = (i == 0 ? 0.0f : acc) + x[(r0 + r) * ldx + i] * w[i * d.out + ob + q];
         }
       }
+      r0 += kPBatch;
+      if (r0 >= int64_t(groups) * kPBatch) r0 = 0, ++i;
     }
+    DRLHET_LOOP(0, 1, 0, 1, 2);
     for (int r0 = 0; r0 < batch; r0 += kPBatch) {  // bias + ReLU, a row group per iteration
-      const int rows = batch - r0 < kPBatch ? batch - r0 : kPBatch;
-      for (int r = 0; r < rows; ++r) {
-        for (int q = 0; q < width; ++q) {
+#pragma HLS PIPELINE II = 1
+      DRLHET_ITER();
+      for (int r = 0; r < kPBatch; ++r) {
+        for (int q = 0; q < kPOut; ++q) {
+          if (r0 + r >= batch || q >= width) continue;
           float& v = y[int64_t(r0 + r) * ldy + ob + q];
           v = v + p[d.b + ob + q];
           if (relu && !(v > 0.0f)) v = 0.0f;
@@ -120,66 +163,95 @@ inline void DenseForward(const Dense& d, const float* p, const float* x, int ldx
   }
 }
 
-// dx[row][i - from] = sum_o dy[row][o] W[i][o] for inputs i in [from, in) (blocks of kPOut
-// outputs in order, a tree in a block).
+// dx[row][i - from] = sum_o dy[row][o] W[i][o] for inputs i in [from, in): per block of kPOut
+// outputs, one pipelined loop over (input, row group), flattened; each row's kPOut products
+// summed by a tree (the block's padding +0) and added to dx (the first block's to 0).
 inline void DenseInputGrad(const Dense& d, const float* p, const float* dy, int ldy, int batch,
                            float* dx, int ldx, int from = 0) {
   const float* w = p + d.w;
+  const int groups = (batch + kPBatch - 1) / kPBatch;
+  const int64_t trips = int64_t(d.in - from) * groups;
   float prod[kPBatch][kPOut];
-  for (int row = 0; row < batch; ++row) {
-    for (int i = from; i < d.in; ++i) dx[int64_t(row) * ldx + i - from] = 0.0f;
-  }
+#pragma HLS ARRAY_PARTITION variable = prod complete dim = 0
   for (int ob = 0; ob < d.out; ob += kPOut) {
     const int width = d.out - ob < kPOut ? d.out - ob : kPOut;
-    for (int i = from; i < d.in; ++i) {
-      for (int r0 = 0; r0 < batch; r0 += kPBatch) {  // pipelined: a row group per iteration
+    DRLHET_LOOP(0, 1, 1, Log2Ceil(kPOut) + 1, 1);
+    for (int64_t k = 0, i = from, r0 = 0; k < trips; ++k) {
 #pragma HLS PIPELINE II = 1
-        const int rows = batch - r0 < kPBatch ? batch - r0 : kPBatch;
-        for (int r = 0; r < rows; ++r) {  // unrolled: kPBatch trees of kPOut products
-          const int64_t row = r0 + r;
-          for (int q = 0; q < width; ++q) {
-            prod[r][q] = dy[row * ldy + ob + q] * w[int64_t(i) * d.out + ob + q];
-          }
-          dx[row * ldx + i - from] += TreeSum(prod[r], width);
+      DRLHET_ITER();
+      for (int r = 0; r < kPBatch; ++r) {  // unrolled: kPBatch trees of kPOut products
+        const int64_t row = r0 + r;
+        for (int q = 0; q < kPOut; ++q) {
+          prod[r][q] = row < batch && q < width ? dy[row * ldy + ob + q] * w[i * d.out + ob + q]
+                                                : 0.0f;
         }
+        if (row >= batch) continue;
+        float& acc = dx[row * ldx + i - from];
+        acc = (ob == 0 ? 0.0f : acc) + TreeSum<kPOut>(prod[r]);
       }
+      r0 += kPBatch;
+      if (r0 >= int64_t(groups) * kPBatch) r0 = 0, ++i;
     }
   }
 }
 
-// g[W[i][o]] = sum_row x[row][i] dy[row][o], g[bias[o]] = sum_row dy[row][o] (groups of kPBatch
-// rows in order, a tree in a group). `g` has the parameter memory's layout.
+// g[W[i][o]] = sum_row x[row][i] dy[row][o], g[bias[o]] = sum_row dy[row][o]: per group of
+// kPBatch rows, one pipelined loop over (input or bias, block of outputs), flattened; each
+// output's kPBatch products summed by a tree (the group's padding +0) and added to the
+// gradient (the first group's to 0). `g` has the parameter memory's layout.
 inline void DenseWeightGrad(const Dense& d, const float* x, int ldx, const float* dy, int ldy,
                             int batch, float* g) {
+  const int blocks = (d.out + kPOut - 1) / kPOut;
+  const int64_t trips = int64_t(d.in + 1) * blocks;
   float prod[kPOut][kPBatch];
-  for (int64_t k = 0; k < int64_t(d.in + 1) * d.out; ++k) g[d.w + k] = 0.0f;  // kernel, bias
+#pragma HLS ARRAY_PARTITION variable = prod complete dim = 0
   for (int r0 = 0; r0 < batch; r0 += kPBatch) {
-    const int rows = batch - r0 < kPBatch ? batch - r0 : kPBatch;
-    for (int i = 0; i <= d.in; ++i) {  // i == in: the bias (x = 1)
-      for (int ob = 0; ob < d.out; ob += kPOut) {  // pipelined: a block of outputs per iteration
+    DRLHET_LOOP(0, 1, 1, Log2Ceil(kPBatch) + 1, 1);
+    for (int64_t k = 0, i = 0, ob = 0; k < trips; ++k) {  // i == in: the bias (x = 1)
 #pragma HLS PIPELINE II = 1
-        const int width = d.out - ob < kPOut ? d.out - ob : kPOut;
-        for (int q = 0; q < width; ++q) {  // unrolled: kPOut trees of kPBatch products
-          const int o = ob + q;
-          for (int r = 0; r < rows; ++r) {
-            const float xi = i < d.in ? x[int64_t(r0 + r) * ldx + i] : 1.0f;
-            prod[q][r] = xi * dy[int64_t(r0 + r) * ldy + o];
-          }
-          float& acc = i < d.in ? g[d.w + int64_t(i) * d.out + o] : g[d.b + o];
-          acc += TreeSum(prod[q], rows);
+      DRLHET_ITER();
+      for (int q = 0; q < kPOut; ++q) {  // unrolled: kPOut trees of kPBatch products
+        const int64_t o = ob + q;
+        for (int r = 0; r < kPBatch; ++r) {
+          const int64_t row = r0 + r;
+          const bool live = row < batch && o < d.out;
+          const float xi = !live ? 0.0f : i < d.in ? x[row * ldx + i] : 1.0f;
+          prod[q][r] = live ? xi * dy[row * ldy + o] : 0.0f;
         }
+        if (o >= d.out) continue;
+        float& acc = i < d.in ? g[d.w + i * d.out + o] : g[d.b + o];
+        acc = (r0 == 0 ? 0.0f : acc) + TreeSum<kPBatch>(prod[q]);
+      }
+      ob += kPOut;
+      if (ob >= int64_t(blocks) * kPOut) ob = 0, ++i;
+    }
+  }
+}
+
+// One pipelined loop over (row group, block of kPOut columns) of a pass over [batch][width],
+// kPBatch x kPOut lanes an iteration: f(row, col) for every row < batch and col < width.
+template <typename F>
+inline void Lanes(int batch, int width, F f) {
+  const int groups = (batch + kPBatch - 1) / kPBatch, blocks = (width + kPOut - 1) / kPOut;
+  DRLHET_LOOP(0, 1, 0, 1, 1);
+  for (int k = 0, r0 = 0, c0 = 0; k < groups * blocks; ++k) {
+#pragma HLS PIPELINE II = 1
+    DRLHET_ITER();
+    for (int r = 0; r < kPBatch; ++r) {
+      for (int q = 0; q < kPOut; ++q) {
+        if (r0 + r < batch && c0 + q < width) f(r0 + r, c0 + q);
       }
     }
+    c0 += kPOut;
+    if (c0 >= blocks * kPOut) c0 = 0, r0 += kPBatch;
   }
 }
 
 // dy[row][:] *= relu'(a[row][:]) for a post-ReLU activation a (its gradient is 0 where a == 0).
 inline void ReluGrad(const float* a, int lda, int batch, int width, float* dy, int ldy) {
-  for (int row = 0; row < batch; ++row) {
-    for (int o = 0; o < width; ++o) {
-      if (!(a[int64_t(row) * lda + o] > 0.0f)) dy[int64_t(row) * ldy + o] = 0.0f;
-    }
-  }
+  Lanes(batch, width, [&](int64_t row, int64_t o) {
+    if (!(a[row * lda + o] > 0.0f)) dy[row * ldy + o] = 0.0f;
+  });
 }
 
 // optax.adam's hyper-parameters and the gradient clip, as doubles: each float32 constant is
@@ -194,18 +266,21 @@ struct Adam {
   bool sgd = false;            // plain SGD (optax.sgd: p - lr g) instead of Adam
 };
 
-// The global L2 norm of `g[0..n)`: kPOut squares per iteration summed by a tree, into eight
-// interleaved partial sums (the adder's latency), then a tree.
+// The global L2 norm of `g[0..n)`: kPOut squares per iteration summed by a tree (the last
+// block's padding +0), into eight interleaved partial sums (the adder's latency), then a tree.
 inline float GlobalNorm(const float* g, int64_t n) {
   float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   float sq[kPOut];
+#pragma HLS ARRAY_PARTITION variable = part complete
+#pragma HLS ARRAY_PARTITION variable = sq complete
+  DRLHET_LOOP(8, 1, 1, Log2Ceil(kPOut) + 1, 0);
   for (int64_t k0 = 0, it = 0; k0 < n; k0 += kPOut, ++it) {
 #pragma HLS PIPELINE II = 1
-    const int w = n - k0 < kPOut ? int(n - k0) : kPOut;
-    for (int q = 0; q < w; ++q) sq[q] = g[k0 + q] * g[k0 + q];
-    part[it % 8] += TreeSum(sq, w);
+    DRLHET_ITER();
+    for (int q = 0; q < kPOut; ++q) sq[q] = k0 + q < n ? g[k0 + q] * g[k0 + q] : 0.0f;
+    part[it % 8] += TreeSum<kPOut>(sq);
   }
-  return std::sqrt(TreeSum(part, 8));
+  return std::sqrt(TreeSum<8>(part));
 }
 
 // One optimizer step on `n` parameters, in place: the clip (optax.clip_by_global_norm: g when
@@ -225,8 +300,10 @@ inline int32_t OptimizerStep(const Adam& opt, float t_new, float t_old, int64_t 
               a2 = float(1.0 - opt.b2), eps = float(opt.eps), neg_lr = float(-opt.lr);
   const float c1 = 1.0f - std::pow(b1, float(next));
   const float c2 = 1.0f - std::pow(b2, float(next));
+  DRLHET_LOOP(0, 0, 0, 0, 0, 1);
   for (int64_t k0 = 0; k0 < n; k0 += kPOut) {  // kPOut parameters an iteration: the lanes
 #pragma HLS PIPELINE II = 1
+    DRLHET_ITER();
     for (int q = 0; q < kPOut; ++q) {  // a constant trip count: unrolled by the pipeline
       const int64_t k = k0 + q;
       if (k >= n) continue;

@@ -67,14 +67,12 @@ inline float* HeadsBackward(const Net& net, const float* p, const float* top, in
     DenseInputGrad(d, p, b->dq[h], kMaxWidth, batch, into[h], kMaxWidth, from);
   }
   if (to_input && out.dx == nullptr) return nullptr;
-  const int w = net.layer[net.hidden].in - from;
-  for (int row = 0; row < batch; ++row) {
-    for (int k = 0; k < w; ++k) {
-      float& v = b->dh[0][int64_t(row) * kMaxWidth + k];
-      if (net.heads == 2) v += b->dh[1][int64_t(row) * kMaxWidth + k];
-      if (to_input) out.dx[int64_t(row) * out.ld_dx + k] = v;
-    }
-  }
+  if (net.heads == 1 && !to_input) return b->dh[0];
+  Lanes(batch, net.layer[net.hidden].in - from, [&](int64_t row, int64_t k) {
+    float& v = b->dh[0][row * kMaxWidth + k];
+    if (net.heads == 2) v += b->dh[1][row * kMaxWidth + k];
+    if (to_input) out.dx[row * out.ld_dx + k] = v;
+  });
   return b->dh[0];
 }
 

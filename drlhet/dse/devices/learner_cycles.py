@@ -16,9 +16,10 @@ accumulators recur every ``d`` iterations issues its last iteration at
     T - 1                                       when d >= add (or no accumulator),
     floor((T - 1) / d) * add + (T - 1) mod d    otherwise (it waits for the adder),
 
-and takes that + 1 + its pipeline depth + the loop's entry cycles. The testbench steps the same
-loops iteration by iteration (``hls/learner/cycles.h``, ``learner_tb --cycles``), and the two
-are checked against each other (tests/hls). The latencies (`Timing`) are those of Vitis HLS's
+and takes that + 1 + its pipeline depth + the loop's entry cycles. The testbench runs one step
+of the HLS code, its loops counting their iterations, and steps those loops iteration by
+iteration (``hls/learner/cycles.h``, ``learner_tb --cycles``); tests/hls require this closed
+form to equal that count. The latencies (`Timing`) are those of Vitis HLS's
 float32 cores at 300 MHz as an assumption, not a synthesis report: a figure from this model is
 *modeled (cycle model)*; no board ran it.
 """
@@ -108,15 +109,18 @@ def _backward_net(
 ) -> int:
     """A backward pass (hls/learner/net.h): weight gradients when ``weights``, the input
     gradient of every hidden layer but the first, the first layer's over ``dx_cols`` inputs,
-    ReLU's gradient, the sum where two heads meet."""
+    ReLU's gradient, the sum where two heads meet (or, with no hidden layer, the heads' input
+    gradient written out)."""
     n_hidden = len(net) - n_heads
     c = 0
     for i, o in net[n_hidden:]:
         c += _weight_grad(i, o, b, t) if weights else 0
         c += _input_grad(i, o, b, t) if n_hidden else 0
         c += _input_grad(dx_cols, o, b, t) if not n_hidden and dx_cols else 0
-    if n_heads == 2 and (n_hidden or dx_cols):
+    if n_hidden and n_heads == 2:  # the heads' input gradients summed
         c += _elementwise(net[n_hidden][0], b, t)
+    elif not n_hidden and dx_cols:  # the heads' input gradient (summed) written to dx
+        c += _elementwise(dx_cols, b, t)
     for k in range(n_hidden - 1, -1, -1):
         i, o = net[k]
         c += _elementwise(o, b, t) + (_weight_grad(i, o, b, t) if weights else 0)
@@ -171,14 +175,18 @@ def ddpg_step_cycles(
     pi = layers(obs_dim, hidden, (actions,))
     q = layers(obs_dim + actions, hidden, (1,))
     row = t.mem + t.add + 1
+    column = _elementwise(1, batch, t)  # a pass over one column: q' (min), dq's seed
     c = _forward_net(pi, batch, t) + _elementwise(actions, batch, t)  # a' (noise, clip)
+    c += 3 * _elementwise(obs_dim + actions, batch, t)  # the critics' inputs [s' | a'], [s | a]...
     c += 2 * critics * _forward_net(q, batch, t)  # the target critics on s', the critics on s
+    c += critics * column  # q' = the target critics' minimum
     c += loop(critics * batch, t.mem + 3 * t.add + 2 * t.mul, t, distance=1)  # TD, loss
-    c += critics * (_backward_net(q, 1, batch, t, weights=True) + _optimizer(q, t, clip=False))
+    c += critics * (column + _backward_net(q, 1, batch, t, weights=True))
+    c += critics * _optimizer(q, t, clip=False)
     c += _forward_net(pi, batch, t) + _elementwise(actions, batch, t)  # actor(s)
-    c += _forward_net(q, batch, t) + loop(batch, row, t, distance=1)  # the actor loss
+    c += _forward_net(q, batch, t) + loop(batch, row, t, distance=1)  # ...[s | actor(s)]; loss
     if actor:
-        c += _backward_net(q, 1, batch, t, weights=False, dx_cols=actions)
+        c += column + _backward_net(q, 1, batch, t, weights=False, dx_cols=actions)
         c += _elementwise(actions, batch, t)  # through tanh
         c += _backward_net(pi, 1, batch, t, weights=True) + _optimizer(pi, t, clip=False)
     return c + loop(batch, row, t, distance=1)  # priorities, mean |td|

@@ -1,9 +1,10 @@
 """The learner module's g++ testbench (``hls/learner/learner_tb.cpp``), built and run from Python.
 
-docs/design.md section 3. Its ``--cycles`` (``--cycles-ddpg``) mode steps the loops of one
-DQN (DDPG / TD3) learner step iteration by iteration (``hls/learner/cycles.h``): the count the
-cycle model (`drlhet.dse.devices.learner_cycles`) is checked against; its ``--top`` mode runs
-the synthesized top against the C-simulation's path. It needs the repository's ``hls/`` sources
+docs/design.md section 3. Its ``--cycles`` (``--cycles-ddpg``) mode runs one DQN (DDPG / TD3)
+learner step of the HLS code, its pipelined loops counting their iterations as they run, and
+steps those loops iteration by iteration (``hls/learner/cycles.h``): the count the cycle model
+(`drlhet.dse.devices.learner_cycles`) is checked against; its ``--top`` mode runs the
+synthesized top against the C-simulation's path. It needs the repository's ``hls/`` sources
 and a C++17 compiler.
 """
 
@@ -20,10 +21,10 @@ __all__ = ["LEARNER_DIR", "build", "stepped_cycles", "stepped_ddpg_cycles"]
 LEARNER_DIR = Path(__file__).resolve().parents[3] / "hls" / "learner"
 
 
-def build(out: Path, defines: dict[str, int] | None = None) -> Path:
+def build(out: Path, defines: dict[str, int] | None = None, sources: Path = LEARNER_DIR) -> Path:
     """Compiles the testbench into ``out``; returns the executable. ``defines``: the
     synthesized top's configuration (``LEARNER_*`` macros, ``hls/learner/learner_top.h``) for
-    ``--top``.
+    ``--top``; ``sources``: the folder of the module's sources (default: the repository's).
 
     Raises:
       BackendUnavailable: no compiler, or no ``hls/learner`` sources (an installed wheel
@@ -32,12 +33,12 @@ def build(out: Path, defines: dict[str, int] | None = None) -> Path:
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         raise BackendUnavailable("no C++ compiler (g++) for the testbench")
-    if not (LEARNER_DIR / "learner_tb.cpp").is_file():
-        raise BackendUnavailable(f"no HLS sources at {LEARNER_DIR} (a repository has them)")
+    if not (sources / "learner_tb.cpp").is_file():
+        raise BackendUnavailable(f"no HLS sources at {sources} (a repository has them)")
     exe = Path(out) / "learner_tb"
     macros = [f"-D{k}={v}" for k, v in (defines or {}).items()]
-    cmd = [cxx, "-std=c++17", "-O2", "-w", *macros, f"-I{LEARNER_DIR}"]
-    cmd.append(str(LEARNER_DIR / "learner_tb.cpp"))
+    cmd = [cxx, "-std=c++17", "-O2", "-w", *macros, f"-I{sources}"]
+    cmd.append(str(sources / "learner_tb.cpp"))
     subprocess.run([*cmd, "-o", str(exe)], check=True, capture_output=True, text=True)
     return exe
 

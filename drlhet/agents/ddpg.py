@@ -41,6 +41,8 @@ class DDPGConfig:
     """DDPG / TD3 hyper-parameters."""
 
     hidden: tuple[int, ...] = (256, 256)
+    """Hidden layers' widths, each >= 1 (ReLU); empty (the option with no width): a linear
+    actor and critics."""
     actor_lr: float = 1e-3
     critic_lr: float = 1e-3
     gamma: float = 0.99

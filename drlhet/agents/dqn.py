@@ -41,6 +41,8 @@ class DQNConfig:
     """
 
     hidden: tuple[int, ...] = (64, 64)
+    """Hidden layers' widths, each >= 1 (ReLU); empty (the option with no width): a linear
+    Q-network, the observation straight to the heads."""
     learning_rate: float = 5e-4
     gamma: float = 0.99
     double: bool = True

@@ -106,21 +106,35 @@ void TraceIteration();
 #define DRLHET_ITER() ((void)0)
 #endif
 
+// A lanes loop's bound: the constant lane count for synthesis (the loop unrolls, and its guards
+// idle the lanes past `live`), the live lanes alone in the C-simulation and the testbench (the
+// same arithmetic without the idle iterations). Vitis HLS defines __SYNTHESIS__.
+#ifdef __SYNTHESIS__
+#define DRLHET_LANES(lanes, live) (lanes)
+#else
+#define DRLHET_LANES(lanes, live) ((live) < (lanes) ? (live) : (lanes))
+#endif
+
 constexpr int Log2Ceil(int n) { return n <= 1 ? 0 : 1 + Log2Ceil((n + 1) / 2); }
 
 // The sum of N values as the hardware's balanced adder tree adds them (pairs of halves), N a
-// constant: the recursion unfolds when the module is compiled. A partial block pads with +0.
+// constant: the recursion unfolds when the module is compiled. A partial block of n < N values
+// is padded with +0 (a mux at each node: a subtree wholly past n adds +0, which is exactly what
+// its padding sums to; the C-simulation then skips its adds).
 template <int N>
 struct Tree {
-  static float Sum(const float* v) { return Tree<N / 2>::Sum(v) + Tree<N - N / 2>::Sum(v + N / 2); }
+  static float Sum(const float* v, int n) {
+    if (n <= 0) return 0.0f;
+    return Tree<N / 2>::Sum(v, n) + Tree<N - N / 2>::Sum(v + N / 2, n - N / 2);
+  }
 };
 template <>
 struct Tree<1> {
-  static float Sum(const float* v) { return v[0]; }
+  static float Sum(const float* v, int n) { return n > 0 ? v[0] : 0.0f; }
 };
 template <int N>
-inline float TreeSum(const float* v) {
-  return Tree<N>::Sum(v);
+inline float TreeSum(const float* v, int n = N) {
+  return Tree<N>::Sum(v, n);
 }
 
 // y[row][o] = relu?(sum_i x[row][i] W[i][o] + bias[o]) for rows [0, batch); row strides ldx, ldy.
@@ -137,9 +151,10 @@ inline void DenseForward(const Dense& d, const float* p, const float* x, int ldx
     for (int64_t k = 0, i = 0, r0 = 0; k < int64_t(d.in) * groups; ++k) {
 #pragma HLS PIPELINE II = 1
       DRLHET_ITER();
-      for (int r = 0; r < kPBatch; ++r) {  // unrolled with q: kPBatch x kPOut MACs
-        for (int q = 0; q < kPOut; ++q) {
-          if (r0 + r >= batch || q >= width) continue;
+      const int rows = batch - r0 < kPBatch ? int(batch - r0) : kPBatch;
+      for (int r = 0; r < DRLHET_LANES(kPBatch, rows); ++r) {  // with q: kPBatch x kPOut MACs
+        for (int q = 0; q < DRLHET_LANES(kPOut, width); ++q) {
+          if (r >= rows || q >= width) continue;
           float& acc = y[(r0 + r) * ldy + ob + q];
           acc = (i == 0 ? 0.0f : acc) + x[(r0 + r) * ldx + i] * w[i * d.out + ob + q];
         }
@@ -151,9 +166,10 @@ inline void DenseForward(const Dense& d, const float* p, const float* x, int ldx
     for (int r0 = 0; r0 < batch; r0 += kPBatch) {  // bias + ReLU, a row group per iteration
 #pragma HLS PIPELINE II = 1
       DRLHET_ITER();
-      for (int r = 0; r < kPBatch; ++r) {
-        for (int q = 0; q < kPOut; ++q) {
-          if (r0 + r >= batch || q >= width) continue;
+      const int rows = batch - r0 < kPBatch ? batch - r0 : kPBatch;
+      for (int r = 0; r < DRLHET_LANES(kPBatch, rows); ++r) {
+        for (int q = 0; q < DRLHET_LANES(kPOut, width); ++q) {
+          if (r >= rows || q >= width) continue;
           float& v = y[int64_t(r0 + r) * ldy + ob + q];
           v = v + p[d.b + ob + q];
           if (relu && !(v > 0.0f)) v = 0.0f;
@@ -179,15 +195,15 @@ inline void DenseInputGrad(const Dense& d, const float* p, const float* dy, int 
     for (int64_t k = 0, i = from, r0 = 0; k < trips; ++k) {
 #pragma HLS PIPELINE II = 1
       DRLHET_ITER();
-      for (int r = 0; r < kPBatch; ++r) {  // unrolled: kPBatch trees of kPOut products
+      const int rows = batch - r0 < kPBatch ? int(batch - r0) : kPBatch;
+      for (int r = 0; r < DRLHET_LANES(kPBatch, rows); ++r) {  // kPBatch trees of kPOut products
         const int64_t row = r0 + r;
-        for (int q = 0; q < kPOut; ++q) {
-          prod[r][q] = row < batch && q < width ? dy[row * ldy + ob + q] * w[i * d.out + ob + q]
-                                                : 0.0f;
+        if (r >= rows) continue;
+        for (int q = 0; q < DRLHET_LANES(kPOut, width); ++q) {
+          if (q < width) prod[r][q] = dy[row * ldy + ob + q] * w[i * d.out + ob + q];
         }
-        if (row >= batch) continue;
         float& acc = dx[row * ldx + i - from];
-        acc = (ob == 0 ? 0.0f : acc) + TreeSum<kPOut>(prod[r]);
+        acc = (ob == 0 ? 0.0f : acc) + TreeSum<kPOut>(prod[r], width);
       }
       r0 += kPBatch;
       if (r0 >= int64_t(groups) * kPBatch) r0 = 0, ++i;
@@ -206,21 +222,21 @@ inline void DenseWeightGrad(const Dense& d, const float* x, int ldx, const float
   float prod[kPOut][kPBatch];
 #pragma HLS ARRAY_PARTITION variable = prod complete dim = 0
   for (int r0 = 0; r0 < batch; r0 += kPBatch) {
+    const int rows = batch - r0 < kPBatch ? batch - r0 : kPBatch;
     DRLHET_LOOP(0, 1, 1, Log2Ceil(kPBatch) + 1, 1);
     for (int64_t k = 0, i = 0, ob = 0; k < trips; ++k) {  // i == in: the bias (x = 1)
 #pragma HLS PIPELINE II = 1
       DRLHET_ITER();
-      for (int q = 0; q < kPOut; ++q) {  // unrolled: kPOut trees of kPBatch products
+      const int width = d.out - ob < kPOut ? int(d.out - ob) : kPOut;
+      for (int q = 0; q < DRLHET_LANES(kPOut, width); ++q) {  // kPOut trees of kPBatch products
         const int64_t o = ob + q;
-        for (int r = 0; r < kPBatch; ++r) {
+        if (q >= width) continue;
+        for (int r = 0; r < DRLHET_LANES(kPBatch, rows); ++r) {
           const int64_t row = r0 + r;
-          const bool live = row < batch && o < d.out;
-          const float xi = !live ? 0.0f : i < d.in ? x[row * ldx + i] : 1.0f;
-          prod[q][r] = live ? xi * dy[row * ldy + o] : 0.0f;
+          if (r < rows) prod[q][r] = (i < d.in ? x[row * ldx + i] : 1.0f) * dy[row * ldy + o];
         }
-        if (o >= d.out) continue;
         float& acc = i < d.in ? g[d.w + i * d.out + o] : g[d.b + o];
-        acc = (r0 == 0 ? 0.0f : acc) + TreeSum<kPBatch>(prod[q]);
+        acc = (r0 == 0 ? 0.0f : acc) + TreeSum<kPBatch>(prod[q], rows);
       }
       ob += kPOut;
       if (ob >= int64_t(blocks) * kPOut) ob = 0, ++i;
@@ -237,9 +253,11 @@ inline void Lanes(int batch, int width, F f) {
   for (int k = 0, r0 = 0, c0 = 0; k < groups * blocks; ++k) {
 #pragma HLS PIPELINE II = 1
     DRLHET_ITER();
-    for (int r = 0; r < kPBatch; ++r) {
-      for (int q = 0; q < kPOut; ++q) {
-        if (r0 + r < batch && c0 + q < width) f(r0 + r, c0 + q);
+    const int rows = batch - r0 < kPBatch ? batch - r0 : kPBatch;
+    const int cols = width - c0 < kPOut ? width - c0 : kPOut;
+    for (int r = 0; r < DRLHET_LANES(kPBatch, rows); ++r) {
+      for (int q = 0; q < DRLHET_LANES(kPOut, cols); ++q) {
+        if (r < rows && q < cols) f(r0 + r, c0 + q);
       }
     }
     c0 += kPOut;
@@ -277,8 +295,11 @@ inline float GlobalNorm(const float* g, int64_t n) {
   for (int64_t k0 = 0, it = 0; k0 < n; k0 += kPOut, ++it) {
 #pragma HLS PIPELINE II = 1
     DRLHET_ITER();
-    for (int q = 0; q < kPOut; ++q) sq[q] = k0 + q < n ? g[k0 + q] * g[k0 + q] : 0.0f;
-    part[it % 8] += TreeSum<kPOut>(sq);
+    const int w = n - k0 < kPOut ? int(n - k0) : kPOut;
+    for (int q = 0; q < DRLHET_LANES(kPOut, w); ++q) {
+      if (q < w) sq[q] = g[k0 + q] * g[k0 + q];
+    }
+    part[it % 8] += TreeSum<kPOut>(sq, w);
   }
   return std::sqrt(TreeSum<8>(part));
 }

@@ -27,7 +27,9 @@ from pathlib import Path
 import checked_cli
 from _common import run_info
 
+from drlhet.backends.rmm_spec import uram_blocks
 from drlhet.dse.devices import link_seconds, load_sheets, rmm_cycles
+from drlhet.dse.devices.fpga import board_memory
 from drlhet.runtime.config import TrainConfig
 
 LABEL = "modeled (cycle model)"
@@ -101,19 +103,27 @@ def primitives(sheet: dict, link: dict, cfg: TrainConfig) -> list[dict]:
 
 
 def placements(sheet: dict) -> list[dict]:
-    sram, ddr = _v(sheet, "sram_mb") * 1e6, _v(sheet, "ddr_gb") * 1e9
+    memory = board_memory(sheet)
+    uram, packed = memory[2], memory[3]
     rows = []
     print(f"\n== where the leaves live on {sheet['name']} (K 16) ==")
-    for log2 in (20, 22, 23, 26, 31):
+    for log2 in (20, 21, 22, 23, 26, 31):
         cap = 1 << log2
         leaves, inner = rmm_cycles.memory_bytes(cap, 16)
+        blocks = sum(uram_blocks(cap, 16, packed))
         try:
-            at = rmm_cycles.placement(cap, 16, sram, ddr)
+            at = rmm_cycles.placement(cap, 16, *memory)
             c = rmm_cycles.cycles("sample", 16, cap, 256, leaves=at)
         except ValueError as e:
             at, c = f"refused: {e}", None
-        print(f"2^{log2}: {(leaves + inner) / 2**20:>8.0f} MiB -> {at}; sample B 256: {c} cycles")
-        rows.append({"table": "placement", "capacity": cap, "at": at, "sample_cycles": c})
+        print(
+            f"2^{log2}: {(leaves + inner) / 2**20:>8.0f} MiB, {blocks:,} URAM blocks"
+            f" (of {uram}) -> {at}; sample B 256: {c} cycles"
+        )
+        rows.append(
+            {"table": "placement", "capacity": cap, "at": at, "sample_cycles": c,
+             "uram_blocks": blocks, "board_uram_blocks": uram, "leaves_packed": packed}
+        )  # fmt: skip
     return rows
 
 

@@ -258,7 +258,8 @@ class BoardTree:
       capacity, branching: the leaves and K the bitstream was built with (``RMM_CAPACITY``,
         ``RMM_K``).
       frac_bits: the fraction bits of its leaves (``RMM_FRAC_BITS``), in ``[0, 31]``.
-      memory: the board's ``(on-chip bytes, DDR bytes)`` (its device sheet): a capacity whose
+      memory: the board's ``(on-chip bytes, DDR bytes[, URAM blocks, leaves packed])``
+        (`drlhet.dse.devices.fpga.board_memory` of its device sheet): a capacity whose
         memories fit in neither is refused (`drlhet.backends.rmm_spec.placement`).
 
     The bitstream's capacity, K and F are compile-time constants of ``rmm_top``: the tree asks
@@ -277,7 +278,7 @@ class BoardTree:
         capacity: int,
         branching: int = 16,
         frac_bits: int = 20,
-        memory: tuple[float, float] | None = None,
+        memory: tuple | None = None,
     ):
         why = (
             accepts(capacity, branching)

@@ -15,6 +15,8 @@ __all__ = [
     "accepts",
     "depth_of",
     "memory_bytes",
+    "uram_blocks",
+    "URAM_ROWS",
     "placement",
     "INFO",
     "INFO_MAGIC",
@@ -72,27 +74,66 @@ def memory_bytes(capacity: int, branching: int) -> tuple[int, int]:
     return 2 * 4 * widths[depth], inner
 
 
-def placement(capacity: int, branching: int, sram_bytes: float, ddr_bytes: float) -> str:
-    """Where the leaves live: ``"on-chip"`` when every memory fits in ``sram_bytes``, else
-    ``"ddr"`` (the inner levels stay on chip).
+URAM_ROWS = 4096
+"""Rows of one UltraRAM block (4,096 x 72 bits: AMD UG573)."""
+
+
+def uram_blocks(capacity: int, branching: int, packed: bool = False) -> tuple[int, int]:
+    """``(leaf blocks, inner blocks)`` of UltraRAM the module's memories take as
+    ``hls/rmm/rmm_top.cpp`` binds them: the Front's leaf table and the last level's leaves
+    (K banks, cyclic), one 32-bit leaf a 72-bit row, or two a row when ``packed`` (a layout the
+    code does not have yet); every inner level 1..D-1 in K banks, one node a row, each bank at
+    least one block."""
+    widths, depth = _widths(capacity, branching), depth_of(capacity, branching)
+    per_row = 2 if packed else 1
+
+    def ceil(a: int, b: int) -> int:
+        return -(-a // b)
+
+    def banked(slots: int, per: int = 1) -> int:  # K banks of slots / K rows each
+        return branching * ceil(ceil(slots, branching), per * URAM_ROWS)
+
+    leaves = ceil(widths[depth], per_row * URAM_ROWS) + banked(widths[depth], per_row)
+    return leaves, sum(banked(widths[lv]) for lv in range(1, depth))
+
+
+def placement(
+    capacity: int,
+    branching: int,
+    sram_bytes: float,
+    ddr_bytes: float,
+    uram: int | None = None,
+    packed: bool = False,
+) -> str:
+    """Where the leaves live: ``"on-chip"`` when every memory fits on chip, else ``"ddr"``
+    (the inner levels stay on chip). On chip is ``uram`` UltraRAM blocks counted as the code
+    lays the memories out (`uram_blocks`, ``packed`` leaves or not) when given, else
+    ``sram_bytes`` of memory counted in bytes (`memory_bytes`).
 
     Raises:
       ValueError: the leaves do not fit in ``ddr_bytes`` either, or the inner levels not on
         chip.
     """
     leaves, inner = memory_bytes(capacity, branching)
-    if leaves + inner <= sram_bytes:
-        return ON_CHIP
-    mib = 2**20
-    if inner > sram_bytes:
+    mib, what = 2**20, f"capacity {capacity} (K {branching})"
+    if uram is not None:
+        leaf_blocks, inner_blocks = uram_blocks(capacity, branching, packed)
+        if leaf_blocks + inner_blocks <= uram:
+            return ON_CHIP
+        fits, have = inner_blocks <= uram, f"{uram:,} URAM blocks"
+        need = f"{inner_blocks:,} URAM blocks"
+    else:
+        if leaves + inner <= sram_bytes:
+            return ON_CHIP
+        fits, have = inner <= sram_bytes, f"{sram_bytes / mib:,.0f} MiB"
+        need = f"{inner / mib:,.0f} MiB"
+    if not fits:
         raise ValueError(
-            f"capacity {capacity} (K {branching}): its inner nodes ({inner / mib:,.0f} MiB) "
-            f"exceed the board's on-chip memory ({sram_bytes / mib:,.0f} MiB)"
+            f"{what}: its inner nodes ({need}) exceed the board's on-chip memory ({have})"
         )
     if leaves > ddr_bytes:
         raise ValueError(
-            f"capacity {capacity} (K {branching}): its leaves ({leaves / mib:,.0f} MiB) exceed "
-            f"the board's on-chip ({sram_bytes / mib:,.0f} MiB) and DDR "
-            f"({ddr_bytes / mib:,.0f} MiB) memory"
+            f"{what}: its leaves ({leaves / mib:,.0f} MiB) exceed the board's on-chip ({have}) "
+            f"and DDR ({ddr_bytes / mib:,.0f} MiB) memory"
         )
     return DDR

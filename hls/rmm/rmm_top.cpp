@@ -11,8 +11,10 @@
 // host's nonce; Back answers it after its loop, from the macros below, so the loops' II is not
 // touched (the cycle model's steady state is that of write, sample and read only).
 //
-// Configuration (compile time): RMM_K in {4, 8, 16, 32, 64}, RMM_CAPACITY leaves (default 2^22,
-// on chip on an Alveo U250: docs/design.md section 3 has the memory budget), RMM_FRAC_BITS;
+// Configuration (compile time): RMM_K in {4, 8, 16, 32, 64}, RMM_CAPACITY leaves (default 2^21,
+// the largest whose memories fit an Alveo U250's 1,280 URAM blocks as bound here, one leaf a
+// 72-bit row: 1,120 blocks at K 16; 2^22 takes 2,176, and would fit packed two leaves a row,
+// not done; drlhet.backends.rmm_spec.uram_blocks counts them), RMM_FRAC_BITS;
 // the info op reports all three (the host refuses a bitstream built for other values).
 // Host protocol: rmm.h (the same words the C-simulation serves). Vitis HLS: run_hls.tcl; v++:
 // u250.cfg. The g++ testbench (rmm_tb.cpp) runs this file as it is.

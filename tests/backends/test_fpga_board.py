@@ -18,6 +18,7 @@ from drlhet.backends.base import BackendUnavailable
 from drlhet.backends.fpga_board import BoardTree, PynqBoard, XrtBoard, open_board
 from drlhet.backends.rmm_spec import INFO, PROTOCOL_VERSION
 from drlhet.dse.devices import load_sheets
+from drlhet.dse.devices.fpga import board_memory
 from drlhet.replay import fixed_point as fp
 
 N, K = 3000, 16
@@ -148,6 +149,11 @@ def test_bad_input_is_refused_before_a_word_is_sent(monkeypatch, bitstream):
         BoardTree(tree.board, 1 << 30, 16, memory=memory)
     with pytest.raises(ValueError, match="leaves .* exceed the board's on-chip .* and DDR"):
         BoardTree(tree.board, 1 << 23, 16, memory=(memory[0], 1e6))
+    # counted in URAM blocks as the top binds its memories (the DSE's count): 2^22 spills
+    blocks = board_memory(load_sheets()["u250"])
+    for n, where in ((1 << 21, "on-chip"), (1 << 22, "ddr")):
+        board = board_for("pynq", monkeypatch, bitstream, Memory(n, 16))
+        assert BoardTree(board, n, 16, memory=blocks).leaves_at == where
 
 
 def test_indices_slots_and_levels_that_are_not_in_range_integers_are_refused(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from drlhet.backends import rmm_spec
 from drlhet.dse.devices import load_sheets, rmm_cycles
 from drlhet.replay.fixed_point import level_bits
 from drlhet.replay.sum_tree import layout
@@ -48,7 +49,20 @@ def test_costs_follow_the_loops():
 def test_where_the_leaves_live_on_a_u250():
     sheet = load_sheets()["u250"]["values"]
     sram, ddr = sheet["sram_mb"]["value"] * 1e6, sheet["ddr_gb"]["value"] * 1e9
-    assert rmm_cycles.placement(1 << 22, 16, sram, ddr) == "on-chip"  # the issue's floor
+    # counted in bytes, 2^22 fits the 54 MB; counted in URAM blocks as the code binds them
+    # (one leaf a 72-bit row: the Front's table 1,024 blocks, the last level's K banks 1,024,
+    # the inner levels 64 + 4 x 16) it does not fit the U250's 1,280, and 2^21 (1,120) does
+    assert rmm_cycles.placement(1 << 22, 16, sram, ddr) == "on-chip"
+    uram = sheet["uram_blocks"]["value"]
+    assert uram == 1280 and rmm_spec.uram_blocks(1 << 22, 16) == (2048, 128)
+    assert rmm_spec.uram_blocks(1 << 21, 16) == (1024, 96)
+    assert rmm_cycles.placement(1 << 22, 16, sram, ddr, uram) == "ddr"
+    assert rmm_cycles.placement(1 << 21, 16, sram, ddr, uram) == "on-chip"
+    # two leaves a row (not built): 2^22 in 1,152 blocks
+    assert rmm_spec.uram_blocks(1 << 22, 16, packed=True) == (1024, 128)
+    assert rmm_cycles.placement(1 << 22, 16, sram, ddr, uram, packed=True) == "on-chip"
+    with pytest.raises(ValueError, match=r"inner nodes \(2,756 URAM blocks\) exceed .*1,280"):
+        rmm_cycles.placement(1 << 25, 4, sram, ddr, uram)
     assert rmm_cycles.placement(1 << 23, 16, sram, ddr) == "ddr"
     with pytest.raises(ValueError, match="inner nodes .* exceed the board's on-chip"):
         rmm_cycles.placement(1 << 31, 16, sram, ddr)

@@ -255,3 +255,84 @@ def test_a_top_the_module_cannot_hold_does_not_build(tmp_path, defines, match):
     with pytest.raises(subprocess.CalledProcessError) as e:
         build(tmp_path, defines)
     assert re.search(match, e.value.stderr), e.value.stderr[-1500:]
+
+
+STEPS_HASH = r"""
+#include <cstdio>
+#include <cstring>
+#include <vector>
+#include "ddpg.h"
+#include "dqn.h"
+namespace ln = drlhet::learner;
+static unsigned long long Hash(unsigned long long h, const std::vector<float>& v) {
+  for (float x : v) { unsigned u; std::memcpy(&u, &x, 4); h = (h ^ u) * 1099511628211ULL; }
+  return h;
+}
+int main() {  // partial blocks everywhere: widths 70, 5, 3 and 33, batches 13 and 21, a clip
+  static ln::DqnScratch s;
+  ln::Net net;
+  const int widths[3] = {70, 5, 0}, outs[2] = {1, 3};
+  ln::MakeNet(8, widths, 2, outs, 2, &net);
+  ln::DqnConfig cfg;
+  cfg.opt.max_norm = 0.5;
+  const int b = 13;
+  const size_t p = size_t(net.size);
+  std::vector<float> mem(4 * p), obs(b * 8), next(b * 8), rows(3 * b), out(b), w(b, 1.0f);
+  for (size_t k = 0; k < mem.size(); ++k)
+    mem[k] = k >= 2 * p ? 1e-4f * float(k % 7) : 0.1f * float(int(k % 13) - 6) / 6.0f;
+  for (size_t k = 0; k < obs.size(); ++k)
+    obs[k] = 0.1f * float(int(k % 11) - 5), next[k] = 0.07f * float(int(k % 9) - 4);
+  for (size_t k = 0; k < rows.size(); ++k) rows[k] = k < size_t(b) ? float(k % 3) : 0.99f;
+  std::vector<int32_t> action(b);
+  for (int r = 0; r < b; ++r) action[r] = r % 3;
+  float* m = mem.data();
+  for (int k = 0; k < 20; ++k)
+    ln::DqnStep(net, cfg, m, m + p, m + 2 * p, m + 3 * p, k, k + 1, obs.data(), action.data(),
+                rows.data(), rows.data() + b, next.data(), w.data(), b, out.data(), &s);
+  unsigned long long h = Hash(Hash(1469598103934665603ULL, mem), out);
+  static ln::DdpgScratch ds;
+  ln::DdpgNets nets;
+  const int wd[3] = {33, 0, 0}, ao[1] = {2}, co[1] = {1};
+  ln::MakeNet(5, wd, 1, ao, 1, &nets.actor);
+  ln::MakeNet(7, wd, 1, co, 1, &nets.critic);
+  ln::DdpgConfig dc;
+  dc.critics = 2, dc.td3 = true, dc.actor_opt.clip = dc.critic_opt.clip = false;
+  const size_t pa = size_t(nets.actor.size), pc = 2 * size_t(nets.critic.size);
+  const int db = 21;
+  std::vector<float> dm(4 * (pa + pc)), dobs(db * 5), dact(db * 2), drows(2 * db), dout(db);
+  std::vector<float> dw(db, 1.0f), noise(db * 2);
+  for (size_t k = 0; k < dm.size(); ++k) dm[k] = 0.05f * float(int(k % 17) - 8) / 8.0f;
+  for (size_t k = 0; k < dobs.size(); ++k) dobs[k] = 0.2f * float(int(k % 7) - 3);
+  for (size_t k = 0; k < dact.size(); ++k)
+    dact[k] = 0.3f * float(int(k % 5) - 2), noise[k] = 0.01f * float(int(k % 3) - 1);
+  for (size_t k = 0; k < drows.size(); ++k) drows[k] = k < size_t(db) ? float(k % 4) : 0.99f;
+  float* q = dm.data();
+  const ln::DdpgMemory mm{q, q + pa, q + pa + pc, q + 2 * pa + pc, q + 2 * (pa + pc),
+                          q + 3 * pa + 2 * pc, q + 4 * pa + 2 * pc, q + 4 * pa + 3 * pc};
+  const ln::DdpgBatch bb{dobs.data(), dact.data(), drows.data(), drows.data() + db,
+                         dobs.data(), dw.data(), noise.data(), db};
+  for (int k = 0; k < 12; ++k) ln::DdpgStep(nets, dc, mm, k, k, k + 1, bb, dout.data(), &ds);
+  std::printf("%llx\n", Hash(Hash(h, dm), dout));
+}
+"""
+
+
+def test_the_synthesized_lanes_compute_the_c_simulations_bits(tmp_path):
+    """Under ``__SYNTHESIS__`` every lanes loop runs its constant count (64 or 16) with guards
+    and every adder tree its full width; the C-simulation runs the live lanes and skips wholly
+    padded subtrees (`DRLHET_LANES`, ``Tree<N>::Sum``). DQN and TD3 steps with partial blocks
+    everywhere give the same bits either way."""
+    import shutil
+    import subprocess
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    assert cxx, "no C++ compiler, which `make test` needs for the kernels anyway"
+    src = tmp_path / "steps.cpp"
+    src.write_text(STEPS_HASH)
+    hashes = []
+    for flags in ([], ["-D__SYNTHESIS__"]):
+        exe = tmp_path / f"steps{len(flags)}"
+        cmd = [cxx, "-std=c++17", "-O2", "-w", *flags, f"-I{LEARNER_DIR}", str(src), "-o"]
+        subprocess.run([*cmd, str(exe)], check=True, capture_output=True)
+        hashes.append(subprocess.run([str(exe)], capture_output=True, text=True).stdout)
+    assert hashes[0] == hashes[1] and len(hashes[0].strip()) >= 8, hashes

@@ -32,6 +32,7 @@ __all__ = [
     "source",
     "learner_why_not",
     "driver_seconds",
+    "board_memory",
 ]
 
 
@@ -46,11 +47,20 @@ def _v(sheet: dict, name: str) -> float:
     return float(sheet["values"][name]["value"])
 
 
+def board_memory(sheet: dict) -> tuple[float, float, int | None, bool]:
+    """``(on-chip bytes, DDR bytes, URAM blocks or None, leaves packed)`` of the board of
+    ``sheet``, `rmm_cycles.placement`'s last four arguments: the replay module's memories are
+    counted in the sheet's ``uram_blocks`` as the code lays them out (two leaves a row where
+    ``rmm_leaves_packed`` is 1: not built), else in bytes of ``sram_mb``."""
+    values = sheet["values"]
+    uram = int(_v(sheet, "uram_blocks")) if "uram_blocks" in values else None
+    packed = bool(values.get("rmm_leaves_packed", {}).get("value", 0))
+    return _v(sheet, "sram_mb") * 1e6, _v(sheet, "ddr_gb") * 1e9, uram, packed
+
+
 def leaves_at(sheet: dict, s: Shapes) -> str:
     """Where the replay module keeps its leaves on this board (`rmm_cycles.placement`)."""
-    return rmm_cycles.placement(
-        s.capacity, s.branching, _v(sheet, "sram_mb") * 1e6, _v(sheet, "ddr_gb") * 1e9
-    )
+    return rmm_cycles.placement(s.capacity, s.branching, *board_memory(sheet))
 
 
 def seconds(prim: str, sheet: dict, s: Shapes, link: dict) -> float:

@@ -181,14 +181,20 @@ def unwritable_outputs(args: Any, folders: Collection[str] = ()) -> str:
     asked before the run, not after its measurements. The fields of `OUTPUTS` name files (a
     plot, `PLOTS`, one that matplotlib writes), those of `FOLDERS` and ``folders`` (``out``
     where the script writes several files into it) name folders; a field that ``args`` lacks,
-    or that is not a path (None: not written), is not checked."""
+    or that is not a path (None: not written), is not checked. Two outputs naming one path are
+    refused (the run wrote its JSON, then its plot over it)."""
+    seen: dict[Path, str] = {}
     for name in dict.fromkeys((*OUTPUTS, *FOLDERS, *folders)):
         path = getattr(args, name, None)
         if not isinstance(path, Path):
             continue
+        option = f"--{name.replace('_', '-')}"
+        if path.resolve() in seen:  # the second write would replace the first
+            return f"{option} {path} is also {seen[path.resolve()]}'s: name another file"
+        seen[path.resolve()] = option
         kind = "folder" if name in FOLDERS or name in folders else "file"
         kind = "plot" if kind == "file" and name in PLOTS else kind
-        why = refused_output(path, f"--{name.replace('_', '-')}", kind)
+        why = refused_output(path, option, kind)
         if why:
             return why
     return ""

@@ -27,7 +27,7 @@ from pathlib import Path
 import checked_cli
 from _common import run_info
 
-from drlhet.backends.rmm_spec import uram_blocks
+from drlhet.backends.rmm_spec import accepts, uram_blocks
 from drlhet.dse.devices import link_seconds, load_sheets, rmm_cycles
 from drlhet.dse.devices.fpga import board_memory
 from drlhet.runtime.config import TrainConfig
@@ -38,12 +38,17 @@ LABEL = "modeled (cycle model)"
 @dataclasses.dataclass
 class Args:
     board: str = "u250"
+    """The FPGA board's device sheet (drlhet/dse/sheets)."""
     capacity: int = 1 << 20
+    """Leaves of the commands' tree, 1 to 2^30."""
     batch: int = 256
+    """Entries of each command (a write's priorities, a sample's draws, a read's slots)."""
     branchings: tuple[int, ...] = (16, 64)
+    """K of the commands, each one the module is built for (4, 8, 16, 32, 64)."""
     stepped: bool = False
     """Also run the testbench's stepped count (needs g++ and hls4ml)."""
     out: Path = Path("results/fpga_cycles.json")
+    """The JSON rows."""
 
 
 def _v(sheet: dict, name: str) -> float:
@@ -153,10 +158,18 @@ def stepped(args: Args) -> list[dict]:
 
 
 def refused(args: Args) -> str:
-    """Why ``args`` cannot run, in one line, or "": a board without an FPGA device sheet."""
+    """Why ``args`` cannot run, in one line, or "": a board without an FPGA device sheet, or a
+    K or a capacity the module is not built for (it modeled K 2 and 2^32 leaves). (Counts
+    below 1: `LEAST`.)"""
     sheets = load_sheets()
     fpgas = sorted(name for name, s in sheets.items() if s["kind"] == "fpga")
-    return checked_cli.unknown_names("--board", [args.board], fpgas)
+    why = checked_cli.unknown_names("--board", [args.board], fpgas)
+    if why:
+        return why
+    for k in args.branchings:
+        if accepts(args.capacity, k):
+            return f"--branchings {k} --capacity {args.capacity}: {accepts(args.capacity, k)}"
+    return ""
 
 
 def main(args: Args) -> list[dict]:

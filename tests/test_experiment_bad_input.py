@@ -59,6 +59,8 @@ BAD_INPUT = [
     ("kernel_times", "--csv-files kernels.csv --out folder", "--out folder: a folder, not a file"),
     ("kernel_times", "--csv-files kernels.csv --out ''", "--out is empty"),
     ("fig_mapping", f"--validation {VALIDATION} --out m.json --plot folder", "--plot folder: a "),
+    # the JSON, then the plot over it
+    ("fig_mapping", f"--validation {VALIDATION} --out m.png --plot m.png", "m.png is also --"),
     ("fig_delay", "--from-runs runs --tasks dqn --delays 0 --out fd --plot ''", "--plot is empty"),
     # 8: outputs that were never checked
     ("bench_replay", f"--trace-dir file {REPLAY_TINY}", "--trace-dir file: a file, not a folder"),
@@ -144,6 +146,9 @@ BAD_INPUT = [
     ("fpga_cycles", "--capacity 0 --out c.json", "--capacity must be >= 1, got 0"),
     ("fpga_cycles", "--branchings 1 --board bogus --out c.json", "--branchings must be integ"),
     ("fpga_cycles", "--board h100 --out c.json", "--board takes one or more of u200, u250;"),
+    # the module is built for K 4 to 64 and at most 2^30 leaves: they were modeled all the same
+    ("fpga_cycles", "--branchings 16 2 --out c.json", "--branchings 2 --capacity 1048576: the F"),
+    ("fpga_cycles", "--capacity 4294967296 --out c.json", "holds <= 1073741824 leaves, got 42"),
     ("fpga_learner", "--board bogus --out l.json", "--board takes one or more of u200, u250;"),
     ("fpga_learner", "--batches 16 512 --out l.json", "--batches must be at most 256 (the lea"),
     ("profile_gpu", "--shapes bogus --out g.json", "--shapes takes one or more of default, large"),

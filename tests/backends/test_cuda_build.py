@@ -77,6 +77,7 @@ def build(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow  # two nvcc builds, ~20 s on the 2-core VM: the default suite was near 15 min
 def test_a_touched_header_rebuilds_the_cuda_object_and_the_fatbin(build):
     assert "no work to do" in ninja_plan(build, OBJECT, FATBIN)
     probe = build.parent / "src" / PROBE

@@ -25,6 +25,7 @@ import tyro
 
 __all__ = [
     "refused_counts",
+    "ignored_options",
     "unknown_names",
     "missing_files",
     "no_files",
@@ -63,6 +64,16 @@ def refused_counts(args: Any, least: Mapping[str, int]) -> str:
                 return f"{option} must be integers >= {low}, got {bad or 'none'}"
         elif value is not None and value < low:
             return f"{option} must be >= {low}, got {value}"
+    return ""
+
+
+def ignored_options(args: Any, defaults: Any, fields: Iterable[str], because: str) -> str:
+    """Why ``args`` is refused for setting an option that does nothing in this run: the first
+    of ``fields`` whose value differs from ``defaults``' (an instance of the same Args), in one
+    line ending with ``because``; "" when none is set."""
+    for field in fields:
+        if getattr(args, field) != getattr(defaults, field):
+            return f"--{field.replace('_', '-')} does nothing {because}"
     return ""
 
 

@@ -90,10 +90,24 @@ def _validation(v: Any) -> str:
     return f"not validate_dse.py's JSON ({why})" if why else ""
 
 
+MEASURE_ONLY: tuple[str, ...] = ("measure_batches", "measure_capacities", "delay", "rounds")
+MEASURE_ONLY += ("chunks", "chunk_steps", "measured_out")
+"""The options of ``--measure``'s validation run."""
+
+
 def refused(args: Args) -> str:
     """Why ``args`` cannot run, in one line, or "": a ``--validation`` file (drawn unless
-    ``--measure``) that is missing or not validate_dse.py's JSON."""
-    return "" if args.measure else checked_cli.unreadable_json(args.validation, _validation)
+    ``--measure``) that is missing or not validate_dse.py's JSON; an option of the validation
+    run without ``--measure`` (the committed rows are drawn: it was ignored), or
+    ``--validation`` with it (the fresh validation is drawn)."""
+    if args.measure:
+        return checked_cli.ignored_options(
+            args, Args(), ("validation",), "with --measure (it draws the validation it runs)"
+        )
+    why = checked_cli.ignored_options(
+        args, Args(), MEASURE_ONLY, "without --measure (it draws --validation's rows)"
+    )
+    return why or checked_cli.unreadable_json(args.validation, _validation)
 
 
 def measured_label(v: dict) -> str:

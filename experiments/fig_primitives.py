@@ -120,11 +120,16 @@ def _replotted(rows: object) -> str:
 
 def refused(args: Args) -> str:
     """Why ``args`` cannot run, in one line, or "": a ``--replot`` file that is missing or not
-    this figure's rows, a device sheet that is not shipped, or a ``--gpu-results`` file that is
+    this figure's rows, or a measuring option beside it (ignored: `--full` drew nothing new),
+    a device sheet that is not shipped, or a ``--gpu-results`` file that is
     not bench_replay.py's rows (where the GPU rows are drawn); asked before anything is
     measured (imports no jax: ``--threading xla1`` acts before it is imported)."""
     if args.replot is not None:
+        drawn = ("replot", "gpu_results", "out", "plot")  # what a redraw reads and writes
+        measuring = [f.name for f in dataclasses.fields(Args) if f.name not in drawn]
+        because = "with --replot (it measures nothing: it redraws the file)"
         why = checked_cli.unreadable_json(args.replot, _replotted)
+        why = why or checked_cli.ignored_options(args, Args(), measuring, because)
     else:
         why = ""
         if args.sheets:  # none modeled: nothing to check

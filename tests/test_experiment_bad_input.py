@@ -54,11 +54,21 @@ BRANCHING_TINY = (
     "--out b.json --plot b.png"
 )
 VALIDATION = REPO / "results" / "dse_validation_in_program_k4.json"  # read, never written
+ROWS_OF_PRIMITIVES = REPO / "results" / "fig_primitives.json"  # read, never written
 BAD_INPUT = [
     # 7: a folder where a file goes, and empty paths
     ("kernel_times", "--csv-files kernels.csv --out folder", "--out folder: a folder, not a file"),
     ("kernel_times", "--csv-files kernels.csv --out ''", "--out is empty"),
     ("fig_mapping", f"--validation {VALIDATION} --out m.json --plot folder", "--plot folder: a "),
+    # options a run would ignore: a validation's without --measure, a measurement's with
+    # --replot, --validation with --measure
+    ("fig_mapping", "--delay 8 --out m.json --plot m.png", "--delay does nothing without --me"),
+    ("fig_mapping", "--measure --validation v.json --out m.json", "--validation does nothing w"),
+    (
+        "fig_primitives",
+        f"--replot {ROWS_OF_PRIMITIVES} --full --out p.json",
+        "--full does nothing with --replot",
+    ),
     # the JSON, then the plot over it
     ("fig_mapping", f"--validation {VALIDATION} --out m.png --plot m.png", "m.png is also --"),
     ("fig_delay", "--from-runs runs --tasks dqn --delays 0 --out fd --plot ''", "--plot is empty"),

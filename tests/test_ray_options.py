@@ -51,6 +51,10 @@ def test_ray_config_checks():
             dict(actors="ray:2", checkpoint_every=5),
             "--checkpoint-every 5 cannot be combined with --actors ray:2 (Ray runs write no",
         ),
+        (  # it was accepted and ignored
+            dict(actors="ray:2", keep_checkpoints=3),
+            "--keep-checkpoints 3 cannot be combined with --actors ray:2 (Ray runs write no",
+        ),
         (dict(address="auto"), "--ray-address needs --actors ray:N"),
         (dict(sync_every=8), "--sync-every needs --actors ray:N"),
         (dict(rollout=0), "--rollout needs --actors ray:N"),
@@ -76,6 +80,7 @@ def test_ray_flags_left_out_take_the_configs_defaults():
     assert ray_config(**{**args, "rollout": 8}, resume=None) == RayConfig(actors=2, rollout=8)
     assert ray_config(**{**args, "actors": None}, resume=None) is None
     assert ray_config(**args, resume=None, checkpoint_every=0) == RayConfig(actors=2)
+    assert ray_config(**args, resume=None, keep_checkpoints=0) == RayConfig(actors=2)
     given = ray_config(**args, resume=None, max_failures=3)
     assert given == RayConfig(actors=2, max_failures=3)
 

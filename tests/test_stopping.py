@@ -88,3 +88,14 @@ def test_a_signal_while_a_start_replaces_its_handler_is_a_stop_request_after_it(
     assert got == [signal.SIGTERM]  # the start's handler
     assert "SIGTERM: stopping after this chunk" in capsys.readouterr().err
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def test_a_stop_that_saved_nothing_says_why(tmp_path):
+    from drlhet.cli.report import _stopped_line
+
+    stopped = Stopped(3, False)
+    assert _stopped_line(stopped, tmp_path).endswith("nothing saved (--checkpoint-every 0)")
+    # a Ray run writes no checkpoints: "--checkpoint-every 0" named an option it refuses
+    ray = _stopped_line(stopped, tmp_path, ray=True)
+    assert ray == "stopped after chunk 3; nothing saved (Ray runs write no checkpoints)"
+    assert _stopped_line(Stopped(3, True), tmp_path, ray=True).endswith(f"--resume {tmp_path}")

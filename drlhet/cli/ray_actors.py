@@ -22,10 +22,12 @@ def ray_config(
     resume: Path | None,
     checkpoint_every: int | None = None,
     max_failures: int | None = None,
+    keep_checkpoints: int | None = None,
 ):
     """The `drlhet.runtime.ray_learner.RayConfig` the flags ask for (None without
     ``--actors``). ``sync_every``, ``rollout``, ``max_failures``: None for RayConfig's defaults;
-    ``checkpoint_every``: None when not given (Ray runs write no checkpoints).
+    ``checkpoint_every``, ``keep_checkpoints``: None when not given (Ray runs write no
+    checkpoints).
 
     Raises:
       ValueError: a bad value, a flag Ray runs do not take, a Ray run's flag without
@@ -51,11 +53,15 @@ def ray_config(
         raise ValueError(f"--mapping {mapping} cannot be combined with --actors {actors}")
     if resume is not None:
         raise ValueError(f"--resume cannot be combined with --actors {actors} (no checkpoints)")
-    if checkpoint_every:
-        raise ValueError(
-            f"--checkpoint-every {checkpoint_every} cannot be combined with --actors {actors} "
-            "(Ray runs write no checkpoints)"
-        )
+    for name, value in (
+        ("checkpoint-every", checkpoint_every),
+        ("keep-checkpoints", keep_checkpoints),
+    ):
+        if value:  # 0 asks for what a Ray run does anyway
+            raise ValueError(
+                f"--{name} {value} cannot be combined with --actors {actors} "
+                "(Ray runs write no checkpoints)"
+            )
     try:
         import ray  # noqa: F401
     except ImportError:

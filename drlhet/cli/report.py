@@ -107,7 +107,7 @@ def report_run(
     if "ray" in rows[-1]:
         print(ray_summary(rows[-1]["ray"]))
     if "stopped" in reached:
-        print(_stopped_line(reached["stopped"], run_dir))
+        print(_stopped_line(reached["stopped"], run_dir, "ray" in rows[-1]))
     elif reached:
         print(
             f"mean evaluation return reached {stop_at_return:g} after {reached['env_steps']:,} "
@@ -116,11 +116,13 @@ def report_run(
     print(f"wall time {wall:.1f} s; curve: {run_dir / 'curve.png'}")
 
 
-def _stopped_line(stopped: Stopped, run_dir: Path) -> str:
-    """What a stop request left: how to go on, or that nothing was saved."""
+def _stopped_line(stopped: Stopped, run_dir: Path, ray: bool = False) -> str:
+    """What a stop request left: how to go on, or that nothing was saved (and why: a Ray run
+    writes no checkpoints, another had ``--checkpoint-every 0``)."""
     if stopped.saved:
         return f"stopped after chunk {stopped.chunk}, saved: drlhet train --resume {run_dir}"
-    return f"stopped after chunk {stopped.chunk}; nothing saved (--checkpoint-every 0)"
+    why = "Ray runs write no checkpoints" if ray else "--checkpoint-every 0"
+    return f"stopped after chunk {stopped.chunk}; nothing saved ({why})"
 
 
 def simulated(mapping: str) -> list[str]:

@@ -96,30 +96,30 @@ def train_command(
         (see `drlhet.runtime.mapping.Mapping`), or ``auto``: the DSE's best mapping runnable
         here (profiles the run first if its profile is not cached); default: everything fused
         on one device.
-      cpu_devices: XLA CPU devices to create (default: as many as the mapping names, refused
-        beyond this machine's cores).
+      cpu_devices: XLA CPU devices to create (default: the mapping's; at most the cores).
       compilation_cache: keep compiled programs in the user's cache folder (JAX's persistent
-        compilation cache), so that running the same configuration again does not compile.
+        compilation cache): the same configuration run again does not compile.
       memory_check: refuse a run whose state (replay buffers, sum trees, agents of every seed)
         needs more memory than this machine has available.
       checkpoint_every: save the run's state to ``<run>/checkpoints/`` (`drlhet.checkpoint`)
         every this many chunks and after the last (0: never; default 10, or on ``--resume``
         the run's own; refused with --actors).
       keep_checkpoints: checkpoints kept, the newest (0 only with ``--checkpoint-every 0``;
-        default 2, or on ``--resume`` the run's own).
+        default 2, or on ``--resume`` the run's own; refused with --actors).
       resume: a run directory: go on in it from its newest checkpoint that reads back intact,
         with its configuration, ``--stop-at-return`` and (unless ``--mapping`` is given) its
         mapping, bit for bit as the run would have gone on (``--out``, ``--name`` refused).
-      actors: ``ray:N``: N Ray actors feed this process's replay and learner (the ``ray``
-        extra; no checkpoints; `drlhet.runtime.ray_learner`): ``--sync-every`` learner
-        iterations a parameter broadcast, ``--rollout`` iterations an actor call (32 each),
-        ``--ray-address`` a cluster (default: ``RAY_ADDRESS``, else Ray's own), and
-        ``--max-failures`` an actor's failed calls in a row that end the run (10); each
-        refused without ``--actors``.
+      actors: ``ray:N``: N Ray actors feed the replay and learner (the ``ray`` extra; no
+        checkpoints; `drlhet.runtime.ray_learner`); the next four need it.
+      sync_every: learner iterations between parameter broadcasts to the actors (32).
+      rollout: iterations of an actor's call (32).
+      ray_address: a Ray cluster, ``HOST:PORT``, ``ray://HOST:PORT`` or ``auto`` (default:
+        ``RAY_ADDRESS``, else a local Ray).
+      max_failures: an actor's failed calls in a row that end the run (10).
     """
     with bad_input():
         remote = _remote(stop_at_return, actors, sync_every, rollout, ray_address, mapping,
-                         resume, checkpoint_every, max_failures)  # fmt: skip
+                         resume, checkpoint_every, max_failures, keep_checkpoints)  # fmt: skip
         config, mapping, saved = _resume(config, resume, mapping, cpu_devices, out, name)
         stop_at_return = resumed_stop(stop_at_return, saved)
         every, keep, before = _saving(checkpoint_every, keep_checkpoints, remote, saved)

@@ -80,9 +80,14 @@ def test_resume_after_any_chunk_equals_the_run_not_stopped(tmp_path, cfg, mappin
     assert ckpt.chunks() == list(range(len(rows)))
     saved = ckpt.restore(initial_example(cfg), chunk=stop)
     assert saved.chunk == stop and [r["chunk"] for r in saved.rows] == list(range(stop + 1))
-    resumed, more = run(cfg, mapping, start=Start(saved.states, saved.chunk))
+    wall = 1000.0  # the run had trained that long before (`Start.from_saved`: its rows')
+    t = time.perf_counter()
+    resumed, more = run(cfg, mapping, start=Start(saved.states, saved.chunk, wall_s=wall))
+    took = time.perf_counter() - t
     assert_same_state(full, resumed)
     same_rows(rows, saved.rows + more)
+    # the wall time goes on from there (it started again at 0)
+    assert wall + more[0]["chunk_s"] * 0.99 < more[0]["wall_s"] <= more[-1]["wall_s"] < wall + took
     # the last checkpoint holds the final state itself
     assert_same_state(full, ckpt.restore(initial_example(cfg)).states)
 
@@ -334,3 +339,12 @@ def test_a_checkpoint_of_other_dtypes_is_refused_naming_the_leaf(tmp_path):
 def test_keep_must_be_a_positive_integer(tmp_path, keep):
     with pytest.raises(ValueError, match="keep must be an integer >= 1"):
         Checkpoints(tmp_path / "ckpt", keep=keep)
+
+
+def test_a_start_from_a_checkpoint_goes_on_from_its_wall_time():
+    from types import SimpleNamespace
+
+    saved = SimpleNamespace(states=None, chunk=3, path="p", meta={"config": {}})
+    assert Start.from_saved(SimpleNamespace(**vars(saved), rows=[])).wall_s == 0.0
+    rows = [{"chunk": 2, "wall_s": 7.0}, {"chunk": 3, "wall_s": 12.5}]
+    assert Start.from_saved(SimpleNamespace(**vars(saved), rows=rows)).wall_s == 12.5

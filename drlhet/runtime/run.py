@@ -65,6 +65,9 @@ class Start(NamedTuple):
     states: Any
     chunk: int
     config: Any = None
+    wall_s: float = 0.0
+    """Seconds the run had trained before (its last saved row's ``wall_s``): the resumed
+    rows' ``wall_s`` go on from it, so a curve over wall time does not restart at 0."""
 
     @classmethod
     def from_saved(cls, saved: Any) -> Start:
@@ -72,7 +75,8 @@ class Start(NamedTuple):
         config = saved.meta.get("config")
         if not isinstance(config, dict):
             raise ValueError(f"checkpoint {saved.path} records no configuration to check")
-        return cls(saved.states, saved.chunk, config)
+        wall = saved.rows[-1].get("wall_s", 0.0) if saved.rows else 0.0
+        return cls(saved.states, saved.chunk, config, float(wall))
 
 
 RESUMABLE = ("backend", "learner", "learner_board")
@@ -146,7 +150,7 @@ def run(
         check_memory(tr, cfg.seeds, 1 + (saving is not None))
     segs = segments(mapping)
     extra = {"mapping": str(mapping), "segments": [[d, list(n)] for d, n in segs]}
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() - (start.wall_s if start is not None else 0.0)
     with _host_failures_named():
         return _start_and_run(tr, cfg, start, devices, extra, t0, saving, on_chunk, stop_asked)
 

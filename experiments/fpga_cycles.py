@@ -109,13 +109,13 @@ def primitives(sheet: dict, link: dict, cfg: TrainConfig) -> list[dict]:
 
 def placements(sheet: dict) -> list[dict]:
     memory = board_memory(sheet)
-    uram, packed = memory[2], memory[3]
+    uram = memory[2]
     rows = []
     print(f"\n== where the leaves live on {sheet['name']} (K 16) ==")
     for log2 in (20, 21, 22, 23, 26, 31):
         cap = 1 << log2
         leaves, inner = rmm_cycles.memory_bytes(cap, 16)
-        blocks = sum(uram_blocks(cap, 16, packed))
+        blocks = sum(uram_blocks(cap, 16))
         try:
             at = rmm_cycles.placement(cap, 16, *memory)
             c = rmm_cycles.cycles("sample", 16, cap, 256, leaves=at)
@@ -127,7 +127,7 @@ def placements(sheet: dict) -> list[dict]:
         )
         rows.append(
             {"table": "placement", "capacity": cap, "at": at, "sample_cycles": c,
-             "uram_blocks": blocks, "board_uram_blocks": uram, "leaves_packed": packed}
+             "uram_blocks": blocks, "board_uram_blocks": uram}
         )  # fmt: skip
     return rows
 

@@ -78,37 +78,29 @@ URAM_ROWS = 4096
 """Rows of one UltraRAM block (4,096 x 72 bits: AMD UG573)."""
 
 
-def uram_blocks(capacity: int, branching: int, packed: bool = False) -> tuple[int, int]:
+def uram_blocks(capacity: int, branching: int) -> tuple[int, int]:
     """``(leaf blocks, inner blocks)`` of UltraRAM the module's memories take as
-    ``hls/rmm/rmm_top.cpp`` binds them: the Front's leaf table and the last level's leaves
-    (K banks, cyclic), one 32-bit leaf a 72-bit row, or two a row when ``packed`` (a layout the
-    code does not have yet); every inner level 1..D-1 in K banks, one node a row, each bank at
-    least one block."""
+    ``hls/rmm/rmm_top.cpp`` binds them: the Front's leaf table two leaves a 64-bit word (one
+    72-bit row), the last level's leaves two siblings a word in K / 2 banks, every inner level
+    1..D-1 in K banks, one node a row; each bank at least one block."""
     widths, depth = _widths(capacity, branching), depth_of(capacity, branching)
-    per_row = 2 if packed else 1
 
     def ceil(a: int, b: int) -> int:
         return -(-a // b)
 
-    def banked(slots: int, per: int = 1) -> int:  # K banks of slots / K rows each
-        return branching * ceil(ceil(slots, branching), per * URAM_ROWS)
-
-    leaves = ceil(widths[depth], per_row * URAM_ROWS) + banked(widths[depth], per_row)
-    return leaves, sum(banked(widths[lv]) for lv in range(1, depth))
+    rows = ceil(widths[depth], branching)  # of each bank of the leaves' level
+    leaves = ceil(widths[depth] // 2, URAM_ROWS) + branching // 2 * ceil(rows, URAM_ROWS)
+    inner = sum(branching * ceil(widths[lv] // branching, URAM_ROWS) for lv in range(1, depth))
+    return leaves, inner
 
 
 def placement(
-    capacity: int,
-    branching: int,
-    sram_bytes: float,
-    ddr_bytes: float,
-    uram: int | None = None,
-    packed: bool = False,
+    capacity: int, branching: int, sram_bytes: float, ddr_bytes: float, uram: int | None = None
 ) -> str:
     """Where the leaves live: ``"on-chip"`` when every memory fits on chip, else ``"ddr"``
     (the inner levels stay on chip). On chip is ``uram`` UltraRAM blocks counted as the code
-    lays the memories out (`uram_blocks`, ``packed`` leaves or not) when given, else
-    ``sram_bytes`` of memory counted in bytes (`memory_bytes`).
+    lays the memories out (`uram_blocks`) when given, else ``sram_bytes`` of memory counted in
+    bytes (`memory_bytes`).
 
     Raises:
       ValueError: the leaves do not fit in ``ddr_bytes`` either, or the inner levels not on
@@ -117,7 +109,7 @@ def placement(
     leaves, inner = memory_bytes(capacity, branching)
     mib, what = 2**20, f"capacity {capacity} (K {branching})"
     if uram is not None:
-        leaf_blocks, inner_blocks = uram_blocks(capacity, branching, packed)
+        leaf_blocks, inner_blocks = uram_blocks(capacity, branching)
         if leaf_blocks + inner_blocks <= uram:
             return ON_CHIP
         fits, have = inner_blocks <= uram, f"{uram:,} URAM blocks"

@@ -2,8 +2,8 @@
 //   Front -> Level<0> -> ... -> Level<depth - 1> -> Back
 // joined by FIFOs. Each process owns its memory (on-chip, static: it persists between
 // commands): Front the root and the leaf table, Level<L> the nodes of level L + 1 as
-// ap_uint of that level's width (level_bits), partitioned cyclically by K so that the K
-// children of a node are read in one cycle. Every process's loop is pipelined (the pragmas ask
+// ap_uint of that level's width (level_bits), in K banks so that the K children of a node are
+// read in one cycle (the leaves two a word, in K / 2 banks: LevelMem). Every process's loop is pipelined (the pragmas ask
 // for II = 1; the read-modify-writes of the memories and the 32-bit AXI ports hold it at 3 and 2:
 // drlhet/dse/devices/rmm_cycles.py) and handles writes and samples in one stream of items, so a
 // level's memory has one owner; a command ends with an end item that carries the root and the
@@ -11,10 +11,9 @@
 // host's nonce; Back answers it after its loop, from the macros below, so the loops' II is not
 // touched (the cycle model's steady state is that of write, sample and read only).
 //
-// Configuration (compile time): RMM_K in {4, 8, 16, 32, 64}, RMM_CAPACITY leaves (default 2^21,
-// the largest whose memories fit an Alveo U250's 1,280 URAM blocks as bound here, one leaf a
-// 72-bit row: 1,120 blocks at K 16; 2^22 takes 2,176, and would fit packed two leaves a row,
-// not done; drlhet.backends.rmm_spec.uram_blocks counts them), RMM_FRAC_BITS;
+// Configuration (compile time): RMM_K in {4, 8, 16, 32, 64}, RMM_CAPACITY leaves (default 2^22,
+// whose memories fit an Alveo U250's 1,280 URAM blocks as bound here, two leaves a 72-bit row:
+// 1,152 blocks at K 16; drlhet.backends.rmm_spec.uram_blocks counts them), RMM_FRAC_BITS;
 // the info op reports all three (the host refuses a bitstream built for other values).
 // Host protocol: rmm.h (the same words the C-simulation serves). Vitis HLS: run_hls.tcl; v++:
 // u250.cfg. The g++ testbench (rmm_tb.cpp) runs this file as it is.
@@ -42,27 +41,73 @@ struct Item {
   leaf_t q;
 };
 
-// The front's memory: the root and its copy of the leaves.
+// Two 32-bit leaves a 64-bit word (one URAM row: two leaves a 72-bit row, not one), leaf 2w in
+// the low half of word w, leaf 2w + 1 in the high half.
+typedef ap_uint<64> pair_t;
+inline leaf_t HalfOf(const pair_t& w, uint32_t i) {
+  return (i & 1) ? leaf_t(w.range(63, 32)) : leaf_t(w.range(31, 0));
+}
+inline void SetHalf(pair_t* w, uint32_t i, leaf_t q) {
+  if (i & 1) {
+    w->range(63, 32) = q;
+  } else {
+    w->range(31, 0) = q;
+  }
+}
+
+// The front's memory: the root and its copy of the leaves, two a word.
 struct FrontMem {
   node_t root_;
-  leaf_t table_[kLay.widths[kDepth]];
+  pair_t table_[kLay.widths[kDepth] / 2];  // a level's width is a multiple of K, so even
   node_t root() const { return root_; }
   void set_root(node_t v) { root_ = v; }
-  leaf_t table(uint32_t i) const { return table_[i]; }
-  void set_table(uint32_t i, leaf_t q) { table_[i] = q; }
+  leaf_t table(uint32_t i) const { return HalfOf(table_[i >> 1], i); }
+  void set_table(uint32_t i, leaf_t q) {  // read-modify-write of the pair (the write's II 3)
+    pair_t w = table_[i >> 1];
+    SetHalf(&w, i, q);
+    table_[i >> 1] = w;
+  }
 };
 
-// Level L's memory: the nodes of level L + 1 (the leaves, for the last level).
-template <int L>
+// Level L's memory: the nodes of level L + 1 in K banks (node s in bank s % K, row s / K, so a
+// node's K children are one row of every bank); the leaves, for the last level, two siblings a
+// word in K / 2 banks (children j and j + 1 of a node share a word: again one row of each).
+template <int L, bool kLeaves = (L + 1 == kDepth)>
 struct LevelMem {
-  ap_uint<LevelWidth(L + 1)> mem[kLay.widths[L + 1]];
-  void add(int, int64_t slot, node_t d) { mem[slot] = mem[slot] + d; }  // exact mod 2^width
-  void set_leaf(uint32_t i, leaf_t q) { mem[i] = q; }
-  node_t node(int, int64_t slot) const { return mem[slot]; }
+  static constexpr int kBanks = K;
+  ap_uint<LevelWidth(L + 1)> mem[K][kLay.widths[L + 1] / K];
+  void add(int, int64_t slot, node_t d) {  // exact mod 2^width
+    mem[slot % K][slot / K] = mem[slot % K][slot / K] + d;
+  }
+  void set_leaf(uint32_t i, leaf_t q) { mem[i % K][i / K] = q; }  // (the leaves' level only)
+  node_t node(int, int64_t slot) const { return mem[slot % K][slot / K]; }
   void children(int, int64_t node, node_t* out) const {
     for (int j = 0; j < K; ++j) {
 #pragma HLS UNROLL
-      out[j] = mem[node * K + j];
+      out[j] = mem[j][node];
+    }
+  }
+};
+template <int L>
+struct LevelMem<L, true> {
+  static constexpr int kBanks = K / 2;
+  pair_t mem[K / 2][kLay.widths[L + 1] / K];
+  leaf_t leaf(int64_t i) const {
+    const int64_t w = i >> 1;
+    return HalfOf(mem[w % (K / 2)][w / (K / 2)], uint32_t(i));
+  }
+  void set_leaf(uint32_t i, leaf_t q) {  // read-modify-write of the pair
+    const int64_t w = i >> 1;
+    pair_t v = mem[w % (K / 2)][w / (K / 2)];
+    SetHalf(&v, i, q);
+    mem[w % (K / 2)][w / (K / 2)] = v;
+  }
+  void add(int, int64_t slot, node_t d) { set_leaf(uint32_t(slot), leaf(slot) + leaf_t(d)); }
+  node_t node(int, int64_t slot) const { return leaf(slot); }
+  void children(int, int64_t node, node_t* out) const {
+    for (int j = 0; j < K; ++j) {
+#pragma HLS UNROLL
+      out[j] = HalfOf(mem[j / 2][node], uint32_t(j));
     }
   }
 };
@@ -120,7 +165,7 @@ front:
 template <int L>
 void Level(Stream<Item>& in, Stream<Item>& out) {
   static LevelMem<L> mem;
-#pragma HLS ARRAY_PARTITION variable = mem.mem cyclic factor = K
+#pragma HLS ARRAY_PARTITION variable = mem.mem complete dim = 1
 #pragma HLS BIND_STORAGE variable = mem.mem type = ram_2p impl = uram
 level:
   for (;;) {

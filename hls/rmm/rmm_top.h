@@ -10,7 +10,7 @@
 #define RMM_K 16
 #endif
 #ifndef RMM_CAPACITY
-#define RMM_CAPACITY 2097152  // 2^21: the largest that fits a U250's URAM as laid out (rmm_top.cpp)
+#define RMM_CAPACITY 4194304  // 2^22: fits a U250's URAM as laid out (rmm_top.cpp: 1,152 blocks)
 #endif
 #ifndef RMM_FIFO_DEPTH
 #define RMM_FIFO_DEPTH 64  // the items each FIFO between two stages holds (rmm_top.cpp)

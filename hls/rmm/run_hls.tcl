@@ -2,7 +2,7 @@
 # kernel (an .xo for v++). Not runnable on the development machine (no Vitis there); run it
 # where Vitis HLS 2023.2 or later is installed, from the repository root:
 #   vitis_hls -f hls/rmm/run_hls.tcl
-# Configuration (environment, defaults in brackets): RMM_K [16], RMM_CAPACITY [2097152],
+# Configuration (environment, defaults in brackets): RMM_K [16], RMM_CAPACITY [4194304],
 # RMM_FRAC_BITS [20: BoardTree's frac_bits], RMM_PART [xcu250-figd2104-2L-e: Alveo U250],
 # RMM_CLOCK_NS [3.33: 300 MHz]. The kernel reports RMM_K, RMM_CAPACITY and RMM_FRAC_BITS through
 # the protocol's info op (rmm.h: kInfo); drlhet.backends.fpga_board.BoardTree refuses a
@@ -12,7 +12,7 @@ proc env_or {name fallback} {
   return $fallback
 }
 set k [env_or RMM_K 16]
-set capacity [env_or RMM_CAPACITY 2097152]
+set capacity [env_or RMM_CAPACITY 4194304]
 set frac_bits [env_or RMM_FRAC_BITS 20]
 set part [env_or RMM_PART xcu250-figd2104-2L-e]
 set clock [env_or RMM_CLOCK_NS 3.33]

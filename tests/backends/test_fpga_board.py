@@ -149,11 +149,12 @@ def test_bad_input_is_refused_before_a_word_is_sent(monkeypatch, bitstream):
         BoardTree(tree.board, 1 << 30, 16, memory=memory)
     with pytest.raises(ValueError, match="leaves .* exceed the board's on-chip .* and DDR"):
         BoardTree(tree.board, 1 << 23, 16, memory=(memory[0], 1e6))
-    # counted in URAM blocks as the top binds its memories (the DSE's count): 2^22 spills
+    # counted in URAM blocks as the top binds its memories (the DSE's count): at K 4 the inner
+    # levels' banks leave no room for 2^22 leaves
     blocks = board_memory(load_sheets()["u250"])
-    for n, where in ((1 << 21, "on-chip"), (1 << 22, "ddr")):
-        board = board_for("pynq", monkeypatch, bitstream, Memory(n, 16))
-        assert BoardTree(board, n, 16, memory=blocks).leaves_at == where
+    for n, k, where in ((1 << 22, 16, "on-chip"), (1 << 22, 4, "ddr")):
+        board = board_for("pynq", monkeypatch, bitstream, Memory(n, k))
+        assert BoardTree(board, n, k, memory=blocks).leaves_at == where
 
 
 def test_indices_slots_and_levels_that_are_not_in_range_integers_are_refused(

@@ -49,18 +49,20 @@ def test_costs_follow_the_loops():
 def test_where_the_leaves_live_on_a_u250():
     sheet = load_sheets()["u250"]["values"]
     sram, ddr = sheet["sram_mb"]["value"] * 1e6, sheet["ddr_gb"]["value"] * 1e9
-    # counted in bytes, 2^22 fits the 54 MB; counted in URAM blocks as the code binds them
-    # (one leaf a 72-bit row: the Front's table 1,024 blocks, the last level's K banks 1,024,
-    # the inner levels 64 + 4 x 16) it does not fit the U250's 1,280, and 2^21 (1,120) does
+    # counted in bytes, 2^22 fits the 54 MB; counted in URAM blocks as the top binds them
+    # (two leaves a 72-bit row: the Front's table 512 blocks, the last level's K / 2 banks 512,
+    # the inner levels 64 + 4 x 16) it fits the U250's 1,280 too; 2^23 (2,240) does not, and
+    # nor does 2^22 at K 4 (its inner levels take 364)
     assert rmm_cycles.placement(1 << 22, 16, sram, ddr) == "on-chip"
     uram = sheet["uram_blocks"]["value"]
-    assert uram == 1280 and rmm_spec.uram_blocks(1 << 22, 16) == (2048, 128)
-    assert rmm_spec.uram_blocks(1 << 21, 16) == (1024, 96)
-    assert rmm_cycles.placement(1 << 22, 16, sram, ddr, uram) == "ddr"
-    assert rmm_cycles.placement(1 << 21, 16, sram, ddr, uram) == "on-chip"
-    # two leaves a row (not built): 2^22 in 1,152 blocks
-    assert rmm_spec.uram_blocks(1 << 22, 16, packed=True) == (1024, 128)
-    assert rmm_cycles.placement(1 << 22, 16, sram, ddr, uram, packed=True) == "on-chip"
+    assert uram == 1280 and rmm_spec.uram_blocks(1 << 22, 16) == (1024, 128)
+    assert rmm_spec.uram_blocks(1 << 23, 16) == (2048, 192)
+    assert rmm_spec.uram_blocks(1 << 22, 4) == (1024, 364)
+    assert rmm_cycles.placement(1 << 22, 16, sram, ddr, uram) == "on-chip"
+    assert rmm_cycles.placement(1 << 23, 16, sram, ddr, uram) == "ddr"
+    assert rmm_cycles.placement(1 << 22, 4, sram, ddr, uram) == "ddr"
+    # each bank takes a block however short: 50,000 leaves, 8 banks of 3,125 rows
+    assert rmm_spec.uram_blocks(50_000, 16) == (7 + 8, 3 * 16)
     with pytest.raises(ValueError, match=r"inner nodes \(2,756 URAM blocks\) exceed .*1,280"):
         rmm_cycles.placement(1 << 25, 4, sram, ddr, uram)
     assert rmm_cycles.placement(1 << 23, 16, sram, ddr) == "ddr"

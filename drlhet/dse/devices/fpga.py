@@ -47,15 +47,12 @@ def _v(sheet: dict, name: str) -> float:
     return float(sheet["values"][name]["value"])
 
 
-def board_memory(sheet: dict) -> tuple[float, float, int | None, bool]:
-    """``(on-chip bytes, DDR bytes, URAM blocks or None, leaves packed)`` of the board of
-    ``sheet``, `rmm_cycles.placement`'s last four arguments: the replay module's memories are
-    counted in the sheet's ``uram_blocks`` as the code lays them out (two leaves a row where
-    ``rmm_leaves_packed`` is 1: not built), else in bytes of ``sram_mb``."""
-    values = sheet["values"]
-    uram = int(_v(sheet, "uram_blocks")) if "uram_blocks" in values else None
-    packed = bool(values.get("rmm_leaves_packed", {}).get("value", 0))
-    return _v(sheet, "sram_mb") * 1e6, _v(sheet, "ddr_gb") * 1e9, uram, packed
+def board_memory(sheet: dict) -> tuple[float, float, int | None]:
+    """``(on-chip bytes, DDR bytes, URAM blocks or None)`` of the board of ``sheet``,
+    `rmm_cycles.placement`'s last three arguments: the replay module's memories are counted in
+    the sheet's ``uram_blocks`` as the code lays them out, else in bytes of ``sram_mb``."""
+    uram = int(_v(sheet, "uram_blocks")) if "uram_blocks" in sheet["values"] else None
+    return _v(sheet, "sram_mb") * 1e6, _v(sheet, "ddr_gb") * 1e9, uram
 
 
 def leaves_at(sheet: dict, s: Shapes) -> str:

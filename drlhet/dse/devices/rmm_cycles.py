@@ -119,11 +119,13 @@ def _front(op: str, batch: int, kept: int, stratified: bool, leaves: str, t: Tim
     return Stage("front", ii, depth, batch + 1, emits + 1)
 
 
-def _level(level: int, depth: int, k: int, items: int, leaves: str, t: Timing) -> Stage:
+def _level(op: str, level: int, depth: int, k: int, items: int, leaves: str, t: Timing) -> Stage:
     last = level == depth - 1
     on_ddr = last and leaves == DDR
     read = t.ddr_latency if on_ddr else t.ram_read
-    ii = 1 if last else t.ram_read + t.add  # the adds' read-modify-write on the level memory
+    ii = t.ram_read + t.add  # the adds' read-modify-write on the level memory
+    if last:  # the leaves, two a word: a write's store reads the word its sibling shares
+        ii = t.ram_read + 1 if op == "write" else 1
     if on_ddr:
         ii = max(ii, -(-k * 32 // t.ddr_port_bits))  # K children through the DDR port
     prefix = math.ceil(math.log2(k)) * t.add  # the adder tree of the K prefix sums
@@ -156,7 +158,7 @@ def stages(
     items = batch if kept is None or op != "write" else kept
     depth = depth_of(capacity, branching)
     front = _front(op, batch, items, stratified, leaves, timing)
-    mid = [_level(lv, depth, branching, items, leaves, timing) for lv in range(depth)]
+    mid = [_level(op, lv, depth, branching, items, leaves, timing) for lv in range(depth)]
     back_ii = 0 if op == "write" else -(-2 // timing.port_words)
     back = Stage("back", max(back_ii, 1), timing.add, items + 1, 0)
     return [front, *mid, back]

@@ -258,7 +258,7 @@ class BoardTree:
       capacity, branching: the leaves and K the bitstream was built with (``RMM_CAPACITY``,
         ``RMM_K``).
       frac_bits: the fraction bits of its leaves (``RMM_FRAC_BITS``), in ``[0, 31]``.
-      memory: the board's ``(on-chip bytes, DDR bytes[, URAM blocks, leaves packed])``
+      memory: the board's ``(on-chip bytes, DDR bytes[, URAM blocks])``
         (`drlhet.dse.devices.fpga.board_memory` of its device sheet): a capacity whose
         memories fit in neither is refused (`drlhet.backends.rmm_spec.placement`).
 

@@ -55,7 +55,7 @@ INFO_WORDS = 12
 INFO_MAGIC = 0x4C524E
 PROTOCOL_VERSION = 1
 MAX_BATCH = 256
-"""The module's largest batch (``kMaxBatch``, hls/learner/mlp.h)."""
+"""The module's largest batch (``kMaxBatch``, hls/learner/memory.h)."""
 SIM = "sim"
 """`board_wrap`'s board for the synthesized top's C-simulation (`SimulatedLearnerBoard`)."""
 DQN, DDPG = "drlhet_learner_dqn", "drlhet_learner_ddpg"

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 __all__ = ["MAX_WIDTH", "MAX_HIDDEN", "MAX_BATCH", "why_not", "memory_words"]
 
 MAX_WIDTH, MAX_HIDDEN, MAX_BATCH = 256, 3, 256
-"""The module's sizes (hls/learner/mlp.h): neurons per layer, hidden layers, batch."""
+"""The module's sizes (hls/learner/memory.h): neurons per layer, hidden layers, batch."""
 
 
 def why_not(

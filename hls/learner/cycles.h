@@ -9,7 +9,7 @@
 // An iteration issues at the cycle after the previous one, unless the accumulator it adds into
 // was updated by an iteration that has not finished its add (`add` cycles later): then it waits
 // (a loop-carried dependence). A loop takes (its last issue + 1) + its pipeline depth + the
-// loop's entry cycles. kPOut neurons and kPBatch samples are one iteration's lanes (mlp.h).
+// loop's entry cycles. kPOut neurons and kPBatch samples are one iteration's lanes (memory.h).
 #ifndef DRLHET_LEARNER_CYCLES_H_
 #define DRLHET_LEARNER_CYCLES_H_
 

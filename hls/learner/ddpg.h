@@ -13,9 +13,9 @@
 // the actor, its Adam state and the targets are left as they are, as drlhet.agents.ddpg's
 // jnp.where does); the actor loss is computed every step, as a metric.
 //
-// Parameter memories: the actor's (one head of `actions` outputs) and each critic's (input
-// obs_dim + actions: the observation's columns, then the action's; one head of 1 output), each
-// in mlp.h's layout; the critics one after another.
+// Parameter memories (memory.h's rows): the actor's (one head of `actions` outputs) and each
+// critic's (input obs_dim + actions: the observation's columns, then the action's; one head of
+// 1 output); the critics one after another.
 #ifndef DRLHET_LEARNER_DDPG_H_
 #define DRLHET_LEARNER_DDPG_H_
 
@@ -44,44 +44,44 @@ struct DdpgNets {
   Net critic;  // obs_dim + actions -> hidden -> 1
 };
 
-// The learner state's memories, each in mlp.h's layout (`critic*`: the critics one after
-// another, critics x critic.size floats).
+// The learner state's parameter memories (memory.h; `critic*`: the critics one after another,
+// critics x critic.rows rows).
 struct DdpgMemory {
-  float* actor;
-  float* critic;
-  float* target_actor;
-  float* target_critic;
-  float* actor_mu;
-  float* actor_nu;
-  float* critic_mu;
-  float* critic_nu;
+  Row* actor;
+  Row* critic;
+  Row* target_actor;
+  Row* target_critic;
+  Row* actor_mu;
+  Row* actor_nu;
+  Row* critic_mu;
+  Row* critic_nu;
 };
 
-// One mini-batch: obs [B][D], action [B][M], reward, discount, weights [B], noise [B][M] (TD3's
-// clipped target noise; unused otherwise).
+// One mini-batch on chip: obs, next_obs [B][D], action, noise [B][M] (TD3's clipped target
+// noise; unused otherwise) in Tiles; reward, discount, weights [B].
 struct DdpgBatch {
-  const float* obs;
-  const float* action;
+  const Tile* obs;
+  const Tile* action;
   const float* reward;
   const float* discount;
-  const float* next_obs;
+  const Tile* next_obs;
   const float* weights;
-  const float* noise;
+  const Tile* noise;
   int batch;
 };
 
 // On-chip scratch of one step (the C-simulation allocates it once per thread).
 struct DdpgScratch {
-  float x[kMaxBatch * kMaxWidth];  // a critic's input [B][D + M]
+  Tile x;                          // a critic's input [B][D + M]
   Activations actor;               // actor_target(s'), then actor(s)
   Activations critic[2];           // each critic on (s, a), kept for its backward pass
   Activations probe;               // a target critic on (s', a'); critic_0' on (s, actor(s))
   float q_next[kMaxBatch];
   float td[2][kMaxBatch];
   BackwardBuffers back;
-  float act[kMaxBatch * kMaxWidth];  // actor(s) [B][M]
-  float da[kMaxBatch * kMaxWidth];   // the actor loss's gradient at the action [B][M]
-  float grads[int64_t(kMaxHidden + 2) * (kMaxWidth + 1) * kMaxWidth];
+  Tile act;              // actor(s) [B][M]
+  Tile da;               // the actor loss's gradient at the action [B][M]
+  Row grads[kMaxRows];   // the gradient, a parameter memory
 };
 
 struct DdpgStepOut {
@@ -98,11 +98,10 @@ inline float ActorOut(const DdpgConfig& cfg, float z) {
   return low + ((std::tanh(z) + 1.0f) * 0.5f) * range;
 }
 
-// The critic's input rows [obs | action] into s->x (stride D + M); `act` has stride lda.
-inline void CriticInput(int d, int m, const float* obs, const float* act, int lda, int batch,
-                        float* x) {
+// The critic's input rows [obs | action] into x.
+inline void CriticInput(int d, int m, const Tile& obs, const Tile& act, int batch, Tile& x) {
   Lanes(batch, d + m, [&](int64_t row, int64_t k) {
-    x[row * (d + m) + k] = k < d ? obs[row * d + k] : act[row * lda + k - d];
+    x[row][k] = k < d ? obs[row][k] : act[row][k - d];
   });
 }
 
@@ -110,20 +109,20 @@ inline void CriticInput(int d, int m, const float* obs, const float* act, int ld
 inline void CriticTargets(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMemory& m,
                           const DdpgBatch& b, DdpgScratch* s) {
   const int d = n.actor.layer[0].in, acts = n.critic.layer[0].in - d;
-  Forward(n.actor, m.target_actor, b.next_obs, d, b.batch, &s->actor);
-  float* a_next = s->actor.head[0];  // becomes a' in place
+  Forward(n.actor, m.target_actor, *b.next_obs, b.batch, &s->actor);
+  Tile& a_next = s->actor.head[0];  // becomes a' in place
   Lanes(b.batch, acts, [&](int64_t row, int64_t k) {
-    float& a = a_next[row * kMaxWidth + k];
+    float& a = a_next[row][k];
     a = ActorOut(cfg, a);
     if (!cfg.td3) return;
-    a = a + b.noise[row * acts + k];
+    a = a + (*b.noise)[row][k];
     a = std::fmin(std::fmax(a, float(cfg.low)), float(cfg.high));
   });
-  CriticInput(d, acts, b.next_obs, a_next, kMaxWidth, b.batch, s->x);
+  CriticInput(d, acts, *b.next_obs, a_next, b.batch, s->x);
   for (int c = 0; c < cfg.critics; ++c) {
-    Forward(n.critic, m.target_critic + c * n.critic.size, s->x, d + acts, b.batch, &s->probe);
+    Forward(n.critic, m.target_critic + c * n.critic.rows, s->x, b.batch, &s->probe);
     Lanes(b.batch, 1, [&](int64_t row, int64_t) {
-      const float q = s->probe.head[0][row * kMaxWidth];
+      const float q = s->probe.head[0][row][0];
       s->q_next[row] = c == 0 ? q : std::fmin(s->q_next[row], q);
     });
   }
@@ -134,10 +133,10 @@ inline void CriticTargets(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMe
 inline float CriticStep(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMemory& m,
                         const DdpgBatch& b, bool polyak, int32_t* count, DdpgScratch* s) {
   const int d = n.actor.layer[0].in, acts = n.critic.layer[0].in - d;
-  const int64_t pc = n.critic.size;
-  CriticInput(d, acts, b.obs, b.action, acts, b.batch, s->x);
+  const int64_t pc = n.critic.rows;
+  CriticInput(d, acts, *b.obs, *b.action, b.batch, s->x);
   for (int c = 0; c < cfg.critics; ++c) {
-    Forward(n.critic, m.critic + c * pc, s->x, d + acts, b.batch, &s->critic[c]);
+    Forward(n.critic, m.critic + c * pc, s->x, b.batch, &s->critic[c]);
   }
   const float inv = 1.0f / float(cfg.critics * b.batch);
   float loss = 0.0f;
@@ -146,7 +145,7 @@ inline float CriticStep(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMemo
 #pragma HLS PIPELINE II = 1
     DRLHET_ITER();
     const float y = b.reward[row] + b.discount[row] * s->q_next[row];
-    const float t = y - s->critic[c].head[0][int64_t(row) * kMaxWidth];
+    const float t = y - s->critic[c].head[0][row][0];
     s->td[c][row] = t;
     loss += b.weights[row] * (t * t);
     if (++row == b.batch) row = 0, ++c;
@@ -157,9 +156,9 @@ inline float CriticStep(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMemo
   out.grads = s->grads;
   for (int c = 0; c < cfg.critics; ++c) {  // d loss / d q_c = -(w / (nB)) 2 td_c
     Lanes(b.batch, 1, [&](int64_t row, int64_t) {
-      s->back.dq[0][row * kMaxWidth] = -((inv * b.weights[row]) * (2.0f * s->td[c][row]));
+      s->back.dq[0][row][0] = -((inv * b.weights[row]) * (2.0f * s->td[c][row]));
     });
-    Backward(n.critic, m.critic + c * pc, s->x, d + acts, s->critic[c], b.batch, &s->back, out);
+    Backward(n.critic, m.critic + c * pc, s->x, s->critic[c], b.batch, &s->back, out);
     next = OptimizerStep(cfg.critic_opt, t_new, t_old, pc, s->grads, m.critic + c * pc,
                          m.critic_mu + c * pc, m.critic_nu + c * pc,
                          polyak ? m.target_critic + c * pc : nullptr, *count);
@@ -173,40 +172,38 @@ inline float CriticStep(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMemo
 inline float ActorStep(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMemory& m,
                        const DdpgBatch& b, bool step, int32_t* count, DdpgScratch* s) {
   const int d = n.actor.layer[0].in, acts = n.critic.layer[0].in - d;
-  Forward(n.actor, m.actor, b.obs, d, b.batch, &s->actor);
-  float* a = s->act;
+  Forward(n.actor, m.actor, *b.obs, b.batch, &s->actor);
   Lanes(b.batch, acts, [&](int64_t row, int64_t k) {
-    a[row * acts + k] = ActorOut(cfg, s->actor.head[0][row * kMaxWidth + k]);
+    s->act[row][k] = ActorOut(cfg, s->actor.head[0][row][k]);
   });
-  CriticInput(d, acts, b.obs, a, acts, b.batch, s->x);
-  Forward(n.critic, m.critic, s->x, d + acts, b.batch, &s->probe);
+  CriticInput(d, acts, *b.obs, s->act, b.batch, s->x);
+  Forward(n.critic, m.critic, s->x, b.batch, &s->probe);
   float sum = 0.0f;
   DRLHET_LOOP(1, 1, 0, 1, 1);
   for (int row = 0; row < b.batch; ++row) {
 #pragma HLS PIPELINE II = 1
     DRLHET_ITER();
-    sum += s->probe.head[0][int64_t(row) * kMaxWidth];
+    sum += s->probe.head[0][row][0];
   }
   const float loss = -(sum / float(b.batch));
   if (!step) return loss;
   const float dq = -1.0f / float(b.batch);
-  Lanes(b.batch, 1, [&](int64_t row, int64_t) { s->back.dq[0][row * kMaxWidth] = dq; });
+  Lanes(b.batch, 1, [&](int64_t row, int64_t) { s->back.dq[0][row][0] = dq; });
   BackwardOut to_action;  // the critic's input gradient at the action's columns only
-  to_action.dx = s->da;
+  to_action.dx = &s->da;
   to_action.dx_from = d;
-  to_action.ld_dx = kMaxWidth;
-  Backward(n.critic, m.critic, s->x, d + acts, s->probe, b.batch, &s->back, to_action);
+  Backward(n.critic, m.critic, s->x, s->probe, b.batch, &s->back, to_action);
   const float range = float(cfg.high - cfg.low);
   Lanes(b.batch, acts, [&](int64_t row, int64_t k) {  // the scaling and tanh (JAX's tanh JVP)
-    const float y = std::tanh(s->actor.head[0][row * kMaxWidth + k]);
-    const float g = (s->da[row * kMaxWidth + k] * range) * 0.5f;
-    s->back.dq[0][row * kMaxWidth + k] = (g + g * y) * (1.0f - y);
+    const float y = std::tanh(s->actor.head[0][row][k]);
+    const float g = (s->da[row][k] * range) * 0.5f;
+    s->back.dq[0][row][k] = (g + g * y) * (1.0f - y);
   });
   BackwardOut grads;
   grads.grads = s->grads;
-  Backward(n.actor, m.actor, b.obs, d, s->actor, b.batch, &s->back, grads);
+  Backward(n.actor, m.actor, *b.obs, s->actor, b.batch, &s->back, grads);
   const float t_new = float(cfg.tau), t_old = 1.0f - t_new;
-  *count = OptimizerStep(cfg.actor_opt, t_new, t_old, n.actor.size, s->grads, m.actor,
+  *count = OptimizerStep(cfg.actor_opt, t_new, t_old, n.actor.rows, s->grads, m.actor,
                          m.actor_mu, m.actor_nu, m.target_actor, *count);
   return loss;
 }

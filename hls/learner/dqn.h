@@ -32,6 +32,26 @@ struct DqnConfig {
   Adam opt;
 };
 
+// The learner state's parameter memories (memory.h), [net.rows][kPOut] each.
+struct DqnMemory {
+  Row* params;
+  Row* target;
+  Row* mu;
+  Row* nu;
+};
+
+// One mini-batch on chip: obs and next_obs [B][D] in Tiles, action, reward, discount and the
+// importance weights [B].
+struct DqnBatch {
+  const Tile* obs;
+  const int32_t* action;
+  const float* reward;
+  const float* discount;
+  const Tile* next_obs;
+  const float* weights;
+  int batch;
+};
+
 // On-chip scratch of one step (the C-simulation allocates it once per thread).
 struct DqnScratch {
   Activations online;       // online(s), kept for the backward pass
@@ -39,31 +59,29 @@ struct DqnScratch {
   Activations online_next;  // online(s') (double Q)
   float td[kMaxBatch];
   BackwardBuffers back;     // dQ at the heads (back.dq), the hidden layers' gradients
-  float grads[int64_t(kMaxHidden + 2) * (kMaxWidth + 1) * kMaxWidth];
+  Row grads[kMaxRows];      // the gradient, a parameter memory
 };
 
 // Q(row, a) from the heads: the single head, or value + advantage - mean(advantage).
 inline float QValue(const Net& net, const Activations& act, int row, int a) {
-  const float* h0 = act.head[0] + int64_t(row) * kMaxWidth;
+  const float* h0 = act.head[0][row];
   if (net.heads == 1) return h0[a];
-  const float* adv = act.head[1] + int64_t(row) * kMaxWidth;
+  const float* adv = act.head[1][row];
   const int actions = net.layer[net.hidden + 1].out;
   float sum = 0.0f;
   for (int k = 0; k < actions; ++k) sum += adv[k];
   return (h0[0] + adv[a]) - sum / float(actions);
 }
 
-// TD errors (s->td), the loss (returned) and its gradient at the heads' outputs (s->dq), from
-// s->online, s->target_next and (double Q) s->online_next.
-inline float TdAndLoss(const Net& net, const DqnConfig& cfg, const int32_t* action,
-                       const float* reward, const float* discount, const float* weights,
-                       int batch, DqnScratch* s) {
+// TD errors (s->td), the loss (returned) and its gradient at the heads' outputs (s->back.dq),
+// from s->online, s->target_next and (double Q) s->online_next.
+inline float TdAndLoss(const Net& net, const DqnConfig& cfg, const DqnBatch& b, DqnScratch* s) {
   const int actions = net.layer[net.hidden + net.heads - 1].out;
-  const float delta = float(cfg.huber_delta), inv_b = float(1.0 / batch);
+  const float delta = float(cfg.huber_delta), inv_b = float(1.0 / b.batch);
   const Activations& pick = cfg.double_q ? s->online_next : s->target_next;
   float loss = 0.0f;
   DRLHET_LOOP(1, 1, 2, 4, actions);  // the argmax and the advantages' sum: `actions` deep
-  for (int row = 0; row < batch; ++row) {
+  for (int row = 0; row < b.batch; ++row) {
 #pragma HLS PIPELINE II = 1
     DRLHET_ITER();
     int best = 0;  // argmax, the first on ties (jnp.argmax)
@@ -72,26 +90,28 @@ inline float TdAndLoss(const Net& net, const DqnConfig& cfg, const int32_t* acti
       const float q = QValue(net, pick, row, a);
       if (q > best_q) best_q = q, best = a;
     }
-    const float target = reward[row] + discount[row] * QValue(net, s->target_next, row, best);
-    const float t = target - QValue(net, s->online, row, action[row]);
+    const float target =
+        b.reward[row] + b.discount[row] * QValue(net, s->target_next, row, best);
+    const int action = b.action[row];
+    const float t = target - QValue(net, s->online, row, action);
     s->td[row] = t;
-    const float ax = std::fabs(t);
-    loss += weights[row] * (ax <= delta ? 0.5f * (t * t) : delta * (ax - 0.5f * delta));
+    const float ax = std::fabs(t), w = b.weights[row];
+    loss += w * (ax <= delta ? 0.5f * (t * t) : delta * (ax - 0.5f * delta));
     // d loss / d td = w / B * huber'(td); dQ(s, a) = -that.
-    const float dh = weights[row] * inv_b;
+    const float dh = w * inv_b;
     const float dtd = ax <= delta ? dh * t : dh * (t > 0.0f ? delta : (t < 0.0f ? -delta : 0.0f));
-    float* d0 = s->back.dq[0] + int64_t(row) * kMaxWidth;
-    float* d1 = s->back.dq[1] + int64_t(row) * kMaxWidth;
+    float* d0 = s->back.dq[0][row];
+    float* d1 = s->back.dq[1][row];
     if (net.heads == 1) {
       for (int k = 0; k < actions; ++k) d0[k] = 0.0f;
-      d0[action[row]] = -dtd;
+      d0[action] = -dtd;
     } else {  // the value gets dQ; each advantage its own dQ minus the mean's dQ / A
       d0[0] = -dtd;
       for (int k = 0; k < actions; ++k) d1[k] = dtd / float(actions);
-      d1[action[row]] += -dtd;
+      d1[action] += -dtd;
     }
   }
-  return loss / float(batch);
+  return loss / float(b.batch);
 }
 
 struct DqnStepOut {
@@ -100,36 +120,33 @@ struct DqnStepOut {
   int32_t count;
 };
 
-// One DQN learner step, in place on params / target / mu / nu ([net.size] each). `steps` is
-// the learner's step count after this step (the periodic target update's clock).
-inline DqnStepOut DqnStep(const Net& net, const DqnConfig& cfg, float* params, float* target,
-                          float* mu, float* nu, int32_t count, int32_t steps, const float* obs,
-                          const int32_t* action, const float* reward, const float* discount,
-                          const float* next_obs, const float* weights, int batch,
-                          float* priorities, DqnScratch* s) {
-  const int in = net.layer[0].in;
-  Forward(net, params, obs, in, batch, &s->online);
-  Forward(net, target, next_obs, in, batch, &s->target_next);
-  if (cfg.double_q) Forward(net, params, next_obs, in, batch, &s->online_next);
+// One DQN learner step, in place on the memories `m`. `steps` is the learner's step count
+// after this step (the periodic target update's clock); `priorities` [B] receives |td| + eps.
+inline DqnStepOut DqnStep(const Net& net, const DqnConfig& cfg, const DqnMemory& m,
+                          int32_t count, int32_t steps, const DqnBatch& b, float* priorities,
+                          DqnScratch* s) {
+  Forward(net, m.params, *b.obs, b.batch, &s->online);
+  Forward(net, m.target, *b.next_obs, b.batch, &s->target_next);
+  if (cfg.double_q) Forward(net, m.params, *b.next_obs, b.batch, &s->online_next);
   DqnStepOut out;
-  out.loss = TdAndLoss(net, cfg, action, reward, discount, weights, batch, s);
+  out.loss = TdAndLoss(net, cfg, b, s);
   BackwardOut grads;
   grads.grads = s->grads;
-  Backward(net, params, obs, in, s->online, batch, &s->back, grads);
+  Backward(net, m.params, *b.obs, s->online, b.batch, &s->back, grads);
   const bool copy = cfg.period > 0 && steps % cfg.period == 0;
   const double tau = cfg.period > 0 ? (copy ? 1.0 : 0.0) : cfg.tau;  // a Python float's rounding
-  out.count = OptimizerStep(cfg.opt, float(tau), float(1.0 - tau), net.size, s->grads, params,
-                            mu, nu, cfg.period > 0 && !copy ? nullptr : target, count);
+  out.count = OptimizerStep(cfg.opt, float(tau), float(1.0 - tau), net.rows, s->grads, m.params,
+                            m.mu, m.nu, cfg.period > 0 && !copy ? nullptr : m.target, count);
   float sum = 0.0f;
   DRLHET_LOOP(1, 1, 0, 1, 1);
-  for (int row = 0; row < batch; ++row) {
+  for (int row = 0; row < b.batch; ++row) {
 #pragma HLS PIPELINE II = 1
     DRLHET_ITER();
     const float a = std::fabs(s->td[row]);
     priorities[row] = a + float(cfg.priority_eps);
     sum += a;
   }
-  out.abs_td = sum / float(batch);
+  out.abs_td = sum / float(b.batch);
   return out;
 }
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "cycles.h"
-#include "mlp.h"
+#include "host.h"
 #include "learner_top.h"
 #ifndef LEARNER_TB_INCLUDES_TOP
 #define LEARNER_TB_INCLUDES_TOP 1  // g++ alone: the design in this translation unit
@@ -48,7 +48,7 @@ namespace {
 // The loops of one DQN step of `net` on `batch` samples (zeros; the trip counts do not depend
 // on the values), as the step runs them.
 std::vector<ln::LoopRecord> DqnLoops(const ln::Net& net, bool double_q, int batch) {
-  static ln::DqnScratch s;
+  static ln::DqnHost s;
   ln::DqnConfig cfg;
   cfg.double_q = double_q;
   const size_t p = size_t(net.size), b = size_t(batch), d = size_t(net.layer[0].in);
@@ -58,8 +58,9 @@ std::vector<ln::LoopRecord> DqnLoops(const ln::Net& net, bool double_q, int batc
   std::vector<ln::LoopRecord> loops;
   g_loops = &loops;
   float* m = mem.data();
-  ln::DqnStep(net, cfg, m, m + p, m + 2 * p, m + 3 * p, 0, 1, obs.data(), action.data(),
-              rows.data(), rows.data() + b, next.data(), weights.data(), batch, out.data(), &s);
+  ln::DqnStepFlat(net, cfg, m, m + p, m + 2 * p, m + 3 * p, 0, 1, obs.data(), action.data(),
+                  rows.data(), rows.data() + b, next.data(), weights.data(), batch, out.data(),
+                  &s);
   g_loops = nullptr;
   return loops;
 }
@@ -67,7 +68,7 @@ std::vector<ln::LoopRecord> DqnLoops(const ln::Net& net, bool double_q, int batc
 // The loops of one DDPG / TD3 step (`critics` critics; `actor`: one that trains the actor).
 std::vector<ln::LoopRecord> DdpgLoops(const ln::Net& actor_net, const ln::Net& critic,
                                       int critics, bool actor, int batch) {
-  static ln::DdpgScratch s;
+  static ln::DdpgHost s;
   ln::DdpgConfig cfg;
   cfg.critics = critics, cfg.td3 = true, cfg.policy_delay = 2;  // steps 2: the actor's turn
   cfg.actor_opt.clip = cfg.critic_opt.clip = false;             // optax.adam alone, as DDPG's
@@ -78,13 +79,13 @@ std::vector<ln::LoopRecord> DdpgLoops(const ln::Net& actor_net, const ln::Net& c
   std::vector<float> mem(4 * (pa + pc)), obs(b * d), action(b * acts), rows(2 * b), out(b);
   std::vector<float> weights(b, 1.0f);
   float* m = mem.data();
-  const ln::DdpgMemory dm{m, m + pa, m + pa + pc, m + 2 * pa + pc, m + 2 * (pa + pc),
-                          m + 3 * pa + 2 * pc, m + 4 * pa + 2 * pc, m + 4 * pa + 3 * pc};
-  const ln::DdpgBatch in{obs.data(), action.data(), rows.data(), rows.data() + b,
-                         obs.data(), weights.data(), action.data(), batch};
+  const ln::DdpgFlat dm{m, m + pa, m + pa + pc, m + 2 * pa + pc, m + 2 * (pa + pc),
+                        m + 3 * pa + 2 * pc, m + 4 * pa + 2 * pc, m + 4 * pa + 3 * pc};
+  const ln::DdpgFlatBatch in{obs.data(), action.data(), rows.data(), rows.data() + b,
+                             obs.data(), weights.data(), action.data(), batch};
   std::vector<ln::LoopRecord> loops;
   g_loops = &loops;
-  ln::DdpgStep(nets, cfg, dm, 0, 0, actor ? 2 : 1, in, out.data(), &s);
+  ln::DdpgStepFlat(nets, cfg, dm, 0, 0, actor ? 2 : 1, in, out.data(), &s);
   g_loops = nullptr;
   return loops;
 }
@@ -95,7 +96,7 @@ std::vector<ln::LoopRecord> DdpgLoops(const ln::Net& actor_net, const ln::Net& c
 void ReferenceStep(const double* hp, std::vector<float>* mem, int32_t* counts, int32_t steps,
                    const float* x, int b, float* out) {
 #if LEARNER_ALGO == 1
-  static ln::DdpgScratch s;
+  static ln::DdpgHost s;
   ln::DdpgNets nets;
   const int a_out[1] = {top::kActions}, c_out[1] = {1};
   ln::MakeNet(top::kObs, top::kWidths, top::kHidden, a_out, 1, &nets.actor);
@@ -109,18 +110,18 @@ void ReferenceStep(const double* hp, std::vector<float>* mem, int32_t* counts, i
   cfg.td3 = hp[9] != 0.0, cfg.policy_delay = int32_t(hp[10]), cfg.critics = LEARNER_CRITICS;
   const int64_t pa = top::kActor, pc = top::kCritic;
   float* m = mem->data();
-  const ln::DdpgMemory dm{m, m + pa, m + pa + pc, m + 2 * pa + pc, m + 2 * (pa + pc),
-                          m + 3 * pa + 2 * pc, m + 4 * pa + 2 * pc, m + 4 * pa + 3 * pc};
+  const ln::DdpgFlat dm{m, m + pa, m + pa + pc, m + 2 * pa + pc, m + 2 * (pa + pc),
+                        m + 3 * pa + 2 * pc, m + 4 * pa + 2 * pc, m + 4 * pa + 3 * pc};
   const int d = top::kObs, a = top::kActions;
-  const ln::DdpgBatch batch{x, x + b * d, x + b * (d + a), x + b * (d + a + 1),
+  const ln::DdpgFlatBatch batch{x, x + b * d, x + b * (d + a), x + b * (d + a + 1),
                             x + b * (d + a + 2), x + b * (2 * d + a + 2), x + b * (2 * d + a + 3),
                             b};
   const ln::DdpgStepOut o =
-      ln::DdpgStep(nets, cfg, dm, counts[0], counts[1], steps, batch, out, &s);
+      ln::DdpgStepFlat(nets, cfg, dm, counts[0], counts[1], steps, batch, out, &s);
   counts[0] = o.actor_count, counts[1] = o.critic_count;
   out[b] = o.loss, out[b + 1] = o.actor_loss, out[b + 2] = o.abs_td;
 #else
-  static ln::DqnScratch s;
+  static ln::DqnHost s;
   ln::Net net;
   const int outs[2] = {LEARNER_DUELING ? 1 : top::kActions, top::kActions};
   ln::MakeNet(top::kObs, top::kWidths, top::kHidden, outs, LEARNER_DUELING ? 2 : 1, &net);
@@ -133,9 +134,10 @@ void ReferenceStep(const double* hp, std::vector<float>* mem, int32_t* counts, i
   for (int r = 0; r < b; ++r) action[size_t(r)] = int32_t(x[b * d + r]);
   const int64_t p = top::kParams;
   float* m = mem->data();
-  const ln::DqnStepOut o = ln::DqnStep(net, cfg, m, m + p, m + 2 * p, m + 3 * p, counts[0], steps,
-                                       x, action.data(), x + b * (d + 1), x + b * (d + 2),
-                                       x + b * (d + 3), x + b * (2 * d + 3), b, out, &s);
+  const ln::DqnStepOut o =
+      ln::DqnStepFlat(net, cfg, m, m + p, m + 2 * p, m + 3 * p, counts[0], steps, x,
+                      action.data(), x + b * (d + 1), x + b * (d + 2), x + b * (d + 3),
+                      x + b * (2 * d + 3), b, out, &s);
   counts[0] = o.count;
   out[b] = o.loss, out[b + 1] = o.abs_td;
 #endif
@@ -161,7 +163,8 @@ int TopSelfTest(int n_steps, unsigned seed) {
   uint32_t cmd[4] = {top::kLoad, uint32_t(counts[0]), uint32_t(counts[1]), uint32_t(steps)};
   learner_top(cmd, hp, mem.data(), nullptr);
   const int b = 32;
-  std::vector<float> x(size_t(top::BatchWords(b))), got(size_t(b + 3)), want(size_t(b + 3));
+  const int64_t words = int64_t(b) * (2 * top::kObs + 3 + (ddpg ? 2 * top::kActions : 1));
+  std::vector<float> x(static_cast<size_t>(words)), got(size_t(b + 3)), want(size_t(b + 3));
   for (int step = 0; step < n_steps; ++step) {
     for (size_t k = 0; k < x.size(); ++k) x[k] = normal(gen);
     const int d = top::kObs;

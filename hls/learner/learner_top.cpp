@@ -1,7 +1,8 @@
 // The synthesized learner module: learner_top keeps the parameter memories, the target
-// networks and Adam's moments on chip (static: they persist between commands) and runs one
-// learner step per kStep command on a batch the host writes to DDR (docs/design.md section 3,
-// "The FPGA learner module"). The step is dqn.h's DqnStep or ddpg.h's DdpgStep, the same code
+// networks and Adam's moments on chip (static: they persist between commands), as rows of
+// kPOut banks (memory.h: packed from the host's flat layout on load, unpacked on store), and
+// runs one learner step per kStep command on a batch the host writes to DDR, read into Tiles
+// (docs/design.md section 3, "The FPGA learner module"). The step is dqn.h's DqnStep or ddpg.h's DdpgStep, the same code
 // the C-simulation (kernels/fpga_sim) runs inside jit; the loops and pragmas are mlp.h's.
 //
 // Hyper-parameters (kLoad's `hyper`, doubles, so each float32 constant rounds as JAX rounds a
@@ -35,11 +36,11 @@ static_assert((LEARNER_H1 == 0 || LEARNER_H0 > 0) && (LEARNER_H2 == 0 || LEARNER
 static_assert(Fits(kObs, false) && Fits(kActions, false) && Fits(LEARNER_H0, true) &&
                   Fits(LEARNER_H1, true) && Fits(LEARNER_H2, true) &&
                   (LEARNER_ALGO == 0 || Fits(kObs + kActions, false)),
-              "a layer outside the module's widths (1..kMaxWidth, hls/learner/mlp.h)");
+              "a layer outside the module's widths (1..kMaxWidth, hls/learner/memory.h)");
 static_assert(LEARNER_ALGO == 0 || LEARNER_CRITICS == 1 || LEARNER_CRITICS == 2,
               "LEARNER_CRITICS must be 1 or 2");
 
-// Floats in the parameter memory of a network of `in` inputs and heads `h0` (and `h1`).
+// Floats in the flat layout of a network of `in` inputs and heads `h0` (and `h1`).
 constexpr int64_t NetSize(int in, int h0, int h1) {
   int64_t size = 0;
   int prev = in;
@@ -50,36 +51,85 @@ constexpr int64_t NetSize(int in, int h0, int h1) {
   return size + int64_t(prev) * h0 + h0 + (h1 ? int64_t(prev) * h1 + h1 : 0);
 }
 
+// Rows of its parameter memory (memory.h: each layer (in + 1) x Blocks(out) rows).
+constexpr int64_t NetRows(int in, int h0, int h1) {
+  int64_t rows = 0;
+  int prev = in;
+  for (int l = 0; l < kHidden; ++l) {
+    rows += int64_t(prev + 1) * Blocks(kWidths[l]);
+    prev = kWidths[l];
+  }
+  return rows + int64_t(prev + 1) * Blocks(h0) + (h1 ? int64_t(prev + 1) * Blocks(h1) : 0);
+}
+
+double hp[kHyper];
+int32_t counts[2];  // Adam's counts (DQN: counts[0])
+int32_t steps;      // the learner's step count
+
 #if LEARNER_ALGO == 1
 constexpr int64_t kActor = NetSize(kObs, kActions, 0);
 constexpr int64_t kCritic = LEARNER_CRITICS * NetSize(kObs + kActions, 1, 0);
 constexpr int64_t kMemory = 4 * (kActor + kCritic);
-#else
-constexpr int64_t kParams =
-    LEARNER_DUELING ? NetSize(kObs, 1, kActions) : NetSize(kObs, kActions, 0);
-constexpr int64_t kMemory = 4 * kParams;
-#endif
+constexpr int64_t kActorRows = NetRows(kObs, kActions, 0);
+constexpr int64_t kCriticRows = LEARNER_CRITICS * NetRows(kObs + kActions, 1, 0);
 
-float memory[kMemory];  // on chip (URAM): the layout kLoad takes
-int32_t counts[2];      // Adam's counts (DQN: counts[0])
-int32_t steps;          // the learner's step count
-double hp[kHyper];
-float batch_in[kMaxBatch * (2 * kMaxWidth + 2 * kMaxWidth + 4)];
+// The module's state on chip (learner_top declares it, with its banks).
+struct State {
+  Row* actor;
+  Row* critic;
+  Row* target_actor;
+  Row* target_critic;
+  Row* actor_mu;
+  Row* actor_nu;
+  Row* critic_mu;
+  Row* critic_nu;
+  DdpgScratch* scratch;
+  Tile* obs;
+  Tile* action;
+  Tile* next_obs;
+  Tile* noise;
+  float* rows;  // reward, discount, weights [kMaxBatch] each
+};
 
-// Loads the batch of B rows (DQN: `action` one float per row; DDPG: M).
-int64_t BatchWords(int b) {
-  const int a = LEARNER_ALGO == 1 ? kActions : 1;
-  return int64_t(b) * (2 * kObs + a + 3 + (LEARNER_ALGO == 1 ? kActions : 0));
+DdpgNets Nets() {
+  DdpgNets nets;
+  const int a_out[1] = {kActions}, c_out[1] = {1};
+  MakeNet(kObs, kWidths, kHidden, a_out, 1, &nets.actor);
+  MakeNet(kObs + kActions, kWidths, kHidden, c_out, 1, &nets.critic);
+  return nets;
 }
 
-#if LEARNER_ALGO == 1
-void Step(int b, float* out) {
-  static DdpgScratch scratch;
-  DdpgNets nets;
-  const int widths[kMaxHidden] = {LEARNER_H0, LEARNER_H1, LEARNER_H2};
-  const int a_out[1] = {kActions}, c_out[1] = {1};
-  MakeNet(kObs, widths, kHidden, a_out, 1, &nets.actor);
-  MakeNet(kObs + kActions, widths, kHidden, c_out, 1, &nets.critic);
+// kLoad (from `load`) or kStore (to `store`, when `load` is null): the memories between the
+// flat layout and the state.
+void Memories(const State& st, const float* load, float* store) {
+  const DdpgNets n = Nets();
+  const int64_t pc = kCritic / LEARNER_CRITICS, rc = kCriticRows / LEARNER_CRITICS;
+  Row* const actors[4] = {st.actor, st.target_actor, st.actor_mu, st.actor_nu};
+  Row* const critics[4] = {st.critic, st.target_critic, st.critic_mu, st.critic_nu};
+  // the flat order: actor, critics, target actor, target critics, the actor's mu, nu, the
+  // critics' mu, nu
+  const int64_t at[4] = {0, kActor + kCritic, 2 * (kActor + kCritic), 3 * kActor + 2 * kCritic};
+  const int64_t ct[4] = {kActor, 2 * kActor + kCritic, 4 * kActor + 2 * kCritic,
+                         4 * kActor + 3 * kCritic};
+  for (int k = 0; k < 4; ++k) {
+    if (load != nullptr) {
+      PackParams(n.actor, load + at[k], actors[k]);
+    } else {
+      UnpackParams(n.actor, actors[k], store + at[k]);
+    }
+    for (int c = 0; c < LEARNER_CRITICS; ++c) {
+      if (load != nullptr) {
+        PackParams(n.critic, load + ct[k] + c * pc, critics[k] + c * rc);
+      } else {
+        UnpackParams(n.critic, critics[k] + c * rc, store + ct[k] + c * pc);
+      }
+    }
+  }
+}
+
+// One step on the batch of B rows at `x` (kStep's layout, learner_top.h).
+void Step(const State& st, const float* x, int b, float* out) {
+  const DdpgNets nets = Nets();
   DdpgConfig cfg;
   cfg.actor_opt.lr = hp[0], cfg.critic_opt.lr = hp[1];
   for (Adam* opt : {&cfg.actor_opt, &cfg.critic_opt}) {
@@ -87,51 +137,154 @@ void Step(int b, float* out) {
   }
   cfg.tau = hp[5], cfg.priority_eps = hp[6], cfg.low = hp[7], cfg.high = hp[8];
   cfg.td3 = hp[9] != 0.0, cfg.policy_delay = int32_t(hp[10]), cfg.critics = LEARNER_CRITICS;
-  float* m = memory;
-  const DdpgMemory mem{m,          m + kActor,          m + kActor + kCritic,
-                       m + 2 * kActor + kCritic, m + 2 * (kActor + kCritic),
-                       m + 3 * kActor + 2 * kCritic, m + 4 * kActor + 2 * kCritic,
-                       m + 4 * kActor + 3 * kCritic};
-  const float* x = batch_in;
-  const DdpgBatch batch{x, x + b * kObs, x + b * (kObs + kActions), x + b * (kObs + kActions + 1),
-                        x + b * (kObs + kActions + 2), x + b * (2 * kObs + kActions + 2),
-                        x + b * (2 * kObs + kActions + 3), b};
+  const int d = kObs, a = kActions;
+  PackTile(x, b, d, *st.obs);
+  PackTile(x + b * d, b, a, *st.action);
+  for (int k = 0; k < 2 * b; ++k) st.rows[k] = x[b * (d + a) + k];  // reward, discount
+  PackTile(x + b * (d + a + 2), b, d, *st.next_obs);
+  for (int k = 0; k < b; ++k) st.rows[2 * kMaxBatch + k] = x[b * (2 * d + a + 2) + k];
+  PackTile(x + b * (2 * d + a + 3), b, a, *st.noise);
+  const DdpgMemory mem{st.actor,    st.critic,   st.target_actor, st.target_critic,
+                       st.actor_mu, st.actor_nu, st.critic_mu,    st.critic_nu};
+  const DdpgBatch batch{st.obs,      st.action, st.rows,  st.rows + b, st.next_obs,
+                        st.rows + 2 * kMaxBatch, st.noise, b};
   steps = int32_t(uint32_t(steps) + 1u);  // wraps past 2^31 - 1 as JAX's int32 does
-  const DdpgStepOut o = DdpgStep(nets, cfg, mem, counts[0], counts[1], steps, batch, out, &scratch);
+  const DdpgStepOut o =
+      DdpgStep(nets, cfg, mem, counts[0], counts[1], steps, batch, out, st.scratch);
   counts[0] = o.actor_count, counts[1] = o.critic_count;
   out[b] = o.loss, out[b + 1] = o.actor_loss, out[b + 2] = o.abs_td;
 }
 #else
-void Step(int b, float* out) {
-  static DqnScratch scratch;
-  static int32_t action[kMaxBatch];
+constexpr int64_t kParams =
+    LEARNER_DUELING ? NetSize(kObs, 1, kActions) : NetSize(kObs, kActions, 0);
+constexpr int64_t kMemory = 4 * kParams;
+constexpr int64_t kRows =
+    LEARNER_DUELING ? NetRows(kObs, 1, kActions) : NetRows(kObs, kActions, 0);
+
+// The module's state on chip (learner_top declares it, with its banks).
+struct State {
+  Row* params;
+  Row* target;
+  Row* mu;
+  Row* nu;
+  DqnScratch* scratch;
+  Tile* obs;
+  Tile* next_obs;
+  int32_t* action;
+  float* rows;  // reward, discount, weights [kMaxBatch] each
+};
+
+Net MakeDqnNet() {
   Net net;
-  const int widths[kMaxHidden] = {LEARNER_H0, LEARNER_H1, LEARNER_H2};
   const int outs[2] = {LEARNER_DUELING ? 1 : kActions, kActions};
-  MakeNet(kObs, widths, kHidden, outs, LEARNER_DUELING ? 2 : 1, &net);
+  MakeNet(kObs, kWidths, kHidden, outs, LEARNER_DUELING ? 2 : 1, &net);
+  return net;
+}
+
+// kLoad (from `load`) or kStore (to `store`, when `load` is null): the memories (params,
+// target, mu, nu) between the flat layout and the state.
+void Memories(const State& st, const float* load, float* store) {
+  const Net net = MakeDqnNet();
+  Row* const rows[4] = {st.params, st.target, st.mu, st.nu};
+  for (int k = 0; k < 4; ++k) {
+    if (load != nullptr) {
+      PackParams(net, load + k * kParams, rows[k]);
+    } else {
+      UnpackParams(net, rows[k], store + k * kParams);
+    }
+  }
+}
+
+// One step on the batch of B rows at `x` (kStep's layout, learner_top.h).
+void Step(const State& st, const float* x, int b, float* out) {
+  const Net net = MakeDqnNet();
   DqnConfig cfg;
   cfg.opt.lr = hp[0], cfg.opt.b1 = hp[1], cfg.opt.b2 = hp[2], cfg.opt.eps = hp[3];
   cfg.opt.max_norm = hp[4], cfg.huber_delta = hp[5], cfg.priority_eps = hp[6], cfg.tau = hp[7];
   cfg.period = int32_t(hp[8]), cfg.double_q = hp[9] != 0.0, cfg.opt.sgd = hp[10] != 0.0;
   cfg.dueling = LEARNER_DUELING != 0;
-  const float* x = batch_in;
   bool ok = true;  // every action an integer in [0, actions): else the step does nothing
   for (int row = 0; row < b; ++row) {
     const float a = x[b * kObs + row];
     ok = ok && a >= 0.0f && a < float(kActions) && a == std::floor(a);  // NaN: false
-    action[row] = ok ? int32_t(a) : 0;
+    st.action[row] = ok ? int32_t(a) : 0;
   }
   if (!ok) return;  // an action past the Q-values would index past the step's arrays
-  float* m = memory;
+  PackTile(x, b, kObs, *st.obs);
+  for (int k = 0; k < 2 * b; ++k) st.rows[k] = x[b * (kObs + 1) + k];  // reward, discount
+  PackTile(x + b * (kObs + 3), b, kObs, *st.next_obs);
+  for (int k = 0; k < b; ++k) st.rows[2 * kMaxBatch + k] = x[b * (2 * kObs + 3) + k];
+  const DqnMemory mem{st.params, st.target, st.mu, st.nu};
+  const DqnBatch batch{st.obs,      st.action, st.rows, st.rows + b, st.next_obs,
+                       st.rows + 2 * kMaxBatch, b};
   steps = int32_t(uint32_t(steps) + 1u);  // wraps past 2^31 - 1 as JAX's int32 does
-  const DqnStepOut o = DqnStep(net, cfg, m, m + kParams, m + 2 * kParams, m + 3 * kParams,
-                               counts[0], steps, x, action, x + b * (kObs + 1),
-                               x + b * (kObs + 2), x + b * (kObs + 3), x + b * (2 * kObs + 3), b,
-                               out, &scratch);
+  const DqnStepOut o = DqnStep(net, cfg, mem, counts[0], steps, batch, out, st.scratch);
   counts[0] = o.count;
   out[b] = o.loss, out[b + 1] = o.abs_td;
 }
 #endif
+
+// The on-chip state, declared with its banks (memory.h): each parameter memory kPOut banks
+// along its rows, each Tile kPBatch x kPOut banks, the scratch's Tiles alike.
+State OnChip() {
+#if LEARNER_ALGO == 1
+  static Row actor[kActorRows], target_actor[kActorRows], actor_mu[kActorRows],
+      actor_nu[kActorRows];
+  static Row critic[kCriticRows], target_critic[kCriticRows], critic_mu[kCriticRows],
+      critic_nu[kCriticRows];
+  static DdpgScratch scratch;
+  static Tile obs, action, next_obs, noise;
+  static float rows[3 * kMaxBatch];
+  DRLHET_ROW_BANKS(actor)
+  DRLHET_ROW_BANKS(target_actor)
+  DRLHET_ROW_BANKS(actor_mu)
+  DRLHET_ROW_BANKS(actor_nu)
+  DRLHET_ROW_BANKS(critic)
+  DRLHET_ROW_BANKS(target_critic)
+  DRLHET_ROW_BANKS(critic_mu)
+  DRLHET_ROW_BANKS(critic_nu)
+  DRLHET_ROW_BANKS(scratch.grads)
+  DRLHET_TILE_BANKS(obs)
+  DRLHET_TILE_BANKS(action)
+  DRLHET_TILE_BANKS(next_obs)
+  DRLHET_TILE_BANKS(noise)
+  DRLHET_TILE_BANKS(scratch.x)
+  DRLHET_TILE_BANKS(scratch.act)
+  DRLHET_TILE_BANKS(scratch.da)
+  DRLHET_TILE_BANKS(scratch.actor.hidden)
+  DRLHET_TILE_BANKS(scratch.actor.head)
+  DRLHET_TILE_BANKS(scratch.critic)
+  DRLHET_TILE_BANKS(scratch.probe.hidden)
+  DRLHET_TILE_BANKS(scratch.probe.head)
+  DRLHET_TILE_BANKS(scratch.back.dq)
+  DRLHET_TILE_BANKS(scratch.back.dh)
+  return State{actor,    critic,   target_actor, target_critic, actor_mu, actor_nu,
+               critic_mu, critic_nu, &scratch,   &obs,          &action,  &next_obs,
+               &noise,    rows};
+#else
+  static Row params[kRows], target[kRows], mu[kRows], nu[kRows];
+  static DqnScratch scratch;
+  static Tile obs, next_obs;
+  static int32_t action[kMaxBatch];
+  static float rows[3 * kMaxBatch];
+  DRLHET_ROW_BANKS(params)
+  DRLHET_ROW_BANKS(target)
+  DRLHET_ROW_BANKS(mu)
+  DRLHET_ROW_BANKS(nu)
+  DRLHET_ROW_BANKS(scratch.grads)
+  DRLHET_TILE_BANKS(obs)
+  DRLHET_TILE_BANKS(next_obs)
+  DRLHET_TILE_BANKS(scratch.online.hidden)
+  DRLHET_TILE_BANKS(scratch.online.head)
+  DRLHET_TILE_BANKS(scratch.target_next.hidden)
+  DRLHET_TILE_BANKS(scratch.target_next.head)
+  DRLHET_TILE_BANKS(scratch.online_next.hidden)
+  DRLHET_TILE_BANKS(scratch.online_next.head)
+  DRLHET_TILE_BANKS(scratch.back.dq)
+  DRLHET_TILE_BANKS(scratch.back.dh)
+  return State{params, target, mu, nu, &scratch, &obs, &next_obs, action, rows};
+#endif
+}
 
 }  // namespace top
 }  // namespace learner
@@ -144,19 +297,18 @@ extern "C" void learner_top(uint32_t* cmd, const double* hyper, const float* in,
 #pragma HLS INTERFACE m_axi port = out offset = slave bundle = gmem1
 #pragma HLS INTERFACE s_axilite port = return
   namespace t = drlhet::learner::top;
+  const t::State st = t::OnChip();
   if (cmd[0] == t::kLoad) {
     for (int k = 0; k < t::kHyper; ++k) t::hp[k] = hyper[k];
-    for (int64_t k = 0; k < t::kMemory; ++k) t::memory[k] = in[k];
+    t::Memories(st, in, nullptr);
     t::counts[0] = int32_t(cmd[1]), t::counts[1] = int32_t(cmd[2]), t::steps = int32_t(cmd[3]);
   } else if (cmd[0] == t::kStep && cmd[1] >= 1 &&
              cmd[1] <= uint32_t(drlhet::learner::kMaxBatch)) {
     // a batch past the module's buffers does nothing, as an unknown command (the host never
     // sends one: drlhet.backends.learner_spec refuses it before the run)
-    const int b = int(cmd[1]);
-    for (int64_t k = 0; k < t::BatchWords(b); ++k) t::batch_in[k] = in[k];
-    t::Step(b, out);
+    t::Step(st, in, int(cmd[1]), out);
   } else if (cmd[0] == t::kStore) {
-    for (int64_t k = 0; k < t::kMemory; ++k) out[k] = t::memory[k];
+    t::Memories(st, nullptr, out);
     cmd[1] = uint32_t(t::counts[0]), cmd[2] = uint32_t(t::counts[1]), cmd[3] = uint32_t(t::steps);
   } else if (cmd[0] == t::kInfo) {
     const uint32_t info[t::kInfoWords] = {

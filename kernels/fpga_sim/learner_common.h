@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "mlp.h"
+#include "memory.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace drlhet {

@@ -10,7 +10,7 @@
 //   -> (the eight memories and the two counts, in the same order, aliased: written in place;
 //       priorities f32[V, B]; metrics f32[V, 3] (critic loss, actor loss, mean |td|))
 //
-// Pa, Pc: the actor's and one critic's parameter memory (hls/learner/mlp.h's layout); n the
+// Pa, Pc: the actor's and one critic's parameter memory (hls/learner/memory.h's flat layout); n the
 // critics (2 for TD3); V independent learners (vmap). `steps` is the learner's step count after
 // this step; `noise` TD3's clipped target-policy noise (ignored by DDPG). Attributes: obs_dim,
 // actions, hidden, w0..w2, critics, td3, policy_delay (int64); tau, priority_eps, low, high,
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "ddpg.h"
+#include "host.h"
 #include "learner_common.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -31,8 +31,8 @@ namespace {
 
 constexpr int kMemories = 8, kCounts = 2, kInputs = 18;
 
-ln::DdpgScratch* Scratch() {
-  thread_local std::unique_ptr<ln::DdpgScratch> scratch(new ln::DdpgScratch);
+ln::DdpgHost* Scratch() {
+  thread_local std::unique_ptr<ln::DdpgHost> scratch(new ln::DdpgHost);
   return scratch.get();
 }
 
@@ -122,12 +122,12 @@ ffi::Error DdpgImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dicti
   float* metrics = f32(11);
   for (int64_t v = 0; v < v_count; ++v) {
     const int64_t ca = v * pa, cc = v * critics * pc;
-    const ln::DdpgMemory mem{f32(0) + ca, f32(1) + cc, f32(2) + ca, f32(3) + cc,
+    const ln::DdpgFlat mem{f32(0) + ca, f32(1) + cc, f32(2) + ca, f32(3) + cc,
                              f32(4) + ca, f32(5) + ca, f32(6) + cc, f32(7) + cc};
-    const ln::DdpgBatch batch{arg(11) + v * b * d, arg(12) + v * b * m, arg(13) + v * b,
+    const ln::DdpgFlatBatch batch{arg(11) + v * b * d, arg(12) + v * b * m, arg(13) + v * b,
                               arg(14) + v * b,     arg(15) + v * b * d, arg(16) + v * b,
                               arg(17) + v * b * m, int(b)};
-    const ln::DdpgStepOut o = ln::DdpgStep(nets, cfg, mem, s32(8)[v], s32(9)[v], steps[v], batch,
+    const ln::DdpgStepOut o = ln::DdpgStepFlat(nets, cfg, mem, s32(8)[v], s32(9)[v], steps[v], batch,
                                            priorities + v * b, Scratch());
     s32(8)[v] = o.actor_count;
     s32(9)[v] = o.critic_count;

@@ -1,5 +1,5 @@
 // The FPGA learner module's C-simulation as an XLA FFI handler: the HLS sources
-// (hls/learner/dqn.h) compiled with g++, so backend "fpga" runs the learner step inside jit on
+// (hls/learner/dqn.h, through host.h's flat layout) compiled with g++, so backend "fpga" runs the learner step inside jit on
 // a CPU device.
 //
 //   drlhet_learner_dqn (params f32[V, P], target f32[V, P], mu f32[V, P], nu f32[V, P],
@@ -9,7 +9,7 @@
 //                   -> (params, target, mu, nu, count   (aliased: written in place),
 //                       priorities f32[V, B], metrics f32[V, 2] (loss, mean |td|))
 //
-// P is the parameter memory's size (hls/learner/mlp.h: layer after layer, kernel [in][out]
+// P is the parameter memory's size (hls/learner/memory.h's flat layout: layer after layer, kernel [in][out]
 // then bias), V any number of independent learners (leading dimensions, from vmap). `steps`
 // is the learner's step count after this step. Attributes: the network (obs_dim, hidden,
 // widths w0..w2, actions, dueling) and the step's hyper-parameters (see DqnConfig).
@@ -17,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include "dqn.h"
+#include "host.h"
 #include "learner_common.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -26,8 +26,8 @@ namespace ln = drlhet::learner;
 
 namespace {
 
-ln::DqnScratch* Scratch() {
-  thread_local std::unique_ptr<ln::DqnScratch> scratch(new ln::DqnScratch);
+ln::DqnHost* Scratch() {
+  thread_local std::unique_ptr<ln::DqnHost> scratch(new ln::DqnHost);
   return scratch.get();
 }
 
@@ -87,7 +87,7 @@ ffi::Error DqnImpl(ffi::Buffer<ffi::F32> params, ffi::Buffer<ffi::F32> target,
   CopyIfMoved(nu.typed_data(), nu_out->typed_data(), nu.element_count());
   for (int64_t v = 0; v < v_count; ++v) {
     const int32_t* act = action.typed_data() + v * b;
-    const ln::DqnStepOut out = ln::DqnStep(
+    const ln::DqnStepOut out = ln::DqnStepFlat(
         net, cfg, params_out->typed_data() + v * p, target_out->typed_data() + v * p,
         mu_out->typed_data() + v * p, nu_out->typed_data() + v * p, count.typed_data()[v],
         steps.typed_data()[v], obs.typed_data() + v * b * obs_dim, act,

@@ -65,21 +65,22 @@ def test_the_ddpg_cycle_model_equals_the_stepped_count(exe, net, batch, actor):
 
 def test_the_stepped_count_is_of_the_loops_the_code_runs(exe, tmp_path):
     """A change to the HLS code's loops moves the stepped count, not the model: here the
-    optimizer stepping one parameter an iteration (as it did until 2026-11-30) instead of
-    kPOut, the defect a review found with the model counting 64 lanes."""
+    optimizer stepping every row the module could hold (kMaxRows) instead of the network's
+    (`memory_rows`), as a loop bound taken from the array rather than the layout would."""
     import shutil
 
     sources = tmp_path / "learner"
     shutil.copytree(LEARNER_DIR, sources)
     mlp = sources / "mlp.h"
-    lanes = "k0 < n; k0 += kPOut) {  // kPOut parameters an iteration: the lanes"
-    assert lanes in mlp.read_text()
-    mlp.write_text(mlp.read_text().replace(lanes, "k0 < n; k0 += 1) {"))
+    rows = "r < rows; ++r) {  // a row of kPOut parameters an iteration: the lanes"
+    assert rows in mlp.read_text()
+    mlp.write_text(mlp.read_text().replace(rows, "r < kMaxRows; ++r) {"))
     planted = build(tmp_path, sources=sources)
     net = (4, (64, 64), 2, 64)
     model = learner_cycles.dqn_step_cycles(*net)
     assert stepped_cycles(exe, *net)[0] == model
-    assert stepped_cycles(planted, *net)[0] > model + 4000  # 4,675 iterations where 74 ran
+    # 5,140 iterations where the network's 200 rows ran
+    assert stepped_cycles(planted, *net)[0] > model + 4900
 
 
 def test_td3_costs_its_actor_step_one_step_in_policy_delay():
@@ -261,15 +262,14 @@ STEPS_HASH = r"""
 #include <cstdio>
 #include <cstring>
 #include <vector>
-#include "ddpg.h"
-#include "dqn.h"
+#include "host.h"
 namespace ln = drlhet::learner;
 static unsigned long long Hash(unsigned long long h, const std::vector<float>& v) {
   for (float x : v) { unsigned u; std::memcpy(&u, &x, 4); h = (h ^ u) * 1099511628211ULL; }
   return h;
 }
 int main() {  // partial blocks everywhere: widths 70, 5, 3 and 33, batches 13 and 21, a clip
-  static ln::DqnScratch s;
+  static ln::DqnHost s;
   ln::Net net;
   const int widths[3] = {70, 5, 0}, outs[2] = {1, 3};
   ln::MakeNet(8, widths, 2, outs, 2, &net);
@@ -287,10 +287,11 @@ int main() {  // partial blocks everywhere: widths 70, 5, 3 and 33, batches 13 a
   for (int r = 0; r < b; ++r) action[r] = r % 3;
   float* m = mem.data();
   for (int k = 0; k < 20; ++k)
-    ln::DqnStep(net, cfg, m, m + p, m + 2 * p, m + 3 * p, k, k + 1, obs.data(), action.data(),
-                rows.data(), rows.data() + b, next.data(), w.data(), b, out.data(), &s);
+    ln::DqnStepFlat(net, cfg, m, m + p, m + 2 * p, m + 3 * p, k, k + 1, obs.data(),
+                    action.data(), rows.data(), rows.data() + b, next.data(), w.data(), b,
+                    out.data(), &s);
   unsigned long long h = Hash(Hash(1469598103934665603ULL, mem), out);
-  static ln::DdpgScratch ds;
+  static ln::DdpgHost ds;
   ln::DdpgNets nets;
   const int wd[3] = {33, 0, 0}, ao[1] = {2}, co[1] = {1};
   ln::MakeNet(5, wd, 1, ao, 1, &nets.actor);
@@ -307,11 +308,11 @@ int main() {  // partial blocks everywhere: widths 70, 5, 3 and 33, batches 13 a
     dact[k] = 0.3f * float(int(k % 5) - 2), noise[k] = 0.01f * float(int(k % 3) - 1);
   for (size_t k = 0; k < drows.size(); ++k) drows[k] = k < size_t(db) ? float(k % 4) : 0.99f;
   float* q = dm.data();
-  const ln::DdpgMemory mm{q, q + pa, q + pa + pc, q + 2 * pa + pc, q + 2 * (pa + pc),
+  const ln::DdpgFlat mm{q, q + pa, q + pa + pc, q + 2 * pa + pc, q + 2 * (pa + pc),
                           q + 3 * pa + 2 * pc, q + 4 * pa + 2 * pc, q + 4 * pa + 3 * pc};
-  const ln::DdpgBatch bb{dobs.data(), dact.data(), drows.data(), drows.data() + db,
+  const ln::DdpgFlatBatch bb{dobs.data(), dact.data(), drows.data(), drows.data() + db,
                          dobs.data(), dw.data(), noise.data(), db};
-  for (int k = 0; k < 12; ++k) ln::DdpgStep(nets, dc, mm, k, k, k + 1, bb, dout.data(), &ds);
+  for (int k = 0; k < 12; ++k) ln::DdpgStepFlat(nets, dc, mm, k, k, k + 1, bb, dout.data(), &ds);
   std::printf("%llx\n", Hash(Hash(h, dm), dout));
 }
 """

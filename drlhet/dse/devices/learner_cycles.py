@@ -5,7 +5,8 @@ docs/design.md section 3 ("The FPGA learner"). The module runs the step's loop n
 another (`hls/learner/dqn.h`): three forward passes (the online network on s, the target and,
 for double Q, the online network on s'), the TD/loss pass over the rows, the backward pass
 (each layer's weight gradient; the input gradient of every layer but the first; ReLU's
-gradient), the global norm and the optimizer over the parameter memory, and the priorities.
+gradient), the global norm and the optimizer over the parameter memory's rows
+(`memory_rows`: its layers padded to blocks of ``P_OUT`` outputs), and the priorities.
 A DDPG / TD3 step (`hls/learner/ddpg.h`) runs the target actor and the target critics on s',
 each critic on s, the critics' backward passes and Adam steps, the actor and critic 0 on s
 (the actor loss), and on the steps that train the actor, critic 0's input gradient at the
@@ -34,6 +35,7 @@ __all__ = [
     "P_BATCH",
     "Timing",
     "layers",
+    "memory_rows",
     "loop",
     "dqn_step_cycles",
     "ddpg_step_cycles",
@@ -43,7 +45,7 @@ __all__ = [
 ]
 
 P_OUT, P_BATCH = 64, 16
-"""Neurons x samples per loop iteration (hls/learner/mlp.h's kPOut, kPBatch)."""
+"""Neurons x samples per loop iteration (hls/learner/memory.h's kPOut, kPBatch)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,13 +130,20 @@ def _backward_net(
     return c
 
 
+def memory_rows(net: list[tuple[int, int]]) -> int:
+    """Rows of ``P_OUT`` floats in the module's parameter memory for ``net``
+    (``hls/learner/memory.h``): each layer's kernel, one row per input and block of ``P_OUT``
+    outputs, then its bias, one row per block."""
+    return sum((i + 1) * -(-o // P_OUT) for i, o in net)
+
+
 def _optimizer(net: list[tuple[int, int]], t: Timing, clip: bool) -> int:
-    """The optimizer's element pipeline over the parameter memory, after the global norm's
-    pass when the step clips."""
-    lanes = -(-sum(i * o + o for i, o in net) // P_OUT)
-    c = loop(lanes, t.update, t)
+    """The optimizer's element pipeline over the parameter memory, a row an iteration, after
+    the global norm's pass when the step clips."""
+    rows = memory_rows(net)
+    c = loop(rows, t.update, t)
     if clip:
-        c += loop(lanes, t.mem + t.mul + (_log2(P_OUT) + 1) * t.add, t, distance=8)
+        c += loop(rows, t.mem + t.mul + (_log2(P_OUT) + 1) * t.add, t, distance=8)
     return c
 
 

@@ -1,0 +1,134 @@
+// The learner module's memories as the hardware banks them (docs/design.md section 3, "The FPGA
+// learner module"), and the network layout that addresses them.
+//
+// Sizes: the module is built for at most kMaxHidden hidden layers of at most kMaxWidth neurons
+// and kMaxBatch samples (compile-time bounds: they size the on-chip arrays); a network's own
+// sizes are set when its `Net` is made and may be anything within them. One loop iteration
+// computes kPOut neurons x kPBatch samples (Zhang, Meng, Prasanna, TPDS 2023, Sec. 5: model
+// parallelism across a layer's neurons, data parallelism across a batch's samples).
+//
+// Parameter memories (the parameters, the target network, Adam's moments, the gradients): rows
+// of kPOut floats (`Row`), each row one word of kPOut banks (partitioned completely along the
+// row), so that an iteration reads a block of kPOut weights of one input in one cycle. Each
+// layer (the hidden layers, then the heads) is its kernel, `in` x `blocks` rows (input i's
+// outputs [kPOut j, kPOut (j + 1)) in row w + i blocks + j), then its bias, `blocks` rows;
+// the outputs past `out` in a layer's last block are padding, kept at +0 (PackParams writes
+// it, the weight gradient writes it, and the optimizer maps +0 to +0).
+// The flat layout (flax's: each layer its kernel [in][out] row-major, then its bias [out]) is
+// what the host and the FFI boundary hold: PackParams / UnpackParams convert at the load and
+// the store, never inside a step.
+//
+// Activations, gradients and a batch's inputs: `Tile`s [kMaxBatch][kMaxWidth], partitioned
+// cyclically by kPBatch along the rows and kPOut along the columns, so that kPBatch rows x kPOut
+// columns at any row and column offset, or kPBatch rows of one column, fall in distinct banks.
+#ifndef DRLHET_LEARNER_MEMORY_H_
+#define DRLHET_LEARNER_MEMORY_H_
+
+#include <cstdint>
+
+namespace drlhet {
+namespace learner {
+
+constexpr int kMaxWidth = 256;
+constexpr int kMaxHidden = 3;
+constexpr int kMaxBatch = 256;
+constexpr int kMaxLayers = kMaxHidden + 2;  // the hidden layers, then one or two heads
+constexpr int kPOut = 64;                   // neurons computed in parallel (model parallelism)
+constexpr int kPBatch = 16;                 // samples computed in parallel (data parallelism)
+
+// Blocks of kPOut columns that hold `n` columns.
+constexpr int Blocks(int n) { return (n + kPOut - 1) / kPOut; }
+
+// Rows of the largest parameter memory the module holds (every layer kMaxWidth by kMaxWidth).
+constexpr int64_t kMaxRows = int64_t(kMaxLayers) * (kMaxWidth + 1) * Blocks(kMaxWidth);
+
+using Row = float[kPOut];                    // one word of a parameter memory
+using Tile = float[kMaxBatch][kMaxWidth];    // an activation, a gradient, a batch's input
+
+// The banks of a Tile and of a parameter memory, for synthesis (where the array is declared).
+#define DRLHET_PRAGMA(x) _Pragma(#x)
+#define DRLHET_TILE_BANKS(v)                                                   \
+  DRLHET_PRAGMA(HLS ARRAY_PARTITION variable = v type = cyclic factor = 16 dim = 1) \
+  DRLHET_PRAGMA(HLS ARRAY_PARTITION variable = v type = cyclic factor = 64 dim = 2)
+#define DRLHET_ROW_BANKS(v) DRLHET_PRAGMA(HLS ARRAY_PARTITION variable = v type = complete dim = 2)
+
+struct Dense {
+  int in = 0;
+  int out = 0;
+  int blocks = 0;     // Blocks(out): rows per input of the kernel, rows of the bias
+  int64_t w = 0;      // row of the kernel's first row in the parameter memory
+  int64_t b = 0;      // row of the bias
+  int64_t flat = 0;   // offset of the kernel [in][out] in the flat layout (the bias follows)
+};
+
+// A network: `hidden` ReLU layers, then the heads (`heads` dense layers reading the last hidden
+// layer: one for a Q-network or a critic, two for a dueling Q-network's value and advantages).
+struct Net {
+  int hidden = 0;
+  int heads = 0;
+  Dense layer[kMaxLayers];
+  int64_t rows = 0;  // rows in the parameter memory
+  int64_t size = 0;  // floats in the flat layout
+};
+
+// Makes `net` for an input of `in` features, `hidden` widths `widths[0..hidden)` and `heads`
+// output widths `outs[0..heads)`; false (net untouched) when a size is outside the module's.
+inline bool MakeNet(int in, const int* widths, int hidden, const int* outs, int heads, Net* net) {
+  if (hidden < 0 || hidden > kMaxHidden || heads < 1 || heads > 2) return false;
+  Net n;
+  n.hidden = hidden;
+  n.heads = heads;
+  int prev = in;
+  for (int l = 0; l < hidden + heads; ++l) {
+    const int out = l < hidden ? widths[l] : outs[l - hidden];
+    const int from = l < hidden ? prev : (hidden ? widths[hidden - 1] : in);
+    if (from < 1 || from > kMaxWidth || out < 1 || out > kMaxWidth) return false;
+    Dense& d = n.layer[l];
+    d.in = from, d.out = out, d.blocks = Blocks(out);
+    d.w = n.rows, d.b = n.rows + int64_t(from) * d.blocks;
+    d.flat = n.size;
+    n.rows = d.b + d.blocks;
+    n.size += int64_t(from) * out + out;
+    if (l < hidden) prev = out;
+  }
+  *net = n;
+  return true;
+}
+
+// Calls f(flat offset, row, lane) for every parameter of `net`, in the flat layout's order.
+template <typename F>
+inline void ForEachParam(const Net& net, F f) {
+  for (int l = 0; l < net.hidden + net.heads; ++l) {
+    const Dense& d = net.layer[l];
+    for (int i = 0; i <= d.in; ++i) {  // i == in: the bias
+      const int64_t row = i < d.in ? d.w + int64_t(i) * d.blocks : d.b;
+      const int64_t flat = d.flat + int64_t(i) * d.out;
+      for (int o = 0; o < d.out; ++o) f(flat + o, row + o / kPOut, o % kPOut);
+    }
+  }
+}
+
+// flat [net.size] (flax's layout) -> rows [net.rows][kPOut], the padding +0.
+inline void PackParams(const Net& net, const float* flat, Row* rows) {
+  for (int64_t r = 0; r < net.rows; ++r) {
+    for (int q = 0; q < kPOut; ++q) rows[r][q] = 0.0f;
+  }
+  ForEachParam(net, [&](int64_t k, int64_t r, int q) { rows[r][q] = flat[k]; });
+}
+
+// rows [net.rows][kPOut] -> flat [net.size].
+inline void UnpackParams(const Net& net, const Row* rows, float* flat) {
+  ForEachParam(net, [&](int64_t k, int64_t r, int q) { flat[k] = rows[r][q]; });
+}
+
+// x [batch][cols] (row-major) -> the Tile's rows [0, batch), columns [0, cols).
+inline void PackTile(const float* x, int batch, int cols, Tile& t) {
+  for (int row = 0; row < batch; ++row) {
+    for (int k = 0; k < cols; ++k) t[row][k] = x[int64_t(row) * cols + k];
+  }
+}
+
+}  // namespace learner
+}  // namespace drlhet
+
+#endif  // DRLHET_LEARNER_MEMORY_H_

@@ -1,0 +1,144 @@
+"""The learner module's banked memories (``hls/learner/memory.h``): parameter memories as rows
+of 64 lanes, each layer padded to whole blocks of outputs, converted from and to the host's flat
+(flax) layout only at the load and store. The C-simulation's path through them is checked
+against flax by tests/backends/test_fpga_learner*.py; here the layout itself."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from drlhet.dse.devices import learner_cycles
+from drlhet.dse.devices.learner_testbench import LEARNER_DIR
+
+LAYOUT = r"""
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+#include "host.h"
+namespace ln = drlhet::learner;
+
+// Every padding lane (outputs past a layer's width in its last block) of `rows` is +0.
+static bool PaddingZero(const ln::Net& net, const ln::Row* rows) {
+  std::vector<char> live(size_t(net.rows) * ln::kPOut, 0);
+  ln::ForEachParam(net, [&](int64_t, int64_t r, int q) { live[size_t(r) * ln::kPOut + q] = 1; });
+  for (int64_t r = 0; r < net.rows; ++r)
+    for (int q = 0; q < ln::kPOut; ++q) {
+      const float v = rows[r][q];
+      if (!live[size_t(r) * ln::kPOut + q] && (v != 0.0f || std::signbit(v))) return false;
+    }
+  return true;
+}
+
+static bool Finite(const std::vector<float>& v) {
+  for (float x : v) if (!std::isfinite(x)) return false;
+  return true;
+}
+
+int main() {
+  static ln::Row rows[ln::kMaxRows];
+  static ln::DqnHost h;
+  static ln::DdpgHost dh;
+  std::memset(&h, 0xFF, sizeof(h));  // NaN everywhere: a step may read only what it wrote
+  std::memset(&dh, 0xFF, sizeof(dh));
+  std::memset(rows, 0xFF, sizeof(rows));
+  ln::Net net;
+  const int widths[3] = {70, 5, 0}, outs[2] = {1, 3};
+  ln::MakeNet(8, widths, 2, outs, 2, &net);
+  const size_t p = size_t(net.size);
+  std::vector<float> flat(p), back(p, -1.0f);
+  for (size_t k = 0; k < p; ++k) flat[k] = 0.01f * float(int(k % 97) - 48);
+  ln::PackParams(net, flat.data(), rows);
+  ln::UnpackParams(net, rows, back.data());
+  const bool roundtrip = std::memcmp(flat.data(), back.data(), 4 * p) == 0;
+  bool pad = PaddingZero(net, rows);
+  ln::DqnConfig cfg;
+  cfg.opt.max_norm = 0.5;  // the clip reads the global norm over every lane
+  const int b = 13;
+  std::vector<float> mem(4 * p), obs(b * 8), next(b * 8), r(3 * b), out(b), w(b, 1.0f);
+  for (size_t k = 0; k < mem.size(); ++k)
+    mem[k] = k >= 2 * p ? 1e-4f * float(k % 7) : 0.1f * float(int(k % 13) - 6) / 6.0f;
+  for (size_t k = 0; k < obs.size(); ++k) obs[k] = 0.1f * float(int(k % 11) - 5), next[k] = 0.05f;
+  for (size_t k = 0; k < r.size(); ++k) r[k] = k < size_t(b) ? float(k % 3) : 0.99f;
+  std::vector<int32_t> action(b);
+  for (int k = 0; k < b; ++k) action[k] = k % 3;
+  float* m = mem.data();
+  for (int k = 0; k < 5; ++k)
+    ln::DqnStepFlat(net, cfg, m, m + p, m + 2 * p, m + 3 * p, k, k + 1, obs.data(),
+                    action.data(), r.data(), r.data() + b, next.data(), w.data(), b,
+                    out.data(), &h);
+  for (const ln::Row* rs : {h.params, h.target, h.mu, h.nu, h.scratch.grads})
+    pad = pad && PaddingZero(net, rs);
+  bool finite = Finite(mem) && Finite(out);
+  ln::DdpgNets nets;
+  const int wd[3] = {33, 0, 0}, ao[1] = {2}, co[1] = {1};
+  ln::MakeNet(5, wd, 1, ao, 1, &nets.actor);
+  ln::MakeNet(7, wd, 1, co, 1, &nets.critic);
+  ln::DdpgConfig dc;
+  dc.critics = 2, dc.td3 = true, dc.actor_opt.clip = dc.critic_opt.clip = false;
+  const size_t pa = size_t(nets.actor.size), pc = 2 * size_t(nets.critic.size);
+  const int db = 21;
+  std::vector<float> dm(4 * (pa + pc)), dobs(db * 5), dact(db * 2), drows(2 * db), dout(db);
+  std::vector<float> dw(db, 1.0f), noise(db * 2, 0.01f);
+  for (size_t k = 0; k < dm.size(); ++k)  // the second half: Adam's moments, >= 0
+    dm[k] = k >= 2 * (pa + pc) ? 1e-4f * float(k % 7) : 0.05f * float(int(k % 17) - 8) / 8.0f;
+  for (size_t k = 0; k < dobs.size(); ++k) dobs[k] = 0.2f * float(int(k % 7) - 3);
+  for (size_t k = 0; k < dact.size(); ++k) dact[k] = 0.3f * float(int(k % 5) - 2);
+  for (size_t k = 0; k < drows.size(); ++k) drows[k] = k < size_t(db) ? float(k % 4) : 0.99f;
+  float* q = dm.data();
+  const ln::DdpgFlat mm{q, q + pa, q + pa + pc, q + 2 * pa + pc, q + 2 * (pa + pc),
+                        q + 3 * pa + 2 * pc, q + 4 * pa + 2 * pc, q + 4 * pa + 3 * pc};
+  const ln::DdpgFlatBatch bb{dobs.data(), dact.data(), drows.data(), drows.data() + db,
+                             dobs.data(), dw.data(), noise.data(), db};
+  for (int k = 0; k < 4; ++k) ln::DdpgStepFlat(nets, dc, mm, k, k, k + 1, bb, dout.data(), &dh);
+  for (const ln::Row* rs : {dh.actor, dh.target_actor, dh.actor_mu, dh.actor_nu})
+    pad = pad && PaddingZero(nets.actor, rs);
+  for (const ln::Row* rs : {dh.critic, dh.target_critic, dh.critic_mu, dh.critic_nu})
+    pad = pad && PaddingZero(nets.critic, rs) && PaddingZero(nets.critic, rs + nets.critic.rows);
+  finite = finite && Finite(dm) && Finite(dout);
+  std::printf("ROWS %lld %lld %lld ROUNDTRIP %d PAD %d FINITE %d\n", (long long)net.rows,
+              (long long)nets.actor.rows, (long long)nets.critic.rows, int(roundtrip), int(pad),
+              int(finite));
+}
+"""
+
+
+def _run(tmp_path, source: str) -> str:
+    cxx = shutil.which("g++") or shutil.which("c++")
+    assert cxx, "no C++ compiler, which `make test` needs for the kernels anyway"
+    src, exe = tmp_path / "layout.cpp", tmp_path / "layout"
+    src.write_text(source)
+    cmd = [cxx, "-std=c++17", "-O1", "-w", f"-I{LEARNER_DIR}", str(src), "-o", str(exe)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("layout"), LAYOUT).split()
+
+
+def test_the_row_count_is_the_cycle_models(layout):
+    """The optimizer and the global norm run one iteration a row: the model's `memory_rows`
+    must be the rows the code lays out (partial blocks: widths 70, 5, 3 and 33, heads of 1)."""
+    rows = [int(x) for x in layout[1:4]]
+    net = learner_cycles.layers(8, (70, 5), (1, 3))
+    actor = learner_cycles.layers(5, (33,), (2,))
+    critic = learner_cycles.layers(7, (33,), (1,))
+    assert rows == [learner_cycles.memory_rows(n) for n in (net, actor, critic)]
+    assert rows[0] == 9 * 2 + 71 * 1 + 6 * 1 + 6 * 1  # 70 outputs take two blocks of 64
+
+
+def test_the_flat_layout_round_trips_bit_for_bit(layout):
+    assert layout[layout.index("ROUNDTRIP") + 1] == "1"
+
+
+def test_the_padding_stays_positive_zero_from_a_scratch_of_nans(layout):
+    """The memories and the scratch start as NaN bytes: a step that read a padding lane it had
+    not written (the gradient's, in the clip's global norm) would spread NaN; the packed
+    memories, the gradient and the optimizer keep every padding lane +0 over DQN and TD3 steps."""
+    assert layout[layout.index("PAD") + 1] == "1"
+    assert layout[layout.index("FINITE") + 1] == "1"

@@ -74,7 +74,7 @@ struct DdpgBatch {
 struct DdpgScratch {
   Tile x;                          // a critic's input [B][D + M]
   Activations actor;               // actor_target(s'), then actor(s)
-  Activations critic[2];           // each critic on (s, a), kept for its backward pass
+  Activations critic0, critic1;    // each critic on (s, a), kept for its backward pass
   Activations probe;               // a target critic on (s', a'); critic_0' on (s, actor(s))
   float q_next[kMaxBatch];
   float td[2][kMaxBatch];
@@ -82,6 +82,9 @@ struct DdpgScratch {
   Tile act;              // actor(s) [B][M]
   Tile da;               // the actor loss's gradient at the action [B][M]
   Row grads[kMaxRows];   // the gradient, a parameter memory
+
+  // Critic c's activations (two members, not an array of structs: each is banked on its own).
+  Activations& Critic(int c) { return c == 0 ? critic0 : critic1; }
 };
 
 struct DdpgStepOut {
@@ -136,7 +139,7 @@ inline float CriticStep(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMemo
   const int64_t pc = n.critic.rows;
   CriticInput(d, acts, *b.obs, *b.action, b.batch, s->x);
   for (int c = 0; c < cfg.critics; ++c) {
-    Forward(n.critic, m.critic + c * pc, s->x, b.batch, &s->critic[c]);
+    Forward(n.critic, m.critic + c * pc, s->x, b.batch, &s->Critic(c));
   }
   const float inv = 1.0f / float(cfg.critics * b.batch);
   float loss = 0.0f;
@@ -145,7 +148,7 @@ inline float CriticStep(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMemo
 #pragma HLS PIPELINE II = 1
     DRLHET_ITER();
     const float y = b.reward[row] + b.discount[row] * s->q_next[row];
-    const float t = y - s->critic[c].head[0][row][0];
+    const float t = y - s->Critic(c).head[0][row][0];
     s->td[c][row] = t;
     loss += b.weights[row] * (t * t);
     if (++row == b.batch) row = 0, ++c;
@@ -158,7 +161,7 @@ inline float CriticStep(const DdpgNets& n, const DdpgConfig& cfg, const DdpgMemo
     Lanes(b.batch, 1, [&](int64_t row, int64_t) {
       s->back.dq[0][row][0] = -((inv * b.weights[row]) * (2.0f * s->td[c][row]));
     });
-    Backward(n.critic, m.critic + c * pc, s->x, s->critic[c], b.batch, &s->back, out);
+    Backward(n.critic, m.critic + c * pc, s->x, s->Critic(c), b.batch, &s->back, out);
     next = OptimizerStep(cfg.critic_opt, t_new, t_old, pc, s->grads, m.critic + c * pc,
                          m.critic_mu + c * pc, m.critic_nu + c * pc,
                          polyak ? m.target_critic + c * pc : nullptr, *count);

@@ -2,7 +2,7 @@
 // or one DDPG / TD3 step of a network given on the command line runs (it runs the step, its
 // loops recording themselves), the count the closed-form cycle model
 // (drlhet/dse/devices/learner_cycles.py) is checked against (tests/hls/test_learner_testbench.py):
-//   g++ -std=c++17 -O2 -I hls/learner hls/learner/learner_tb.cpp -o learner_tb
+//   g++ -std=c++17 -O2 -DLEARNER_SIZED_TILES=0 -I hls/learner hls/learner/learner_tb.cpp -o learner_tb
 //   ./learner_tb --cycles OBS_DIM ACTIONS DUELING DOUBLE BATCH [HIDDEN ...]
 //   ./learner_tb --cycles-ddpg OBS_DIM ACTIONS CRITICS ACTOR BATCH [HIDDEN ...]
 // print "CYCLES <n> PARAMS <floats in the parameter memory (DDPG: actor + one critic)> LOOPS <n>".
@@ -18,9 +18,9 @@
 #include <random>
 #include <vector>
 
+#include "learner_top.h"  // first: it sizes the tiles (LEARNER_SIZED_TILES)
 #include "cycles.h"
 #include "host.h"
-#include "learner_top.h"
 #ifndef LEARNER_TB_INCLUDES_TOP
 #define LEARNER_TB_INCLUDES_TOP 1  // g++ alone: the design in this translation unit
 #endif

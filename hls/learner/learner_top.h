@@ -3,7 +3,9 @@
 // One bitstream trains one network shape: LEARNER_ALGO (0: DQN, 1: DDPG / TD3), LEARNER_OBS
 // (the observation's features), LEARNER_ACTIONS (DQN: discrete actions; DDPG: the action's
 // dimension), LEARNER_H0..H2 (hidden widths, 0: absent), LEARNER_DUELING (DQN),
-// LEARNER_CRITICS (DDPG: 2 for TD3). Defaults: drlhet's CartPole DQN, 4-64-64-2 dueling.
+// LEARNER_CRITICS (DDPG: 2 for TD3), LEARNER_SIZED_TILES (1: the on-chip tiles as wide as the
+// network's widest layer, rounded up to 64; 0: the module's 256). Defaults: drlhet's CartPole
+// DQN, 4-64-64-2 dueling, sized tiles. Include this header before the module's others.
 #ifndef DRLHET_LEARNER_TOP_H_
 #define DRLHET_LEARNER_TOP_H_
 
@@ -34,9 +36,27 @@
 #define LEARNER_CRITICS 1
 #endif
 
+#ifndef LEARNER_SIZED_TILES
+#define LEARNER_SIZED_TILES 1
+#endif
+
 namespace drlhet {
 namespace learner {
 namespace top {
+
+// The widest layer of the network the top trains (a critic's input counts as a layer), rounded
+// up to a block of 64 columns, at most the module's 256: the width of its Tiles when
+// LEARNER_SIZED_TILES is 1 (memory.h). 64 for the default 4-64-64-2: each tile a quarter of the
+// module's 256 x 256, in banks of 16 words (the testbench's --cycles, which runs any network,
+// builds with LEARNER_SIZED_TILES=0).
+constexpr int Max(int a, int b) { return a > b ? a : b; }
+constexpr int TileWidth() {
+  const int widest = Max(Max(LEARNER_OBS + (LEARNER_ALGO == 1 ? LEARNER_ACTIONS : 0),
+                             LEARNER_ACTIONS),
+                         Max(LEARNER_H0, Max(LEARNER_H1, LEARNER_H2)));
+  const int blocks = (widest + 63) / 64 * 64;
+  return blocks < 64 ? 64 : (blocks > 256 ? 256 : blocks);
+}
 
 // Host protocol: cmd[0] is the command.
 //   kLoad   hyper = the hyper-parameters (kHyper doubles: learner_top.cpp); in = the memories
@@ -63,6 +83,10 @@ constexpr uint32_t kProtocolVersion = 1;
 }  // namespace top
 }  // namespace learner
 }  // namespace drlhet
+
+#if LEARNER_SIZED_TILES && !defined(LEARNER_TILE_WIDTH)
+#define LEARNER_TILE_WIDTH (::drlhet::learner::top::TileWidth())
+#endif
 
 extern "C" void learner_top(uint32_t* cmd, const double* hyper, const float* in, float* out);
 

@@ -29,12 +29,23 @@
 namespace drlhet {
 namespace learner {
 
-constexpr int kMaxWidth = 256;
+constexpr int kPOut = 64;                   // neurons computed in parallel (model parallelism)
+constexpr int kPBatch = 16;                 // samples computed in parallel (data parallelism)
+constexpr int kModuleWidth = 256;           // the widest layer the module is written for
 constexpr int kMaxHidden = 3;
 constexpr int kMaxBatch = 256;
 constexpr int kMaxLayers = kMaxHidden + 2;  // the hidden layers, then one or two heads
-constexpr int kPOut = 64;                   // neurons computed in parallel (model parallelism)
-constexpr int kPBatch = 16;                 // samples computed in parallel (data parallelism)
+
+// The widest layer this build holds, the Tiles' columns: the module's 256, or, for a
+// synthesized top sized to its own network, its widest layer rounded up to kPOut
+// (LEARNER_TILE_WIDTH, set by learner_top.h unless LEARNER_SIZED_TILES is 0).
+#ifdef LEARNER_TILE_WIDTH
+constexpr int kMaxWidth = LEARNER_TILE_WIDTH;
+#else
+constexpr int kMaxWidth = kModuleWidth;
+#endif
+static_assert(kMaxWidth >= kPOut && kMaxWidth <= kModuleWidth && kMaxWidth % kPOut == 0,
+              "LEARNER_TILE_WIDTH: a multiple of 64 from 64 to 256");
 
 // Blocks of kPOut columns that hold `n` columns.
 constexpr int Blocks(int n) { return (n + kPOut - 1) / kPOut; }
@@ -45,11 +56,15 @@ constexpr int64_t kMaxRows = int64_t(kMaxLayers) * (kMaxWidth + 1) * Blocks(kMax
 using Row = float[kPOut];                    // one word of a parameter memory
 using Tile = float[kMaxBatch][kMaxWidth];    // an activation, a gradient, a batch's input
 
-// The banks of a Tile and of a parameter memory, for synthesis (where the array is declared).
+// The banks of a Tile, of an array of Tiles (its tiles one after another in each bank) and of a
+// parameter memory, for synthesis (where the array is declared).
 #define DRLHET_PRAGMA(x) _Pragma(#x)
-#define DRLHET_TILE_BANKS(v)                                                   \
+#define DRLHET_TILE_BANKS(v)                                                        \
   DRLHET_PRAGMA(HLS ARRAY_PARTITION variable = v type = cyclic factor = 16 dim = 1) \
   DRLHET_PRAGMA(HLS ARRAY_PARTITION variable = v type = cyclic factor = 64 dim = 2)
+#define DRLHET_TILES_BANKS(v)                                                       \
+  DRLHET_PRAGMA(HLS ARRAY_PARTITION variable = v type = cyclic factor = 16 dim = 2) \
+  DRLHET_PRAGMA(HLS ARRAY_PARTITION variable = v type = cyclic factor = 64 dim = 3)
 #define DRLHET_ROW_BANKS(v) DRLHET_PRAGMA(HLS ARRAY_PARTITION variable = v type = complete dim = 2)
 
 struct Dense {

@@ -4,7 +4,8 @@
 #   vitis_hls -f hls/learner/run_hls.tcl
 # Configuration (environment, defaults in brackets): LEARNER_ALGO [0: DQN; 1: DDPG/TD3],
 # LEARNER_OBS [4], LEARNER_ACTIONS [2], LEARNER_H0/H1/H2 [64/64/0], LEARNER_DUELING [1],
-# LEARNER_CRITICS [1; 2 for TD3], LEARNER_PART [xcu250-figd2104-2L-e: Alveo U250],
+# LEARNER_CRITICS [1; 2 for TD3], LEARNER_SIZED_TILES [1: tiles as wide as the network's widest
+# layer, rounded up to 64], LEARNER_PART [xcu250-figd2104-2L-e: Alveo U250],
 # LEARNER_CLOCK_NS [3.33: 300 MHz, the clock the cycle model assumes].
 proc env_or {name fallback} {
   if {[info exists ::env($name)]} { return $::env($name) }
@@ -12,7 +13,8 @@ proc env_or {name fallback} {
 }
 set defs "-std=c++17"
 foreach {name fallback} {LEARNER_ALGO 0 LEARNER_OBS 4 LEARNER_ACTIONS 2 LEARNER_H0 64
-                         LEARNER_H1 64 LEARNER_H2 0 LEARNER_DUELING 1 LEARNER_CRITICS 1} {
+                         LEARNER_H1 64 LEARNER_H2 0 LEARNER_DUELING 1 LEARNER_CRITICS 1
+                         LEARNER_SIZED_TILES 1} {
   append defs " -D$name=[env_or $name $fallback]"
 }
 set part [env_or LEARNER_PART xcu250-figd2104-2L-e]

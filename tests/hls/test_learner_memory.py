@@ -142,3 +142,80 @@ def test_the_padding_stays_positive_zero_from_a_scratch_of_nans(layout):
     memories, the gradient and the optimizer keep every padding lane +0 over DQN and TD3 steps."""
     assert layout[layout.index("PAD") + 1] == "1"
     assert layout[layout.index("FINITE") + 1] == "1"
+
+
+TOP_HASH = r"""
+#include <cstdio>
+#include <cstring>
+#include <vector>
+#include "learner_top.cpp"
+namespace t = drlhet::learner::top;
+static unsigned long long Hash(unsigned long long h, const std::vector<float>& v) {
+  for (float x : v) { unsigned u; std::memcpy(&u, &x, 4); h = (h ^ u) * 1099511628211ULL; }
+  return h;
+}
+int main() {  // the default top (4-64-64-2 dueling): load, three steps of B 40, store
+  std::vector<double> hp = {1e-3, 0.9, 0.999, 1e-8, 0.5, 1.0, 1e-6, 0.01, 0, 1, 0};
+  hp.resize(t::kHyper);
+  std::vector<float> mem(t::kMemory), out(t::kMemory + 64), batch(40 * (2 * t::kObs + 4));
+  for (size_t k = 0; k < mem.size(); ++k)
+    mem[k] = k >= mem.size() / 2 ? 1e-4f * float(k % 5) : 0.02f * float(int(k % 19) - 9);
+  uint32_t cmd[4] = {t::kLoad, 0, 0, 0};
+  learner_top(cmd, hp.data(), mem.data(), out.data());
+  unsigned long long h = 1469598103934665603ULL;
+  for (int s = 0; s < 3; ++s) {
+    for (size_t k = 0; k < batch.size(); ++k) batch[k] = 0.1f * float(int((k * 7 + s) % 23) - 11);
+    for (int r = 0; r < 40; ++r) batch[40 * t::kObs + r] = float(r % t::kActions);
+    cmd[0] = t::kStep, cmd[1] = 40;
+    learner_top(cmd, hp.data(), batch.data(), out.data());
+    h = Hash(h, std::vector<float>(out.begin(), out.begin() + 42));
+  }
+  cmd[0] = t::kStore;
+  learner_top(cmd, hp.data(), nullptr, out.data());
+  out.resize(t::kMemory);
+  std::printf("WIDTH %d HASH %llx\n", drlhet::learner::kMaxWidth, Hash(h, out));
+}
+"""
+
+
+def test_a_top_sized_to_its_network_computes_the_same_bits(tmp_path):
+    """LEARNER_SIZED_TILES (the default) makes the default top's tiles 64 columns wide, its
+    widest layer, not the module's 256: the same steps and memories bit for bit either way."""
+    src = tmp_path / "top.cpp"
+    src.write_text(TOP_HASH)
+    cxx = shutil.which("g++") or shutil.which("c++")
+    assert cxx, "no C++ compiler, which `make test` needs for the kernels anyway"
+    outs = []
+    for sized in (1, 0):
+        exe = tmp_path / f"top{sized}"
+        flags = [f"-DLEARNER_SIZED_TILES={sized}", f"-I{LEARNER_DIR}", str(src), "-o", str(exe)]
+        subprocess.run([cxx, "-std=c++17", "-O1", "-w", *flags], check=True, capture_output=True)
+        outs.append(subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout)
+    sized, module = (o.split() for o in outs)
+    assert sized[1] == "64" and module[1] == "256"
+    assert sized[3] == module[3] and len(sized[3]) >= 8
+
+
+@pytest.mark.parametrize(
+    "defines, width",
+    [
+        ({}, 64),
+        ({"LEARNER_H0": 65}, 128),
+        ({"LEARNER_OBS": 200, "LEARNER_H0": 32, "LEARNER_H1": 0}, 256),
+        ({"LEARNER_ALGO": 1, "LEARNER_OBS": 60, "LEARNER_ACTIONS": 6, "LEARNER_H1": 0}, 128),
+    ],
+)
+def test_the_tiles_are_as_wide_as_the_widest_layer(tmp_path, defines, width):
+    """The widest layer rounded up to 64 columns; DDPG's critic reads obs + actions (66)."""
+    src = tmp_path / "w.cpp"
+    src.write_text(
+        '#include <cstdio>\n#include "learner_top.h"\n#include "memory.h"\n'
+        'int main() { std::printf("%d", drlhet::learner::kMaxWidth); }\n'
+    )
+    cxx = shutil.which("g++") or shutil.which("c++")
+    assert cxx, "no C++ compiler, which `make test` needs for the kernels anyway"
+    flags = [f"-D{k}={v}" for k, v in defines.items()]
+    exe = tmp_path / "w"
+    cmd = [cxx, "-std=c++17", *flags, f"-I{LEARNER_DIR}", str(src), "-o", str(exe)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    assert subprocess.run([str(exe)], capture_output=True, text=True).stdout == str(width)

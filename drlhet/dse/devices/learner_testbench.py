@@ -24,7 +24,9 @@ LEARNER_DIR = Path(__file__).resolve().parents[3] / "hls" / "learner"
 def build(out: Path, defines: dict[str, int] | None = None, sources: Path = LEARNER_DIR) -> Path:
     """Compiles the testbench into ``out``; returns the executable. ``defines``: the
     synthesized top's configuration (``LEARNER_*`` macros, ``hls/learner/learner_top.h``) for
-    ``--top``; ``sources``: the folder of the module's sources (default: the repository's).
+    ``--top``, its tiles sized to its network unless they set ``LEARNER_SIZED_TILES`` 0
+    (without ``defines``: 0, the module's bounds, for ``--cycles`` on any network);
+    ``sources``: the folder of the module's sources (default: the repository's).
 
     Raises:
       BackendUnavailable: no compiler, or no ``hls/learner`` sources (an installed wheel
@@ -36,7 +38,10 @@ def build(out: Path, defines: dict[str, int] | None = None, sources: Path = LEAR
     if not (sources / "learner_tb.cpp").is_file():
         raise BackendUnavailable(f"no HLS sources at {sources} (a repository has them)")
     exe = Path(out) / "learner_tb"
-    macros = [f"-D{k}={v}" for k, v in (defines or {}).items()]
+    # no top configuration: the build runs --cycles on any network, so its tiles are the
+    # module's 256 columns, not the default top's own (LEARNER_SIZED_TILES)
+    defines = {"LEARNER_SIZED_TILES": 0} if defines is None else defines
+    macros = [f"-D{k}={v}" for k, v in defines.items()]
     cmd = [cxx, "-std=c++17", "-O2", "-w", *macros, f"-I{sources}"]
     cmd.append(str(sources / "learner_tb.cpp"))
     subprocess.run([*cmd, "-o", str(exe)], check=True, capture_output=True, text=True)

@@ -62,19 +62,30 @@ struct DqnScratch {
   Row grads[kMaxRows];      // the gradient, a parameter memory
 };
 
-// Q(row, a) from the heads: the single head, or value + advantage - mean(advantage).
-inline float QValue(const Net& net, const Activations& act, int row, int a) {
-  const float* h0 = act.head[0][row];
-  if (net.heads == 1) return h0[a];
+// The mean advantage of `row` (a dueling network's; 0 with one head): the advantages summed in
+// order, over a constant count of lanes (the tiles' columns) with the actions past the last
+// skipped, then divided by their count. Once a row, not once an action.
+inline float MeanAdvantage(const Net& net, const Activations& act, int row) {
+  if (net.heads == 1) return 0.0f;
   const float* adv = act.head[1][row];
   const int actions = net.layer[net.hidden + 1].out;
   float sum = 0.0f;
-  for (int k = 0; k < actions; ++k) sum += adv[k];
-  return (h0[0] + adv[a]) - sum / float(actions);
+  for (int k = 0; k < DRLHET_LANES(kMaxWidth, actions); ++k) {
+    if (k < actions) sum += adv[k];
+  }
+  return sum / float(actions);
+}
+
+// Q(row, a) from the heads: the single head, or value + advantage - mean (MeanAdvantage's).
+inline float QValue(const Net& net, const Activations& act, int row, int a, float mean) {
+  const float* h0 = act.head[0][row];
+  if (net.heads == 1) return h0[a];
+  return (h0[0] + act.head[1][row][a]) - mean;
 }
 
 // TD errors (s->td), the loss (returned) and its gradient at the heads' outputs (s->back.dq),
-// from s->online, s->target_next and (double Q) s->online_next.
+// from s->online, s->target_next and (double Q) s->online_next. The loops over the actions
+// inside the row loop run a constant count of lanes (the tiles' columns) with guards.
 inline float TdAndLoss(const Net& net, const DqnConfig& cfg, const DqnBatch& b, DqnScratch* s) {
   const int actions = net.layer[net.hidden + net.heads - 1].out;
   const float delta = float(cfg.huber_delta), inv_b = float(1.0 / b.batch);
@@ -84,16 +95,20 @@ inline float TdAndLoss(const Net& net, const DqnConfig& cfg, const DqnBatch& b, 
   for (int row = 0; row < b.batch; ++row) {
 #pragma HLS PIPELINE II = 1
     DRLHET_ITER();
+    const float m_pick = MeanAdvantage(net, pick, row);
     int best = 0;  // argmax, the first on ties (jnp.argmax)
-    float best_q = QValue(net, pick, row, 0);
-    for (int a = 1; a < actions; ++a) {
-      const float q = QValue(net, pick, row, a);
+    float best_q = QValue(net, pick, row, 0, m_pick);
+    for (int a = 1; a < DRLHET_LANES(kMaxWidth, actions); ++a) {
+      if (a >= actions) continue;
+      const float q = QValue(net, pick, row, a, m_pick);
       if (q > best_q) best_q = q, best = a;
     }
+    const float m_next = MeanAdvantage(net, s->target_next, row);
     const float target =
-        b.reward[row] + b.discount[row] * QValue(net, s->target_next, row, best);
+        b.reward[row] + b.discount[row] * QValue(net, s->target_next, row, best, m_next);
     const int action = b.action[row];
-    const float t = target - QValue(net, s->online, row, action);
+    const float m_now = MeanAdvantage(net, s->online, row);
+    const float t = target - QValue(net, s->online, row, action, m_now);
     s->td[row] = t;
     const float ax = std::fabs(t), w = b.weights[row];
     loss += w * (ax <= delta ? 0.5f * (t * t) : delta * (ax - 0.5f * delta));
@@ -102,14 +117,16 @@ inline float TdAndLoss(const Net& net, const DqnConfig& cfg, const DqnBatch& b, 
     const float dtd = ax <= delta ? dh * t : dh * (t > 0.0f ? delta : (t < 0.0f ? -delta : 0.0f));
     float* d0 = s->back.dq[0][row];
     float* d1 = s->back.dq[1][row];
-    if (net.heads == 1) {
-      for (int k = 0; k < actions; ++k) d0[k] = 0.0f;
-      d0[action] = -dtd;
-    } else {  // the value gets dQ; each advantage its own dQ minus the mean's dQ / A
-      d0[0] = -dtd;
-      for (int k = 0; k < actions; ++k) d1[k] = dtd / float(actions);
-      d1[action] += -dtd;
+    for (int k = 0; k < DRLHET_LANES(kMaxWidth, actions); ++k) {
+      if (k >= actions) continue;
+      if (net.heads == 1) {
+        d0[k] = k == action ? -dtd : 0.0f;
+      } else {  // the value gets dQ; each advantage its own dQ minus the mean's dQ / A
+        d1[k] = dtd / float(actions);
+        if (k == action) d1[k] += -dtd;
+      }
     }
+    if (net.heads == 2) d0[0] = -dtd;
   }
   return loss / float(b.batch);
 }

@@ -6,7 +6,8 @@
 //   ./learner_tb --cycles OBS_DIM ACTIONS DUELING DOUBLE BATCH [HIDDEN ...]
 //   ./learner_tb --cycles-ddpg OBS_DIM ACTIONS CRITICS ACTOR BATCH [HIDDEN ...]
 // print "CYCLES <n> PARAMS <floats in the parameter memory (DDPG: actor + one critic)> LOOPS <n>".
-// The synthesized top (learner_top.cpp, configured by its LEARNER_* macros) against the
+// The synthesized top (learner_top.cpp, configured by its LEARNER_* macros; Vitis compiles it
+// apart, LEARNER_TB_INCLUDES_TOP 0, its sizes then from learner_top.h) against the
 // C-simulation's path (DqnStep / DdpgStep on the host's memories) over STEPS random batches,
 // bit for bit:
 //   ./learner_tb --top STEPS SEED      prints "TOP OK <memory floats>" or "FAIL <what>".

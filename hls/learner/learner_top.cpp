@@ -23,55 +23,11 @@ namespace drlhet {
 namespace learner {
 namespace top {
 
-constexpr int kWidths[kMaxHidden] = {LEARNER_H0, LEARNER_H1, LEARNER_H2};
-constexpr int kHidden = (LEARNER_H0 > 0) + (LEARNER_H1 > 0) + (LEARNER_H2 > 0);
-constexpr int kObs = LEARNER_OBS, kActions = LEARNER_ACTIONS;
-
-// MakeNet would refuse the network at run time, unchecked: refuse it when the top is built.
-constexpr bool Fits(int w, bool absent_ok) {
-  return (absent_ok && w == 0) || (w >= 1 && w <= kMaxWidth);
-}
-static_assert((LEARNER_H1 == 0 || LEARNER_H0 > 0) && (LEARNER_H2 == 0 || LEARNER_H1 > 0),
-              "LEARNER_H0..H2: the hidden widths first, the absent ones (0) last");
-static_assert(Fits(kObs, false) && Fits(kActions, false) && Fits(LEARNER_H0, true) &&
-                  Fits(LEARNER_H1, true) && Fits(LEARNER_H2, true) &&
-                  (LEARNER_ALGO == 0 || Fits(kObs + kActions, false)),
-              "a layer outside the module's widths (1..kMaxWidth, hls/learner/memory.h)");
-static_assert(LEARNER_ALGO == 0 || LEARNER_CRITICS == 1 || LEARNER_CRITICS == 2,
-              "LEARNER_CRITICS must be 1 or 2");
-
-// Floats in the flat layout of a network of `in` inputs and heads `h0` (and `h1`).
-constexpr int64_t NetSize(int in, int h0, int h1) {
-  int64_t size = 0;
-  int prev = in;
-  for (int l = 0; l < kHidden; ++l) {
-    size += int64_t(prev) * kWidths[l] + kWidths[l];
-    prev = kWidths[l];
-  }
-  return size + int64_t(prev) * h0 + h0 + (h1 ? int64_t(prev) * h1 + h1 : 0);
-}
-
-// Rows of its parameter memory (memory.h: each layer (in + 1) x Blocks(out) rows).
-constexpr int64_t NetRows(int in, int h0, int h1) {
-  int64_t rows = 0;
-  int prev = in;
-  for (int l = 0; l < kHidden; ++l) {
-    rows += int64_t(prev + 1) * Blocks(kWidths[l]);
-    prev = kWidths[l];
-  }
-  return rows + int64_t(prev + 1) * Blocks(h0) + (h1 ? int64_t(prev + 1) * Blocks(h1) : 0);
-}
-
 double hp[kHyper];
 int32_t counts[2];  // Adam's counts (DQN: counts[0])
 int32_t steps;      // the learner's step count
 
 #if LEARNER_ALGO == 1
-constexpr int64_t kActor = NetSize(kObs, kActions, 0);
-constexpr int64_t kCritic = LEARNER_CRITICS * NetSize(kObs + kActions, 1, 0);
-constexpr int64_t kMemory = 4 * (kActor + kCritic);
-constexpr int64_t kActorRows = NetRows(kObs, kActions, 0);
-constexpr int64_t kCriticRows = LEARNER_CRITICS * NetRows(kObs + kActions, 1, 0);
 
 // The module's state on chip (learner_top declares it, with its banks).
 struct State {
@@ -155,11 +111,6 @@ void Step(const State& st, const float* x, int b, float* out) {
   out[b] = o.loss, out[b + 1] = o.actor_loss, out[b + 2] = o.abs_td;
 }
 #else
-constexpr int64_t kParams =
-    LEARNER_DUELING ? NetSize(kObs, 1, kActions) : NetSize(kObs, kActions, 0);
-constexpr int64_t kMemory = 4 * kParams;
-constexpr int64_t kRows =
-    LEARNER_DUELING ? NetRows(kObs, 1, kActions) : NetRows(kObs, kActions, 0);
 
 // The module's state on chip (learner_top declares it, with its banks).
 struct State {
@@ -261,6 +212,9 @@ State OnChip() {
   DRLHET_TILES_BANKS(scratch.probe.head)
   DRLHET_TILES_BANKS(scratch.back.dq)
   DRLHET_TILES_BANKS(scratch.back.dh)
+  DRLHET_VECTOR_BANKS(rows, 1)  // the weights: 16 rows an iteration in the TD seed's pass
+  DRLHET_VECTOR_BANKS(scratch.q_next, 1)
+  DRLHET_VECTOR_BANKS(scratch.td, 2)
   return State{actor,    critic,   target_actor, target_critic, actor_mu, actor_nu,
                critic_mu, critic_nu, &scratch,   &obs,          &action,  &next_obs,
                &noise,    rows};

@@ -5,7 +5,8 @@
 // dimension), LEARNER_H0..H2 (hidden widths, 0: absent), LEARNER_DUELING (DQN),
 // LEARNER_CRITICS (DDPG: 2 for TD3), LEARNER_SIZED_TILES (1: the on-chip tiles as wide as the
 // network's widest layer, rounded up to 64; 0: the module's 256). Defaults: drlhet's CartPole
-// DQN, 4-64-64-2 dueling, sized tiles. Include this header before the module's others.
+// DQN, 4-64-64-2 dueling, sized tiles. Include this header before the module's others (it
+// includes memory.h with the tiles sized).
 #ifndef DRLHET_LEARNER_TOP_H_
 #define DRLHET_LEARNER_TOP_H_
 
@@ -87,6 +88,73 @@ constexpr uint32_t kProtocolVersion = 1;
 #if LEARNER_SIZED_TILES && !defined(LEARNER_TILE_WIDTH)
 #define LEARNER_TILE_WIDTH (::drlhet::learner::top::TileWidth())
 #endif
+
+#include "memory.h"
+
+namespace drlhet {
+namespace learner {
+namespace top {
+
+// The network of the build, and the sizes of its memories: in the flat layout (what kLoad
+// takes and kStore gives: kMemory floats) and on chip (rows, memory.h). Here rather than in
+// learner_top.cpp so that a testbench compiled apart from the top (Vitis' C-simulation,
+// LEARNER_TB_INCLUDES_TOP 0) knows them too.
+constexpr int kWidths[kMaxHidden] = {LEARNER_H0, LEARNER_H1, LEARNER_H2};
+constexpr int kHidden = (LEARNER_H0 > 0) + (LEARNER_H1 > 0) + (LEARNER_H2 > 0);
+constexpr int kObs = LEARNER_OBS, kActions = LEARNER_ACTIONS;
+
+// MakeNet would refuse the network at run time, unchecked: refuse it when the top is built.
+constexpr bool Fits(int w, bool absent_ok) {
+  return (absent_ok && w == 0) || (w >= 1 && w <= kMaxWidth);
+}
+static_assert((LEARNER_H1 == 0 || LEARNER_H0 > 0) && (LEARNER_H2 == 0 || LEARNER_H1 > 0),
+              "LEARNER_H0..H2: the hidden widths first, the absent ones (0) last");
+static_assert(Fits(kObs, false) && Fits(kActions, false) && Fits(LEARNER_H0, true) &&
+                  Fits(LEARNER_H1, true) && Fits(LEARNER_H2, true) &&
+                  (LEARNER_ALGO == 0 || Fits(kObs + kActions, false)),
+              "a layer outside the module's widths (1..kMaxWidth, hls/learner/memory.h)");
+static_assert(LEARNER_ALGO == 0 || LEARNER_CRITICS == 1 || LEARNER_CRITICS == 2,
+              "LEARNER_CRITICS must be 1 or 2");
+
+// Floats in the flat layout of a network of `in` inputs and heads `h0` (and `h1`).
+constexpr int64_t NetSize(int in, int h0, int h1) {
+  int64_t size = 0;
+  int prev = in;
+  for (int l = 0; l < kHidden; ++l) {
+    size += int64_t(prev) * kWidths[l] + kWidths[l];
+    prev = kWidths[l];
+  }
+  return size + int64_t(prev) * h0 + h0 + (h1 ? int64_t(prev) * h1 + h1 : 0);
+}
+
+// Rows of its parameter memory (memory.h: each layer (in + 1) x Blocks(out) rows).
+constexpr int64_t NetRows(int in, int h0, int h1) {
+  int64_t rows = 0;
+  int prev = in;
+  for (int l = 0; l < kHidden; ++l) {
+    rows += int64_t(prev + 1) * Blocks(kWidths[l]);
+    prev = kWidths[l];
+  }
+  return rows + int64_t(prev + 1) * Blocks(h0) + (h1 ? int64_t(prev + 1) * Blocks(h1) : 0);
+}
+
+#if LEARNER_ALGO == 1
+constexpr int64_t kActor = NetSize(kObs, kActions, 0);
+constexpr int64_t kCritic = LEARNER_CRITICS * NetSize(kObs + kActions, 1, 0);
+constexpr int64_t kMemory = 4 * (kActor + kCritic);
+constexpr int64_t kActorRows = NetRows(kObs, kActions, 0);
+constexpr int64_t kCriticRows = LEARNER_CRITICS * NetRows(kObs + kActions, 1, 0);
+#else
+constexpr int64_t kParams =
+    LEARNER_DUELING ? NetSize(kObs, 1, kActions) : NetSize(kObs, kActions, 0);
+constexpr int64_t kMemory = 4 * kParams;
+constexpr int64_t kRows =
+    LEARNER_DUELING ? NetRows(kObs, 1, kActions) : NetRows(kObs, kActions, 0);
+#endif
+
+}  // namespace top
+}  // namespace learner
+}  // namespace drlhet
 
 extern "C" void learner_top(uint32_t* cmd, const double* hyper, const float* in, float* out);
 

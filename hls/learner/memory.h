@@ -66,6 +66,9 @@ using Tile = float[kMaxBatch][kMaxWidth];    // an activation, a gradient, a bat
   DRLHET_PRAGMA(HLS ARRAY_PARTITION variable = v type = cyclic factor = 16 dim = 2) \
   DRLHET_PRAGMA(HLS ARRAY_PARTITION variable = v type = cyclic factor = 64 dim = 3)
 #define DRLHET_ROW_BANKS(v) DRLHET_PRAGMA(HLS ARRAY_PARTITION variable = v type = complete dim = 2)
+// A per-row vector read kPBatch rows an iteration (a Lanes pass over one column): dimension `d`.
+#define DRLHET_VECTOR_BANKS(v, d) \
+  DRLHET_PRAGMA(HLS ARRAY_PARTITION variable = v type = cyclic factor = 16 dim = d)
 
 struct Dense {
   int in = 0;

@@ -106,8 +106,21 @@ ffi::Error DdpgImpl(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dicti
   ln::DdpgConfig cfg;
   if (auto e = Configure(attrs, pa, pc, b, &nets, &cfg); e.failure()) return e;
   const int64_t d = nets.actor.layer[0].in, m = nets.actor.layer[nets.actor.hidden].out;
-  if (in[11].element_count() != v_count * b * d || in[12].element_count() != v_count * b * m) {
-    return ffi::Error::InvalidArgument("learner: observations or actions are not [B, D], [B, M]");
+  // every operand holds what the step reads of it (the memories: V x P_actor or V x n x P_critic;
+  // the batch: B rows of each field), checked before anything is written
+  const int64_t want[kInputs] = {v_count * pa, v_count * critics * pc, v_count * pa,
+                                 v_count * critics * pc, v_count * pa, v_count * pa,
+                                 v_count * critics * pc, v_count * critics * pc, v_count,
+                                 v_count, v_count, v_count * b * d, v_count * b * m, v_count * b,
+                                 v_count * b, v_count * b * d, v_count * b, v_count * b * m};
+  for (int k = 0; k < kInputs; ++k) {
+    if (in[size_t(k)].element_count() != want[k]) {
+      return ffi::Error::InvalidArgument(
+          "learner: operand " + std::to_string(k) + " holds " +
+          std::to_string(in[size_t(k)].element_count()) + " values, the step reads " +
+          std::to_string(want[k]) + " (B " + std::to_string(b) + ", D " + std::to_string(d) +
+          ", M " + std::to_string(m) + ")");
+    }
   }
   for (int k = 0; k < kMemories + kCounts; ++k) {
     ln::CopyIfMoved(static_cast<const char*>(in[size_t(k)].untyped_data()),

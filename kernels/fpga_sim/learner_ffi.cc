@@ -61,6 +61,22 @@ ffi::Error DqnImpl(ffi::Buffer<ffi::F32> params, ffi::Buffer<ffi::F32> target,
   if (obs.element_count() != v_count * b * obs_dim) {
     return ffi::Error::InvalidArgument("learner: observations are not [B, obs_dim]");
   }
+  // every operand holds what the step reads of it, checked before anything is written
+  const int64_t sizes[] = {target.element_count(), mu.element_count(), nu.element_count(),
+                           steps.element_count(),  action.element_count(),
+                           discount.element_count(), next_obs.element_count(),
+                           weights.element_count()};
+  const int64_t want[] = {v_count * p, v_count * p, v_count * p, v_count, v_count * b,
+                          v_count * b, v_count * b * obs_dim, v_count * b};
+  const char* names[] = {"target", "mu", "nu", "steps", "action", "discount", "next_obs",
+                         "weights"};
+  for (int k = 0; k < 8; ++k) {
+    if (sizes[k] != want[k]) {
+      return ffi::Error::InvalidArgument(std::string("learner: ") + names[k] + " holds " +
+                                         std::to_string(sizes[k]) + " values, the step reads " +
+                                         std::to_string(want[k]));
+    }
+  }
   ln::DqnConfig cfg;
   cfg.dueling = dueling != 0;
   cfg.double_q = double_q != 0;

@@ -182,3 +182,38 @@ def test_training_runs_the_module_in_the_fused_loop(wrap):
     assert int(state.agent.critic_opt[0].count[0]) == steps
     assert int(state.agent.actor_opt[0].count[0]) == steps // 2
     assert len(history) == 2 and all(np.isfinite(h["loss"]).all() for h in history)
+
+
+def _short_last(target, out_types, aliased):
+    """The FFI call with its last operand one row short (TD3's noise; DQN's weights)."""
+    from drlhet.backends.fpga import _learner_call
+
+    real = _learner_call(target, out_types, aliased)
+    return lambda *ops, **attrs: real(*ops[:-1], ops[-1][:-1], **attrs)
+
+
+@pytest.mark.parametrize("algo", ["ddpg", "dqn"])
+def test_the_ffi_refuses_an_operand_shorter_than_the_step_reads(algo):
+    """The C-simulation's handlers read B rows of every field: one of B - 1 rows read past its
+    buffer (DDPG's noise was never checked, DQN's weights, discount and next_obs neither).
+    The Python wrapper shapes every operand; a direct FFI caller is now refused by name."""
+    from drlhet.agents.dqn import DQNConfig, make_dqn
+    from drlhet.backends import fpga_learner
+    from tests.backends.test_fpga_learner import batch_of as dqn_batch
+
+    if algo == "ddpg":
+        config = DDPGConfig(hidden=(16,), td3=True)
+        agent = make_ddpg(config, (3,), 1, LOW, HIGH)
+        sim = fpga_learner.wrap("ddpg", config, agent, (3,), 1, 8, _short_last, (LOW, HIGH))
+        data, w = batch_of(jax.random.key(1), 8, 3, 1)
+        match = "operand 17 holds 7 values, the step reads 8"
+    else:
+        config = DQNConfig(hidden=(8,))
+        agent = make_dqn(config, (4,), 2)
+        sim = fpga_learner.wrap("dqn", config, agent, (4,), 2, 8, _short_last)
+        data, w = dqn_batch(jax.random.key(1), 8)
+        match = "weights holds 7 values, the step reads 8"
+    with pytest.raises(Exception, match=match):
+        jax.block_until_ready(
+            jax.jit(sim.update)(agent.init(jax.random.key(0)), data, w, jax.random.key(0))
+        )

@@ -337,3 +337,25 @@ def test_the_synthesized_lanes_compute_the_c_simulations_bits(tmp_path):
         subprocess.run([*cmd, str(exe)], check=True, capture_output=True)
         hashes.append(subprocess.run([str(exe)], capture_output=True, text=True).stdout)
     assert hashes[0] == hashes[1] and len(hashes[0].strip()) >= 8, hashes
+
+
+def test_the_testbench_builds_apart_from_the_top_as_vitis_compiles_it(tmp_path):
+    """run_hls.tcl compiles learner_tb.cpp with LEARNER_TB_INCLUDES_TOP=0 and the top apart
+    (two translation units): the testbench then needs the top's sizes from learner_top.h. They
+    were in learner_top.cpp, so Vitis' C-simulation did not compile (a review found it)."""
+    import shutil
+    import subprocess
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    assert cxx, "no C++ compiler, which `make test` needs for the kernels anyway"
+    objs = []
+    for name, flags in (("learner_top", []), ("learner_tb", ["-DLEARNER_TB_INCLUDES_TOP=0"])):
+        obj = tmp_path / f"{name}.o"
+        src = LEARNER_DIR / f"{name}.cpp"
+        cmd = [cxx, "-std=c++17", "-O1", "-w", *flags, f"-I{LEARNER_DIR}", "-c", str(src)]
+        subprocess.run([*cmd, "-o", str(obj)], check=True, capture_output=True, text=True)
+        objs.append(str(obj))
+    exe = tmp_path / "csim"
+    subprocess.run([cxx, *objs, "-o", str(exe)], check=True, capture_output=True, text=True)
+    done = subprocess.run([str(exe), "--top", "2", "5"], capture_output=True, text=True)
+    assert done.stdout.startswith("TOP OK"), done.stdout + done.stderr

@@ -56,6 +56,15 @@ constexpr int64_t kMaxRows = int64_t(kMaxLayers) * (kMaxWidth + 1) * Blocks(kMax
 using Row = float[kPOut];                    // one word of a parameter memory
 using Tile = float[kMaxBatch][kMaxWidth];    // an activation, a gradient, a batch's input
 
+// A lanes loop's bound: the constant lane count for synthesis (the loop unrolls, and its guards
+// idle the lanes past `live`), the live lanes alone in the C-simulation and the testbench (the
+// same arithmetic without the idle iterations). Vitis HLS defines __SYNTHESIS__.
+#ifdef __SYNTHESIS__
+#define DRLHET_LANES(lanes, live) (lanes)
+#else
+#define DRLHET_LANES(lanes, live) ((live) < (lanes) ? (live) : (lanes))
+#endif
+
 // The banks of a Tile, of an array of Tiles (its tiles one after another in each bank) and of a
 // parameter memory, for synthesis (where the array is declared).
 #define DRLHET_PRAGMA(x) _Pragma(#x)
@@ -113,7 +122,42 @@ inline bool MakeNet(int in, const int* widths, int hidden, const int* outs, int 
   return true;
 }
 
-// Calls f(flat offset, row, lane) for every parameter of `net`, in the flat layout's order.
+// flat [net.size] (flax's layout) -> rows [net.rows][kPOut]: one row an iteration, a layer's
+// rows in order (input i's block j is row d.w + i blocks + j, the bias input i == in), each
+// the row's live outputs from kPOut consecutive floats of `flat` (input i's outputs, then the
+// bias's, follow one another there too), the padding +0. On the board this is the load's
+// loop, reading the floats over AXI (learner_cycles.memory_load_cycles counts it).
+inline void PackParams(const Net& net, const float* flat, Row* rows) {
+  for (int l = 0; l < net.hidden + net.heads; ++l) {
+    const Dense& d = net.layer[l];
+    for (int64_t k = 0, i = 0, j = 0; k < int64_t(d.in + 1) * d.blocks; ++k) {
+#pragma HLS PIPELINE II = 4
+      const int64_t base = d.flat + i * d.out + j * kPOut;
+      const int width = d.out - j * kPOut < kPOut ? int(d.out - j * kPOut) : kPOut;
+      for (int q = 0; q < kPOut; ++q) rows[d.w + k][q] = q < width ? flat[base + q] : 0.0f;
+      if (++j == d.blocks) j = 0, ++i;
+    }
+  }
+}
+
+// rows [net.rows][kPOut] -> flat [net.size], the store's loop (PackParams' order).
+inline void UnpackParams(const Net& net, const Row* rows, float* flat) {
+  for (int l = 0; l < net.hidden + net.heads; ++l) {
+    const Dense& d = net.layer[l];
+    for (int64_t k = 0, i = 0, j = 0; k < int64_t(d.in + 1) * d.blocks; ++k) {
+#pragma HLS PIPELINE II = 4
+      const int64_t base = d.flat + i * d.out + j * kPOut;
+      const int width = d.out - j * kPOut < kPOut ? int(d.out - j * kPOut) : kPOut;
+      for (int q = 0; q < DRLHET_LANES(kPOut, width); ++q) {
+        if (q < width) flat[base + q] = rows[d.w + k][q];
+      }
+      if (++j == d.blocks) j = 0, ++i;
+    }
+  }
+}
+
+// Calls f(flat offset, row, lane) for every parameter of `net`, in the flat layout's order
+// (the layout stated once more, element by element: the tests check the loops above by it).
 template <typename F>
 inline void ForEachParam(const Net& net, F f) {
   for (int l = 0; l < net.hidden + net.heads; ++l) {
@@ -124,19 +168,6 @@ inline void ForEachParam(const Net& net, F f) {
       for (int o = 0; o < d.out; ++o) f(flat + o, row + o / kPOut, o % kPOut);
     }
   }
-}
-
-// flat [net.size] (flax's layout) -> rows [net.rows][kPOut], the padding +0.
-inline void PackParams(const Net& net, const float* flat, Row* rows) {
-  for (int64_t r = 0; r < net.rows; ++r) {
-    for (int q = 0; q < kPOut; ++q) rows[r][q] = 0.0f;
-  }
-  ForEachParam(net, [&](int64_t k, int64_t r, int q) { rows[r][q] = flat[k]; });
-}
-
-// rows [net.rows][kPOut] -> flat [net.size].
-inline void UnpackParams(const Net& net, const Row* rows, float* flat) {
-  ForEachParam(net, [&](int64_t k, int64_t r, int q) { flat[k] = rows[r][q]; });
 }
 
 // x [batch][cols] (row-major) -> the Tile's rows [0, batch), columns [0, cols).

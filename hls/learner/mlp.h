@@ -57,14 +57,6 @@ void TraceIteration();
 #define DRLHET_ITER() ((void)0)
 #endif
 
-// A lanes loop's bound: the constant lane count for synthesis (the loop unrolls, and its guards
-// idle the lanes past `live`), the live lanes alone in the C-simulation and the testbench (the
-// same arithmetic without the idle iterations). Vitis HLS defines __SYNTHESIS__.
-#ifdef __SYNTHESIS__
-#define DRLHET_LANES(lanes, live) (lanes)
-#else
-#define DRLHET_LANES(lanes, live) ((live) < (lanes) ? (live) : (lanes))
-#endif
 
 constexpr int Log2Ceil(int n) { return n <= 1 ? 0 : 1 + Log2Ceil((n + 1) / 2); }
 

@@ -32,14 +32,17 @@ def test_fpga_replay_costs_the_modules_cycle_model():
     assert m.predict(on_fpga).basis == "modeled (cycle model)"
 
     # learner: the learner module's cycle model at the toy's clock, and its driver's load and
-    # store: two more invocations (5 us) and the memories over the link (2 us + 1 GB/s) each way
-    def driver(floats):
-        return 2 * (5 * US + 2 * US + 4 * 4 * floats / 1e9)
+    # store: two more invocations (5 us), the memories over the link (2 us + 1 GB/s) each way,
+    # and the module's loops packing them into rows of 64 (a row 4 cycles, a layer's loop 64
+    # cycles of AXI latency and 2 of entry: 4 rows + 63 a layer)
+    def driver(floats, rows):
+        return 2 * (5 * US + 2 * US + 4 * 4 * floats / 1e9 + rows / (mhz * 1e6))
 
-    # DQN 4-64-64 with dueling heads 1 and 2: 320 + 4160 + 65 + 130 parameters
+    # DQN 4-64-64 with dueling heads 1 and 2: 320 + 4160 + 65 + 130 parameters; rows 5, 65,
+    # 65, 65 (83 + 3 x 323 cycles) in each of the four memories
     t = m.compute("learner", Place("fpga", "fpga"))["train"]
     step = learner_cycles.dqn_step_cycles(4, (64, 64), 2, 100) / (mhz * 1e6)
-    assert t == pytest.approx(step + driver(4675))
+    assert t == pytest.approx(step + driver(4675, 4 * 1052))
     resident = toy_sheets()
     resident["fpga"]["values"]["learner_memories_resident"] = {"value": 1, "source": "toy"}
     kept = Model(SHAPES, resident, {"jax": PROFILE}).compute("learner", Place("fpga", "fpga"))
@@ -49,8 +52,9 @@ def test_fpga_replay_costs_the_modules_cycle_model():
     )
     t = ddpg.compute("learner", Place("fpga", "fpga"))["train"]
     mean = learner_cycles.ddpg_mean_step_cycles(4, (64, 64), 2, 100, td3=True, policy_delay=2)
-    # the actor 4-64-64-2 (4610) and two critics 6-64-64-1 (4673 each)
-    assert t == pytest.approx(mean / (mhz * 1e6) + driver(4610 + 2 * 4673))
+    # the actor 4-64-64-2 (4610; rows 5, 65, 65: 729 cycles) and two critics 6-64-64-1 (4673
+    # each; rows 7, 65, 65: 737 cycles), four memories each
+    assert t == pytest.approx(mean / (mhz * 1e6) + driver(4610 + 2 * 4673, 4 * (729 + 2 * 737)))
     for change, why in (
         ({"algo": "sac"}, "not 'sac'"),
         ({"algo": "ddpg", "net": (200, 64, 64, 60)}, "1..256 wide"),

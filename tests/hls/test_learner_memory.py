@@ -53,7 +53,10 @@ int main() {
   for (size_t k = 0; k < p; ++k) flat[k] = 0.01f * float(int(k % 97) - 48);
   ln::PackParams(net, flat.data(), rows);
   ln::UnpackParams(net, rows, back.data());
-  const bool roundtrip = std::memcmp(flat.data(), back.data(), 4 * p) == 0;
+  bool roundtrip = std::memcmp(flat.data(), back.data(), 4 * p) == 0;
+  ln::ForEachParam(net, [&](int64_t k, int64_t r, int q) {  // the loops' rows, element by element
+    roundtrip = roundtrip && std::memcmp(&rows[r][q], &flat[k], 4) == 0;
+  });
   bool pad = PaddingZero(net, rows);
   ln::DqnConfig cfg;
   cfg.opt.max_norm = 0.5;  // the clip reads the global norm over every lane

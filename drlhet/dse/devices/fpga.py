@@ -91,15 +91,24 @@ def seconds(prim: str, sheet: dict, s: Shapes, link: dict) -> float:
 def driver_seconds(sheet: dict, link: dict, s: Shapes) -> float:
     """Seconds a learner step's driver adds on the board of ``sheet`` beyond the module's
     cycles and the stage's one invocation (`host_overhead`): the existing driver's load and
-    store, two more invocations and the memories (``memory_words`` floats) over ``link`` each
-    way; 0 where the sheet says the memories stay on the board (``learner_memories_resident``
-    1)."""
+    store, two more invocations, the memories (``memory_words`` floats) over ``link`` each way
+    and the module's loops that pack them into its banks and back
+    (`learner_cycles.memory_load_cycles`); 0 where the sheet says the memories stay on the
+    board (``learner_memories_resident`` 1)."""
     if sheet["values"].get("learner_memories_resident", {}).get("value", 0):
         return 0.0
     obs, *hidden, outputs = s.net
     critics = 2 if s.td3 else 1
     words = memory_words(s.algo, obs, hidden, outputs, s.dueling, critics)
-    return 2 * (host_overhead(sheet) + link_seconds(link, 4 * words))
+    if s.algo == "ddpg":
+        actor = learner_cycles.layers(obs, tuple(hidden), (outputs,))
+        critic = learner_cycles.layers(obs + outputs, tuple(hidden), (1,))
+        nets = 4 * [actor] + 4 * critics * [critic]
+    else:
+        heads = (1, outputs) if s.dueling else (outputs,)
+        nets = 4 * [learner_cycles.layers(obs, tuple(hidden), heads)]
+    pack = learner_cycles.memory_load_cycles(nets) / (_v(sheet, "clock_mhz") * 1e6)
+    return 2 * (host_overhead(sheet) + link_seconds(link, 4 * words) + pack)
 
 
 def source(group: str) -> str:

@@ -36,6 +36,7 @@ __all__ = [
     "Timing",
     "layers",
     "memory_rows",
+    "memory_load_cycles",
     "loop",
     "dqn_step_cycles",
     "ddpg_step_cycles",
@@ -58,6 +59,10 @@ class Timing:
     add: int = 5
     entry: int = 2
     update: int = 60
+    axi: int = 64
+    """An AXI read's latency (Vitis' default m_axi latency): the load's and store's loops."""
+    beats: int = 4
+    """Cycles a row of ``P_OUT`` floats takes over a 512-bit AXI port (16 floats a beat)."""
 
 
 def loop(trips: int, depth: int, t: Timing, distance: int | None = None) -> int:
@@ -135,6 +140,22 @@ def memory_rows(net: list[tuple[int, int]]) -> int:
     (``hls/learner/memory.h``): each layer's kernel, one row per input and block of ``P_OUT``
     outputs, then its bias, one row per block."""
     return sum((i + 1) * -(-o // P_OUT) for i, o in net)
+
+
+def memory_load_cycles(nets: list[list[tuple[int, int]]], t: Timing | None = None) -> int:
+    """Cycles of the top's load (or, alike, its store) of one parameter memory of each network
+    in ``nets`` (list a network once per memory: DQN's parameters, target and Adam's two
+    moments are four): per layer, one pipelined loop over its rows (``hls/learner/memory.h``'s
+    ``PackParams``), a row's ``P_OUT`` floats ``beats`` cycles over AXI, after the AXI read's
+    latency. Not a step's cost: the board driver's that loads and stores every step
+    (`drlhet.dse.devices.fpga.driver_seconds`)."""
+    t = t or Timing()
+    c = 0
+    for net in nets:
+        for i, o in net:
+            rows = (i + 1) * -(-o // P_OUT)
+            c += (rows - 1) * t.beats + 1 + t.axi + t.entry
+    return c
 
 
 def _optimizer(net: list[tuple[int, int]], t: Timing, clip: bool) -> int:

@@ -47,18 +47,21 @@ struct State {
   float* rows;  // reward, discount, weights [kMaxBatch] each
 };
 
-DdpgNets Nets() {
+constexpr DdpgNets MakeNets() {
   DdpgNets nets;
   const int a_out[1] = {kActions}, c_out[1] = {1};
   MakeNet(kObs, kWidths, kHidden, a_out, 1, &nets.actor);
   MakeNet(kObs + kActions, kWidths, kHidden, c_out, 1, &nets.critic);
   return nets;
 }
+constexpr DdpgNets kNets = MakeNets();  // made when the top is compiled
+static_assert(kNets.actor.rows == kActorRows && kNets.critic.rows * LEARNER_CRITICS == kCriticRows,
+              "the top's row counts are its networks'");
 
 // kLoad (from `load`) or kStore (to `store`, when `load` is null): the memories between the
 // flat layout and the state.
 void Memories(const State& st, const float* load, float* store) {
-  const DdpgNets n = Nets();
+  const DdpgNets& n = kNets;
   const int64_t pc = kCritic / LEARNER_CRITICS, rc = kCriticRows / LEARNER_CRITICS;
   Row* const actors[4] = {st.actor, st.target_actor, st.actor_mu, st.actor_nu};
   Row* const critics[4] = {st.critic, st.target_critic, st.critic_mu, st.critic_nu};
@@ -85,7 +88,7 @@ void Memories(const State& st, const float* load, float* store) {
 
 // One step on the batch of B rows at `x` (kStep's layout, learner_top.h).
 void Step(const State& st, const float* x, int b, float* out) {
-  const DdpgNets nets = Nets();
+  const DdpgNets& nets = kNets;
   DdpgConfig cfg;
   cfg.actor_opt.lr = hp[0], cfg.critic_opt.lr = hp[1];
   for (Adam* opt : {&cfg.actor_opt, &cfg.critic_opt}) {
@@ -125,17 +128,19 @@ struct State {
   float* rows;  // reward, discount, weights [kMaxBatch] each
 };
 
-Net MakeDqnNet() {
+constexpr Net MakeDqnNet() {
   Net net;
   const int outs[2] = {LEARNER_DUELING ? 1 : kActions, kActions};
   MakeNet(kObs, kWidths, kHidden, outs, LEARNER_DUELING ? 2 : 1, &net);
   return net;
 }
+constexpr Net kNet = MakeDqnNet();  // made when the top is compiled
+static_assert(kNet.rows == kRows && kNet.size == kParams, "the top's sizes are its network's");
 
 // kLoad (from `load`) or kStore (to `store`, when `load` is null): the memories (params,
 // target, mu, nu) between the flat layout and the state.
 void Memories(const State& st, const float* load, float* store) {
-  const Net net = MakeDqnNet();
+  const Net& net = kNet;
   Row* const rows[4] = {st.params, st.target, st.mu, st.nu};
   for (int k = 0; k < 4; ++k) {
     if (load != nullptr) {
@@ -148,7 +153,7 @@ void Memories(const State& st, const float* load, float* store) {
 
 // One step on the batch of B rows at `x` (kStep's layout, learner_top.h).
 void Step(const State& st, const float* x, int b, float* out) {
-  const Net net = MakeDqnNet();
+  const Net& net = kNet;
   DqnConfig cfg;
   cfg.opt.lr = hp[0], cfg.opt.b1 = hp[1], cfg.opt.b2 = hp[2], cfg.opt.eps = hp[3];
   cfg.opt.max_norm = hp[4], cfg.huber_delta = hp[5], cfg.priority_eps = hp[6], cfg.tau = hp[7];

@@ -59,6 +59,47 @@ constexpr int TileWidth() {
   return blocks < 64 ? 64 : (blocks > 256 ? 256 : blocks);
 }
 
+// The network of the build and the sizes of its memories: in the flat layout (what kLoad
+// takes and kStore gives: kMemory floats) and on chip (rows, memory.h). Here rather than in
+// learner_top.cpp so that a testbench compiled apart from the top (Vitis' C-simulation,
+// LEARNER_TB_INCLUDES_TOP 0) knows them too.
+constexpr int kWidths[3] = {LEARNER_H0, LEARNER_H1, LEARNER_H2};
+constexpr int kHidden = (LEARNER_H0 > 0) + (LEARNER_H1 > 0) + (LEARNER_H2 > 0);
+constexpr int kObs = LEARNER_OBS, kActions = LEARNER_ACTIONS;
+
+// Floats in the flat layout of a network of `in` inputs and heads `h0` (and `h1`).
+constexpr int64_t NetSize(int in, int h0, int h1) {
+  int64_t size = 0;
+  int prev = in;
+  for (int l = 0; l < kHidden; ++l) {
+    size += int64_t(prev) * kWidths[l] + kWidths[l];
+    prev = kWidths[l];
+  }
+  return size + int64_t(prev) * h0 + h0 + (h1 ? int64_t(prev) * h1 + h1 : 0);
+}
+
+// Rows of its parameter memory (memory.h: each layer (in + 1) x Blocks(out) rows, a block 64
+// outputs).
+constexpr int64_t NetRows(int in, int h0, int h1) {
+  int64_t rows = 0;
+  int prev = in;
+  for (int l = 0; l < kHidden; ++l) {
+    rows += int64_t(prev + 1) * ((kWidths[l] + 63) / 64);
+    prev = kWidths[l];
+  }
+  rows += int64_t(prev + 1) * ((h0 + 63) / 64);
+  return rows + (h1 ? int64_t(prev + 1) * ((h1 + 63) / 64) : 0);
+}
+
+// The most rows one network's memory of the top has (DDPG: the actor's or one critic's): the
+// gradient memory's rows when LEARNER_SIZED_TILES is 1 (memory.h's kMaxRows; the module's
+// bound is 5,140).
+constexpr int64_t MaxRows() {
+  const int64_t actor = NetRows(kObs, kActions, 0), critic = NetRows(kObs + kActions, 1, 0);
+  const int64_t dqn = LEARNER_DUELING ? NetRows(kObs, 1, kActions) : NetRows(kObs, kActions, 0);
+  return LEARNER_ALGO == 1 ? (actor > critic ? actor : critic) : dqn;
+}
+
 // Host protocol: cmd[0] is the command.
 //   kLoad   hyper = the hyper-parameters (kHyper doubles: learner_top.cpp); in = the memories
 //           back to back (DQN: params, target, mu, nu; DDPG: actor, critics, target actor,
@@ -87,6 +128,7 @@ constexpr uint32_t kProtocolVersion = 1;
 
 #if LEARNER_SIZED_TILES && !defined(LEARNER_TILE_WIDTH)
 #define LEARNER_TILE_WIDTH (::drlhet::learner::top::TileWidth())
+#define LEARNER_MAX_ROWS (::drlhet::learner::top::MaxRows())
 #endif
 
 #include "memory.h"
@@ -94,14 +136,6 @@ constexpr uint32_t kProtocolVersion = 1;
 namespace drlhet {
 namespace learner {
 namespace top {
-
-// The network of the build, and the sizes of its memories: in the flat layout (what kLoad
-// takes and kStore gives: kMemory floats) and on chip (rows, memory.h). Here rather than in
-// learner_top.cpp so that a testbench compiled apart from the top (Vitis' C-simulation,
-// LEARNER_TB_INCLUDES_TOP 0) knows them too.
-constexpr int kWidths[kMaxHidden] = {LEARNER_H0, LEARNER_H1, LEARNER_H2};
-constexpr int kHidden = (LEARNER_H0 > 0) + (LEARNER_H1 > 0) + (LEARNER_H2 > 0);
-constexpr int kObs = LEARNER_OBS, kActions = LEARNER_ACTIONS;
 
 // MakeNet would refuse the network at run time, unchecked: refuse it when the top is built.
 constexpr bool Fits(int w, bool absent_ok) {
@@ -115,28 +149,6 @@ static_assert(Fits(kObs, false) && Fits(kActions, false) && Fits(LEARNER_H0, tru
               "a layer outside the module's widths (1..kMaxWidth, hls/learner/memory.h)");
 static_assert(LEARNER_ALGO == 0 || LEARNER_CRITICS == 1 || LEARNER_CRITICS == 2,
               "LEARNER_CRITICS must be 1 or 2");
-
-// Floats in the flat layout of a network of `in` inputs and heads `h0` (and `h1`).
-constexpr int64_t NetSize(int in, int h0, int h1) {
-  int64_t size = 0;
-  int prev = in;
-  for (int l = 0; l < kHidden; ++l) {
-    size += int64_t(prev) * kWidths[l] + kWidths[l];
-    prev = kWidths[l];
-  }
-  return size + int64_t(prev) * h0 + h0 + (h1 ? int64_t(prev) * h1 + h1 : 0);
-}
-
-// Rows of its parameter memory (memory.h: each layer (in + 1) x Blocks(out) rows).
-constexpr int64_t NetRows(int in, int h0, int h1) {
-  int64_t rows = 0;
-  int prev = in;
-  for (int l = 0; l < kHidden; ++l) {
-    rows += int64_t(prev + 1) * Blocks(kWidths[l]);
-    prev = kWidths[l];
-  }
-  return rows + int64_t(prev + 1) * Blocks(h0) + (h1 ? int64_t(prev + 1) * Blocks(h1) : 0);
-}
 
 #if LEARNER_ALGO == 1
 constexpr int64_t kActor = NetSize(kObs, kActions, 0);

@@ -50,8 +50,13 @@ static_assert(kMaxWidth >= kPOut && kMaxWidth <= kModuleWidth && kMaxWidth % kPO
 // Blocks of kPOut columns that hold `n` columns.
 constexpr int Blocks(int n) { return (n + kPOut - 1) / kPOut; }
 
-// Rows of the largest parameter memory the module holds (every layer kMaxWidth by kMaxWidth).
+// Rows of the largest parameter memory the build holds: every layer kMaxWidth by kMaxWidth, or
+// a sized top's own network's (LEARNER_MAX_ROWS, learner_top.h).
+#ifdef LEARNER_MAX_ROWS
+constexpr int64_t kMaxRows = LEARNER_MAX_ROWS;
+#else
 constexpr int64_t kMaxRows = int64_t(kMaxLayers) * (kMaxWidth + 1) * Blocks(kMaxWidth);
+#endif
 
 using Row = float[kPOut];                    // one word of a parameter memory
 using Tile = float[kMaxBatch][kMaxWidth];    // an activation, a gradient, a batch's input
@@ -100,7 +105,9 @@ struct Net {
 
 // Makes `net` for an input of `in` features, `hidden` widths `widths[0..hidden)` and `heads`
 // output widths `outs[0..heads)`; false (net untouched) when a size is outside the module's.
-inline bool MakeNet(int in, const int* widths, int hidden, const int* outs, int heads, Net* net) {
+// constexpr: a synthesized top makes its network when it is compiled (every bound a constant).
+constexpr bool MakeNet(int in, const int* widths, int hidden, const int* outs, int heads,
+                       Net* net) {
   if (hidden < 0 || hidden > kMaxHidden || heads < 1 || heads > 2) return false;
   Net n;
   n.hidden = hidden;

@@ -200,20 +200,26 @@ def test_a_top_sized_to_its_network_computes_the_same_bits(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "defines, width",
+    "defines, width, nets",
     [
-        ({}, 64),
-        ({"LEARNER_H0": 65}, 128),
-        ({"LEARNER_OBS": 200, "LEARNER_H0": 32, "LEARNER_H1": 0}, 256),
-        ({"LEARNER_ALGO": 1, "LEARNER_OBS": 60, "LEARNER_ACTIONS": 6, "LEARNER_H1": 0}, 128),
+        ({}, 64, [(4, (64, 64), (1, 2))]),
+        ({"LEARNER_H0": 65}, 128, [(4, (65, 64), (1, 2))]),
+        ({"LEARNER_OBS": 200, "LEARNER_H0": 32, "LEARNER_H1": 0}, 256, [(200, (32,), (1, 2))]),
+        (
+            {"LEARNER_ALGO": 1, "LEARNER_OBS": 60, "LEARNER_ACTIONS": 6, "LEARNER_H1": 0},
+            128,
+            [(60, (64,), (6,)), (66, (64,), (1,))],
+        ),
     ],
 )
-def test_the_tiles_are_as_wide_as_the_widest_layer(tmp_path, defines, width):
-    """The widest layer rounded up to 64 columns; DDPG's critic reads obs + actions (66)."""
+def test_a_sized_top_holds_its_widest_layer_and_its_networks_rows(tmp_path, defines, width, nets):
+    """The tiles as wide as the widest layer rounded up to 64 columns (DDPG's critic reads
+    obs + actions, 66), the gradient memory as many rows as the top's largest network has."""
     src = tmp_path / "w.cpp"
     src.write_text(
         '#include <cstdio>\n#include "learner_top.h"\n#include "memory.h"\n'
-        'int main() { std::printf("%d", drlhet::learner::kMaxWidth); }\n'
+        'int main() { std::printf("%d %lld", drlhet::learner::kMaxWidth,'
+        " (long long)drlhet::learner::kMaxRows); }\n"
     )
     cxx = shutil.which("g++") or shutil.which("c++")
     assert cxx, "no C++ compiler, which `make test` needs for the kernels anyway"
@@ -221,4 +227,6 @@ def test_the_tiles_are_as_wide_as_the_widest_layer(tmp_path, defines, width):
     exe = tmp_path / "w"
     cmd = [cxx, "-std=c++17", *flags, f"-I{LEARNER_DIR}", str(src), "-o", str(exe)]
     subprocess.run(cmd, check=True, capture_output=True)
-    assert subprocess.run([str(exe)], capture_output=True, text=True).stdout == str(width)
+    got = subprocess.run([str(exe)], capture_output=True, text=True).stdout.split()
+    rows = max(learner_cycles.memory_rows(learner_cycles.layers(*n)) for n in nets)
+    assert got == [str(width), str(rows)]

@@ -5,8 +5,10 @@
 // ap_uint of that level's width (level_bits), in K banks so that the K children of a node are
 // read in one cycle (the leaves two a word, in K / 2 banks: LevelMem). Every process's loop is pipelined (the pragmas ask
 // for II = 1; the read-modify-writes of the memories and the 32-bit AXI ports hold it at 3 and 2:
-// drlhet/dse/devices/rmm_cycles.py) and handles writes and samples in one stream of items, so a
-// level's memory has one owner; a command ends with an end item that carries the root and the
+// drlhet/dse/devices/rmm_cycles.py); the levels handle writes and samples in one stream of
+// items, so a level's memory has one owner, and Front and Back run one loop per op (each its
+// own access pattern of its AXI buffer). Front alone reads `cmd`: it hands the op and B to Back
+// on a FIFO of their own. A command ends with an end item that carries the root and the
 // clamped count to Back. The info op (rmm.h's kInfo) sends the end item alone, carrying the
 // host's nonce; Back answers it after its loop, from the macros below, so the loops' II is not
 // touched (the cycle model's steady state is that of write, sample and read only).
@@ -112,54 +114,104 @@ struct LevelMem<L, true> {
   }
 };
 
-void Front(const uint32_t* cmd, const uint32_t* in, Stream<Item>& out) {
-  static FrontMem mem;
-#pragma HLS BIND_STORAGE variable = mem.table_ type = ram_2p impl = uram
-  const uint32_t op = cmd[0];
-  // a read of a level past the leaves is a bad command, as in Serve (Item::level would wrap it)
-  const bool known = op == kWrite || op == kSample || (op == kRead && cmd[2] <= kDepth);
-  const uint32_t b = known ? cmd[1] : 0;
-  const bool stratified = (cmd[2] & kStratified) != 0;
-  const uint32_t nonce = (op == kInfo && cmd[1] == 1) ? in[0] : 0u;  // once, outside the loop
-  node_t root = mem.root();
-  uint32_t clamped = 0;
-front:
-  for (uint32_t j = 0; j < b; ++j) {
-#pragma HLS PIPELINE II = 1
-    Item it;
-    if (op == kWrite) {
-      Delta d;
-      bool c = false;
-      if (!WriteFrontItem(mem, kLay, RMM_FRAC_BITS, in[j], in[b + j], &root, &d, &c)) continue;
-      clamped += c ? 1 : 0;
-      it.op = kItemWrite;
-      it.level = 0;
-      it.index = d.index;
-      it.x = d.delta;
-      it.q = d.q;
-    } else if (op == kRead) {
-      it.op = kItemRead;
-      it.level = cmd[2];
-      it.index = in[j];
-      it.x = (cmd[2] == 0 && in[j] == 0) ? root : node_t(0);
-      it.q = 0;
-    } else {
-      it.op = kItemSample;
-      it.level = 0;
-      it.index = 0;
-      it.x = Target(root, in[2 * j], in[2 * j + 1], j, b, stratified);
-      it.q = 0;
-    }
-    out.write(it);
-  }
-  mem.set_root(root);
+// What Front tells Back of the command, once, before its items (so that `cmd` has one reader in
+// the dataflow region): the op and B (0 for a command that does nothing).
+struct Header {
+  uint32_t op;
+  uint32_t b;
+};
+
+// The end of a command: the root and the clamped count (or the info op's nonce).
+inline Item EndItem(uint32_t index, node_t root) {
   Item end;
   end.op = kItemEnd;
   end.level = 0;
-  end.index = op == kInfo ? nonce : clamped;
+  end.index = index;
   end.x = root;
   end.q = 0;
-  out.write(end);
+  return end;
+}
+
+// A write's entries (in[j], in[b + j]): one loop, its II the leaf table's read-modify-write.
+uint32_t FrontWrites(FrontMem& mem, const uint32_t* in, uint32_t b, node_t* root,
+                     Stream<Item>& out) {
+  uint32_t clamped = 0;
+front_write:
+  for (uint32_t j = 0; j < b; ++j) {
+#pragma HLS PIPELINE II = 1
+    Delta d;
+    bool c = false;
+    if (!WriteFrontItem(mem, kLay, RMM_FRAC_BITS, in[j], in[b + j], root, &d, &c)) continue;
+    clamped += c ? 1 : 0;
+    Item it;
+    it.op = kItemWrite;
+    it.level = 0;
+    it.index = d.index;
+    it.x = d.delta;
+    it.q = d.q;
+    out.write(it);
+  }
+  return clamped;
+}
+
+// A sample's uniform words (in[2j], in[2j + 1]) as targets under the root.
+void FrontSamples(const uint32_t* in, uint32_t b, bool stratified, node_t root,
+                  Stream<Item>& out) {
+front_sample:
+  for (uint32_t j = 0; j < b; ++j) {
+#pragma HLS PIPELINE II = 1
+    Item it;
+    it.op = kItemSample;
+    it.level = 0;
+    it.index = 0;
+    it.x = Target(root, in[2 * j], in[2 * j + 1], j, b, stratified);
+    it.q = 0;
+    out.write(it);
+  }
+}
+
+// A read's slots (in[j]) of `level`.
+void FrontReads(const uint32_t* in, uint32_t b, uint32_t level, node_t root, Stream<Item>& out) {
+front_read:
+  for (uint32_t j = 0; j < b; ++j) {
+#pragma HLS PIPELINE II = 1
+    Item it;
+    it.op = kItemRead;
+    it.level = level;
+    it.index = in[j];
+    it.x = (level == 0 && in[j] == 0) ? root : node_t(0);
+    it.q = 0;
+    out.write(it);
+  }
+}
+
+// The command's only reader of `cmd`: its items, one loop per op (each with its own access
+// pattern of `in`, so each can burst and keep its own II), then the end item; the op and B to
+// Back on `header`.
+void Front(const uint32_t* cmd, const uint32_t* in, Stream<Item>& out, Stream<Header>& header) {
+  static FrontMem mem;
+#pragma HLS BIND_STORAGE variable = mem.table_ type = ram_2p impl = uram
+  const uint32_t op = cmd[0], level = cmd[2];
+  // a read of a level past the leaves is a bad command, as in Serve (Item::level would wrap it)
+  const bool known = op == kWrite || op == kSample || (op == kRead && level <= kDepth);
+  const uint32_t b = known ? cmd[1] : 0;
+  const bool stratified = (level & kStratified) != 0;
+  Header h;
+  h.op = op;
+  h.b = op == kInfo ? cmd[1] : b;
+  header.write(h);
+  const uint32_t nonce = (op == kInfo && cmd[1] == 1) ? in[0] : 0u;  // once, outside a loop
+  node_t root = mem.root();
+  uint32_t clamped = 0;
+  if (op == kWrite) {
+    clamped = FrontWrites(mem, in, b, &root, out);
+  } else if (op == kRead) {
+    FrontReads(in, b, level, root, out);
+  } else {
+    FrontSamples(in, b, stratified, root, out);
+  }
+  mem.set_root(root);
+  out.write(EndItem(op == kInfo ? nonce : clamped, root));
 }
 
 template <int L>
@@ -207,35 +259,59 @@ struct Levels<kDepth> {
   static void Run(Stream<Item>*) {}
 };
 
-void Back(const uint32_t* cmd, Stream<Item>& in, uint32_t* out) {
-  const uint32_t b = cmd[1];
-  uint32_t j = 0, nonce = 0;
-back:
+// A sample's drawn items: indices to out[j], leaf words to out[b + j]; returns the end item.
+Item BackSamples(Stream<Item>& in, uint32_t b, uint32_t* out) {
+  uint32_t j = 0;
+back_sample:
   for (;;) {
 #pragma HLS PIPELINE II = 1
     const Item it = in.read();
-    if (it.op == kItemEnd) {
-      nonce = it.index;
-      if (cmd[0] == kWrite) {
-        out[0] = it.index;
-      } else if (cmd[0] == kSample) {
-        out[2 * b] = uint32_t(it.x >> 32);
-        out[2 * b + 1] = uint32_t(it.x & 0xFFFFFFFFu);
-      }
-      break;
-    }
-    if (it.op == kItemSample) {
-      out[j] = it.index;
-      out[b + j] = uint32_t(it.q);
-      ++j;
-    } else if (it.op == kItemRead) {
-      out[2 * j] = uint32_t(it.x >> 32);
-      out[2 * j + 1] = uint32_t(it.x & 0xFFFFFFFFu);
-      ++j;
-    }
+    if (it.op == kItemEnd) return it;
+    out[j] = it.index;
+    out[b + j] = uint32_t(it.q);
+    ++j;
   }
-  // the info op's six words, outside the pipelined loop (its II stays that of two words an item)
-  if (cmd[0] == kInfo && b == 1) InfoWords(K, RMM_CAPACITY, RMM_FRAC_BITS, nonce, out);
+}
+
+// A read's nodes, two words each to out[2j], out[2j + 1]; returns the end item.
+Item BackReads(Stream<Item>& in, uint32_t* out) {
+  uint32_t j = 0;
+back_read:
+  for (;;) {
+#pragma HLS PIPELINE II = 1
+    const Item it = in.read();
+    if (it.op == kItemEnd) return it;
+    out[2 * j] = uint32_t(it.x >> 32);
+    out[2 * j + 1] = uint32_t(it.x & 0xFFFFFFFFu);
+    ++j;
+  }
+}
+
+// A write's items (passed on by the levels, nothing to answer) up to its end item, returned.
+Item BackDrain(Stream<Item>& in) {
+back_drain:
+  for (;;) {
+#pragma HLS PIPELINE II = 1
+    const Item it = in.read();
+    if (it.op == kItemEnd) return it;
+  }
+}
+
+// The command's answer, from Front's header and the items: one loop per op.
+void Back(Stream<Header>& header, Stream<Item>& in, uint32_t* out) {
+  const Header h = header.read();
+  if (h.op == kSample) {
+    const Item end = BackSamples(in, h.b, out);
+    out[2 * h.b] = uint32_t(end.x >> 32);
+    out[2 * h.b + 1] = uint32_t(end.x & 0xFFFFFFFFu);
+  } else if (h.op == kRead) {
+    BackReads(in, out);
+  } else {
+    const Item end = BackDrain(in);  // a write's, an info op's or an unknown op's end item
+    if (h.op == kWrite) out[0] = end.index;
+    // the info op's six words
+    if (h.op == kInfo && h.b == 1) InfoWords(K, RMM_CAPACITY, RMM_FRAC_BITS, end.index, out);
+  }
 }
 
 }  // namespace top
@@ -252,8 +328,10 @@ extern "C" void rmm_top(const uint32_t* cmd, const uint32_t* in, uint32_t* out) 
   using namespace drlhet::rmm;
 #pragma HLS DATAFLOW
   Stream<top::Item> s[top::kDepth + 1];
+  Stream<top::Header> header;  // Front to Back: the op and B, read from `cmd` by Front alone
 #pragma HLS STREAM variable = s depth = RMM_FIFO_DEPTH
-  top::Front(cmd, in, s[0]);
+#pragma HLS STREAM variable = header depth = 2
+  top::Front(cmd, in, s[0], header);
   top::Levels<0>::Run(s);
-  top::Back(cmd, s[top::kDepth], out);
+  top::Back(header, s[top::kDepth], out);
 }

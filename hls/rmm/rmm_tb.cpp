@@ -8,9 +8,12 @@
 //   g++ -std=c++17 -O2 -I hls/rmm -isystem $AP_TYPES -DRMM_K=16 -DRMM_CAPACITY=100003
 //     hls/rmm/rmm_tb.cpp -o rmm_tb && ./rmm_tb [commands] [seed]
 // The cycle count of one command (cycles.h), its stages' "ii depth" pairs on stdin (front, one
-// per level, back: what drlhet/dse/devices/rmm_cycles.py derives from the design):
+// per level, back: what drlhet/dse/devices/rmm_cycles.py derives from the design), which of
+// Front's iterations pass an item on as the command recorded them (rmm_top.h's
+// TraceFrontItem):
 //   ./rmm_tb --cycles write|sample|read B skipped_percent seed axi_read axi_write < stages
 // prints "CYCLES <n> ITEMS <items through the levels>".
+#define DRLHET_RMM_TRACE 1  // Front's record of its iterations (rmm_top.cpp), for --cycles
 #include <cstdio>
 #include <cmath>
 #include <cstdlib>
@@ -104,8 +107,21 @@ int CheckInfo(rmm::WordTree& model, const rmm::Layout& lay, uint32_t* info) {
   return 0;
 }
 
+}  // namespace
+
+namespace {
+std::vector<bool>* g_front = nullptr;  // where Front's iterations are recorded (null: nowhere)
+}  // namespace
+
+void drlhet::rmm::top::TraceFrontItem(bool emitted) {
+  if (g_front != nullptr) g_front->push_back(emitted);
+}
+
+namespace {
+
 // The stepped cycle count of one command on random inputs (a write skips ~skipped% of its
-// entries: indices past the capacity, which the front iterates over and drops).
+// entries: indices past the capacity, which the front iterates over and drops); which of
+// Front's iterations passed an item on is what the command, run through the design, recorded.
 int CycleMode(int argc, char** argv) {
   if (argc != 8) {
     std::printf("usage: rmm_tb --cycles write|sample|read B skipped%% seed axi_read axi_write\n");
@@ -132,7 +148,6 @@ int CycleMode(int argc, char** argv) {
       const bool skip = int(rng() % 100) < skipped;
       in[j] = skip ? rmm::kDropped : uint32_t(rng() % uint64_t(lay.capacity));
       in[b + j] = RandomValueBits(rng);
-      emits[j] = int64_t(in[j]) < lay.capacity;  // WriteFrontItem's test
     }
   } else if (op == "read") {
     cmd[0] = rmm::kRead;
@@ -141,7 +156,14 @@ int CycleMode(int argc, char** argv) {
   } else {
     for (auto& w : in) w = uint32_t(rng());
   }
+  emits.clear();
+  g_front = &emits;
   rmm_top(cmd, in.data(), out.data());  // the command itself runs through the design
+  g_front = nullptr;
+  if (emits.size() != b) {
+    std::printf("FAIL Front ran %zu iterations for B %u\n", emits.size(), b);
+    return 1;
+  }
   int64_t items = 0;
   for (bool e : emits) items += e ? 1 : 0;
   const int64_t n = rmm::SteppedCycles(stages, emits, RMM_FIFO_DEPTH, std::atoi(argv[6]),

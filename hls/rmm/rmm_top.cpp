@@ -132,6 +132,14 @@ inline Item EndItem(uint32_t index, node_t root) {
   return end;
 }
 
+// Front's record of its iterations for the testbench's stepped cycle count (rmm_top.h's
+// TraceFrontItem): compiled in only with DRLHET_RMM_TRACE.
+#ifdef DRLHET_RMM_TRACE
+#define DRLHET_RMM_ITEM(emitted) TraceFrontItem(emitted)
+#else
+#define DRLHET_RMM_ITEM(emitted) ((void)0)
+#endif
+
 // A write's entries (in[j], in[b + j]): one loop, its II the leaf table's read-modify-write.
 uint32_t FrontWrites(FrontMem& mem, const uint32_t* in, uint32_t b, node_t* root,
                      Stream<Item>& out) {
@@ -141,7 +149,9 @@ front_write:
 #pragma HLS PIPELINE II = 1
     Delta d;
     bool c = false;
-    if (!WriteFrontItem(mem, kLay, RMM_FRAC_BITS, in[j], in[b + j], root, &d, &c)) continue;
+    const bool kept = WriteFrontItem(mem, kLay, RMM_FRAC_BITS, in[j], in[b + j], root, &d, &c);
+    DRLHET_RMM_ITEM(kept);
+    if (!kept) continue;
     clamped += c ? 1 : 0;
     Item it;
     it.op = kItemWrite;
@@ -166,6 +176,7 @@ front_sample:
     it.index = 0;
     it.x = Target(root, in[2 * j], in[2 * j + 1], j, b, stratified);
     it.q = 0;
+    DRLHET_RMM_ITEM(true);
     out.write(it);
   }
 }
@@ -181,6 +192,7 @@ front_read:
     it.index = in[j];
     it.x = (level == 0 && in[j] == 0) ? root : node_t(0);
     it.q = 0;
+    DRLHET_RMM_ITEM(true);
     out.write(it);
   }
 }

@@ -28,6 +28,11 @@ constexpr Layout kLay = LayoutOf(RMM_CAPACITY, K);
 constexpr int kDepth = kLay.depth;
 static_assert(kDepth > 0, "RMM_K must be in {4, 8, 16, 32, 64}, RMM_CAPACITY in [1, 2^30]");
 
+// The testbench's record of each of Front's iterations (whether it passed an item on), for
+// its stepped cycle count (rmm_tb --cycles): called only when rmm_top.cpp is compiled with
+// DRLHET_RMM_TRACE; defined by rmm_tb.cpp.
+void TraceFrontItem(bool emitted);
+
 }  // namespace top
 }  // namespace rmm
 }  // namespace drlhet

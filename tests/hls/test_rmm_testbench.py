@@ -12,7 +12,7 @@ import pytest
 
 from drlhet.dse.devices import rmm_cycles
 from drlhet.dse.devices.rmm_cycles import Stage, Timing
-from drlhet.dse.devices.rmm_testbench import build, stepped_cycles
+from drlhet.dse.devices.rmm_testbench import RMM_DIR, build, stepped_cycles
 
 COMMANDS = [  # (op, skipped %, stratified, leaves)
     ("write", 0, True, "on-chip"),
@@ -67,3 +67,49 @@ def test_the_stepped_count_sees_the_stages(tmp_path):
     assert base > t.axi_read + t.axi_write + 3 * 1000
     with pytest.raises(RuntimeError, match="'ii depth' pairs"):
         stepped_cycles(exe, "sample", 1000, chain[:-1])
+
+
+def test_the_stepped_count_takes_fronts_items_from_the_code(tmp_path):
+    """Which of Front's iterations pass an item on is what the command, run through the design,
+    recorded (rmm_top.h's TraceFrontItem), not a test written again in the testbench: a planted
+    Front that drops every other write moves the count's items, which the testbench's own copy
+    of WriteFrontItem's test (until 2026-11-30) would not have seen."""
+    import shutil
+
+    sources = tmp_path / "rmm"
+    shutil.copytree(RMM_DIR, sources)
+    top = sources / "rmm_top.cpp"
+    kept = "const bool kept = WriteFrontItem("
+    assert kept in top.read_text()
+    top.write_text(
+        top.read_text().replace(kept, "const bool kept = (j % 2 == 0) && WriteFrontItem(")
+    )
+    chain = rmm_cycles.stages("write", 16, 4096, 1000)
+    _, items = stepped_cycles(build(tmp_path, 16, 4096), "write", 1000, chain)
+    (tmp_path / "planted").mkdir()
+    planted = build(tmp_path / "planted", 16, 4096, sources=sources)
+    _, planted_items = stepped_cycles(planted, "write", 1000, chain)
+    assert items == 1000 and planted_items == 500
+
+
+def test_the_testbench_builds_apart_from_the_top_as_vitis_compiles_it(tmp_path):
+    """run_hls.tcl compiles rmm_tb.cpp with RMM_TB_INCLUDES_TOP=0 and the top apart (two
+    translation units): the testbench's declarations come from rmm_top.h alone."""
+    import shutil
+
+    from drlhet.dse.devices.rmm_testbench import ap_types
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    assert cxx, "no C++ compiler, which `make test` needs for the kernels anyway"
+    flags = ["-std=c++17", "-O1", "-w", f"-I{RMM_DIR}", "-isystem", str(ap_types())]
+    flags.append("-DRMM_CAPACITY=100003")
+    objs = []
+    for name, extra in (("rmm_top", []), ("rmm_tb", ["-DRMM_TB_INCLUDES_TOP=0"])):
+        obj = tmp_path / f"{name}.o"
+        cmd = [cxx, *flags, *extra, "-c", str(RMM_DIR / f"{name}.cpp"), "-o", str(obj)]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        objs.append(str(obj))
+    exe = tmp_path / "csim"
+    subprocess.run([cxx, *objs, "-o", str(exe)], check=True, capture_output=True, text=True)
+    done = subprocess.run([str(exe), "40", "3"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith("PASS"), done.stdout + done.stderr

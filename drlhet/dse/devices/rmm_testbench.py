@@ -30,9 +30,10 @@ def ap_types() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "templates" / "vivado" / "ap_types"
 
 
-def build(out: Path, branching: int, capacity: int) -> Path:
+def build(out: Path, branching: int, capacity: int, sources: Path = RMM_DIR) -> Path:
     """Compiles the testbench for ``RMM_K = branching``, ``RMM_CAPACITY = capacity`` into
-    ``out``; returns the executable.
+    ``out``; returns the executable. ``sources``: the folder of the module's sources (default:
+    the repository's).
 
     Raises:
       BackendUnavailable: no compiler, no hls4ml, or no ``hls/rmm`` sources (an installed
@@ -41,11 +42,11 @@ def build(out: Path, branching: int, capacity: int) -> Path:
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         raise BackendUnavailable("no C++ compiler (g++) for the testbench")
-    if not (RMM_DIR / "rmm_tb.cpp").is_file():
-        raise BackendUnavailable(f"no HLS sources at {RMM_DIR} (a repository checkout has them)")
+    if not (sources / "rmm_tb.cpp").is_file():
+        raise BackendUnavailable(f"no HLS sources at {sources} (a repository checkout has them)")
     exe = Path(out) / f"rmm_tb_k{branching}_c{capacity}"
-    cmd = [cxx, "-std=c++17", "-O2", "-w", f"-I{RMM_DIR}", "-isystem", str(ap_types())]
-    cmd += [f"-DRMM_K={branching}", f"-DRMM_CAPACITY={capacity}", str(RMM_DIR / "rmm_tb.cpp")]
+    cmd = [cxx, "-std=c++17", "-O2", "-w", f"-I{sources}", "-isystem", str(ap_types())]
+    cmd += [f"-DRMM_K={branching}", f"-DRMM_CAPACITY={capacity}", str(sources / "rmm_tb.cpp")]
     subprocess.run([*cmd, "-o", str(exe)], check=True, capture_output=True, text=True)
     return exe
 

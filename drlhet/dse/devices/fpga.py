@@ -10,8 +10,9 @@ there. The host pays the sheet's ``invocation_us`` per call.
 
 The learner's step on a board is costed as the driver that exists runs it
 (`drlhet.backends.fpga_learner_board`): it loads the module's memories (parameters, target
-network, Adam's moments), steps and stores them back, three invocations and the memories over
-the board's link each way a step (`driver_seconds`). A sheet whose
+network, Adam's moments), steps and stores them back, three invocations, the memories over
+the board's link each way and the module's loops that pack them into its banked rows and back
+a step (`driver_seconds`). A sheet whose
 ``learner_memories_resident`` value is 1 costs instead a driver that keeps them on the board
 (one invocation a step, the design the module's cycle model describes; no such driver exists).
 """

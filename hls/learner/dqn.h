@@ -150,10 +150,11 @@ inline DqnStepOut DqnStep(const Net& net, const DqnConfig& cfg, const DqnMemory&
   BackwardOut grads;
   grads.grads = s->grads;
   Backward(net, m.params, *b.obs, s->online, b.batch, &s->back, grads);
-  const bool copy = cfg.period > 0 && steps % cfg.period == 0;
-  const double tau = cfg.period > 0 ? (copy ? 1.0 : 0.0) : cfg.tau;  // a Python float's rounding
+  const bool copy = cfg.period > 0 && steps % cfg.period == 0;  // else Polyak, or no update
+  const double tau = cfg.tau;  // a Python float's rounding
   out.count = OptimizerStep(cfg.opt, float(tau), float(1.0 - tau), net.rows, s->grads, m.params,
-                            m.mu, m.nu, cfg.period > 0 && !copy ? nullptr : m.target, count);
+                            m.mu, m.nu, cfg.period > 0 && !copy ? nullptr : m.target, count,
+                            copy);
   float sum = 0.0f;
   DRLHET_LOOP(1, 1, 0, 1, 1);
   for (int row = 0; row < b.batch; ++row) {

@@ -251,11 +251,13 @@ inline float GlobalNorm(const Row* g, int64_t rows) {
 // g / norm * max_norm), then Adam as optax.scale_by_adam (bias-corrected moments, eps outside
 // the root) times -lr, or SGD; then the target network's Polyak update target = t_new p +
 // t_old target (optax.incremental_update with t_old = 1 - tau as the caller rounds it; none
-// when `target` is null). `count` is Adam's step count before the step (int32, saturating at
-// its maximum as optax's); returns it after.
+// when `target` is null), or, when `copy`, target = params exactly (optax.periodic_update's
+// select: 1 p + 0 target would turn an inf in the old target into NaN and -0 into +0).
+// `count` is Adam's step count before the step (int32, saturating at its maximum as optax's);
+// returns it after.
 inline int32_t OptimizerStep(const Adam& opt, float t_new, float t_old, int64_t rows,
                              const Row* grads, Row* params, Row* mu, Row* nu, Row* target,
-                             int32_t count) {
+                             int32_t count, bool copy = false) {
   const float max_norm = float(opt.max_norm);
   const float norm = opt.clip ? GlobalNorm(grads, rows) : 0.0f;
   const bool clip = opt.clip && !(norm < max_norm);
@@ -277,7 +279,8 @@ inline int32_t OptimizerStep(const Adam& opt, float t_new, float t_old, int64_t 
         step = (mu[r][q] / c1) / (std::sqrt(nu[r][q] / c2) + eps);
       }
       params[r][q] = params[r][q] + neg_lr * step;
-      if (target != nullptr) target[r][q] = t_new * params[r][q] + t_old * target[r][q];
+      if (target == nullptr) continue;
+      target[r][q] = copy ? params[r][q] : t_new * params[r][q] + t_old * target[r][q];
     }
   }
   return opt.sgd ? count : next;

@@ -230,3 +230,38 @@ def test_a_sized_top_holds_its_widest_layer_and_its_networks_rows(tmp_path, defi
     got = subprocess.run([str(exe)], capture_output=True, text=True).stdout.split()
     rows = max(learner_cycles.memory_rows(learner_cycles.layers(*n)) for n in nets)
     assert got == [str(width), str(rows)]
+
+
+PERIODIC_COPY = r"""
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <vector>
+#include "host.h"
+namespace ln = drlhet::learner;
+int main() {  // a periodic target update (period 1: a copy every step) over an inf target
+  static ln::DqnHost h;
+  ln::Net net;
+  const int widths[3] = {8, 0, 0}, outs[2] = {1, 2};
+  ln::MakeNet(3, widths, 1, outs, 2, &net);
+  ln::DqnConfig cfg;
+  cfg.period = 1;
+  const size_t p = size_t(net.size);
+  const int b = 4;
+  std::vector<float> mem(4 * p, 0.0f), obs(b * 3, 0.5f), r(2 * b, 0.5f), out(b), w(b, 1.0f);
+  for (size_t k = 0; k < p; ++k) mem[k] = k % 3 == 0 ? -0.0f : 0.1f * float(k % 7);
+  for (size_t k = p; k < 2 * p; ++k) mem[k] = std::numeric_limits<float>::infinity();
+  std::vector<int32_t> action(b, 1);
+  float* m = mem.data();
+  ln::DqnStepFlat(net, cfg, m, m + p, m + 2 * p, m + 3 * p, 0, 1, obs.data(), action.data(),
+                  r.data(), r.data() + b, obs.data(), w.data(), b, out.data(), &h);
+  std::printf("%d\n", std::memcmp(m, m + p, 4 * p) == 0);
+}
+"""
+
+
+def test_a_periodic_target_update_is_an_exact_copy(tmp_path):
+    """optax.periodic_update selects the online parameters; the module computed 1 p + 0 t,
+    which turned an inf target into NaN and a -0 parameter into +0: now a copy, bit for bit."""
+    assert _run(tmp_path, PERIODIC_COPY).strip() == "1"

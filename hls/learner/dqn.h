@@ -91,7 +91,8 @@ inline float TdAndLoss(const Net& net, const DqnConfig& cfg, const DqnBatch& b, 
   const float delta = float(cfg.huber_delta), inv_b = float(1.0 / b.batch);
   const Activations& pick = cfg.double_q ? s->online_next : s->target_next;
   float loss = 0.0f;
-  DRLHET_LOOP(1, 1, 2, 4, actions);  // the argmax and the advantages' sum: `actions` deep
+  // the argmax's compares, and a dueling head's in-order sum of the advantages, `actions` deep
+  DRLHET_LOOP(1, 1, 2, 4 + (net.heads == 2 ? actions : 0), actions);
   for (int row = 0; row < b.batch; ++row) {
 #pragma HLS PIPELINE II = 1
     DRLHET_ITER();

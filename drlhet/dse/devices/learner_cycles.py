@@ -182,7 +182,9 @@ def dqn_step_cycles(
     heads = (1, actions) if dueling else (actions,)
     net = layers(obs_dim, hidden, heads)
     c = (3 if double else 2) * _forward_net(net, batch, t)
-    c += loop(batch, t.mem + 4 * t.add + 2 * t.mul + actions, t, distance=1)  # TD, loss, dQ
+    # TD, loss, dQ: the argmax's compares and a dueling head's in-order advantages' sum deep
+    mean = actions * t.add if dueling else 0
+    c += loop(batch, t.mem + 4 * t.add + 2 * t.mul + actions + mean, t, distance=1)
     c += _backward_net(net, len(heads), batch, t, weights=True)
     c += _optimizer(net, t, clip=True)
     c += loop(batch, t.mem + t.add + 1, t, distance=1)  # priorities, mean |td|

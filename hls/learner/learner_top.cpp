@@ -31,14 +31,7 @@ int32_t steps;      // the learner's step count
 
 // The module's state on chip (learner_top declares it, with its banks).
 struct State {
-  Row* actor;
-  Row* critic;
-  Row* target_actor;
-  Row* target_critic;
-  Row* actor_mu;
-  Row* actor_nu;
-  Row* critic_mu;
-  Row* critic_nu;
+  DdpgMemory mem;
   DdpgScratch* scratch;
   Tile* obs;
   Tile* action;
@@ -63,8 +56,9 @@ static_assert(kNets.actor.rows == kActorRows && kNets.critic.rows * LEARNER_CRIT
 void Memories(const State& st, const float* load, float* store) {
   const DdpgNets& n = kNets;
   const int64_t pc = kCritic / LEARNER_CRITICS, rc = kCriticRows / LEARNER_CRITICS;
-  Row* const actors[4] = {st.actor, st.target_actor, st.actor_mu, st.actor_nu};
-  Row* const critics[4] = {st.critic, st.target_critic, st.critic_mu, st.critic_nu};
+  const DdpgMemory& m = st.mem;
+  Row* const actors[4] = {m.actor, m.target_actor, m.actor_mu, m.actor_nu};
+  Row* const critics[4] = {m.critic, m.target_critic, m.critic_mu, m.critic_nu};
   // the flat order: actor, critics, target actor, target critics, the actor's mu, nu, the
   // critics' mu, nu
   const int64_t at[4] = {0, kActor + kCritic, 2 * (kActor + kCritic), 3 * kActor + 2 * kCritic};
@@ -103,13 +97,11 @@ void Step(const State& st, const float* x, int b, float* out) {
   PackTile(x + b * (d + a + 2), b, d, *st.next_obs);
   for (int k = 0; k < b; ++k) st.rows[2 * kMaxBatch + k] = x[b * (2 * d + a + 2) + k];
   PackTile(x + b * (2 * d + a + 3), b, a, *st.noise);
-  const DdpgMemory mem{st.actor,    st.critic,   st.target_actor, st.target_critic,
-                       st.actor_mu, st.actor_nu, st.critic_mu,    st.critic_nu};
   const DdpgBatch batch{st.obs,      st.action, st.rows,  st.rows + b, st.next_obs,
                         st.rows + 2 * kMaxBatch, st.noise, b};
   steps = int32_t(uint32_t(steps) + 1u);  // wraps past 2^31 - 1 as JAX's int32 does
   const DdpgStepOut o =
-      DdpgStep(nets, cfg, mem, counts[0], counts[1], steps, batch, out, st.scratch);
+      DdpgStep(nets, cfg, st.mem, counts[0], counts[1], steps, batch, out, st.scratch);
   counts[0] = o.actor_count, counts[1] = o.critic_count;
   out[b] = o.loss, out[b + 1] = o.actor_loss, out[b + 2] = o.abs_td;
 }
@@ -117,10 +109,7 @@ void Step(const State& st, const float* x, int b, float* out) {
 
 // The module's state on chip (learner_top declares it, with its banks).
 struct State {
-  Row* params;
-  Row* target;
-  Row* mu;
-  Row* nu;
+  DqnMemory mem;
   DqnScratch* scratch;
   Tile* obs;
   Tile* next_obs;
@@ -141,7 +130,7 @@ static_assert(kNet.rows == kRows && kNet.size == kParams, "the top's sizes are i
 // target, mu, nu) between the flat layout and the state.
 void Memories(const State& st, const float* load, float* store) {
   const Net& net = kNet;
-  Row* const rows[4] = {st.params, st.target, st.mu, st.nu};
+  Row* const rows[4] = {st.mem.params, st.mem.target, st.mem.mu, st.mem.nu};
   for (int k = 0; k < 4; ++k) {
     if (load != nullptr) {
       PackParams(net, load + k * kParams, rows[k]);
@@ -170,11 +159,10 @@ void Step(const State& st, const float* x, int b, float* out) {
   for (int k = 0; k < 2 * b; ++k) st.rows[k] = x[b * (kObs + 1) + k];  // reward, discount
   PackTile(x + b * (kObs + 3), b, kObs, *st.next_obs);
   for (int k = 0; k < b; ++k) st.rows[2 * kMaxBatch + k] = x[b * (2 * kObs + 3) + k];
-  const DqnMemory mem{st.params, st.target, st.mu, st.nu};
   const DqnBatch batch{st.obs,      st.action, st.rows, st.rows + b, st.next_obs,
                        st.rows + 2 * kMaxBatch, b};
   steps = int32_t(uint32_t(steps) + 1u);  // wraps past 2^31 - 1 as JAX's int32 does
-  const DqnStepOut o = DqnStep(net, cfg, mem, counts[0], steps, batch, out, st.scratch);
+  const DqnStepOut o = DqnStep(net, cfg, st.mem, counts[0], steps, batch, out, st.scratch);
   counts[0] = o.count;
   out[b] = o.loss, out[b + 1] = o.abs_td;
 }
@@ -220,9 +208,9 @@ State OnChip() {
   DRLHET_VECTOR_BANKS(rows, 1)  // the weights: 16 rows an iteration in the TD seed's pass
   DRLHET_VECTOR_BANKS(scratch.q_next, 1)
   DRLHET_VECTOR_BANKS(scratch.td, 2)
-  return State{actor,    critic,   target_actor, target_critic, actor_mu, actor_nu,
-               critic_mu, critic_nu, &scratch,   &obs,          &action,  &next_obs,
-               &noise,    rows};
+  const DdpgMemory mem{actor,    critic,   target_actor, target_critic,
+                       actor_mu, actor_nu, critic_mu,    critic_nu};
+  return State{mem, &scratch, &obs, &action, &next_obs, &noise, rows};
 #else
   static Row params[kRows], target[kRows], mu[kRows], nu[kRows];
   static DqnScratch scratch;
@@ -244,7 +232,7 @@ State OnChip() {
   DRLHET_TILES_BANKS(scratch.online_next.head)
   DRLHET_TILES_BANKS(scratch.back.dq)
   DRLHET_TILES_BANKS(scratch.back.dh)
-  return State{params, target, mu, nu, &scratch, &obs, &next_obs, action, rows};
+  return State{DqnMemory{params, target, mu, nu}, &scratch, &obs, &next_obs, action, rows};
 #endif
 }
 

@@ -129,38 +129,39 @@ constexpr bool MakeNet(int in, const int* widths, int hidden, const int* outs, i
   return true;
 }
 
-// flat [net.size] (flax's layout) -> rows [net.rows][kPOut]: one row an iteration, a layer's
-// rows in order (input i's block j is row d.w + i blocks + j, the bias input i == in), each
-// the row's live outputs from kPOut consecutive floats of `flat` (input i's outputs, then the
-// bias's, follow one another there too), the padding +0. On the board this is the load's
-// loop, reading the floats over AXI (learner_cycles.memory_load_cycles counts it).
-inline void PackParams(const Net& net, const float* flat, Row* rows) {
+// Calls f(row, base, width) for every row of `net`'s parameter memory, a layer's rows in order
+// (input i's block j is row d.w + i blocks + j, the bias input i == in): the row's live lanes
+// are the `width` floats of the flat layout from `base` (input i's outputs, then the bias's,
+// follow one another there too). Each layer one pipelined loop, a row an iteration: on the
+// board the load's and the store's, a row's kPOut floats over AXI in 4 beats
+// (learner_cycles.memory_load_cycles counts them).
+template <typename F>
+inline void ForEachRow(const Net& net, F f) {
   for (int l = 0; l < net.hidden + net.heads; ++l) {
     const Dense& d = net.layer[l];
     for (int64_t k = 0, i = 0, j = 0; k < int64_t(d.in + 1) * d.blocks; ++k) {
 #pragma HLS PIPELINE II = 4
       const int64_t base = d.flat + i * d.out + j * kPOut;
-      const int width = d.out - j * kPOut < kPOut ? int(d.out - j * kPOut) : kPOut;
-      for (int q = 0; q < kPOut; ++q) rows[d.w + k][q] = q < width ? flat[base + q] : 0.0f;
+      f(d.w + k, base, d.out - j * kPOut < kPOut ? int(d.out - j * kPOut) : kPOut);
       if (++j == d.blocks) j = 0, ++i;
     }
   }
 }
 
-// rows [net.rows][kPOut] -> flat [net.size], the store's loop (PackParams' order).
+// flat [net.size] (flax's layout) -> rows [net.rows][kPOut], the padding +0 (the load).
+inline void PackParams(const Net& net, const float* flat, Row* rows) {
+  ForEachRow(net, [&](int64_t r, int64_t base, int width) {
+    for (int q = 0; q < kPOut; ++q) rows[r][q] = q < width ? flat[base + q] : 0.0f;
+  });
+}
+
+// rows [net.rows][kPOut] -> flat [net.size] (the store).
 inline void UnpackParams(const Net& net, const Row* rows, float* flat) {
-  for (int l = 0; l < net.hidden + net.heads; ++l) {
-    const Dense& d = net.layer[l];
-    for (int64_t k = 0, i = 0, j = 0; k < int64_t(d.in + 1) * d.blocks; ++k) {
-#pragma HLS PIPELINE II = 4
-      const int64_t base = d.flat + i * d.out + j * kPOut;
-      const int width = d.out - j * kPOut < kPOut ? int(d.out - j * kPOut) : kPOut;
-      for (int q = 0; q < DRLHET_LANES(kPOut, width); ++q) {
-        if (q < width) flat[base + q] = rows[d.w + k][q];
-      }
-      if (++j == d.blocks) j = 0, ++i;
+  ForEachRow(net, [&](int64_t r, int64_t base, int width) {
+    for (int q = 0; q < DRLHET_LANES(kPOut, width); ++q) {
+      if (q < width) flat[base + q] = rows[r][q];
     }
-  }
+  });
 }
 
 // Calls f(flat offset, row, lane) for every parameter of `net`, in the flat layout's order

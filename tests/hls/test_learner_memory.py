@@ -12,8 +12,10 @@ import pytest
 
 from drlhet.dse.devices import learner_cycles
 from drlhet.dse.devices.learner_testbench import LEARNER_DIR
+from tests.hls.test_learner_testbench import TD3_SETUP
 
-LAYOUT = r"""
+LAYOUT = (
+    r"""
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -76,26 +78,9 @@ int main() {
   for (const ln::Row* rs : {h.params, h.target, h.mu, h.nu, h.scratch.grads})
     pad = pad && PaddingZero(net, rs);
   bool finite = Finite(mem) && Finite(out);
-  ln::DdpgNets nets;
-  const int wd[3] = {33, 0, 0}, ao[1] = {2}, co[1] = {1};
-  ln::MakeNet(5, wd, 1, ao, 1, &nets.actor);
-  ln::MakeNet(7, wd, 1, co, 1, &nets.critic);
-  ln::DdpgConfig dc;
-  dc.critics = 2, dc.td3 = true, dc.actor_opt.clip = dc.critic_opt.clip = false;
-  const size_t pa = size_t(nets.actor.size), pc = 2 * size_t(nets.critic.size);
-  const int db = 21;
-  std::vector<float> dm(4 * (pa + pc)), dobs(db * 5), dact(db * 2), drows(2 * db), dout(db);
-  std::vector<float> dw(db, 1.0f), noise(db * 2, 0.01f);
-  for (size_t k = 0; k < dm.size(); ++k)  // the second half: Adam's moments, >= 0
-    dm[k] = k >= 2 * (pa + pc) ? 1e-4f * float(k % 7) : 0.05f * float(int(k % 17) - 8) / 8.0f;
-  for (size_t k = 0; k < dobs.size(); ++k) dobs[k] = 0.2f * float(int(k % 7) - 3);
-  for (size_t k = 0; k < dact.size(); ++k) dact[k] = 0.3f * float(int(k % 5) - 2);
-  for (size_t k = 0; k < drows.size(); ++k) drows[k] = k < size_t(db) ? float(k % 4) : 0.99f;
-  float* q = dm.data();
-  const ln::DdpgFlat mm{q, q + pa, q + pa + pc, q + 2 * pa + pc, q + 2 * (pa + pc),
-                        q + 3 * pa + 2 * pc, q + 4 * pa + 2 * pc, q + 4 * pa + 3 * pc};
-  const ln::DdpgFlatBatch bb{dobs.data(), dact.data(), drows.data(), drows.data() + db,
-                             dobs.data(), dw.data(), noise.data(), db};
+"""
+    + TD3_SETUP
+    + r"""
   for (int k = 0; k < 4; ++k) ln::DdpgStepFlat(nets, dc, mm, k, k, k + 1, bb, dout.data(), &dh);
   for (const ln::Row* rs : {dh.actor, dh.target_actor, dh.actor_mu, dh.actor_nu})
     pad = pad && PaddingZero(nets.actor, rs);
@@ -107,6 +92,7 @@ int main() {
               int(finite));
 }
 """
+)
 
 
 def _run(tmp_path, source: str) -> str:

@@ -258,7 +258,34 @@ def test_a_top_the_module_cannot_hold_does_not_build(tmp_path, defines, match):
     assert re.search(match, e.value.stderr), e.value.stderr[-1500:]
 
 
-STEPS_HASH = r"""
+TD3_SETUP = r"""
+  ln::DdpgNets nets;
+  const int wd[3] = {33, 0, 0}, ao[1] = {2}, co[1] = {1};
+  ln::MakeNet(5, wd, 1, ao, 1, &nets.actor);
+  ln::MakeNet(7, wd, 1, co, 1, &nets.critic);
+  ln::DdpgConfig dc;
+  dc.critics = 2, dc.td3 = true, dc.actor_opt.clip = dc.critic_opt.clip = false;
+  const size_t pa = size_t(nets.actor.size), pc = 2 * size_t(nets.critic.size);
+  const int db = 21;
+  std::vector<float> dm(4 * (pa + pc)), dobs(db * 5), dact(db * 2), drows(2 * db), dout(db);
+  std::vector<float> dw(db, 1.0f), noise(db * 2);
+  for (size_t k = 0; k < dm.size(); ++k)  // the second half: Adam's moments, >= 0
+    dm[k] = k >= 2 * (pa + pc) ? 1e-4f * float(k % 7) : 0.05f * float(int(k % 17) - 8) / 8.0f;
+  for (size_t k = 0; k < dobs.size(); ++k) dobs[k] = 0.2f * float(int(k % 7) - 3);
+  for (size_t k = 0; k < dact.size(); ++k)
+    dact[k] = 0.3f * float(int(k % 5) - 2), noise[k] = 0.01f * float(int(k % 3) - 1);
+  for (size_t k = 0; k < drows.size(); ++k) drows[k] = k < size_t(db) ? float(k % 4) : 0.99f;
+  float* q = dm.data();
+  const ln::DdpgFlat mm{q, q + pa, q + pa + pc, q + 2 * pa + pc, q + 2 * (pa + pc),
+                        q + 3 * pa + 2 * pc, q + 4 * pa + 2 * pc, q + 4 * pa + 3 * pc};
+  const ln::DdpgFlatBatch bb{dobs.data(), dact.data(), drows.data(), drows.data() + db,
+                             dobs.data(), dw.data(), noise.data(), db};
+"""
+"""C++ lines that make a TD3 learner (actor 5-33-2, two critics 7-33-1), its flat memories
+(Adam's moments >= 0) and a batch of 21: `nets`, `dc`, `mm`, `bb`, `dm`, `dout`."""
+
+STEPS_HASH = (
+    r"""
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -292,30 +319,14 @@ int main() {  // partial blocks everywhere: widths 70, 5, 3 and 33, batches 13 a
                     out.data(), &s);
   unsigned long long h = Hash(Hash(1469598103934665603ULL, mem), out);
   static ln::DdpgHost ds;
-  ln::DdpgNets nets;
-  const int wd[3] = {33, 0, 0}, ao[1] = {2}, co[1] = {1};
-  ln::MakeNet(5, wd, 1, ao, 1, &nets.actor);
-  ln::MakeNet(7, wd, 1, co, 1, &nets.critic);
-  ln::DdpgConfig dc;
-  dc.critics = 2, dc.td3 = true, dc.actor_opt.clip = dc.critic_opt.clip = false;
-  const size_t pa = size_t(nets.actor.size), pc = 2 * size_t(nets.critic.size);
-  const int db = 21;
-  std::vector<float> dm(4 * (pa + pc)), dobs(db * 5), dact(db * 2), drows(2 * db), dout(db);
-  std::vector<float> dw(db, 1.0f), noise(db * 2);
-  for (size_t k = 0; k < dm.size(); ++k) dm[k] = 0.05f * float(int(k % 17) - 8) / 8.0f;
-  for (size_t k = 0; k < dobs.size(); ++k) dobs[k] = 0.2f * float(int(k % 7) - 3);
-  for (size_t k = 0; k < dact.size(); ++k)
-    dact[k] = 0.3f * float(int(k % 5) - 2), noise[k] = 0.01f * float(int(k % 3) - 1);
-  for (size_t k = 0; k < drows.size(); ++k) drows[k] = k < size_t(db) ? float(k % 4) : 0.99f;
-  float* q = dm.data();
-  const ln::DdpgFlat mm{q, q + pa, q + pa + pc, q + 2 * pa + pc, q + 2 * (pa + pc),
-                          q + 3 * pa + 2 * pc, q + 4 * pa + 2 * pc, q + 4 * pa + 3 * pc};
-  const ln::DdpgFlatBatch bb{dobs.data(), dact.data(), drows.data(), drows.data() + db,
-                         dobs.data(), dw.data(), noise.data(), db};
+"""
+    + TD3_SETUP
+    + r"""
   for (int k = 0; k < 12; ++k) ln::DdpgStepFlat(nets, dc, mm, k, k, k + 1, bb, dout.data(), &ds);
   std::printf("%llx\n", Hash(Hash(h, dm), dout));
 }
 """
+)
 
 
 def test_the_synthesized_lanes_compute_the_c_simulations_bits(tmp_path):

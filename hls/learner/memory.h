@@ -13,10 +13,11 @@
 // layer (the hidden layers, then the heads) is its kernel, `in` x `blocks` rows (input i's
 // outputs [kPOut j, kPOut (j + 1)) in row w + i blocks + j), then its bias, `blocks` rows;
 // the outputs past `out` in a layer's last block are padding, kept at +0 (PackParams writes
-// it, the weight gradient writes it, and the optimizer maps +0 to +0).
+// it, the weight gradient writes it, and the optimizer maps +0 to +0 while Adam's eps > 0; no
+// step reads a parameter's padding, the global norm reads the gradient's).
 // The flat layout (flax's: each layer its kernel [in][out] row-major, then its bias [out]) is
-// what the host and the FFI boundary hold: PackParams / UnpackParams convert at the load and
-// the store, never inside a step.
+// what the host and the FFI boundary hold: PackParams / UnpackParams convert at the top's load
+// and store, and around each C-simulated step (host.h), never inside a step.
 //
 // Activations, gradients and a batch's inputs: `Tile`s [kMaxBatch][kMaxWidth], partitioned
 // cyclically by kPBatch along the rows and kPOut along the columns, so that kPBatch rows x kPOut

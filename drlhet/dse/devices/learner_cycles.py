@@ -152,9 +152,8 @@ def memory_load_cycles(nets: list[list[tuple[int, int]]], t: Timing | None = Non
     t = t or Timing()
     c = 0
     for net in nets:
-        for i, o in net:
-            rows = (i + 1) * -(-o // P_OUT)
-            c += (rows - 1) * t.beats + 1 + t.axi + t.entry
+        for layer in net:
+            c += (memory_rows([layer]) - 1) * t.beats + 1 + t.axi + t.entry
     return c
 
 

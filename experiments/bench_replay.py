@@ -153,6 +153,14 @@ class Args:
     ``TAGGED_CLAIMS`` on, ``TAGGED_SIBLINGS`` off and on, beside ``drlhet-cuda`` with them as
     this run sets them, alternating in every repeat (an A/B in one process). Rows record them
     (``cuda_tagged_claims``, ``cuda_tagged_siblings``)."""
+    cuda_cluster_blocks: int | None = None
+    """``drlhet.backends.cuda.CLUSTER_BLOCKS`` for this run (None: the library's): the blocks of
+    each tree's cluster on the cluster path (1 to 16; past 8 where the GPU allows it)."""
+    cuda_wide_ab: bool = False
+    """Also time ``drlhet-cuda-wide``: the cuda backend with ``CLUSTER_BLOCKS`` 16 (the cluster
+    path's clusters of 16 blocks where the GPU allows them), beside ``drlhet-cuda`` with the
+    width this run sets, alternating in every repeat (an A/B in one process). Rows record it
+    (``cuda_cluster_blocks``)."""
     cuda_find_ab: bool = False
     """Also time ``drlhet-cuda-find``: the buffer's sample under XLA's code around the cuda
     backend's ``find`` (XLA draws the targets and computes probabilities and weights), the
@@ -229,6 +237,8 @@ def refused(args: Args) -> str:
         threads.append(args.cuda_spread_threads)
     if bad := [t for t in threads if not (32 <= t <= 1024 and t % 32 == 0)]:
         return f"--cuda-spread-ab / --cuda-spread-threads take whole warps, 32 to 1024, got {bad}"
+    if args.cuda_cluster_blocks is not None and not 1 <= args.cuda_cluster_blocks <= 16:
+        return f"--cuda-cluster-blocks must be 1 to 16, got {args.cuda_cluster_blocks}"
     if args.out.is_dir():
         return f"--out {args.out} is a folder; name the JSON file to write"
     return ""

@@ -71,6 +71,15 @@
 #             tests_tagged, marked cuda_tagged); a failure there skips this stage and leaves
 #             both switches off. After a kernel change:
 #             build tests tagged pick quick
+#   wide      the cluster path's update and sample in clusters of 16 blocks (a non-portable
+#             cluster size; the H100 and H200 allow it) against 8, in one run (bench_replay
+#             --cuda-wide-ab: drlhet-cuda-wide beside drlhet-cuda in clusters of 8 whatever the
+#             paths in force say, alternating in each of WIDE_REPEATS, default 7, repeats): the
+#             sample, update and step at 2^20 leaves, K 16, B WIDE_BATCHES (default 2048 4096),
+#             jax too (rows to $OUT/wide.json; not in the default list; about 60 s). Its GPU
+#             tests run apart (stage tests_wide, marked cuda_wide); a failure there skips this
+#             stage and keeps clusters of 8. pick then sets CUDA_CLUSTER_BLOCKS. After a kernel
+#             change: build tests wide pick quick
 #   targets   the sample's targets drawn in the cuda sample call from the key (the default,
 #             TreeOps.weigh_key) against XLA's kernel drawing them (--no-cuda-key-targets), and
 #             against the whole sample under XLA's code around cuda's find, the update still
@@ -179,7 +188,8 @@
 # drlhet.backends.cuda.OWN_SAMPLE_MAX_BATCH the same way (above it the sample is XLA's code
 # around cuda's find; by hand, after the find stage: e.g. 1024 where find wins at 2048 and up);
 # CUDA_SPREAD_MIN_BATCH and CUDA_SPREAD_THREADS, drlhet.backends.cuda.SPREAD_MIN_BATCH and
-# SPREAD_THREADS (set by the pick stage from the spread stage's rows).
+# SPREAD_THREADS (set by the pick stage from the spread stage's rows); CUDA_CLUSTER_BLOCKS,
+# drlhet.backends.cuda.CLUSTER_BLOCKS (idem, from the wide stage's rows).
 # DEADLINE_S (seconds from the start) caps every stage's limit so the whole run ends in time,
 # and skips a stage that would get under 15 s: the device time of a lent machine is counted.
 # Usage: OUT=results/raw/gpu experiments/gpu_checks.sh [stage ...]
@@ -238,6 +248,10 @@ paths() {  # PATH_FLAGS for bench_replay.py and RUN for the other commands, from
       wrap+=" --tagged-siblings"
     fi
   fi
+  if [ -n "${CUDA_CLUSTER_BLOCKS:-}" ] && [ "${TRIAGE_NO_WIDE:-0}" != 1 ]; then
+    PATH_FLAGS+=" --cuda-cluster-blocks $CUDA_CLUSTER_BLOCKS"
+    wrap+=" --cluster-blocks $CUDA_CLUSTER_BLOCKS"
+  fi
   KEY_FLAG=""  # for the stages that set the path thresholds themselves (cluster, narrow)
   if [ "${CUDA_KEY_TARGETS:-1}" = 0 ]; then
     KEY_FLAG=" --no-cuda-key-targets"
@@ -262,7 +276,7 @@ if $PY -c "import pytest_timeout" 2>/dev/null; then
   TIMEOUT_FLAGS="--timeout ${TEST_TIMEOUT:-60} --timeout-method thread"
 fi
 
-apart_tests() {  # apart_tests cluster|tagged|spread: that path's GPU tests (marked
+apart_tests() {  # apart_tests cluster|tagged|spread|wide: that path's GPU tests (marked
   # cuda_<path>), after the others, in a stage of their own (tests_<path>). Only the cluster,
   # tagged and spread kernels wait on other blocks, so a hang is theirs; apart, it costs this stage's limit (with
   # pytest-timeout: a worker killed after TEST_TIMEOUT, its case an error, the other cases still
@@ -288,6 +302,7 @@ apart_tests() {  # apart_tests cluster|tagged|spread: that path's GPU tests (mar
     printf -v "$no" 1
     printf -v "CUDA_${upper}_MAX_BATCH" 0
     [ "$path" = spread ] && unset CUDA_SPREAD_MIN_BATCH  # the library's: never
+    [ "$path" = wide ] && CUDA_CLUSTER_BLOCKS=8
   fi
   return 0
 }
@@ -319,12 +334,12 @@ for s in "${stages[@]}"; do
         -Ccmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH" -Cbuild-dir=build/gpu ;;
     tests)
       rm -f "$OUT/tests.xml" "$OUT/tests_cluster.xml" "$OUT/tests_tagged.xml" \
-        "$OUT/tests_spread.xml"
+        "$OUT/tests_spread.xml" "$OUT/tests_wide.xml"
       # test by test over 8 workers: by file, one worker held test_cuda_buffer.py's 104 cases
       # (of 191) while another idled (189 cases in 170 s with 4 workers, fifth H100 session)
       stage tests 300 $PY -m pytest -q -p no:cacheprovider -rfEs --tb=short -n "${TEST_WORKERS:-8}" \
         --dist "${TEST_DIST:-load}" --junitxml "$OUT/tests.xml" $GPU_TESTS -k "$GPU_K" \
-        -m "not slow and not cuda_cluster and not cuda_tagged and not cuda_spread"
+        -m "not slow and not cuda_cluster and not cuda_tagged and not cuda_spread and not cuda_wide"
       if [ "${STAGE_RC[tests]:-0}" != 0 ]; then  # turn off what failed, for the later stages
         $PY experiments/triage_gpu_tests.py --junit "$OUT/tests.xml" --env-out "$OUT/triage.env" \
           --out "$OUT/triage.json" --rerun-out "$OUT/rerun.txt" 2>&1 | tee "$OUT/triage.log"
@@ -357,6 +372,7 @@ for s in "${stages[@]}"; do
       apart_tests cluster
       apart_tests tagged
       apart_tests spread
+      apart_tests wide
       paths
       echo "== the later stages run with:$PATH_FLAGS" ;;
     quick)
@@ -430,6 +446,18 @@ for s in "${stages[@]}"; do
         --ops update step --modes fused --no-peers --no-plain --no-thread-scaling --no-limits \
         --repeats "${TAGGED_REPEATS:-7}" $base --cuda-tagged-ab ${TAGGED_ARGS:-} \
         --out "$OUT/tagged.json" ;;
+    wide)  # the cluster path in clusters of 16 blocks against 8, one run
+      if [ "${TRIAGE_NO_WIDE:-0}" = 1 ]; then
+        echo "== wide: skipped, clusters of 16 failed the tests stage (tests_wide.log)"
+        continue
+      fi
+      # drlhet-cuda, the A/B's base, in clusters of 8 whatever the paths in force say (the
+      # tagged stage's reasoning)
+      base="$(echo "$PATH_FLAGS" | sed -E 's/ --cuda-cluster-blocks [0-9]+//') --cuda-cluster-blocks 8"
+      stage wide 150 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
+        --batches ${WIDE_BATCHES:-2048 4096} --branchings 16 --backends cuda jax \
+        --ops sample update step --modes fused --no-peers --no-plain --no-thread-scaling \
+        --no-limits --repeats "${WIDE_REPEATS:-7}" $base --cuda-wide-ab --out "$OUT/wide.json" ;;
     targets)  # the targets drawn in the sample's kernel from the key, or by XLA before it
       for t in key xla find; do
         flag=--cuda-key-targets
@@ -485,9 +513,9 @@ for s in "${stages[@]}"; do
         continue
       fi
       files=$(ls "$OUT"/cluster_*.json "$OUT"/narrow_*.json "$OUT"/top_*.json \
-        "$OUT"/tagged.json "$OUT"/find.json "$OUT"/spread.json 2>/dev/null)
-      [ -z "$files" ] && { echo "== pick: skipped, no cluster, narrow, top, tagged, find or" \
-        "spread rows in $OUT"; continue; }
+        "$OUT"/tagged.json "$OUT"/find.json "$OUT"/spread.json "$OUT"/wide.json 2>/dev/null)
+      [ -z "$files" ] && { echo "== pick: skipped, no cluster, narrow, top, tagged, find," \
+        "spread or wide rows in $OUT"; continue; }
       stage pick 30 $PY experiments/pick_cuda_paths.py --rows $files \
         --out "$OUT/cuda_paths.json" --env-out "$OUT/cuda_paths.env"
       if [ -f "$OUT/cuda_paths.env" ]; then
@@ -496,6 +524,7 @@ for s in "${stages[@]}"; do
         [ "${TRIAGE_NO_TOP:-0}" = 1 ] && CUDA_SHARED_TOP=0
         [ "${TRIAGE_NO_TAGGED:-0}" = 1 ] && CUDA_TAGGED_CLAIMS=0
         [ "${TRIAGE_NO_SPREAD:-0}" = 1 ] && unset CUDA_SPREAD_MIN_BATCH
+        [ "${TRIAGE_NO_WIDE:-0}" = 1 ] && CUDA_CLUSTER_BLOCKS=8
         paths
         echo "== the later stages run with:$PATH_FLAGS"
       fi ;;

@@ -35,14 +35,17 @@ the step with the cluster path off (``CLUSTER_SWEEP`` 0) and on, ``narrow`` with
   without it, in one run, the rows as ``drlhet-cuda-spreadT``): the threads of the best
   geometric mean over the measured batches, and the smallest measured batch from which they
   win by ``margin`` at every measured batch; where they win nowhere, the current values.
+- ``CLUSTER_BLOCKS`` (the cluster path's clusters of 16 blocks or of 8; ``gpu_checks.sh wide``,
+  the rows as ``drlhet-cuda-wide``): 16 where the geometric mean of its steps over those of 8
+  wins by ``margin`` (8 where 8 wins so, from 16), else the current width; the other picks
+  weigh the rows of the current width.
 
 Where the rows cannot decide, the current value stays, and the reason is printed. The choice is
 *measured* (on the GPU that wrote the rows), for those shapes only (capacity, K). It prints the
 evidence, writes it as JSON, and writes ``CUDA_CLUSTER_MAX_BATCH=...``,
 ``CUDA_NARROW_MAX_NODES=...``, ``CUDA_SHARED_TOP=0|1``, ``CUDA_TAGGED_CLAIMS=0|1``,
-``CUDA_TAGGED_SIBLINGS=0|1``,
-``CUDA_OWN_SAMPLE_MAX_BATCH=...``,
-``CUDA_SPREAD_MIN_BATCH=...`` and ``CUDA_SPREAD_THREADS=...`` lines for ``gpu_checks.sh`` to
+``CUDA_TAGGED_SIBLINGS=0|1``, ``CUDA_OWN_SAMPLE_MAX_BATCH=...``, ``CUDA_SPREAD_MIN_BATCH=...``,
+``CUDA_SPREAD_THREADS=...`` and ``CUDA_CLUSTER_BLOCKS=...`` lines for ``gpu_checks.sh`` to
 read before its later stages (``experiments/with_cuda_paths.py`` runs a command with them).
 The current values are the library's unless given. Rows of the update paths that the library
 no longer has (one cluster per tree whose blocks each own a region of the tree, the claims in
@@ -51,7 +54,7 @@ The rows are read by ``pick_steps.py``; the rule of each pick is in ``pick_rules
 
 Usage:
   python experiments/pick_cuda_paths.py --rows cluster_*.json narrow_*.json top_*.json \\
-      tagged.json find.json spread.json \\
+      tagged.json find.json spread.json wide.json \\
       --env-out cuda_paths.env --out cuda_paths.json
 """
 
@@ -72,6 +75,7 @@ from pick_rules import (
     pick_spread,
     pick_tagged,
     pick_top,
+    pick_wide,
 )
 from pick_steps import read_steps
 
@@ -107,6 +111,9 @@ class Args:
     decide."""
     spread_threads: int | None = None
     """The current ``SPREAD_THREADS`` (None: the library's), kept where the rows cannot
+    decide."""
+    cluster_blocks: int | None = None
+    """The current ``CLUSTER_BLOCKS`` (None: the library's), kept where the rows cannot
     decide."""
     margin: float = 1.03
     """How much faster (step items/s) a change must be than what it replaces."""
@@ -151,6 +158,7 @@ def library_defaults(args: Args) -> Args:
             cuda.SPREAD_MIN_BATCH if args.spread_min_batch is None else args.spread_min_batch
         ),
         spread_threads=cuda.SPREAD_THREADS if args.spread_threads is None else args.spread_threads,
+        cluster_blocks=cuda.CLUSTER_BLOCKS if args.cluster_blocks is None else args.cluster_blocks,
     )
 
 
@@ -177,6 +185,8 @@ def report(r: dict) -> None:
         print(f"{setting.upper()} = {r[setting]} ({r[f'{key}_why']})")
     show(r["spread_evidence"], "spread, {threads} threads a block, against the own call ",
          "spread", "own")  # fmt: skip
+    show(r["wide_evidence"], "clusters of 16 blocks against 8 ", "wide", "eight")
+    print(f"CLUSTER_BLOCKS = {r['cluster_blocks']} ({r['wide_why']})")
     print(f"SPREAD_MIN_BATCH = {r['spread_min_batch']}, SPREAD_THREADS = {r['spread_threads']} "
           f"({r['spread_why']})")  # fmt: skip
 
@@ -199,6 +209,9 @@ def main(args: Args) -> dict:
         _refuse(
             f"no fused cuda step rows at capacity {args.capacity}, K {args.branching} in {files}"
         )
+    wide, wide_evidence, wide_why = pick_wide(steps, args)
+    # the other picks over the rows with the cluster's width as it is now
+    steps = [s for s in steps if s.wide == ((args.cluster_blocks or 8) > 8)]
     siblings, siblings_evidence, siblings_why = pick_siblings(steps, args)
     tagged, tagged_evidence, tagged_why = pick_tagged(steps, siblings, args)
     # the other picks over the rows with the claims switches as they are now
@@ -216,6 +229,8 @@ def main(args: Args) -> dict:
     same_top = [s for s in steps if s.top is None or s.top == args.shared_top]
     cluster, cluster_evidence, cluster_why = pick_cluster(same_top, args)
     narrow, narrow_evidence, narrow_why = pick_narrow(same_top, cluster, args)
+    # 16 where clusters of 16 won, 8 where 8 won, else the current width
+    blocks = 16 if wide else (8 if (args.cluster_blocks or 8) > 8 else args.cluster_blocks)
     result = {
         "cluster_max_batch": cluster, "cluster_why": cluster_why,
         "cluster_evidence": cluster_evidence,
@@ -229,6 +244,7 @@ def main(args: Args) -> dict:
         "own_sample_evidence": own_evidence,
         "spread_min_batch": least, "spread_threads": threads, "spread_why": spread_why,
         "spread_evidence": spread_evidence,
+        "cluster_blocks": blocks, "wide_why": wide_why, "wide_evidence": wide_evidence,
         "capacity": args.capacity, "branching": args.branching, "margin": args.margin,
         "measured": "picked from the rows' items/s, measured where they were written",
     }  # fmt: skip
@@ -243,6 +259,7 @@ def main(args: Args) -> dict:
             f"CUDA_TAGGED_SIBLINGS={int(siblings)}\n"
             f"CUDA_OWN_SAMPLE_MAX_BATCH={own}\n"
             f"CUDA_SPREAD_MIN_BATCH={least}\nCUDA_SPREAD_THREADS={threads}\n"
+            f"CUDA_CLUSTER_BLOCKS={blocks}\n"
         )
     return result
 

@@ -134,6 +134,15 @@ def pick_tagged(steps: list[Step], siblings: bool, args: Args) -> tuple[bool, li
     return pick_switch(steps, "tagged", bool(args.tagged_claims), args, ("tagged", "workspace"))
 
 
+def pick_wide(steps: list[Step], args: Args) -> tuple[bool, list[dict], str]:
+    """``CLUSTER_BLOCKS`` past 8: `pick_switch` over the cluster path in clusters of 16 blocks
+    or of 8 (the rows with the claims switches as they are now)."""
+    now = (args.tagged_claims, args.tagged_claims and args.tagged_siblings)
+    steps = [s for s in steps if (s.tagged, s.tagged and s.siblings) == now]
+    current = (args.cluster_blocks or 8) > 8
+    return pick_switch(steps, "wide", current, args, ("wide", "eight"))
+
+
 def pick_own_sample(steps: list[Step], args: Args) -> tuple[int, list[dict], str]:
     """``OWN_SAMPLE_MAX_BATCH``, the evidence per batch (the same thresholds, the sample cuda's
     own call or XLA's code around ``find``), and why."""

@@ -30,6 +30,7 @@ class Step:
     own: bool | None = None  # the sample was cuda's own call (rows from before it: None)
     spread: int = 0  # the spread sample's threads a block where it took the batch, else 0
     siblings: bool = False  # TAGGED_SIBLINGS (rows from before it: False)
+    wide: bool = False  # CLUSTER_BLOCKS past 8 (rows from before it: False, 8 blocks)
 
 
 def load(path: Path) -> list[dict]:
@@ -84,7 +85,7 @@ def _is_cuda_step(r: dict, capacity: int, branching: int) -> bool:
     keys = ("cuda_block_max_batch", "cuda_narrow_max_nodes", "cuda_cluster_max_batch")
     return (
         (r.get("impl") in ("drlhet-cuda", "drlhet-cuda-tagged", "drlhet-cuda-siblings",
-                           "drlhet-cuda-find")
+                           "drlhet-cuda-wide", "drlhet-cuda-find")
          or re.fullmatch(r"drlhet-cuda-spread\d+", str(r.get("impl"))) is not None)
         and r.get("op") == "step"
         and r.get("mode") == "fused"
@@ -103,12 +104,18 @@ def _step(r: dict) -> Step:
         _whole(r, f"cuda_{name}") for name in ("block_max_batch", "narrow_max_nodes",
                                                "cluster_max_batch")
     )  # fmt: skip
-    for key in ("cuda_region_max_batch", "cuda_spread_min_batch", "cuda_spread_threads"):
+    for key in (
+        "cuda_region_max_batch",
+        "cuda_spread_min_batch",
+        "cuda_spread_threads",
+        "cuda_cluster_blocks",
+    ):
         if r.get(key) is not None:
             _whole(r, key)
+    wide = (r.get("cuda_cluster_blocks") or 8) > 8
     return Step(_whole(r, "batch"), block, narrow, cluster, float(rate), r.get("cuda_shared_top"),
                 bool(r.get("cuda_tagged_claims")), r.get("cuda_own_sample"), _spread_of(r),
-                bool(r.get("cuda_tagged_siblings")))  # fmt: skip
+                bool(r.get("cuda_tagged_siblings")), wide)  # fmt: skip
 
 
 def _whole(r: dict, key: str) -> int:

@@ -2,12 +2,12 @@
 
 ``drlhet.backends.cuda`` reads ``BLOCK_MAX_BATCH``, ``CLUSTER_MAX_BATCH``, ``OWN_SAMPLE_MAX_BATCH``,
 ``SPREAD_MIN_BATCH``, ``SPREAD_THREADS``, ``NARROW_MAX_NODES``, ``KEY_TARGETS``, ``SHARED_TOP``,
-``TAGGED_CLAIMS`` and ``TAGGED_SIBLINGS`` when a program is traced; ``bench_replay.py`` has flags
-for them, the other commands do not. This wrapper sets them, then runs the command in the same
-process, so that ``experiments/gpu_checks.sh`` can train and profile with the thresholds its
-``pick`` stage chose (``experiments/pick_cuda_paths.py``) before they become the library's defaults,
-and without a part that its ``tests`` stage found wrong on that GPU
-(``experiments/triage_gpu_tests.py``).
+``TAGGED_CLAIMS``, ``TAGGED_SIBLINGS`` and ``CLUSTER_BLOCKS`` when a program is traced;
+``bench_replay.py`` has flags for them, the other commands do not. This wrapper sets them, then
+runs the command in the same process, so that ``experiments/gpu_checks.sh`` can train and
+profile with the thresholds its ``pick`` stage chose (``experiments/pick_cuda_paths.py``) before
+they become the library's defaults, and without a part that its ``tests`` stage found wrong on
+that GPU (``experiments/triage_gpu_tests.py``).
 
 Usage:
   python experiments/with_cuda_paths.py --cluster-max-batch 16384 -- -m drlhet train ...
@@ -17,6 +17,7 @@ Usage:
   python experiments/with_cuda_paths.py --tagged-claims -- -m drlhet train ...
   python experiments/with_cuda_paths.py --no-tagged-claims -- -m drlhet train ...
   python experiments/with_cuda_paths.py --tagged-claims --tagged-siblings -- -m drlhet train ...
+  python experiments/with_cuda_paths.py --cluster-blocks 16 -- -m drlhet train ...
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ NAMES = (
     "own_sample_max_batch",
     "spread_min_batch",
     "spread_threads",
+    "cluster_blocks",
 )
 
 
@@ -54,6 +56,9 @@ class Args:
     is one cooperative launch spread over the GPU."""
     spread_threads: int | None = None
     """``drlhet.backends.cuda.SPREAD_THREADS`` (None: the library's): whole warps, 32 to 1024."""
+    cluster_blocks: int | None = None
+    """``drlhet.backends.cuda.CLUSTER_BLOCKS`` (None: the library's): blocks of each tree's
+    cluster on the cluster path, 1 to 16."""
     no_key_targets: bool = False
     """Turn ``drlhet.backends.cuda.KEY_TARGETS`` off: XLA draws the sample's targets (without
     the flag: the library's setting)."""
@@ -86,6 +91,8 @@ def apply(args: Args) -> dict[str, int]:
         raise ValueError(f"--spread-threads must be whole warps, 32 to 1024, got {threads}")
     if args.tagged_claims and args.no_tagged_claims:
         raise ValueError("give --tagged-claims or --no-tagged-claims, not both")
+    if args.cluster_blocks is not None and not 1 <= args.cluster_blocks <= 16:
+        raise ValueError(f"--cluster-blocks must be 1 to 16, got {args.cluster_blocks}")
     from drlhet.backends import cuda
 
     for name in NAMES:

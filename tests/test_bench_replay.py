@@ -258,6 +258,31 @@ def test_the_tagged_ab_traces_one_program_per_arm_with_its_switches_and_restores
     assert all(r["items_per_s"] > 0 for r in rows)
 
 
+def test_the_wide_ab_traces_its_arm_in_clusters_of_16_and_restores_the_runs_width(
+    bench, tmp_path, monkeypatch, emulated_cuda
+):
+    """``--cuda-wide-ab``: ``drlhet-cuda-wide`` beside ``drlhet-cuda`` in one run (the host
+    emulation here), its update traced with `cuda.CLUSTER_BLOCKS` 16, ``drlhet-cuda``'s with the
+    run's 8 (``--cuda-cluster-blocks 8``, as ``gpu_checks.sh wide`` gives it), the rows saying
+    which, and the run's width back after the arm."""
+    cuda = emulated_cuda
+    monkeypatch.setattr(cuda, "CLUSTER_BLOCKS", cuda.CLUSTER_BLOCKS)  # put back after the test
+    traced = []
+    paths = cuda._paths
+    monkeypatch.setattr(cuda, "_paths", lambda: traced.append(cuda.CLUSTER_BLOCKS) or paths())
+    args = dataclasses.replace(
+        tiny_run(bench, tmp_path), backends=("cuda",), batches=(256,), peers=False,
+        cuda_wide_ab=True, cuda_cluster_blocks=8,
+    )  # fmt: skip
+    rows = bench.main(args)
+    assert [(r["impl"], r["cuda_cluster_blocks"]) for r in rows] == [
+        ("drlhet-cuda", 8), ("drlhet-cuda-wide", 16)
+    ]  # fmt: skip
+    seen = [b for i, b in enumerate(traced) if i == 0 or traced[i - 1] != b]
+    assert seen == [8, 16] and cuda.CLUSTER_BLOCKS == 8
+    assert all(r["items_per_s"] > 0 for r in rows)
+
+
 @pytest.mark.parametrize("loop", ["xs", "carry"])
 def test_both_loops_time_the_same_steps_and_rows_say_which(bench, tmp_path, loop):
     """``--loop carry`` (the key split in the step from a carried one, the outputs summed, as

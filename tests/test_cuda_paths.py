@@ -11,7 +11,7 @@ from cuda_paths_rows import row, write
 CURRENT = {"block_max_batch": 1024, "cluster_max_batch": 0, "narrow_max_nodes": 4096,
            "shared_top": True, "tagged_claims": False, "tagged_siblings": False,
            "own_sample_max_batch": 1 << 62, "spread_min_batch": 1 << 62,
-           "spread_threads": 128}  # fmt: skip
+           "spread_threads": 128, "cluster_blocks": 8}  # fmt: skip
 
 
 def pick(experiments, tmp_path, files, **kw):
@@ -124,6 +124,38 @@ def test_the_tagged_claims_are_turned_on_only_where_they_win_by_the_margin(exper
     result, env = pick(experiments, tmp_path, files)
     assert result["tagged_claims"] is False and "CUDA_TAGGED_CLAIMS=0\n" in env
     assert "does not win" in result["tagged_claims_why"]
+
+
+def test_clusters_of_16_blocks_are_picked_only_where_they_win_by_the_margin(experiments, tmp_path):
+    """pick_wide: the `wide` stage's one run (drlhet-cuda-wide beside drlhet-cuda in clusters
+    of 8); its 16-block rows never count for the other picks, its 8-block rows do."""
+
+    def ab_file(gain):
+        rows = []
+        for b, r in ((2048, 70e6), (4096, 120e6)):
+            rows.append(row(b, r, cluster=4096) | {"cuda_cluster_blocks": 8})
+            rows.append(
+                row(b, r * gain, cluster=4096, impl="drlhet-cuda-wide")
+                | {"cuda_cluster_blocks": 16}
+            )  # fmt: skip
+        return write(tmp_path, "wide.json", rows)
+
+    files = [ab_file(1.10), *cluster_rows(tmp_path, {4096: 1e6}, {4096: 2e6})]
+    result, env = pick(experiments, tmp_path, files)
+    assert result["cluster_blocks"] == 16 and "CUDA_CLUSTER_BLOCKS=16\n" in env
+    assert [e["batch"] for e in result["wide_evidence"]] == [2048, 4096]
+    assert result["wide_evidence"][1]["ratio"] == pytest.approx(1.10)
+    (at_4096,) = [e for e in result["cluster_evidence"] if e["batch"] == 4096]
+    assert at_4096["cluster_items_per_s"] == pytest.approx((1e6 + 120e6) / 2)
+    files[0] = ab_file(1.02)
+    result, env = pick(experiments, tmp_path, files)
+    assert result["cluster_blocks"] == 8 and "CUDA_CLUSTER_BLOCKS=8\n" in env
+    assert "does not win" in result["wide_why"]
+    # from 16, back to 8 only where 8 wins by the margin
+    result, env = pick(experiments, tmp_path, [ab_file(0.9)], cluster_blocks=16)
+    assert result["cluster_blocks"] == 8 and "CUDA_CLUSTER_BLOCKS=8\n" in env
+    result, env = pick(experiments, tmp_path, [ab_file(0.99)], cluster_blocks=16)
+    assert result["cluster_blocks"] == 16
 
 
 @pytest.mark.parametrize(

@@ -54,6 +54,33 @@ def test_the_tagged_stage_is_an_ab_in_one_run_and_a_failing_case_of_it_turns_it_
     assert "--cuda-tagged-siblings" not in quick
 
 
+def test_the_wide_stage_is_an_ab_in_one_run_and_a_failing_case_of_it_keeps_clusters_of_8(
+    tmp_path,
+):
+    """`wide`: one bench_replay run with --cuda-wide-ab (the sample, update and step of cuda in
+    clusters of 16 blocks beside clusters of 8, and jax); with CUDA_CLUSTER_BLOCKS=16 the later
+    stages run with it, unless its GPU tests (tests_wide) failed: then with 8."""
+    env = {"CUDA_CLUSTER_BLOCKS": "16"}
+    out, calls = run_checks(tmp_path, ["tests", "wide", "quick", "train"], extra_env=env)
+    assert "== tests_wide: exit 0" in out
+    assert "and not cuda_wide" in next(c for c in calls if "tests.xml" in c)
+    assert "not slow and cuda_wide" in next(c for c in calls if "tests_wide.xml" in c)
+    (ab,) = [c for c in calls if "/wide.json" in c]
+    assert "--cuda-wide-ab" in ab and "--backends cuda jax" in ab
+    assert "--ops sample update step" in ab
+    # its base arm in clusters of 8, though the paths in force say 16
+    assert "--cuda-cluster-blocks 8" in ab and "--cuda-cluster-blocks 16" not in ab, ab
+    assert "--cuda-cluster-blocks 16" in next(c for c in calls if "bench_quick.json" in c)
+    train = [c for c in calls if " train " in c]
+    assert len(train) == 2 and all(" --cluster-blocks 16 --" in c for c in train)
+    again = tmp_path / "again"
+    again.mkdir()
+    out, calls = run_checks(again, ["tests", "wide", "quick"], extra_env=env, wide_ok=False)
+    assert "== tests_wide: 1; the wide path off" in out and "== wide: skipped" in out
+    assert not any("/wide.json" in c for c in calls)
+    assert "--cuda-cluster-blocks 16" not in next(c for c in calls if "bench_quick.json" in c)
+
+
 @pytest.mark.parametrize("claims, flag, wrapped", [
     ("0", " --cuda-tagged-claims False", " --no-tagged-claims --"),
     ("1", " --cuda-tagged-claims True", " --tagged-claims --"),

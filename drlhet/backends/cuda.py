@@ -91,6 +91,11 @@ step in a fused scan; ``experiments/gpu_checks.sh cluster pick``, results/cuda_p
 121.5M against the per-level path's 107.1M items/s at B 4096 (1.13x), 282M against 424M at
 B 16384; one cluster of 8 SMs per tree runs out of memory parallelism above that."""
 
+CLUSTER_BLOCKS = 8
+"""Blocks in each tree's cluster on the cluster path (1 to 16): past 8, a non-portable cluster
+size, which the H100 and H200 allow (elsewhere the launches take 8), spreads a tree's batch over
+twice the SMs' load units. The same bits at any size (host emulation). Read when traced."""
+
 TAGGED_CLAIMS = True
 """Whether the cluster path's update of at most one entry per thread of its cluster (4096 per tree
 on a GPU: 8 blocks of at most 512) claims its leaves in a table kept by its custom call between
@@ -150,23 +155,12 @@ def accepts(capacity: int, branching: int) -> str:
     return ""
 
 
-REMOVED = {
-    "REGION_MAX_BATCH": "the region update path",
-    "SHARED_CLAIMS": "the cluster update's claims in shared memory",
-}
-"""Switches this module had and no longer reads (removed 2026-11-28, measured no faster on an
-H100; docs/design.md, "tried and removed"), with what they turned on. Setting one is refused
-when a program is traced (`_check`), not ignored."""
+REMOVED = cuda_ffi.REMOVED
 
 
 def _check(tree: SumTreeState) -> None:
     _library()
-    if stale := sorted(set(REMOVED) & set(globals())):
-        name = stale[0]
-        raise ValueError(
-            f'cuda.{name} was removed with {REMOVED[name]} (docs/design.md, "tried and '
-            f'removed"); delete the assignment'
-        )
+    cuda_ffi.check_switches(globals())
     if why := accepts(tree.capacity, tree.branching):
         raise ValueError(why)
     cuda_ffi.check_nodes(tree)
@@ -210,12 +204,13 @@ def _attrs(*names: str) -> dict:
 
 def _paths() -> dict:
     """The update handlers' path attributes, as the module's settings say now."""
-    return _attrs("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "TAGGED_SIBLINGS")
+    names = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "TAGGED_SIBLINGS")
+    return _attrs(*names, "CLUSTER_BLOCKS")
 
 
 _SETTINGS = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "TAGGED_CLAIMS",
              "TAGGED_SIBLINGS", "SHARED_TOP", "SPREAD_MIN_BATCH", "SPREAD_THREADS",
-             "OWN_SAMPLE_MAX_BATCH", "KEY_TARGETS")  # fmt: skip
+             "OWN_SAMPLE_MAX_BATCH", "KEY_TARGETS", "CLUSTER_BLOCKS")  # fmt: skip
 
 
 def settings() -> str:
@@ -251,7 +246,8 @@ def _weigh_call(target, tree, second, shape, size, beta, **attrs):
         raise ValueError(f"cuda.SPREAD_THREADS: whole warps, 32 to 1024, got {SPREAD_THREADS}")
     lead, batch = tree.nodes.shape[:-1], shape[-1]  # stacked trees without vmap: one row each
     cuda_ffi.check_sample(target.removeprefix("drlhet_cuda_"), lead, batch, size, beta)
-    paths = _attrs("CLUSTER_MAX_BATCH", "SHARED_TOP", "SPREAD_MIN_BATCH", "SPREAD_THREADS")
+    names = ("CLUSTER_MAX_BATCH", "SHARED_TOP", "SPREAD_MIN_BATCH", "SPREAD_THREADS")
+    paths = _attrs(*names, "CLUSTER_BLOCKS")
     # the workspace: 2 int32 a warp where the spread path may take the batch, else 2 (launch.cuh)
     work = 2 * -(-batch // 32) if batch >= paths["spread_min_batch"] else 2
     out = (

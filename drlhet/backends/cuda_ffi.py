@@ -43,6 +43,8 @@ __all__ = [
     "update_operands",
     "int32_indices",
     "int64_setting",
+    "REMOVED",
+    "check_switches",
 ]
 
 FFI_TARGETS = {
@@ -264,3 +266,30 @@ def int64_setting(name: str, value: Any) -> np.int64:
     if not fits:
         raise ValueError(f"cuda.{name} must be an integer in int64's range, got {value!r}")
     return np.int64(whole)
+
+
+REMOVED = {
+    "REGION_MAX_BATCH": "the region update path",
+    "SHARED_CLAIMS": "the cluster update's claims in shared memory",
+}
+"""Switches `drlhet.backends.cuda` had and no longer reads (removed 2026-11-28, measured no faster
+on an H100; docs/design.md, "tried and removed"), with what they turned on. Setting one is
+refused when a program is traced (`check_switches`), not ignored."""
+
+
+def check_switches(switches: dict[str, Any]) -> None:
+    """Refuses, naming it, a removed switch set in the cuda module's ``switches`` (its globals)
+    or a `CLUSTER_BLOCKS` outside 1..16.
+
+    Raises:
+      ValueError: the first such switch.
+    """
+    if stale := sorted(set(REMOVED) & set(switches)):
+        name = stale[0]
+        raise ValueError(
+            f'cuda.{name} was removed with {REMOVED[name]} (docs/design.md, "tried and '
+            f'removed"); delete the assignment'
+        )
+    blocks = switches["CLUSTER_BLOCKS"]
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or not 1 <= blocks <= 16:
+        raise ValueError(f"cuda.CLUSTER_BLOCKS must be an integer 1 to 16, got {blocks!r}")

@@ -17,13 +17,17 @@
 
 namespace drlhet_cuda {
 
-constexpr int kClusterBlocks = 8;  // blocks per cluster: the largest portable cluster
+constexpr int kClusterBlocks = 8;  // blocks per cluster by default: the largest portable cluster
+// The most blocks a cluster may have: 16 where the GPU allows a non-portable cluster size (the
+// H100 and H200 do; launch.cuh's ClusterFits asks), so that a tree's batch is spread over 16 SMs'
+// load units instead of 8. Arrays of one slot per block rank are this long.
+constexpr int kClusterMaxBlocks = 16;
 #if defined(__CUDACC__)
 constexpr int kClusterMaxThreads = 1024;
 constexpr int kRankSlots = 1;  // each block has its own copy of the kernel's shared memory
 #else
 constexpr int kClusterMaxThreads = 128;  // the emulation: a fiber per thread, 64 KB each
-constexpr int kRankSlots = kClusterBlocks;  // one copy for the cluster's blocks (ClusterPeer)
+constexpr int kRankSlots = kClusterMaxBlocks;  // one copy for the cluster's blocks (ClusterPeer)
 #endif
 
 #if defined(__CUDACC__)
@@ -137,29 +141,22 @@ __device__ inline T* ClusterPeer(T* p, unsigned rank) {
 }
 
 // The cluster's merged words (ClusterPeer): the OR of the blocks' `bad` and the largest of
-// their `most` (each >= 0), each array one slot per block rank, cs <= kClusterBlocks (the
+// their `most` (each >= 0), each array one slot per block rank, cs <= kClusterMaxBlocks (the
 // update's error bits and largest raw priority; the sample's any-positive flag and largest
-// weight). After a cluster barrier that follows the merges; before the next one, which no block
-// passes before every thread has read them. Every rank's words are loaded before any is used:
-// one round trip over the cluster's network, where a loop over a runtime cs waited for one per
-// four ranks (nvcc's unrolling).
+// weight). Called by every lane of a whole warp: lane r reads rank r's two words (one round trip
+// over the cluster's network, two loads a lane where every lane reading every rank's words took
+// 2 * cs), then the warp merges them (a maximum and an OR: any order, the same words). After a
+// cluster barrier that follows the merges; before the next one, which no block passes before
+// every thread has read them.
 __device__ inline void ClusterWords(int32_t* bad, int32_t* most, int32_t cs, int32_t* bad_out,
                                     int32_t* most_out) {
-  int32_t b[kClusterBlocks], m[kClusterBlocks];
-#pragma unroll
-  for (int r = 0; r < kClusterBlocks; ++r) {
-    const unsigned rank = static_cast<unsigned>(r);
-    b[r] = r < cs ? *ClusterPeer(bad + r, rank) : 0;
-    m[r] = r < cs ? *ClusterPeer(most + r, rank) : 0;
-  }
-  int32_t bits = 0, largest = 0;
-#pragma unroll
-  for (int r = 0; r < kClusterBlocks; ++r) {
-    bits |= b[r];
-    largest = m[r] > largest ? m[r] : largest;
-  }
-  *bad_out = bits;
-  *most_out = largest;
+  static_assert(kClusterMaxBlocks <= 32, "a lane a rank");
+  const int r = static_cast<int>(threadIdx.x & 31);
+  const unsigned rank = static_cast<unsigned>(r);
+  const int32_t b = r < cs ? *ClusterPeer(bad + r, rank) : 0;
+  const int32_t m = r < cs ? *ClusterPeer(most + r, rank) : 0;
+  *bad_out = static_cast<int32_t>(__reduce_or_sync(0xffffffffu, static_cast<unsigned>(b)));
+  *most_out = __reduce_max_sync(0xffffffffu, m);
 }
 
 }  // namespace drlhet_cuda

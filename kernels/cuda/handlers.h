@@ -23,6 +23,15 @@ inline ffi::Error LastError(const char* what) {
   return ffi::Error::Internal(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
+// A call's cluster_blocks attribute: 1 to kClusterMaxBlocks (more than 8 where the GPU allows a
+// non-portable cluster size; else the launches take 8: ClusterBlocksFor).
+inline ffi::Error CheckClusterBlocks(int64_t blocks, const std::string& what) {
+  if (blocks >= 1 && blocks <= kClusterMaxBlocks) return ffi::Error::Success();
+  return ffi::Error::InvalidArgument(what + ": cluster_blocks must be 1 to " +
+                                     std::to_string(kClusterMaxBlocks) + ", got " +
+                                     std::to_string(blocks));
+}
+
 inline ffi::Error Trees(int64_t branching, int64_t capacity, int64_t elems, drlhet::TreeLayout* lay,
                  int64_t* trees) {
   if (capacity > INT32_MAX || !drlhet::MakeLayout(capacity, branching, lay)) {
@@ -117,7 +126,7 @@ inline ffi::Error UpdateImpl(cudaStream_t stream, TagTableMemory* tags,
                              ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::S32> work,
                              int64_t branching, int64_t capacity, int64_t block_max_batch,
                              int64_t narrow_max_nodes, int64_t cluster_max_batch,
-                             int64_t tagged_siblings) {
+                             int64_t tagged_siblings, int64_t cluster_blocks) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
   if (auto err = Trees(branching, capacity, nodes.element_count(), &lay, &trees); err.failure()) {
@@ -129,12 +138,15 @@ inline ffi::Error UpdateImpl(cudaStream_t stream, TagTableMemory* tags,
       work->element_count() != trees * (capacity + 1)) {
     return ffi::Error::InvalidArgument("drlhet_cuda_update: operand shapes do not match");
   }
+  if (auto err = CheckClusterBlocks(cluster_blocks, "drlhet_cuda_update"); err.failure()) {
+    return err;
+  }
   StartFrom(stream, nodes, out->typed_data());
   if (n == 0) return LastError("drlhet_cuda_update");
   const UpdateArgs a =
       PlainArgs(out->typed_data(), capacity, branching, indices, values, keep, trees, work);
   LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes, cluster_max_batch,
-               tags, tagged_siblings != 0);
+               tags, tagged_siblings != 0, cluster_blocks);
   return LastError("drlhet_cuda_update");
 }
 
@@ -149,7 +161,8 @@ inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, TagTableMemory* tags,
                              ffi::ResultBuffer<ffi::S32> work, int64_t branching,
                              int64_t capacity, int64_t block_max_batch,
                              int64_t narrow_max_nodes, int64_t cluster_max_batch,
-                             int64_t tagged_siblings, float priority_max,
+                             int64_t tagged_siblings, int64_t cluster_blocks,
+                             float priority_max,
                              int64_t err_index, int64_t err_priority) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
@@ -166,6 +179,10 @@ inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, TagTableMemory* tags,
       work->element_count() != trees * (capacity + 2)) {
     return ffi::Error::InvalidArgument("drlhet_cuda_update_checked: operand shapes do not match");
   }
+  if (auto err = CheckClusterBlocks(cluster_blocks, "drlhet_cuda_update_checked");
+      err.failure()) {
+    return err;
+  }
   StartFrom(stream, nodes, out->typed_data());
   UpdateArgs a =
       PlainArgs(out->typed_data(), capacity, branching, indices, values, keep, trees, work);
@@ -180,7 +197,7 @@ inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, TagTableMemory* tags,
   a.max_out = max_out->typed_data();
   a.err_out = err_out->typed_data();
   LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes, cluster_max_batch,
-               tags, tagged_siblings != 0);
+               tags, tagged_siblings != 0, cluster_blocks);
   return LastError("drlhet_cuda_update_checked");
 }
 
@@ -193,7 +210,8 @@ inline ffi::Error Weigh(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes, const 
                         ffi::ResultBuffer<ffi::F32> weights, ffi::ResultBuffer<ffi::S32> error,
                         ffi::ResultBuffer<ffi::S32> work, int64_t branching, int64_t capacity,
                         int64_t err_empty, int64_t err_beta, int64_t cluster_max_batch,
-                        int64_t shared_top, const Spread& spread, const char* name) {
+                        int64_t shared_top, const Spread& spread, int64_t cluster_blocks,
+                        const char* name) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
   if (auto err = Trees(branching, capacity, nodes.element_count(), &lay, &trees); err.failure()) {
@@ -203,6 +221,7 @@ inline ffi::Error Weigh(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes, const 
     return ffi::Error::InvalidArgument(std::string(name) +
                                        ": spread_threads must be whole warps, 32 to 1024");
   }
+  if (auto err = CheckClusterBlocks(cluster_blocks, name); err.failure()) return err;
   const int64_t batch = trees > 0 && n % trees == 0 ? n / trees : 0;
   if (!inputs_match || n == 0 || batch == 0 || indices->element_count() != n ||
       probs->element_count() != n || weights->element_count() != n ||
@@ -229,7 +248,7 @@ inline ffi::Error Weigh(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes, const 
   a.err_beta = static_cast<int32_t>(err_beta);
   a.key = key;
   a.stratified = static_cast<int32_t>(stratified);
-  LaunchWeigh(stream, a, lay, trees, cluster_max_batch, shared_top != 0, spread);
+  LaunchWeigh(stream, a, lay, trees, cluster_max_batch, shared_top != 0, spread, cluster_blocks);
   return LastError(name);
 }
 
@@ -240,11 +259,12 @@ inline ffi::Error WeighImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
                             ffi::ResultBuffer<ffi::S32> error, ffi::ResultBuffer<ffi::S32> work,
                             int64_t branching, int64_t capacity, int64_t err_empty,
                             int64_t err_beta, int64_t cluster_max_batch, int64_t shared_top,
-                            int64_t spread_min_batch, int64_t spread_threads) {
+                            int64_t spread_min_batch, int64_t spread_threads,
+                            int64_t cluster_blocks) {
   return Weigh(stream, nodes, targets.typed_data(), nullptr, 0, targets.element_count(), true,
                size, beta, indices, probs, weights, error, work, branching, capacity, err_empty,
                err_beta, cluster_max_batch, shared_top,
-               Spread{spread_min_batch, spread_threads}, "drlhet_cuda_weigh");
+               Spread{spread_min_batch, spread_threads}, cluster_blocks, "drlhet_cuda_weigh");
 }
 
 // The sample with its targets drawn in the kernel from each tree's threefry2x32 key (key
@@ -259,7 +279,7 @@ inline ffi::Error WeighKeyImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
                                int64_t capacity, int64_t err_empty, int64_t err_beta,
                                int64_t cluster_max_batch, int64_t shared_top,
                                int64_t spread_min_batch, int64_t spread_threads,
-                               int64_t stratified) {
+                               int64_t cluster_blocks, int64_t stratified) {
   const int64_t n = indices->element_count();
   const int64_t trees = size.element_count();
   const int64_t batch = trees > 0 ? n / trees : 0;
@@ -268,7 +288,7 @@ inline ffi::Error WeighKeyImpl(cudaStream_t stream, ffi::Buffer<ffi::F32> nodes,
   return Weigh(stream, nodes, nullptr, key.typed_data(), stratified, n, ok, size, beta, indices,
                probs, weights, error, work, branching, capacity, err_empty, err_beta,
                cluster_max_batch, shared_top,
-               Spread{spread_min_batch, spread_threads},
+               Spread{spread_min_batch, spread_threads}, cluster_blocks,
                "drlhet_cuda_weigh_key");
 }
 
@@ -299,7 +319,8 @@ auto UpdateBinding(B bind) {
       .template Attr<int64_t>("block_max_batch")
       .template Attr<int64_t>("narrow_max_nodes")
       .template Attr<int64_t>("cluster_max_batch")
-      .template Attr<int64_t>("tagged_siblings");
+      .template Attr<int64_t>("tagged_siblings")
+      .template Attr<int64_t>("cluster_blocks");
 }
 
 template <typename B>
@@ -322,6 +343,7 @@ auto UpdateCheckedBinding(B bind) {
       .template Attr<int64_t>("narrow_max_nodes")
       .template Attr<int64_t>("cluster_max_batch")
       .template Attr<int64_t>("tagged_siblings")
+      .template Attr<int64_t>("cluster_blocks")
       .template Attr<float>("priority_max")
       .template Attr<int64_t>("err_index")
       .template Attr<int64_t>("err_priority");
@@ -347,7 +369,8 @@ auto SampleBinding(B&& bind) {  // a reference: a Binding cannot be moved into a
       .template Attr<int64_t>("cluster_max_batch")
       .template Attr<int64_t>("shared_top")
       .template Attr<int64_t>("spread_min_batch")
-      .template Attr<int64_t>("spread_threads");
+      .template Attr<int64_t>("spread_threads")
+      .template Attr<int64_t>("cluster_blocks");
 }
 
 template <typename B>

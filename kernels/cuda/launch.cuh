@@ -72,7 +72,8 @@ inline void LaunchCooperative(void (*kernel)(Params...), int64_t grid, int threa
 }
 
 // `ask(device)` (a query of the device: no stream work, its answer a count, 0 where it refused),
-// asked once per (device, kernel, threads), then remembered: without XLA's command buffers a
+// asked once per (device, kernel, shape: the launch's threads, or threads and cluster blocks in
+// one number), then remembered: without XLA's command buffers a
 // handler runs on the host at every call, and a query is host work of its own. The handler may
 // run while XLA records its command buffer by capturing this thread's stream, and a capture can
 // count a call it does not know as unsafe and invalidate itself: the query runs in the relaxed
@@ -81,7 +82,7 @@ inline void LaunchCooperative(void (*kernel)(Params...), int64_t grid, int threa
 // error: `ask` clears the error of a call that failed, as the handler reads cudaGetLastError
 // after its launches.
 template <typename Kernel, typename Ask>
-inline int64_t Remembered(Kernel kernel, int threads, Ask ask) {
+inline int64_t Remembered(Kernel kernel, int shape, Ask ask) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -89,7 +90,7 @@ inline int64_t Remembered(Kernel kernel, int threads, Ask ask) {
   }
   static std::mutex mutex;
   static std::map<std::tuple<int, const void*, int>, int64_t> known;
-  const auto key = std::make_tuple(device, reinterpret_cast<const void*>(kernel), threads);
+  const auto key = std::make_tuple(device, reinterpret_cast<const void*>(kernel), shape);
   const std::lock_guard<std::mutex> lock(mutex);
   if (const auto it = known.find(key); it != known.end()) return it->second;
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
@@ -101,19 +102,25 @@ inline int64_t Remembered(Kernel kernel, int threads, Ask ask) {
   return answer;
 }
 
-// Whether the current device can run a cluster of kClusterBlocks blocks of `threads` threads of
-// `kernel` (compute capability 9.0 and up, and the blocks' registers fit the GPC's SMs at once):
-// a query, never a failed launch, which would invalidate the stream capture XLA records its
-// command buffers with.
+// Whether the current device can run a cluster of `blocks` blocks of `threads` threads of
+// `kernel` (compute capability 9.0 and up, and the blocks' registers fit the GPC's SMs at once;
+// past 8 blocks, the kernel allowed a non-portable cluster size, which the H100 and H200 take
+// up to 16): a query, never a failed launch, which would invalidate the stream capture XLA
+// records its command buffers with.
 template <typename Kernel>
-inline bool ClusterFits(Kernel kernel, int threads) {
-  return Remembered(kernel, threads, [&](int device) -> int64_t {
+inline bool ClusterFits(Kernel kernel, int threads, int blocks = kClusterBlocks) {
+  if (blocks < 1 || blocks > kClusterMaxBlocks) return false;
+  return Remembered(kernel, threads * (kClusterMaxBlocks + 1) + blocks, [&](int device) -> int64_t {
            int launch = 0, clusters = 0;
            cudaError_t e = cudaDeviceGetAttribute(&launch, cudaDevAttrClusterLaunch, device);
+           if (e == cudaSuccess && launch != 0 && blocks > kClusterBlocks) {
+             e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+           }
            if (e == cudaSuccess && launch != 0) {
              cudaLaunchAttribute attribute;
              const cudaLaunchConfig_t config = ClusterConfig(
-                 kClusterBlocks, threads, kClusterBlocks, nullptr, &attribute);
+                 static_cast<unsigned>(blocks), threads, static_cast<unsigned>(blocks), nullptr,
+                 &attribute);
              e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
            }
            if (e != cudaSuccess) (void)cudaGetLastError();
@@ -141,8 +148,8 @@ inline bool CooperativeFits(Kernel kernel, int64_t grid, int threads) {
 }
 #else
 template <typename Kernel>
-inline bool ClusterFits(Kernel, int) {
-  return emu::ClustersSupported();
+inline bool ClusterFits(Kernel, int, int blocks = kClusterBlocks) {
+  return emu::ClustersSupported() && blocks >= 1 && blocks <= kClusterMaxBlocks;
 }
 
 template <typename Kernel>
@@ -151,49 +158,64 @@ inline bool CooperativeFits(Kernel, int64_t grid, int threads) {
 }
 #endif
 
-// Threads per block of a cluster launch over `batch` entries per tree: the batch spread over
-// kClusterBlocks blocks, in whole warps, at most kClusterMaxThreads.
-inline int ClusterThreads(int64_t batch) {
-  const int64_t per = (batch + kClusterBlocks - 1) / kClusterBlocks;
+// Threads per block of a cluster launch of `blocks` blocks over `batch` entries per tree: the
+// batch spread over the blocks, in whole warps, at most kClusterMaxThreads.
+inline int ClusterThreads(int64_t batch, int blocks = kClusterBlocks) {
+  const int64_t per = (batch + blocks - 1) / blocks;
   const int64_t warps = (per + 31) / 32;
   return static_cast<int>(warps * 32 < kClusterMaxThreads ? warps * 32 : kClusterMaxThreads);
 }
 
-// Whether a batch of `batch` entries per tree takes the one-cluster-per-tree path of `kernel`.
+// Whether a batch of `batch` entries per tree takes the one-cluster-per-tree path of `kernel`,
+// in clusters of `blocks` blocks.
 template <typename Kernel>
-inline bool InClusters(Kernel kernel, int64_t batch, int64_t cluster_max_batch) {
-  return batch <= cluster_max_batch && ClusterFits(kernel, ClusterThreads(batch));
+inline bool InClusters(Kernel kernel, int64_t batch, int64_t cluster_max_batch,
+                       int blocks = kClusterBlocks) {
+  return batch <= cluster_max_batch && ClusterFits(kernel, ClusterThreads(batch, blocks), blocks);
+}
+
+// The blocks of each tree's cluster: `asked` (the handlers' cluster_blocks) where a cluster of
+// that many blocks of `kernel` fits the GPU for a batch of `batch` entries per tree, else the
+// portable kClusterBlocks (which InClusters then asks about).
+template <typename Kernel>
+inline int ClusterBlocksFor(Kernel kernel, int64_t batch, int64_t asked) {
+  if (asked == kClusterBlocks || asked < 1 || asked > kClusterMaxBlocks) return kClusterBlocks;
+  const int blocks = static_cast<int>(asked);
+  return ClusterFits(kernel, ClusterThreads(batch, blocks), blocks) ? blocks : kClusterBlocks;
 }
 
 inline unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
 // The table of `tags` (nullptr: none) on the device of `nodes` where a batch of `batch` entries
-// per tree that takes the cluster path takes its variant with the claims in a table kept
-// between calls (tag_table.cuh): at most one entry per thread of the cluster, blocks of at most
-// kTaggedMaxThreads, clusters of that kernel fit the GPU, and the table is there for these
-// trees (made at its first use); else nullptr. `kernel`: the tagged kernel for the trees' K.
+// per tree that takes the cluster path (clusters of `blocks`) takes its variant with the claims
+// in a table kept between calls (tag_table.cuh): at most one entry per thread of the cluster,
+// blocks of at most kTaggedMaxThreads, clusters of that kernel fit the GPU, and the table is
+// there for these trees (made at its first use); else nullptr. `kernel`: the tagged kernel for
+// the trees' K.
 template <typename Kernel>
 inline const TagTable* InTaggedClaims(Kernel kernel, TagTableMemory* tags, const float* nodes,
-                                      int64_t trees, int64_t capacity, int64_t batch) {
-  if (tags == nullptr || batch > kTaggedMaxBatch ||
-      !ClusterFits(kernel, ClusterThreads(batch))) {
+                                      int64_t trees, int64_t capacity, int64_t batch,
+                                      int blocks = kClusterBlocks) {
+  if (tags == nullptr || batch > int64_t{blocks} * kTaggedMaxThreads ||
+      !ClusterFits(kernel, ClusterThreads(batch, blocks), blocks)) {
     return nullptr;
   }
   return tags->For(trees, capacity, nodes);
 }
 
 // The update's launches: one block per tree up to block_max_batch entries per tree; else one
-// cluster per tree up to cluster_max_batch where the GPU has clusters (its claims in the table
-// of `tags` where given and the batch allows, its leaves' parents summed from it with
-// tagged_siblings; else in the workspace); else reset, claim, leaves, then one launch per level
-// from the leaves' parents up: a thread per entry (its ancestor) at the levels wider than the
-// batch, a thread per node at the levels no wider than the batch but wider than
-// narrow_max_nodes, and one block per tree for the rest (the narrow levels, whole, and Finish).
-// Each kernel here that sums nodes has a build for K 16 (the _k16 kernels) for K 16's trees.
+// cluster per tree up to cluster_max_batch where the GPU has clusters (of cluster_blocks blocks
+// where they fit, else 8: ClusterBlocksFor; its claims in the table of `tags` where given and
+// the batch allows, its leaves' parents summed from it with tagged_siblings; else in the
+// workspace); else reset, claim, leaves, then one launch per level from the leaves' parents up:
+// a thread per entry (its ancestor) at the levels wider than the batch, a thread per node at the
+// levels no wider than the batch but wider than narrow_max_nodes, and one block per tree for the
+// rest (the narrow levels, whole, and Finish). Each kernel here that sums nodes has a build for
+// K 16 (the _k16 kernels) for K 16's trees.
 inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet::TreeLayout& lay,
                          int64_t trees, int64_t block_max_batch, int64_t narrow_max_nodes,
-                         int64_t cluster_max_batch, TagTableMemory* tags,
-                         bool tagged_siblings) {
+                         int64_t cluster_max_batch, TagTableMemory* tags, bool tagged_siblings,
+                         int64_t cluster_blocks = kClusterBlocks) {
   const bool k16 = a.k == 16;
   if (a.batch <= block_max_batch) {
     if (k16) {
@@ -204,17 +226,18 @@ inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet:
     return;
   }
   auto in_cluster = k16 ? drlhet_cuda_update_cluster_k16 : drlhet_cuda_update_cluster;
-  if (InClusters(in_cluster, a.batch, cluster_max_batch)) {
-    auto tagged = k16 ? drlhet_cuda_update_cluster_tagged_k16 : drlhet_cuda_update_cluster_tagged;
-    if (const TagTable* table = InTaggedClaims(tagged, tags, a.nodes, trees, a.capacity, a.batch)) {
+  auto tagged = k16 ? drlhet_cuda_update_cluster_tagged_k16 : drlhet_cuda_update_cluster_tagged;
+  const int cs = ClusterBlocksFor(in_cluster, a.batch, cluster_blocks);
+  if (InClusters(in_cluster, a.batch, cluster_max_batch, cs)) {
+    const int threads = ClusterThreads(a.batch, cs);
+    if (const TagTable* table =
+            InTaggedClaims(tagged, tags, a.nodes, trees, a.capacity, a.batch, cs)) {
       TagTable view = *table;
       view.siblings = tagged_siblings;
-      DRLHET_LAUNCH_CLUSTER(tagged, trees * kClusterBlocks, ClusterThreads(a.batch),
-                            kClusterBlocks, stream, a, kClusterBlocks, view);
+      DRLHET_LAUNCH_CLUSTER(tagged, trees * cs, threads, cs, stream, a, cs, view);
       return;
     }
-    DRLHET_LAUNCH_CLUSTER(in_cluster, trees * kClusterBlocks, ClusterThreads(a.batch),
-                          kClusterBlocks, stream, a, kClusterBlocks);
+    DRLHET_LAUNCH_CLUSTER(in_cluster, trees * cs, threads, cs, stream, a, cs);
     return;
   }
   DRLHET_LAUNCH(drlhet_cuda_update_reset_args, Blocks(a.n), kThreads, stream, a);
@@ -265,12 +288,13 @@ inline bool InSpread(const SampleArgs& a, int64_t trees, const Spread& spread) {
 
 // The sample's launches after its targets: spread over the GPU from spread.min_batch targets a
 // tree where it holds the launch's blocks at once; else one block per tree up to kBlockThreads
-// targets a tree; else one cluster per tree up to cluster_max_batch where the GPU has clusters;
-// else its scratch cleared, the descent, the weights. With shared_top, each block descends the top levels of its
-// tree from a copy in shared memory (SetTopCopy; the same bits).
+// targets a tree; else one cluster per tree up to cluster_max_batch where the GPU has clusters
+// (of cluster_blocks blocks where they fit, else 8: ClusterBlocksFor); else its scratch cleared,
+// the descent, the weights. With shared_top, each block descends the top levels of its tree from
+// a copy in shared memory (SetTopCopy; the same bits).
 inline void LaunchWeigh(cudaStream_t stream, SampleArgs a, const drlhet::TreeLayout& lay,
                         int64_t trees, int64_t cluster_max_batch, bool shared_top,
-                        const Spread& spread) {
+                        const Spread& spread, int64_t cluster_blocks = kClusterBlocks) {
   SetTopCopy(&a, lay, shared_top);
   if (InSpread(a, trees, spread)) {
     const int threads = static_cast<int>(spread.threads);
@@ -290,9 +314,10 @@ inline void LaunchWeigh(cudaStream_t stream, SampleArgs a, const drlhet::TreeLay
     return;
   }
   auto in_cluster = a.k == 16 ? drlhet_cuda_sample_cluster_k16 : drlhet_cuda_sample_cluster;
-  if (InClusters(in_cluster, a.batch, cluster_max_batch)) {
-    DRLHET_LAUNCH_CLUSTER(in_cluster, trees * kClusterBlocks, ClusterThreads(a.batch),
-                          kClusterBlocks, stream, a, kClusterBlocks);
+  const int cs = ClusterBlocksFor(in_cluster, a.batch, cluster_blocks);
+  if (InClusters(in_cluster, a.batch, cluster_max_batch, cs)) {
+    DRLHET_LAUNCH_CLUSTER(in_cluster, trees * cs, ClusterThreads(a.batch, cs), cs, stream, a,
+                          cs);
     return;
   }
   cudaMemsetAsync(a.scratch, 0, 2 * trees * sizeof(int32_t), stream);

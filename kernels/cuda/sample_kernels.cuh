@@ -235,7 +235,7 @@ __device__ inline void SampleBlock(const SampleArgs& a) {
 }
 
 // The whole sample of tree blockIdx.x / cs by one cluster of cs blocks (cluster.cuh, cs at most
-// kClusterBlocks): each thread descends every (cs * blockDim)-th target and keeps the largest
+// kClusterMaxBlocks): each thread descends every (cs * blockDim)-th target and keeps the largest
 // raw weight and whether a probability is > 0 of its targets; its warp merges them, then its
 // block in a word of its own shared memory (the block's slot of `block_most`, `block_any`);
 // after a cluster barrier every thread reads the cluster's cs words over distributed shared
@@ -250,7 +250,7 @@ template <int KStatic>
 __device__ inline void SampleCluster(const SampleArgs& a, int32_t cs) {
   __shared__ __align__(16) float copy[kTopFloats];  // each block's own (the emulation: one,
                                                     // which every block fills alike)
-  __shared__ int32_t block_most[kClusterBlocks], block_any[kClusterBlocks];  // slot: the rank
+  __shared__ int32_t block_most[kClusterMaxBlocks], block_any[kClusterMaxBlocks];  // by rank
   const int64_t v = blockIdx.x / cs, base = v * a.batch;
   const unsigned rank = blockIdx.x % cs;
   const int64_t t = rank * blockDim.x + threadIdx.x, all = cs * blockDim.x;

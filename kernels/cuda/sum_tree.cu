@@ -33,8 +33,9 @@
 // narrow_max_nodes nodes (drlhet_cuda_update_top); the updates and the sample also
 // cluster_max_batch: a batch too large for one block but of at most that many entries per tree
 // runs in one launch of one cluster of blocks per tree where the GPU has clusters (sm_90 and
-// up: drlhet_cuda_update_cluster, drlhet_cuda_sample_cluster), else as above; the updates
-// also tagged_siblings (0 or 1): the tagged handlers' cluster path sums the leaves' parents from
+// up: drlhet_cuda_update_cluster, drlhet_cuda_sample_cluster), else as above, the cluster of
+// cluster_blocks blocks (1 to 16; past 8 where the GPU allows a non-portable cluster size, else
+// 8); the updates also tagged_siblings (0 or 1): the tagged handlers' cluster path sums the leaves' parents from
 // its claims table, without a barrier after the leaves (the untagged handlers ignore it); the
 // samples also spread_min_batch and spread_threads: a batch of at least that many targets per
 // tree runs as one cooperative launch over the GPU, blocks of spread_threads

@@ -534,7 +534,7 @@ struct WorkspaceClaims {
 // checked (a.raw). KStatic > 0: K fixed at compile time (a.k must equal it; KOf).
 template <int KStatic, typename Claims>
 __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs, Claims claims) {
-  __shared__ int32_t block_bad[kClusterBlocks], block_most[kClusterBlocks];  // slot: the rank
+  __shared__ int32_t block_bad[kClusterMaxBlocks], block_most[kClusterMaxBlocks];  // by rank
   const unsigned rank = blockIdx.x % cs;
   if (threadIdx.x == 0) block_bad[rank] = block_most[rank] = 0;
   const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);  // a barrier: the words are 0

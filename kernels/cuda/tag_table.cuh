@@ -33,10 +33,10 @@ namespace drlhet_cuda {
 
 // Threads a block of the tagged kernel at most: its launch bounds, so that LeafAndParent's
 // slots and leaves in flight at once (48 registers) fit without spilling (at 1024 threads a
-// block, 64 registers a thread: spills). A batch past kClusterBlocks * this claims in the
-// workspace (InTaggedClaims).
+// block, 64 registers a thread: spills). A batch past the cluster's blocks times this claims in
+// the workspace (InTaggedClaims).
 constexpr int kTaggedMaxThreads = kClusterMaxThreads < 512 ? kClusterMaxThreads : 512;
-constexpr int64_t kTaggedMaxBatch = int64_t{kClusterBlocks} * kTaggedMaxThreads;  // per tree
+constexpr int64_t kTaggedMaxBatch = int64_t{kClusterMaxBlocks} * kTaggedMaxThreads;  // per tree
 constexpr int kTagPosBits = 13;  // a position in the tree's batch: below kTaggedMaxBatch
 constexpr unsigned long long kTagMax = (1ull << (32 - kTagPosBits)) - 1;
 static_assert(kTaggedMaxBatch <= (int64_t{1} << kTagPosBits), "a position must fit its bits");
@@ -296,7 +296,7 @@ class TagTableMemory {
 
 extern "C" {
 
-// grid = V trees * cs blocks, in clusters of cs = kClusterBlocks (ClusterUpdate with
+// grid = V trees * cs blocks, in clusters of cs <= kClusterMaxBlocks (ClusterUpdate with
 // TaggedClaims), of at most kTaggedMaxThreads threads; at most one entry a thread; sm_90 and up.
 __global__ void __launch_bounds__(drlhet_cuda::kTaggedMaxThreads)
     drlhet_cuda_update_cluster_tagged(drlhet_cuda::UpdateArgs a, int32_t cs,

@@ -13,6 +13,8 @@ from cuda_places import (
     PLACES,
     TAGGED_CLAIMS_PATH,
     TAGGED_PATH,
+    WIDE_PATH,
+    WIDE_WORKSPACE_PATH,
     devices,
 )
 
@@ -25,6 +27,8 @@ MARKS = {
     CLUSTER_PATH: [pytest.mark.cuda_cluster],
     TAGGED_CLAIMS_PATH: [pytest.mark.cuda_tagged],
     TAGGED_PATH: [pytest.mark.cuda_tagged],
+    WIDE_PATH: [pytest.mark.cuda_wide],
+    WIDE_WORKSPACE_PATH: [pytest.mark.cuda_wide],
 }
 
 
@@ -39,10 +43,10 @@ MARKS = {
 )
 def place(request):
     """The cuda backend's ops (`TreeOps`, its own buffer calls included), run on one place's
-    first device with one update path. The cluster and tagged claims paths' cases are marked
-    ``cuda_cluster`` and ``cuda_tagged``: ``experiments/gpu_checks.sh`` runs each on a GPU in a
-    stage of its own, since only their kernels wait on other blocks (a hang there costs that
-    stage, not the other tests)."""
+    first device with one update path. The cluster, tagged claims and 16-block cluster paths'
+    cases are marked ``cuda_cluster``, ``cuda_tagged`` and ``cuda_wide``:
+    ``experiments/gpu_checks.sh`` runs each on a GPU in a stage of its own, since only their
+    kernels wait on other blocks (a hang there costs that stage, not the other tests)."""
     where, path = request.param.split(", ")
     device = devices(where)[0]
     ops = backends.tree_ops("cuda")

@@ -12,7 +12,8 @@ GPU only: the emulation runs those paths in test_cuda_tagged.py, both ways, wher
 tests on more paths would cost about 45 s of the default suite each), everything in the test
 on that place's device: the reference too. Each path sets every switch that picks it, so that
 a default changed in the library (as `cuda.CLUSTER_MAX_BATCH` and `cuda.TAGGED_CLAIMS` were
-once measured on) does not move a path's tests onto another.
+once measured on) does not move a path's tests onto another; every path but the two in clusters
+of 16 blocks (`cuda.CLUSTER_BLOCKS`, on a GPU only) runs the library's width.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ NO_GPU = "missing device: no GPU (JAX sees no CUDA device here)"
 CLUSTER_PATH = "one cluster per tree"
 TAGGED_PATH = "claims in a table kept by the call"
 TAGGED_CLAIMS_PATH = "claims in a table and parents from the tree"
+WIDE_PATH = "16-block clusters with claims in a table"
+WIDE_WORKSPACE_PATH = "16-block clusters with claims in the workspace"
 PATHS = {
     "one block per tree": {"BLOCK_MAX_BATCH": 2**40},
     "one launch per level": {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 0, "NARROW_MAX_NODES": 16},
@@ -44,12 +47,26 @@ PATHS = {
         "TAGGED_CLAIMS": True,
         "TAGGED_SIBLINGS": True,
     },
+    WIDE_PATH: {
+        "BLOCK_MAX_BATCH": 0,
+        "CLUSTER_MAX_BATCH": 2**40,
+        "TAGGED_CLAIMS": True,
+        "TAGGED_SIBLINGS": False,
+        "CLUSTER_BLOCKS": 16,
+    },
+    WIDE_WORKSPACE_PATH: {
+        "BLOCK_MAX_BATCH": 0,
+        "CLUSTER_MAX_BATCH": 2**40,
+        "TAGGED_CLAIMS": False,
+        "CLUSTER_BLOCKS": 16,
+    },
 }
 """Each update path's settings of `drlhet.backends.cuda`. The tagged claims' batches that they do
 not take (more entries than the tagged kernel's cluster has threads) go to the cluster path's
 workspace claims."""
-GPU_ONLY = (TAGGED_CLAIMS_PATH, TAGGED_PATH)
-"""The paths the fixtures run on a GPU only (the emulation's tests of them: see above)."""
+GPU_ONLY = (TAGGED_CLAIMS_PATH, TAGGED_PATH, WIDE_PATH, WIDE_WORKSPACE_PATH)
+"""The paths the fixtures run on a GPU only (the emulation's tests of them: see above, and
+test_cuda_emu_wide.py for the clusters of 16 blocks)."""
 PLACES = ("gpu", "emulated cpu")
 
 
@@ -68,5 +85,5 @@ def devices(place: str) -> list:
 
 __all__ = [
     "CLUSTER_PATH", "GPU_ONLY", "NO_GPU", "PATHS", "PLACES", "TAGGED_CLAIMS_PATH", "TAGGED_PATH",
-    "devices",
+    "WIDE_PATH", "WIDE_WORKSPACE_PATH", "devices",
 ]  # fmt: skip

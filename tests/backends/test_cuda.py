@@ -129,6 +129,16 @@ def test_trees_the_kernels_do_not_hold_are_refused_before_a_call(monkeypatch):
         cuda.update(tree, jnp.zeros(2, jnp.int32), jnp.ones(2, jnp.float32))
 
 
+@pytest.mark.parametrize("blocks", [0, 17, 8.0, True])
+def test_a_cluster_width_outside_1_to_16_is_refused_naming_it(monkeypatch, blocks):
+    monkeypatch.setattr(cuda, "_library", lambda: None)  # refused before any call
+    monkeypatch.setattr(cuda, "CLUSTER_BLOCKS", blocks)
+    tree = st.init(1000, 16)
+    with pytest.raises(ValueError, match=f"cuda.CLUSTER_BLOCKS must be an integer 1 to 16, got "
+                                         f"{blocks!r}"):  # fmt: skip
+        cuda.update(tree, jnp.zeros(2, jnp.int32), jnp.ones(2, jnp.float32))
+
+
 @pytest.mark.parametrize("name", sorted(cuda.REMOVED))
 def test_a_removed_switch_set_is_refused_not_ignored(monkeypatch, name):
     monkeypatch.setattr(cuda, "_library", lambda: None)  # refused before any call

@@ -94,11 +94,12 @@ def placed(a, offset: int):
 
 
 def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, offset=0,
-               tags=None, siblings=False):  # fmt: skip
+               tags=None, siblings=False, blocks=8):  # fmt: skip
     """One update of V = len(nodes) trees on ``path`` (block_max_batch, narrow_max_nodes,
     cluster_max_batch), the nodes ``offset`` bytes past a
     16-byte boundary, with the claims table ``tags`` (uint64 [V * (C + 1)], kept by the
-    caller; None: none), whose winners sum their leaves' parents from it with ``siblings``:
+    caller; None: none), whose winners sum their leaves' parents from it with ``siblings``,
+    the cluster path in clusters of ``blocks`` blocks:
     (nodes [V, T], bad [V], max [V], err [V])."""
     block_max, narrow_max, cluster_max = path
     out = placed(np.array(nodes, F32, ndmin=2), offset)
@@ -119,7 +120,7 @@ def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, o
         ctypes.c_int64(narrow_max), ctypes.c_int64(cluster_max), ptr(raw),
         ptr(size), ctypes.c_float(checks.PRIORITY_MAX), ctypes.c_int32(checks.ERR_INDEX),
         ctypes.c_int32(checks.ERR_PRIORITY), ptr(max_in), ptr(err_in), ptr(max_out),
-        ptr(err_out), ptr(bad), ptr(tags), ctypes.c_int64(siblings),
+        ptr(err_out), ptr(bad), ptr(tags), ctypes.c_int64(siblings), ctypes.c_int32(blocks),
     )  # fmt: skip
     assert rc == 0
     return out, bad, max_out, err_out

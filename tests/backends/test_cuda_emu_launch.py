@@ -65,9 +65,9 @@ def test_a_launch_whose_barriers_never_complete_fails_instead_of_hanging(emu):
 
 def test_a_cluster_barrier_orders_the_writes_of_every_block_of_the_cluster(emu, schedule):
     """ClusterRing (emu/emu_entry.cc): each thread reads, after the barrier, what the same thread
-    of the next block of its cluster wrote before it, in clusters of 1, 2 and 8."""
-    for cluster in (1, 2, 8):
-        grid, threads = 8, 64
+    of the next block of its cluster wrote before it, in clusters of 1, 2, 8 and 16."""
+    for cluster in (1, 2, 8, 16):
+        grid, threads = 16, 64
         seen = np.full(grid * threads, -1, np.int32)
         assert emu.drlhet_emu_cluster_ring(grid, threads, cluster, ptr(seen)) == 0
         block = np.arange(grid)
@@ -76,8 +76,9 @@ def test_a_cluster_barrier_orders_the_writes_of_every_block_of_the_cluster(emu, 
         np.testing.assert_array_equal(got, np.repeat(want[:, None], threads, 1), str(cluster))
 
 
-@pytest.mark.parametrize("grid, cluster", [(18, 9), (12, 8), (8, 0)])
+@pytest.mark.parametrize("grid, cluster", [(34, 17), (12, 8), (8, 0)])
 def test_a_cluster_launch_beyond_the_gpus_limits_fails(emu, grid, cluster):
-    # more than 8 blocks a cluster, a grid not of whole clusters, no cluster
+    # more than 16 blocks a cluster (the non-portable limit), a grid not of whole clusters, no
+    # cluster
     seen = np.zeros(grid * 32, np.int32)
     assert emu.drlhet_emu_cluster_ring(grid, 32, cluster, ptr(seen)) == -2

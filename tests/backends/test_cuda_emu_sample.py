@@ -43,7 +43,7 @@ SPREAD_THREADS = 64
 
 def emu_weigh(
     lib, nodes, capacity, k, targets, size, beta, offset=0, cluster_max=0, key=None, strat=1,
-    top=True, spread_min=NEVER,
+    top=True, spread_min=NEVER, blocks=8,
 ):  # fmt: skip
     """The sample call on V trees (their nodes ``offset`` bytes past a 16-byte boundary; spread
     over the grid in blocks of SPREAD_THREADS from ``spread_min`` targets per tree where the
@@ -51,7 +51,7 @@ def emu_weigh(
     (indices, probabilities, weights [V, B], error [V]). With ``key`` (uint32 [V, 2]), the call
     that draws the targets from it (stratified or not: ``strat``); ``targets`` then only gives
     their shape. ``top``: the descents read the trees' top levels from each block's copy in
-    shared memory."""
+    shared memory. ``blocks``: the cluster path's blocks a cluster."""
     nodes = placed(np.array(nodes, F32, ndmin=2), offset)
     trees = nodes.shape[0]
     t = np.ascontiguousarray(np.reshape(targets, (trees, -1)), F32)
@@ -66,7 +66,7 @@ def emu_weigh(
         ctypes.c_int32(checks.ERR_BETA), ctypes.c_int64(cluster_max), ptr(idx), ptr(probs),
         ptr(w), ptr(err), None if key is None else ptr(np.ascontiguousarray(key, np.uint32)),
         ctypes.c_int32(strat), ctypes.c_int32(top), ctypes.c_int64(spread_min),
-        ctypes.c_int32(SPREAD_THREADS),
+        ctypes.c_int32(SPREAD_THREADS), ctypes.c_int32(blocks),
     )  # fmt: skip
     assert rc == 0
     return idx, probs, w, err

@@ -80,6 +80,7 @@ enum cudaMemcpyKind { cudaMemcpyDeviceToDevice = 3 };
 namespace emu {
 
 inline cudaError_t last_error = cudaSuccess;
+inline unsigned last_cluster = 0;  // the blocks a cluster of the last launch (1: not in clusters)
 inline int64_t schedule = 0;  // 0: threads start in order, 1: in reverse, else a seeded shuffle
 
 // Emulated calls share the state above: one at a time.
@@ -282,7 +283,8 @@ void Invoke(void* p) {
 
 // kernel<<<grid, threads>>>(args...) in clusters of `cluster` blocks: every cluster, one after
 // the other, its blocks' threads together. A bad configuration (a GPU's limits: whole warps
-// here, at most 1024 threads, at most 8 blocks a cluster, a grid of whole clusters) or a
+// here, at most 1024 threads, at most 16 blocks a cluster: the non-portable limit that the H100
+// and H200 allow, 8 being the portable one; a grid of whole clusters) or a
 // barrier that never completes sets the error `cudaGetLastError` returns. __shared__ is one
 // static copy here, shared by the blocks of a cluster while they run together: a kernel launched
 // in clusters keeps in shared memory only what every block writes alike (BlockLayout), or one
@@ -293,10 +295,11 @@ void RunGroups(Kernel kernel, unsigned grid, unsigned threads, unsigned group, A
 template <typename Kernel, typename... A>
 void LaunchCluster(Kernel kernel, unsigned grid, unsigned threads, unsigned cluster, A... args) {
   if (grid == 0 || threads == 0 || threads % 32 != 0 || threads > 1024 || cluster == 0 ||
-      cluster > 8 || grid % cluster != 0) {
+      cluster > 16 || grid % cluster != 0) {
     last_error = cudaErrorInvalidConfiguration;
     return;
   }
+  last_cluster = cluster;
   RunGroups(kernel, grid, threads, cluster, args...);
 }
 

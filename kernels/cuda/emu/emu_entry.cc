@@ -113,6 +113,13 @@ DRLHET_EMU_EXPORT int drlhet_emu_block_layout_matches(int64_t capacity, int k, u
   return 1;
 }
 
+// The blocks a cluster of the last emulated launch had (1: a launch not in clusters; 0: none
+// yet), so that a test of a cluster width can tell that the launch took it.
+DRLHET_EMU_EXPORT int drlhet_emu_last_cluster() {
+  const std::lock_guard<std::mutex> lock(emu::Lock());
+  return static_cast<int>(emu::last_cluster);
+}
+
 // The levels of a tree of (capacity, k) the sample's descents read from a block's copy in
 // shared memory (drlhet_cuda::TopLevelsFor, on), or -1 for a bad (capacity, k).
 DRLHET_EMU_EXPORT int drlhet_emu_top_levels(int64_t capacity, int k) {
@@ -136,7 +143,8 @@ DRLHET_EMU_EXPORT int drlhet_emu_in_spread(int64_t trees, int64_t batch, int k,
 
 // drlhet_cuda_weigh on `trees` trees of `batch` targets each (spread over blocks of
 // spread_threads when batch >= spread_min_batch and the launch fits the emulation's
-// cooperative limits, else one cluster per tree when 1024 < batch <= cluster_max_batch), or
+// cooperative limits, else one cluster of cluster_blocks blocks per tree when 1024 < batch <=
+// cluster_max_batch), or
 // drlhet_cuda_weigh_key where `key` ([trees, 2]
 // threefry2x32 words; targets unused) is given; with shared_top, the descents read the trees'
 // top levels from a copy in shared memory (SetTopCopy). Returns 0, or -1 for a bad (capacity, k), -2
@@ -148,7 +156,7 @@ DRLHET_EMU_EXPORT int drlhet_emu_weigh(const float* nodes, int64_t capacity, int
                                        int32_t* indices, float* probs, float* weights,
                                        int32_t* error, const uint32_t* key, int32_t stratified,
                                        int32_t shared_top, int64_t spread_min_batch,
-                                       int32_t spread_threads) {
+                                       int32_t spread_threads, int32_t cluster_blocks) {
   drlhet::TreeLayout lay;
   if (!drlhet::MakeLayout(capacity, k, &lay) || trees < 1 || batch < 1) return -1;
   const std::lock_guard<std::mutex> lock(emu::Lock());
@@ -159,17 +167,18 @@ DRLHET_EMU_EXPORT int drlhet_emu_weigh(const float* nodes, int64_t capacity, int
                                   weights, error,    scratch.data(), err_empty, err_beta,
                                   key,     stratified};
   drlhet_cuda::LaunchWeigh(nullptr, a, lay, trees, cluster_max_batch, shared_top != 0,
-                           drlhet_cuda::Spread{spread_min_batch, spread_threads});
+                           drlhet_cuda::Spread{spread_min_batch, spread_threads},
+                           cluster_blocks);
   return Status();
 }
 
 // drlhet_cuda_update (raw == nullptr) or drlhet_cuda_update_checked on `trees` trees of `batch`
 // entries each, the nodes in place; one block per tree when batch <= block_max_batch, else one
-// cluster per tree when batch <= cluster_max_batch, else the per-level launches with levels of
-// at most narrow_max_nodes nodes in one block per tree. With `tags` ([trees * (capacity + 1)]
-// words, the caller's, kept between calls: a claims table's slots, then each tree's last tag;
-// tag_table.cuh), the cluster path's batches of at most one entry per thread claim in it (and
-// with tagged_siblings sum their leaves' parents from it). The
+// cluster of cluster_blocks blocks per tree when batch <= cluster_max_batch, else the per-level
+// launches with levels of at most narrow_max_nodes nodes in one block per tree. With `tags`
+// ([trees * (capacity + 1)] words, the caller's, kept between calls: a claims table's slots,
+// then each tree's last tag; tag_table.cuh), the cluster path's batches of at most one entry
+// per thread claim in it (and with tagged_siblings sum their leaves' parents from it). The
 // checked update's outputs are max_out and err_out; bad_out [trees] is each tree's refusal word.
 // Returns 0, or -1 for a bad (capacity, k), -2 for a failed launch.
 DRLHET_EMU_EXPORT int drlhet_emu_update(float* nodes, int64_t capacity, int k,
@@ -181,7 +190,8 @@ DRLHET_EMU_EXPORT int drlhet_emu_update(float* nodes, int64_t capacity, int k,
                                         int32_t err_index, int32_t err_priority,
                                         const float* max_in, const int32_t* err_in,
                                         float* max_out, int32_t* err_out, int32_t* bad_out,
-                                        unsigned long long* tags, int64_t tagged_siblings) {
+                                        unsigned long long* tags, int64_t tagged_siblings,
+                                        int32_t cluster_blocks) {
   drlhet::TreeLayout lay;
   if (!drlhet::MakeLayout(capacity, k, &lay) || trees < 1 || batch < 1) return -1;
   const std::lock_guard<std::mutex> lock(emu::Lock());
@@ -213,7 +223,7 @@ DRLHET_EMU_EXPORT int drlhet_emu_update(float* nodes, int64_t capacity, int k,
   if (tags != nullptr) table.Borrow(tags, trees, capacity);
   drlhet_cuda::LaunchUpdate(nullptr, a, lay, trees, block_max_batch, narrow_max_nodes,
                             cluster_max_batch, tags != nullptr ? &table : nullptr,
-                            tagged_siblings != 0);
+                            tagged_siblings != 0, cluster_blocks);
   for (int64_t v = 0; v < trees; ++v) bad_out[v] = a.bad[v];
   return Status();
 }

@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -341,16 +342,21 @@ def test_a_refused_run_exits_2_and_leaves_the_results_file_alone(tmp_path, args,
 
 def test_every_sampled_field_is_read_by_the_timed_programs(bench, tmp_path, monkeypatch):
     """The sample and step bodies of drlhet and flashbax read every field of their batch (a
-    field no output depends on is a gather XLA drops, while cpprb's sample gathers all five),
-    and `consumed` sums every one of them."""
+    field no output depends on is a gather XLA drops, while cpprb's sample gathers all five)
+    through `td_like`, item by item: a field's change moves its item's priority."""
     ri = importlib.import_module("replay_impls")
     seen: list[tuple[str, ...]] = []
-    real = ri.consumed
-    monkeypatch.setattr(ri, "consumed", lambda d: seen.append(tuple(sorted(d))) or real(d))
+    real = ri.td_like
+    monkeypatch.setattr(ri, "td_like", lambda d: seen.append(tuple(sorted(d))) or real(d))
     args = dataclasses.replace(tiny_run(bench, tmp_path), ops=("sample", "step"))
     rows = bench.main(args)
     impls = {r["impl"] for r in rows}
     fields = tuple(sorted(ri.transitions(1)))
     assert len(seen) >= 2 * len(impls) and set(seen) == {fields}, seen
-    data = {f: np.full((3, 2), i + 1, np.float32) for i, f in enumerate(fields)}
-    assert float(real(data)) == 6 * sum(range(1, len(fields) + 1))
+    data = {f: jnp.asarray(v) for f, v in ri.transitions(3).items()}
+    base = np.asarray(real(data))
+    assert base.shape == (3,) and (base > 0).all()
+    for f in fields:  # each field feeds the priority of its own item only
+        moved = dict(data, **{f: data[f].at[1].add(1)})
+        changed = np.asarray(real(moved)) != base
+        assert changed.tolist() == [False, True, False], f

@@ -92,9 +92,10 @@ step in a fused scan; ``experiments/gpu_checks.sh cluster pick``, results/cuda_p
 B 16384; one cluster of 8 SMs per tree runs out of memory parallelism above that."""
 
 CLUSTER_BLOCKS = 8
-"""Blocks in each tree's cluster on the cluster path (1 to 16): past 8, a non-portable cluster
-size, which the H100 and H200 allow (elsewhere the launches take 8), spreads a tree's batch over
-twice the SMs' load units. The same bits at any size (host emulation). Read when traced."""
+"""Blocks in each tree's cluster on the cluster path (1 to 16; past 8 a non-portable size, which
+the H100 and H200 allow, elsewhere 8). The same bits at any size (emulation; an H200's 58 GPU
+tests). 8: on an H200 (``gpu_checks.sh wide``, results/cuda_paths_h200_s42.json) 16 gave the
+step 0.99-1.06x at B 2048-4096 (geometric means 1.029, 1.005). Read when traced."""
 
 TAGGED_CLAIMS = True
 """Whether the cluster path's update of at most one entry per thread of its cluster (4096 per tree

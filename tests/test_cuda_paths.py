@@ -97,19 +97,24 @@ def test_the_top_copy_is_turned_off_only_where_its_absence_wins_by_the_margin(
     assert result["shared_top"] is True and "does not win" in result["shared_top_why"]
 
 
+def ab_rows(tmp_path, impl, base, arm, gain):
+    """An A/B stage's one run at B 2048 and 4096 (the cluster path on, as gpu_checks.sh's
+    `tagged` and `wide` write it): drlhet-cuda's rows with the switch columns ``base``, the arm
+    ``impl``'s with ``arm`` at ``gain`` times its items/s; the file is named after the arm."""
+    rows = []
+    for b, r in ((2048, 70e6), (4096, 120e6)):
+        rows.append(row(b, r, cluster=4096) | base)
+        rows.append(row(b, r * gain, cluster=4096, impl=impl) | arm)
+    return write(tmp_path, impl.removeprefix("drlhet-cuda-") + ".json", rows)
+
+
 def test_the_tagged_claims_are_turned_on_only_where_they_win_by_the_margin(experiments, tmp_path):
     """pick_tagged: the `tagged` stage's one run (drlhet-cuda-tagged beside drlhet-cuda); its
     tagged rows never count for the other picks, its workspace rows do."""
 
     def ab_file(gain):
-        rows = []
-        for b, r in ((2048, 70e6), (4096, 120e6)):
-            rows.append(row(b, r, cluster=4096) | {"cuda_tagged_claims": 0})
-            rows.append(
-                row(b, r * gain, cluster=4096, impl="drlhet-cuda-tagged")
-                | {"cuda_tagged_claims": 1}
-            )  # fmt: skip
-        return write(tmp_path, "tagged.json", rows)
+        switch = "cuda_tagged_claims"
+        return ab_rows(tmp_path, "drlhet-cuda-tagged", {switch: 0}, {switch: 1}, gain)
 
     files = [ab_file(1.10), *cluster_rows(tmp_path, {4096: 1e6}, {4096: 2e6})]
     result, env = pick(experiments, tmp_path, files)
@@ -131,14 +136,8 @@ def test_clusters_of_16_blocks_are_picked_only_where_they_win_by_the_margin(expe
     of 8); its 16-block rows never count for the other picks, its 8-block rows do."""
 
     def ab_file(gain):
-        rows = []
-        for b, r in ((2048, 70e6), (4096, 120e6)):
-            rows.append(row(b, r, cluster=4096) | {"cuda_cluster_blocks": 8})
-            rows.append(
-                row(b, r * gain, cluster=4096, impl="drlhet-cuda-wide")
-                | {"cuda_cluster_blocks": 16}
-            )  # fmt: skip
-        return write(tmp_path, "wide.json", rows)
+        switch = "cuda_cluster_blocks"
+        return ab_rows(tmp_path, "drlhet-cuda-wide", {switch: 8}, {switch: 16}, gain)
 
     files = [ab_file(1.10), *cluster_rows(tmp_path, {4096: 1e6}, {4096: 2e6})]
     result, env = pick(experiments, tmp_path, files)

@@ -2,8 +2,9 @@
 and what each row records of them.
 
 The options ``--cuda-*`` set the backend's switches for the whole run (`set_cuda_switches`);
-``--cuda-tagged-ab``, ``--cuda-wide-ab``, ``--cuda-find-ab`` and ``--cuda-spread-ab`` add arms
-beside ``drlhet-cuda`` (`ab_arms`); every row says which path it ran (`cuda_path`).
+``--cuda-tagged-ab``, ``--cuda-wide-ab``, ``--cuda-sorted-ab``, ``--cuda-find-ab`` and
+``--cuda-spread-ab`` add arms beside ``drlhet-cuda`` (`ab_arms`); every row says which path it
+ran (`cuda_path`).
 
 Imports no jax at import time: the backend is imported only where a switch is read or set.
 """
@@ -27,6 +28,7 @@ CUDA_SWITCHES = {  # option -> `drlhet.backends.cuda`'s switch, set where the op
     "cuda_spread_min_batch": "SPREAD_MIN_BATCH",
     "cuda_spread_threads": "SPREAD_THREADS",
     "cuda_cluster_blocks": "CLUSTER_BLOCKS",
+    "cuda_sorted_runs": "SORTED_RUNS",
 }
 
 LEAST = {option: 0 for option in CUDA_SWITCHES if option.endswith(("_batch", "_nodes"))}
@@ -42,13 +44,15 @@ CLAIMS_ARMS = {
 `drlhet.backends.cuda` it sets (its rows' ``cuda_<switch>`` say so)."""
 WIDE_ARMS = {"drlhet-cuda-wide": ("cuda_wide_ab", {"CLUSTER_BLOCKS": 16})}
 """The cluster's width A/B: the cluster path in clusters of 16 blocks (as `CLAIMS_ARMS`)."""
-SWITCH_ARMS = CLAIMS_ARMS | WIDE_ARMS
+SORTED_ARMS = {"drlhet-cuda-sorted": ("cuda_sorted_ab", {"SORTED_RUNS": True})}
+"""The sorted runs' A/B: the cluster update of a sorted batch run by run (as `CLAIMS_ARMS`)."""
+SWITCH_ARMS = CLAIMS_ARMS | WIDE_ARMS | SORTED_ARMS
 
 # The switches of `drlhet.backends.cuda` every cuda row records (``cuda_<switch>``, as the
 # library had them when the row ran), whether or not this run's options set them.
 CUDA_PATH_SWITCHES = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "TAGGED_CLAIMS",
                       "TAGGED_SIBLINGS", "SPREAD_MIN_BATCH", "SPREAD_THREADS",
-                      "CLUSTER_BLOCKS")  # fmt: skip
+                      "CLUSTER_BLOCKS", "SORTED_RUNS")  # fmt: skip
 
 
 def set_cuda_switches(args: Args) -> None:

@@ -161,6 +161,13 @@ class Args:
     path's clusters of 16 blocks where the GPU allows them), beside ``drlhet-cuda`` with the
     width this run sets, alternating in every repeat (an A/B in one process). Rows record it
     (``cuda_cluster_blocks``)."""
+    cuda_sorted_runs: bool | None = None
+    """``drlhet.backends.cuda.SORTED_RUNS`` for this run (None: the library's): the cluster
+    path's update first tries a batch of sorted indices run by run, without claims."""
+    cuda_sorted_ab: bool = False
+    """Also time ``drlhet-cuda-sorted``: the cuda backend with ``SORTED_RUNS`` on, beside
+    ``drlhet-cuda`` with it as this run sets it, alternating in every repeat (an A/B in one
+    process). Rows record it (``cuda_sorted_runs``)."""
     cuda_find_ab: bool = False
     """Also time ``drlhet-cuda-find``: the buffer's sample under XLA's code around the cuda
     backend's ``find`` (XLA draws the targets and computes probabilities and weights), the

@@ -87,7 +87,7 @@ def where(h, impl: str) -> dict:
 def backend_of(impl: str) -> str:
     """The drlhet backend of a row's implementation (``drlhet-cuda-plain`` -> ``cuda``)."""
     name = re.sub(r"-spread\d+$", "", impl.removeprefix("drlhet-"))
-    for variant in ("-1t", "-plain", "-tagged", "-siblings", "-wide", "-find"):
+    for variant in ("-1t", "-plain", "-tagged", "-siblings", "-wide", "-sorted", "-find"):
         name = name.removesuffix(variant)
     return name
 
@@ -159,7 +159,7 @@ def print_ratios(rows: list[dict], capacity: int, batch: int, k: int, depth: int
         plain = rate(impl + "-plain", "step", "fused")
         if ours and plain:
             print(f"step: {impl} own sample/update calls / {impl}-plain = {ours / plain:.2f}x")
-    for arm in SWITCH_ARMS:  # the A/Bs of --cuda-tagged-ab and --cuda-wide-ab, in one run
+    for arm in SWITCH_ARMS:  # the A/Bs of --cuda-tagged-ab, -wide-ab and -sorted-ab, in one run
         for op in ("update", "step"):
             a, b = rate(arm, op, "fused"), rate("drlhet-cuda", op, "fused")
             if a and b and "drlhet-cuda" in names:

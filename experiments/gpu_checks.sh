@@ -80,6 +80,16 @@
 #             tests run apart (stage tests_wide, marked cuda_wide); a failure there skips this
 #             stage and keeps clusters of 8. pick then sets CUDA_CLUSTER_BLOCKS. After a kernel
 #             change: build tests wide pick quick
+#   sorted    the cluster path's update of a sorted batch run by run (kernels/cuda/
+#             sorted_runs.cuh: drlhet.backends.cuda.SORTED_RUNS, off until measured) against its
+#             claims, in one run (bench_replay --cuda-sorted-ab: drlhet-cuda-sorted beside
+#             drlhet-cuda by its claims, alternating in each of SORTED_REPEATS, default 7,
+#             repeats): the update (random indices: the claims, after the vote) and the step (a
+#             stratified sample's indices: sorted) at 2^20 leaves, K 16, B SORTED_BATCHES
+#             (default 2048 4096), jax too (rows to $OUT/sorted.json; not in the default list;
+#             about 50 s). Its GPU tests run apart (stage tests_sorted, marked cuda_sorted); a
+#             failure there skips this stage and keeps it off. pick then sets CUDA_SORTED_RUNS.
+#             After a kernel change: build tests sorted pick quick
 #   targets   the sample's targets drawn in the cuda sample call from the key (the default,
 #             TreeOps.weigh_key) against XLA's kernel drawing them (--no-cuda-key-targets), and
 #             against the whole sample under XLA's code around cuda's find, the update still
@@ -189,7 +199,8 @@
 # around cuda's find; by hand, after the find stage: e.g. 1024 where find wins at 2048 and up);
 # CUDA_SPREAD_MIN_BATCH and CUDA_SPREAD_THREADS, drlhet.backends.cuda.SPREAD_MIN_BATCH and
 # SPREAD_THREADS (set by the pick stage from the spread stage's rows); CUDA_CLUSTER_BLOCKS,
-# drlhet.backends.cuda.CLUSTER_BLOCKS (idem, from the wide stage's rows).
+# drlhet.backends.cuda.CLUSTER_BLOCKS (idem, from the wide stage's rows); CUDA_SORTED_RUNS=1|0,
+# drlhet.backends.cuda.SORTED_RUNS (idem, from the sorted stage's rows).
 # DEADLINE_S (seconds from the start) caps every stage's limit so the whole run ends in time,
 # and skips a stage that would get under 15 s: the device time of a lent machine is counted.
 # Usage: OUT=results/raw/gpu experiments/gpu_checks.sh [stage ...]
@@ -248,6 +259,10 @@ paths() {  # PATH_FLAGS for bench_replay.py and RUN for the other commands, from
       wrap+=" --tagged-siblings"
     fi
   fi
+  if [ "${CUDA_SORTED_RUNS:-}" = 1 ] && [ "${TRIAGE_NO_SORTED:-0}" != 1 ]; then
+    PATH_FLAGS+=" --cuda-sorted-runs True"
+    wrap+=" --sorted-runs"
+  fi
   if [ -n "${CUDA_CLUSTER_BLOCKS:-}" ] && [ "${TRIAGE_NO_WIDE:-0}" != 1 ]; then
     PATH_FLAGS+=" --cuda-cluster-blocks $CUDA_CLUSTER_BLOCKS"
     wrap+=" --cluster-blocks $CUDA_CLUSTER_BLOCKS"
@@ -276,7 +291,7 @@ if $PY -c "import pytest_timeout" 2>/dev/null; then
   TIMEOUT_FLAGS="--timeout ${TEST_TIMEOUT:-60} --timeout-method thread"
 fi
 
-apart_tests() {  # apart_tests cluster|tagged|spread|wide: that path's GPU tests (marked
+apart_tests() {  # apart_tests cluster|tagged|spread|wide|sorted: that path's GPU tests (marked
   # cuda_<path>), after the others, in a stage of their own (tests_<path>). Only the cluster,
   # tagged and spread kernels wait on other blocks, so a hang is theirs; apart, it costs this stage's limit (with
   # pytest-timeout: a worker killed after TEST_TIMEOUT, its case an error, the other cases still
@@ -303,6 +318,7 @@ apart_tests() {  # apart_tests cluster|tagged|spread|wide: that path's GPU tests
     printf -v "CUDA_${upper}_MAX_BATCH" 0
     [ "$path" = spread ] && unset CUDA_SPREAD_MIN_BATCH  # the library's: never
     [ "$path" = wide ] && CUDA_CLUSTER_BLOCKS=8
+    [ "$path" = sorted ] && CUDA_SORTED_RUNS=0
   fi
   return 0
 }
@@ -334,12 +350,12 @@ for s in "${stages[@]}"; do
         -Ccmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH" -Cbuild-dir=build/gpu ;;
     tests)
       rm -f "$OUT/tests.xml" "$OUT/tests_cluster.xml" "$OUT/tests_tagged.xml" \
-        "$OUT/tests_spread.xml" "$OUT/tests_wide.xml"
+        "$OUT/tests_spread.xml" "$OUT/tests_wide.xml" "$OUT/tests_sorted.xml"
       # test by test over 8 workers: by file, one worker held test_cuda_buffer.py's 104 cases
       # (of 191) while another idled (189 cases in 170 s with 4 workers, fifth H100 session)
       stage tests 300 $PY -m pytest -q -p no:cacheprovider -rfEs --tb=short -n "${TEST_WORKERS:-8}" \
         --dist "${TEST_DIST:-load}" --junitxml "$OUT/tests.xml" $GPU_TESTS -k "$GPU_K" \
-        -m "not slow and not cuda_cluster and not cuda_tagged and not cuda_spread and not cuda_wide"
+        -m "not slow and not cuda_cluster and not cuda_tagged and not cuda_spread and not cuda_wide and not cuda_sorted"
       if [ "${STAGE_RC[tests]:-0}" != 0 ]; then  # turn off what failed, for the later stages
         $PY experiments/triage_gpu_tests.py --junit "$OUT/tests.xml" --env-out "$OUT/triage.env" \
           --out "$OUT/triage.json" --rerun-out "$OUT/rerun.txt" 2>&1 | tee "$OUT/triage.log"
@@ -373,6 +389,7 @@ for s in "${stages[@]}"; do
       apart_tests tagged
       apart_tests spread
       apart_tests wide
+      apart_tests sorted
       paths
       echo "== the later stages run with:$PATH_FLAGS" ;;
     quick)
@@ -458,6 +475,17 @@ for s in "${stages[@]}"; do
         --batches ${WIDE_BATCHES:-2048 4096} --branchings 16 --backends cuda jax \
         --ops sample update step --modes fused --no-peers --no-plain --no-thread-scaling \
         --no-limits --repeats "${WIDE_REPEATS:-7}" $base --cuda-wide-ab --out "$OUT/wide.json" ;;
+    sorted)  # the cluster update of a sorted batch run by run against its claims, one run
+      if [ "${TRIAGE_NO_SORTED:-0}" = 1 ]; then
+        echo "== sorted: skipped, the sorted runs failed the tests stage (tests_sorted.log)"
+        continue
+      fi
+      # drlhet-cuda, the A/B's base, by its claims whatever the paths in force say
+      base="$(echo "$PATH_FLAGS" | sed -E 's/ --cuda-sorted-runs (True|False)//') --cuda-sorted-runs False"
+      stage sorted 150 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
+        --batches ${SORTED_BATCHES:-2048 4096} --branchings 16 --backends cuda jax \
+        --ops update step --modes fused --no-peers --no-plain --no-thread-scaling \
+        --no-limits --repeats "${SORTED_REPEATS:-7}" $base --cuda-sorted-ab --out "$OUT/sorted.json" ;;
     targets)  # the targets drawn in the sample's kernel from the key, or by XLA before it
       for t in key xla find; do
         flag=--cuda-key-targets
@@ -513,9 +541,9 @@ for s in "${stages[@]}"; do
         continue
       fi
       files=$(ls "$OUT"/cluster_*.json "$OUT"/narrow_*.json "$OUT"/top_*.json \
-        "$OUT"/tagged.json "$OUT"/find.json "$OUT"/spread.json "$OUT"/wide.json 2>/dev/null)
+        "$OUT"/tagged.json "$OUT"/find.json "$OUT"/spread.json "$OUT"/wide.json "$OUT"/sorted.json 2>/dev/null)
       [ -z "$files" ] && { echo "== pick: skipped, no cluster, narrow, top, tagged, find," \
-        "spread or wide rows in $OUT"; continue; }
+        "spread, wide or sorted rows in $OUT"; continue; }
       stage pick 30 $PY experiments/pick_cuda_paths.py --rows $files \
         --out "$OUT/cuda_paths.json" --env-out "$OUT/cuda_paths.env"
       if [ -f "$OUT/cuda_paths.env" ]; then
@@ -525,6 +553,7 @@ for s in "${stages[@]}"; do
         [ "${TRIAGE_NO_TAGGED:-0}" = 1 ] && CUDA_TAGGED_CLAIMS=0
         [ "${TRIAGE_NO_SPREAD:-0}" = 1 ] && unset CUDA_SPREAD_MIN_BATCH
         [ "${TRIAGE_NO_WIDE:-0}" = 1 ] && CUDA_CLUSTER_BLOCKS=8
+        [ "${TRIAGE_NO_SORTED:-0}" = 1 ] && CUDA_SORTED_RUNS=0
         paths
         echo "== the later stages run with:$PATH_FLAGS"
       fi ;;

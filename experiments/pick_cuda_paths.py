@@ -35,6 +35,9 @@ the step with the cluster path off (``CLUSTER_SWEEP`` 0) and on, ``narrow`` with
   without it, in one run, the rows as ``drlhet-cuda-spreadT``): the threads of the best
   geometric mean over the measured batches, and the smallest measured batch from which they
   win by ``margin`` at every measured batch; where they win nowhere, the current values.
+- ``SORTED_RUNS`` (the cluster update of a sorted batch run by run, or by its claims;
+  ``gpu_checks.sh sorted``, the rows as ``drlhet-cuda-sorted``): the same rule as the tagged
+  claims, over the rows of the current claims and width.
 - ``CLUSTER_BLOCKS`` (the cluster path's clusters of 16 blocks or of 8; ``gpu_checks.sh wide``,
   the rows as ``drlhet-cuda-wide``): 16 where the geometric mean of its steps over those of 8
   wins by ``margin`` (8 where 8 wins so, from 16), else the current width; the other picks
@@ -45,16 +48,16 @@ Where the rows cannot decide, the current value stays, and the reason is printed
 evidence, writes it as JSON, and writes ``CUDA_CLUSTER_MAX_BATCH=...``,
 ``CUDA_NARROW_MAX_NODES=...``, ``CUDA_SHARED_TOP=0|1``, ``CUDA_TAGGED_CLAIMS=0|1``,
 ``CUDA_TAGGED_SIBLINGS=0|1``, ``CUDA_OWN_SAMPLE_MAX_BATCH=...``, ``CUDA_SPREAD_MIN_BATCH=...``,
-``CUDA_SPREAD_THREADS=...`` and ``CUDA_CLUSTER_BLOCKS=...`` lines for ``gpu_checks.sh`` to
-read before its later stages (``experiments/with_cuda_paths.py`` runs a command with them).
-The current values are the library's unless given. Rows of the update paths that the library
-no longer has (one cluster per tree whose blocks each own a region of the tree, the claims in
-the cluster's shared memory: measured slower or no faster on an H100 and removed) are skipped.
+``CUDA_SPREAD_THREADS=...``, ``CUDA_CLUSTER_BLOCKS=...`` and ``CUDA_SORTED_RUNS=0|1`` lines for
+``gpu_checks.sh`` to read before its later stages (``experiments/with_cuda_paths.py`` runs a command
+with them). The current values are the library's unless given. Rows of the update paths that the
+library no longer has (one cluster per tree whose blocks each own a region of the tree, the claims
+in the cluster's shared memory: measured slower or no faster on an H100 and removed) are skipped.
 The rows are read by ``pick_steps.py``; the rule of each pick is in ``pick_rules.py``.
 
 Usage:
   python experiments/pick_cuda_paths.py --rows cluster_*.json narrow_*.json top_*.json \\
-      tagged.json find.json spread.json wide.json \\
+      tagged.json find.json spread.json wide.json sorted.json \\
       --env-out cuda_paths.env --out cuda_paths.json
 """
 
@@ -72,6 +75,7 @@ from pick_rules import (
     pick_narrow,
     pick_own_sample,
     pick_siblings,
+    pick_sorted,
     pick_spread,
     pick_tagged,
     pick_top,
@@ -115,6 +119,8 @@ class Args:
     cluster_blocks: int | None = None
     """The current ``CLUSTER_BLOCKS`` (None: the library's), kept where the rows cannot
     decide."""
+    sorted_runs: bool | None = None
+    """The current ``SORTED_RUNS`` (None: the library's), kept where the rows cannot decide."""
     margin: float = 1.03
     """How much faster (step items/s) a change must be than what it replaces."""
     out: Path = Path("cuda_paths.json")
@@ -159,6 +165,7 @@ def library_defaults(args: Args) -> Args:
         ),
         spread_threads=cuda.SPREAD_THREADS if args.spread_threads is None else args.spread_threads,
         cluster_blocks=cuda.CLUSTER_BLOCKS if args.cluster_blocks is None else args.cluster_blocks,
+        sorted_runs=cuda.SORTED_RUNS if args.sorted_runs is None else args.sorted_runs,
     )
 
 
@@ -187,6 +194,8 @@ def report(r: dict) -> None:
          "spread", "own")  # fmt: skip
     show(r["wide_evidence"], "clusters of 16 blocks against 8 ", "wide", "eight")
     print(f"CLUSTER_BLOCKS = {r['cluster_blocks']} ({r['wide_why']})")
+    show(r["sorted_evidence"], "sorted runs against the claims ", "sorted", "claims")
+    print(f"SORTED_RUNS = {r['sorted_runs']} ({r['sorted_why']})")
     print(f"SPREAD_MIN_BATCH = {r['spread_min_batch']}, SPREAD_THREADS = {r['spread_threads']} "
           f"({r['spread_why']})")  # fmt: skip
 
@@ -210,8 +219,10 @@ def main(args: Args) -> dict:
             f"no fused cuda step rows at capacity {args.capacity}, K {args.branching} in {files}"
         )
     wide, wide_evidence, wide_why = pick_wide(steps, args)
-    # the other picks over the rows with the cluster's width as it is now
+    runs, sorted_evidence, sorted_why = pick_sorted(steps, args)
+    # the other picks over the rows with the cluster's width and the sorted runs as they are now
     steps = [s for s in steps if s.wide == ((args.cluster_blocks or 8) > 8)]
+    steps = [s for s in steps if s.sorted == bool(args.sorted_runs)]
     siblings, siblings_evidence, siblings_why = pick_siblings(steps, args)
     tagged, tagged_evidence, tagged_why = pick_tagged(steps, siblings, args)
     # the other picks over the rows with the claims switches as they are now
@@ -245,6 +256,7 @@ def main(args: Args) -> dict:
         "spread_min_batch": least, "spread_threads": threads, "spread_why": spread_why,
         "spread_evidence": spread_evidence,
         "cluster_blocks": blocks, "wide_why": wide_why, "wide_evidence": wide_evidence,
+        "sorted_runs": runs, "sorted_why": sorted_why, "sorted_evidence": sorted_evidence,
         "capacity": args.capacity, "branching": args.branching, "margin": args.margin,
         "measured": "picked from the rows' items/s, measured where they were written",
     }  # fmt: skip
@@ -259,7 +271,7 @@ def main(args: Args) -> dict:
             f"CUDA_TAGGED_SIBLINGS={int(siblings)}\n"
             f"CUDA_OWN_SAMPLE_MAX_BATCH={own}\n"
             f"CUDA_SPREAD_MIN_BATCH={least}\nCUDA_SPREAD_THREADS={threads}\n"
-            f"CUDA_CLUSTER_BLOCKS={blocks}\n"
+            f"CUDA_CLUSTER_BLOCKS={blocks}\nCUDA_SORTED_RUNS={int(runs)}\n"
         )
     return result
 

@@ -143,6 +143,15 @@ def pick_wide(steps: list[Step], args: Args) -> tuple[bool, list[dict], str]:
     return pick_switch(steps, "wide", current, args, ("wide", "eight"))
 
 
+def pick_sorted(steps: list[Step], args: Args) -> tuple[bool, list[dict], str]:
+    """``SORTED_RUNS``: `pick_switch` over the cluster update of a sorted batch run by run or by
+    its claims (the rows with the claims switches and the cluster's width as they are now)."""
+    now = (args.tagged_claims, args.tagged_claims and args.tagged_siblings)
+    wide = (args.cluster_blocks or 8) > 8
+    steps = [s for s in steps if (s.tagged, s.tagged and s.siblings) == now and s.wide == wide]
+    return pick_switch(steps, "sorted", bool(args.sorted_runs), args, ("sorted", "claims"))
+
+
 def pick_own_sample(steps: list[Step], args: Args) -> tuple[int, list[dict], str]:
     """``OWN_SAMPLE_MAX_BATCH``, the evidence per batch (the same thresholds, the sample cuda's
     own call or XLA's code around ``find``), and why."""

@@ -31,6 +31,7 @@ class Step:
     spread: int = 0  # the spread sample's threads a block where it took the batch, else 0
     siblings: bool = False  # TAGGED_SIBLINGS (rows from before it: False)
     wide: bool = False  # CLUSTER_BLOCKS past 8 (rows from before it: False, 8 blocks)
+    sorted: bool = False  # SORTED_RUNS (rows from before it: False)
 
 
 def load(path: Path) -> list[dict]:
@@ -85,7 +86,7 @@ def _is_cuda_step(r: dict, capacity: int, branching: int) -> bool:
     keys = ("cuda_block_max_batch", "cuda_narrow_max_nodes", "cuda_cluster_max_batch")
     return (
         (r.get("impl") in ("drlhet-cuda", "drlhet-cuda-tagged", "drlhet-cuda-siblings",
-                           "drlhet-cuda-wide", "drlhet-cuda-find")
+                           "drlhet-cuda-wide", "drlhet-cuda-sorted", "drlhet-cuda-find")
          or re.fullmatch(r"drlhet-cuda-spread\d+", str(r.get("impl"))) is not None)
         and r.get("op") == "step"
         and r.get("mode") == "fused"
@@ -115,7 +116,8 @@ def _step(r: dict) -> Step:
     wide = (r.get("cuda_cluster_blocks") or 8) > 8
     return Step(_whole(r, "batch"), block, narrow, cluster, float(rate), r.get("cuda_shared_top"),
                 bool(r.get("cuda_tagged_claims")), r.get("cuda_own_sample"), _spread_of(r),
-                bool(r.get("cuda_tagged_siblings")), wide)  # fmt: skip
+                bool(r.get("cuda_tagged_siblings")), wide,
+                bool(r.get("cuda_sorted_runs")))  # fmt: skip
 
 
 def _whole(r: dict, key: str) -> int:

@@ -2,7 +2,7 @@
 
 ``drlhet.backends.cuda`` reads ``BLOCK_MAX_BATCH``, ``CLUSTER_MAX_BATCH``, ``OWN_SAMPLE_MAX_BATCH``,
 ``SPREAD_MIN_BATCH``, ``SPREAD_THREADS``, ``NARROW_MAX_NODES``, ``KEY_TARGETS``, ``SHARED_TOP``,
-``TAGGED_CLAIMS``, ``TAGGED_SIBLINGS`` and ``CLUSTER_BLOCKS`` when a program is traced;
+``TAGGED_CLAIMS``, ``TAGGED_SIBLINGS``, ``CLUSTER_BLOCKS`` and ``SORTED_RUNS`` when traced;
 ``bench_replay.py`` has flags for them, the other commands do not. This wrapper sets them, then
 runs the command in the same process, so that ``experiments/gpu_checks.sh`` can train and
 profile with the thresholds its ``pick`` stage chose (``experiments/pick_cuda_paths.py``) before
@@ -18,6 +18,7 @@ Usage:
   python experiments/with_cuda_paths.py --no-tagged-claims -- -m drlhet train ...
   python experiments/with_cuda_paths.py --tagged-claims --tagged-siblings -- -m drlhet train ...
   python experiments/with_cuda_paths.py --cluster-blocks 16 -- -m drlhet train ...
+  python experiments/with_cuda_paths.py --sorted-runs -- -m drlhet train ...
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ class Args:
     tagged_siblings: bool = False
     """Turn ``drlhet.backends.cuda.TAGGED_SIBLINGS`` on: with the tagged claims, the winners sum
     their leaves' parents from the table (without the flag: the library's setting)."""
+    sorted_runs: bool = False
+    """Turn ``drlhet.backends.cuda.SORTED_RUNS`` on: the cluster path's update first tries a
+    batch of sorted indices run by run (without the flag: the library's setting)."""
 
 
 def apply(args: Args) -> dict[str, int]:
@@ -106,7 +110,9 @@ def apply(args: Args) -> dict[str, int]:
         cuda.TAGGED_CLAIMS = args.tagged_claims
     if args.tagged_siblings:
         cuda.TAGGED_SIBLINGS = True
-    switches = ("key_targets", "shared_top", "tagged_claims", "tagged_siblings")
+    if args.sorted_runs:
+        cuda.SORTED_RUNS = True
+    switches = ("key_targets", "shared_top", "tagged_claims", "tagged_siblings", "sorted_runs")
     return {name: int(getattr(cuda, name.upper())) for name in (*NAMES, *switches)}
 
 

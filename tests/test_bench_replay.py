@@ -284,6 +284,30 @@ def test_the_wide_ab_traces_its_arm_in_clusters_of_16_and_restores_the_runs_widt
     assert all(r["items_per_s"] > 0 for r in rows)
 
 
+def test_the_sorted_ab_traces_its_arm_with_the_sorted_runs_and_restores_the_runs_setting(
+    bench, tmp_path, monkeypatch, emulated_cuda
+):
+    """``--cuda-sorted-ab``: ``drlhet-cuda-sorted`` beside ``drlhet-cuda`` in one run (the host
+    emulation here), its update traced with `cuda.SORTED_RUNS` on, ``drlhet-cuda``'s off (as
+    ``gpu_checks.sh sorted`` gives it), the rows saying which, the run's setting back after."""
+    cuda = emulated_cuda
+    monkeypatch.setattr(cuda, "SORTED_RUNS", cuda.SORTED_RUNS)  # put back after the test
+    traced = []
+    paths = cuda._paths
+    monkeypatch.setattr(cuda, "_paths", lambda: traced.append(cuda.SORTED_RUNS) or paths())
+    args = dataclasses.replace(
+        tiny_run(bench, tmp_path), backends=("cuda",), batches=(256,), peers=False,
+        cuda_sorted_ab=True, cuda_sorted_runs=False,
+    )  # fmt: skip
+    rows = bench.main(args)
+    assert [(r["impl"], r["cuda_sorted_runs"]) for r in rows] == [
+        ("drlhet-cuda", 0), ("drlhet-cuda-sorted", 1)
+    ]  # fmt: skip
+    seen = [b for i, b in enumerate(traced) if i == 0 or traced[i - 1] != b]
+    assert seen == [False, True] and cuda.SORTED_RUNS is False
+    assert all(r["items_per_s"] > 0 for r in rows)
+
+
 @pytest.mark.parametrize("loop", ["xs", "carry"])
 def test_both_loops_time_the_same_steps_and_rows_say_which(bench, tmp_path, loop):
     """``--loop carry`` (the key split in the step from a carried one, the outputs summed, as

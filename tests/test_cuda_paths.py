@@ -11,7 +11,7 @@ from cuda_paths_rows import row, write
 CURRENT = {"block_max_batch": 1024, "cluster_max_batch": 0, "narrow_max_nodes": 4096,
            "shared_top": True, "tagged_claims": False, "tagged_siblings": False,
            "own_sample_max_batch": 1 << 62, "spread_min_batch": 1 << 62,
-           "spread_threads": 128, "cluster_blocks": 8}  # fmt: skip
+           "spread_threads": 128, "cluster_blocks": 8, "sorted_runs": False}  # fmt: skip
 
 
 def pick(experiments, tmp_path, files, **kw):
@@ -155,6 +155,25 @@ def test_clusters_of_16_blocks_are_picked_only_where_they_win_by_the_margin(expe
     assert result["cluster_blocks"] == 8 and "CUDA_CLUSTER_BLOCKS=8\n" in env
     result, env = pick(experiments, tmp_path, [ab_file(0.99)], cluster_blocks=16)
     assert result["cluster_blocks"] == 16
+
+
+def test_the_sorted_runs_are_turned_on_only_where_they_win_by_the_margin(experiments, tmp_path):
+    """pick_sorted: the `sorted` stage's one run (drlhet-cuda-sorted beside drlhet-cuda by its
+    claims); its sorted rows never count for the other picks."""
+
+    def ab_file(gain):
+        switch = "cuda_sorted_runs"
+        return ab_rows(tmp_path, "drlhet-cuda-sorted", {switch: 0}, {switch: 1}, gain)
+
+    files = [ab_file(1.10), *cluster_rows(tmp_path, {4096: 1e6}, {4096: 2e6})]
+    result, env = pick(experiments, tmp_path, files)
+    assert result["sorted_runs"] is True and "CUDA_SORTED_RUNS=1\n" in env
+    assert [e["ratio"] for e in result["sorted_evidence"]] == pytest.approx([1.10, 1.10])
+    (at_4096,) = [e for e in result["cluster_evidence"] if e["batch"] == 4096]
+    assert at_4096["cluster_items_per_s"] == pytest.approx((1e6 + 120e6) / 2)
+    result, env = pick(experiments, tmp_path, [ab_file(1.02), *files[1:]])
+    assert result["sorted_runs"] is False and "CUDA_SORTED_RUNS=0\n" in env
+    assert "does not win" in result["sorted_why"]
 
 
 @pytest.mark.parametrize(

@@ -81,6 +81,31 @@ def test_the_wide_stage_is_an_ab_in_one_run_and_a_failing_case_of_it_keeps_clust
     assert "--cuda-cluster-blocks 16" not in next(c for c in calls if "bench_quick.json" in c)
 
 
+def test_the_sorted_stage_is_an_ab_in_one_run_and_a_failing_case_of_it_keeps_the_claims(
+    tmp_path,
+):
+    """`sorted`: one bench_replay run with --cuda-sorted-ab (the update and step of cuda with
+    the sorted runs beside its claims, and jax); with CUDA_SORTED_RUNS=1 the later stages run
+    with them, unless their GPU tests (tests_sorted) failed."""
+    env = {"CUDA_SORTED_RUNS": "1"}
+    out, calls = run_checks(tmp_path, ["tests", "sorted", "quick", "train"], extra_env=env)
+    assert "== tests_sorted: exit 0" in out
+    assert "and not cuda_sorted" in next(c for c in calls if "tests.xml" in c)
+    assert "not slow and cuda_sorted" in next(c for c in calls if "tests_sorted.xml" in c)
+    (ab,) = [c for c in calls if "/sorted.json" in c]
+    assert "--cuda-sorted-ab" in ab and "--backends cuda jax" in ab and "--ops update step" in ab
+    # its base arm by the claims, though the paths in force have the sorted runs on
+    assert "--cuda-sorted-runs False" in ab and "--cuda-sorted-runs True" not in ab, ab
+    assert "--cuda-sorted-runs True" in next(c for c in calls if "bench_quick.json" in c)
+    train = [c for c in calls if " train " in c]
+    assert len(train) == 2 and all(" --sorted-runs --" in c for c in train)
+    again = tmp_path / "again"
+    again.mkdir()
+    out, calls = run_checks(again, ["tests", "sorted", "quick"], extra_env=env, sorted_ok=False)
+    assert "== tests_sorted: 1; the sorted path off" in out and "== sorted: skipped" in out
+    assert "--cuda-sorted-runs" not in next(c for c in calls if "bench_quick.json" in c)
+
+
 @pytest.mark.parametrize("claims, flag, wrapped", [
     ("0", " --cuda-tagged-claims False", " --no-tagged-claims --"),
     ("1", " --cuda-tagged-claims True", " --tagged-claims --"),

@@ -97,6 +97,13 @@ the H100 and H200 allow, elsewhere 8). The same bits at any size (emulation; an 
 tests). 8: on an H200 (``gpu_checks.sh wide``, results/cuda_paths_h200_s42.json) 16 gave the
 step 0.99-1.06x at B 2048-4096 (geometric means 1.029, 1.005). Read when traced."""
 
+SORTED_RUNS = False
+"""Whether the cluster path's update first tries a batch as sorted runs (a stratified sample's
+indices, written back, are non-decreasing): each run's last thread writes the leaves and
+ancestors under its node alone, without claims and with two cluster barriers where the claims
+take four (``kernels/cuda/sorted_runs.cuh``); a batch out of order, out of range or with a run
+over 64 entries takes the claims. The same bits (emulation). Off until measured on a GPU."""
+
 TAGGED_CLAIMS = True
 """Whether the cluster path's update of at most one entry per thread of its cluster (4096 per tree
 on a GPU: 8 blocks of at most 512) claims its leaves in a table kept by its custom call between
@@ -109,25 +116,21 @@ results/cuda_paths_h200.json): 75.2M against 70.1M items/s at B 2048, 132.4M aga
 B 4096 (geometric mean 1.054x). Read when traced."""
 TAGGED_SIBLINGS = False
 """With `TAGGED_CLAIMS`, whether the winners also sum their leaves' parents from the table (each
-slot carries its winner's value) instead of from the tree after a barrier over the leaves: one
-cluster barrier and one round trip to memory fewer, where the leaves' parents are a level wider
-than the batch (2^20 leaves, K 16, B 4096). The same bits (the host emulation; an H200's tests).
-Off: on an H200 (results/cuda_paths_h200.json) 0.98x and 0.96x the table's claims without it
-at B 2048 and 4096. Read when traced."""
+slot carries its winner's value) instead of from the tree after a barrier over the leaves. The
+same bits (emulation; an H200's tests). Off: on an H200 (results/cuda_paths_h200.json) 0.98x
+and 0.96x the table's claims without it at B 2048 and 4096. Read when traced."""
 
 SHARED_TOP = True
 """Whether each block of the sample's kernels first copies the top levels of its tree (up to
 6144 slots: levels 0..3 at 2^20 leaves and K 16) into shared memory and descends them from
-there (one coalesced round trip instead of one per level per target; the same bits, on the
-emulation and an H100). Measured on an H100 (2^20 leaves, K 16, ``gpu_checks.sh top``,
+there (the same bits, emulation and H100). On an H100 (2^20 leaves, K 16, ``gpu_checks.sh top``,
 results/bench_replay_gpu_h100_latency_cuts_top.json): 0.99-1.03x the step without the copy
 from B 256 to 65536 (geometric mean 1.012): kept as a no-loss. Read when traced."""
 
 SPREAD_MIN_BATCH = 1 << 62
 """A sample call (`weigh`, `weigh_key`) of at least this many targets per tree runs as one
-cooperative launch spread over the GPU (``kernels/cuda/sample_spread.cuh``: a thread a target
-in blocks of `SPREAD_THREADS`, a barrier of the grid before the weights' scaling) where the GPU
-holds its blocks at once; else on the paths above. The same bits (host emulation; an H200's 7
+cooperative launch spread over the GPU (``kernels/cuda/sample_spread.cuh``, blocks of
+`SPREAD_THREADS`) where the GPU holds its blocks at once. The same bits (emulation; an H200's 7
 GPU tests). Never: on an H200 (results/cuda_paths_h200.json) the step 0.87-1.02x the own call's
 at B 2048 and 4096 over 64, 128 and 256 threads a block. Read when a program is traced."""
 SPREAD_THREADS = 128
@@ -206,12 +209,12 @@ def _attrs(*names: str) -> dict:
 def _paths() -> dict:
     """The update handlers' path attributes, as the module's settings say now."""
     names = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "TAGGED_SIBLINGS")
-    return _attrs(*names, "CLUSTER_BLOCKS")
+    return _attrs(*names, "CLUSTER_BLOCKS", "SORTED_RUNS")
 
 
 _SETTINGS = ("BLOCK_MAX_BATCH", "NARROW_MAX_NODES", "CLUSTER_MAX_BATCH", "TAGGED_CLAIMS",
              "TAGGED_SIBLINGS", "SHARED_TOP", "SPREAD_MIN_BATCH", "SPREAD_THREADS",
-             "OWN_SAMPLE_MAX_BATCH", "KEY_TARGETS", "CLUSTER_BLOCKS")  # fmt: skip
+             "OWN_SAMPLE_MAX_BATCH", "KEY_TARGETS", "CLUSTER_BLOCKS", "SORTED_RUNS")  # fmt: skip
 
 
 def settings() -> str:

@@ -126,7 +126,8 @@ inline ffi::Error UpdateImpl(cudaStream_t stream, TagTableMemory* tags,
                              ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::S32> work,
                              int64_t branching, int64_t capacity, int64_t block_max_batch,
                              int64_t narrow_max_nodes, int64_t cluster_max_batch,
-                             int64_t tagged_siblings, int64_t cluster_blocks) {
+                             int64_t tagged_siblings, int64_t cluster_blocks,
+                             int64_t sorted_runs) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
   if (auto err = Trees(branching, capacity, nodes.element_count(), &lay, &trees); err.failure()) {
@@ -143,8 +144,9 @@ inline ffi::Error UpdateImpl(cudaStream_t stream, TagTableMemory* tags,
   }
   StartFrom(stream, nodes, out->typed_data());
   if (n == 0) return LastError("drlhet_cuda_update");
-  const UpdateArgs a =
+  UpdateArgs a =
       PlainArgs(out->typed_data(), capacity, branching, indices, values, keep, trees, work);
+  a.sorted_runs = sorted_runs != 0 ? 1 : 0;
   LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes, cluster_max_batch,
                tags, tagged_siblings != 0, cluster_blocks);
   return LastError("drlhet_cuda_update");
@@ -162,7 +164,7 @@ inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, TagTableMemory* tags,
                              int64_t capacity, int64_t block_max_batch,
                              int64_t narrow_max_nodes, int64_t cluster_max_batch,
                              int64_t tagged_siblings, int64_t cluster_blocks,
-                             float priority_max,
+                             int64_t sorted_runs, float priority_max,
                              int64_t err_index, int64_t err_priority) {
   drlhet::TreeLayout lay;
   int64_t trees = 0;
@@ -196,6 +198,7 @@ inline ffi::Error UpdateCheckedImpl(cudaStream_t stream, TagTableMemory* tags,
   a.err_in = err_in.typed_data();
   a.max_out = max_out->typed_data();
   a.err_out = err_out->typed_data();
+  a.sorted_runs = sorted_runs != 0 ? 1 : 0;
   LaunchUpdate(stream, a, lay, trees, block_max_batch, narrow_max_nodes, cluster_max_batch,
                tags, tagged_siblings != 0, cluster_blocks);
   return LastError("drlhet_cuda_update_checked");
@@ -320,7 +323,8 @@ auto UpdateBinding(B bind) {
       .template Attr<int64_t>("narrow_max_nodes")
       .template Attr<int64_t>("cluster_max_batch")
       .template Attr<int64_t>("tagged_siblings")
-      .template Attr<int64_t>("cluster_blocks");
+      .template Attr<int64_t>("cluster_blocks")
+      .template Attr<int64_t>("sorted_runs");
 }
 
 template <typename B>
@@ -344,6 +348,7 @@ auto UpdateCheckedBinding(B bind) {
       .template Attr<int64_t>("cluster_max_batch")
       .template Attr<int64_t>("tagged_siblings")
       .template Attr<int64_t>("cluster_blocks")
+      .template Attr<int64_t>("sorted_runs")
       .template Attr<float>("priority_max")
       .template Attr<int64_t>("err_index")
       .template Attr<int64_t>("err_priority");

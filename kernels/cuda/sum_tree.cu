@@ -35,7 +35,8 @@
 // runs in one launch of one cluster of blocks per tree where the GPU has clusters (sm_90 and
 // up: drlhet_cuda_update_cluster, drlhet_cuda_sample_cluster), else as above, the cluster of
 // cluster_blocks blocks (1 to 16; past 8 where the GPU allows a non-portable cluster size, else
-// 8); the updates also tagged_siblings (0 or 1): the tagged handlers' cluster path sums the leaves' parents from
+// 8); the updates also sorted_runs (0 or 1): the cluster path writes a batch of sorted indices
+// run by run, without claims (sorted_runs.cuh), where it is one; also tagged_siblings (0 or 1): the tagged handlers' cluster path sums the leaves' parents from
 // its claims table, without a barrier after the leaves (the untagged handlers ignore it); the
 // samples also spread_min_batch and spread_threads: a batch of at least that many targets per
 // tree runs as one cooperative launch over the GPU, blocks of spread_threads

@@ -60,6 +60,8 @@ struct UpdateArgs {
   const int32_t* err_in;    // [V] error word before
   float* max_out;           // [V]
   int32_t* err_out;         // [V]
+  // the cluster path first tries the sorted runs (sorted_runs.cuh: SORTED_RUNS), 0 or 1
+  int32_t sorted_runs = 0;
 };
 
 // The error bits of an entry (its index, leaf value, raw priority and keep flag; `size`, its
@@ -519,6 +521,12 @@ struct WorkspaceClaims {
   }
 };
 
+}  // namespace drlhet_cuda
+
+#include "sorted_runs.cuh"  // ClusterUpdate's sorted path: after ClusterPlace and BlockTopLevels
+
+namespace drlhet_cuda {
+
 // The whole update of tree blockIdx.x / cs by one cluster of cs blocks (cluster.cuh): the
 // per-level path's phases (claims, leaves, then the levels from the leaves' parents up) over
 // the cluster's cs * blockDim threads, each taking every (cs * blockDim)-th entry or node,
@@ -531,12 +539,15 @@ struct WorkspaceClaims {
 // error bits and largest kept raw priority are merged per block in shared memory and read
 // across the cluster after the claims' barrier (ClusterWords), then written to the tree's
 // words by the last block. The same writes as the per-level path, so the same bits; plain or
-// checked (a.raw). KStatic > 0: K fixed at compile time (a.k must equal it; KOf).
+// checked (a.raw). With a.sorted_runs, a batch of sorted indices is first written run by run
+// (SortedRuns, sorted_runs.cuh), which declines any other before writing. KStatic > 0: K fixed
+// at compile time (a.k must equal it; KOf).
 template <int KStatic, typename Claims>
 __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs, Claims claims) {
   __shared__ int32_t block_bad[kClusterMaxBlocks], block_most[kClusterMaxBlocks];  // by rank
+  __shared__ int32_t block_slow[kClusterMaxBlocks];  // SortedRuns' vote
   const unsigned rank = blockIdx.x % cs;
-  if (threadIdx.x == 0) block_bad[rank] = block_most[rank] = 0;
+  if (threadIdx.x == 0) block_bad[rank] = block_most[rank] = block_slow[rank] = 0;
   const drlhet::TreeLayout& lay = BlockLayout(a.capacity, a.k);  // a barrier: the words are 0
   ClusterPlace c{};
   c.v = blockIdx.x / cs;
@@ -545,6 +556,10 @@ __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs, Claims cla
   c.all = static_cast<int64_t>(cs) * blockDim.x;
   c.whole = drlhet::NarrowTop(lay, a.batch, a.batch);
   c.top = drlhet::NarrowTop(lay, a.batch, blockDim.x);
+  if (a.sorted_runs != 0 &&  // the same in every thread of the cluster
+      SortedRuns<KStatic>(a, lay, c, rank, cs, block_bad, block_most, block_slow)) {
+    return;
+  }
   const EntryClaim first = claims.Claim(a, c, rank, block_bad + rank, block_most + rank);
   ClusterSync();
   claims.Settle(a, c);

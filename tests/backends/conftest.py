@@ -11,6 +11,7 @@ from cuda_places import (
     GPU_ONLY,
     PATHS,
     PLACES,
+    SORTED_PATH,
     TAGGED_CLAIMS_PATH,
     TAGGED_PATH,
     WIDE_PATH,
@@ -29,6 +30,7 @@ MARKS = {
     TAGGED_PATH: [pytest.mark.cuda_tagged],
     WIDE_PATH: [pytest.mark.cuda_wide],
     WIDE_WORKSPACE_PATH: [pytest.mark.cuda_wide],
+    SORTED_PATH: [pytest.mark.cuda_sorted],
 }
 
 
@@ -43,8 +45,9 @@ MARKS = {
 )
 def place(request):
     """The cuda backend's ops (`TreeOps`, its own buffer calls included), run on one place's
-    first device with one update path. The cluster, tagged claims and 16-block cluster paths'
-    cases are marked ``cuda_cluster``, ``cuda_tagged`` and ``cuda_wide``:
+    first device with one update path. The cluster, tagged claims, 16-block cluster and sorted
+    runs paths' cases are marked ``cuda_cluster``, ``cuda_tagged``, ``cuda_wide`` and
+    ``cuda_sorted``:
     ``experiments/gpu_checks.sh`` runs each on a GPU in a stage of its own, since only their
     kernels wait on other blocks (a hang there costs that stage, not the other tests)."""
     where, path = request.param.split(", ")

@@ -31,6 +31,7 @@ TAGGED_PATH = "claims in a table kept by the call"
 TAGGED_CLAIMS_PATH = "claims in a table and parents from the tree"
 WIDE_PATH = "16-block clusters with claims in a table"
 WIDE_WORKSPACE_PATH = "16-block clusters with claims in the workspace"
+SORTED_PATH = "sorted runs or claims in a table"
 PATHS = {
     "one block per tree": {"BLOCK_MAX_BATCH": 2**40},
     "one launch per level": {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 0, "NARROW_MAX_NODES": 16},
@@ -60,13 +61,21 @@ PATHS = {
         "TAGGED_CLAIMS": False,
         "CLUSTER_BLOCKS": 16,
     },
+    SORTED_PATH: {
+        "BLOCK_MAX_BATCH": 0,
+        "CLUSTER_MAX_BATCH": 2**40,
+        "TAGGED_CLAIMS": True,
+        "TAGGED_SIBLINGS": False,
+        "SORTED_RUNS": True,
+    },
 }
 """Each update path's settings of `drlhet.backends.cuda`. The tagged claims' batches that they do
 not take (more entries than the tagged kernel's cluster has threads) go to the cluster path's
 workspace claims."""
-GPU_ONLY = (TAGGED_CLAIMS_PATH, TAGGED_PATH, WIDE_PATH, WIDE_WORKSPACE_PATH)
-"""The paths the fixtures run on a GPU only (the emulation's tests of them: see above, and
-test_cuda_emu_wide.py for the clusters of 16 blocks)."""
+GPU_ONLY = (TAGGED_CLAIMS_PATH, TAGGED_PATH, WIDE_PATH, WIDE_WORKSPACE_PATH, SORTED_PATH)
+"""The paths the fixtures run on a GPU only (the emulation's tests of them: see above,
+test_cuda_emu_wide.py for the clusters of 16 blocks, test_cuda_emu_sorted.py for the sorted
+runs)."""
 PLACES = ("gpu", "emulated cpu")
 
 
@@ -85,5 +94,5 @@ def devices(place: str) -> list:
 
 __all__ = [
     "CLUSTER_PATH", "GPU_ONLY", "NO_GPU", "PATHS", "PLACES", "TAGGED_CLAIMS_PATH", "TAGGED_PATH",
-    "WIDE_PATH", "WIDE_WORKSPACE_PATH", "devices",
+    "SORTED_PATH", "WIDE_PATH", "WIDE_WORKSPACE_PATH", "devices",
 ]  # fmt: skip

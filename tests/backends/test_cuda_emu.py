@@ -94,12 +94,13 @@ def placed(a, offset: int):
 
 
 def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, offset=0,
-               tags=None, siblings=False, blocks=8):  # fmt: skip
+               tags=None, siblings=False, blocks=8, sorted_runs=False):  # fmt: skip
     """One update of V = len(nodes) trees on ``path`` (block_max_batch, narrow_max_nodes,
     cluster_max_batch), the nodes ``offset`` bytes past a
     16-byte boundary, with the claims table ``tags`` (uint64 [V * (C + 1)], kept by the
     caller; None: none), whose winners sum their leaves' parents from it with ``siblings``,
-    the cluster path in clusters of ``blocks`` blocks:
+    the cluster path in clusters of ``blocks`` blocks, trying the sorted runs with
+    ``sorted_runs``:
     (nodes [V, T], bad [V], max [V], err [V])."""
     block_max, narrow_max, cluster_max = path
     out = placed(np.array(nodes, F32, ndmin=2), offset)
@@ -121,6 +122,7 @@ def emu_update(lib, nodes, capacity, k, idx, values, keep, path, checked=None, o
         ptr(size), ctypes.c_float(checks.PRIORITY_MAX), ctypes.c_int32(checks.ERR_INDEX),
         ctypes.c_int32(checks.ERR_PRIORITY), ptr(max_in), ptr(err_in), ptr(max_out),
         ptr(err_out), ptr(bad), ptr(tags), ctypes.c_int64(siblings), ctypes.c_int32(blocks),
+        ctypes.c_int32(sorted_runs),
     )  # fmt: skip
     assert rc == 0
     return out, bad, max_out, err_out

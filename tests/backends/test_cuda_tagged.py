@@ -214,7 +214,7 @@ def test_a_tagged_call_claims_in_its_table_not_in_its_workspace(tagged, siblings
     last = {7: 3, 3000: 1, 12: 2, 500: 4, 1: 5}  # each leaf's last position in the batch
     attrs = {"branching": k, "capacity": capacity, "block_max_batch": 0, "narrow_max_nodes": 16,
              "cluster_max_batch": 2**40, "tagged_siblings": int(siblings),
-             "cluster_blocks": 8}  # fmt: skip
+             "cluster_blocks": 8, "sorted_runs": 0}  # fmt: skip
     out = (jax.ShapeDtypeStruct(tree.nodes.shape, jnp.float32),
            jax.ShapeDtypeStruct((capacity + 1,), jnp.int32))  # fmt: skip
 

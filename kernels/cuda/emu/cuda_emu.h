@@ -81,6 +81,7 @@ namespace emu {
 
 inline cudaError_t last_error = cudaSuccess;
 inline unsigned last_cluster = 0;  // the blocks a cluster of the last launch (1: not in clusters)
+inline int64_t sorted_updates = 0;  // clusters that took the sorted runs (sorted_runs.cuh)
 inline int64_t schedule = 0;  // 0: threads start in order, 1: in reverse, else a seeded shuffle
 
 // Emulated calls share the state above: one at a time.

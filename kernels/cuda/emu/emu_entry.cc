@@ -120,6 +120,13 @@ DRLHET_EMU_EXPORT int drlhet_emu_last_cluster() {
   return static_cast<int>(emu::last_cluster);
 }
 
+// How many clusters have written their tree by the sorted runs (sorted_runs.cuh) since the
+// library was loaded, so that a test can tell which path an update took.
+DRLHET_EMU_EXPORT int64_t drlhet_emu_sorted_updates() {
+  const std::lock_guard<std::mutex> lock(emu::Lock());
+  return emu::sorted_updates;
+}
+
 // The levels of a tree of (capacity, k) the sample's descents read from a block's copy in
 // shared memory (drlhet_cuda::TopLevelsFor, on), or -1 for a bad (capacity, k).
 DRLHET_EMU_EXPORT int drlhet_emu_top_levels(int64_t capacity, int k) {
@@ -178,7 +185,8 @@ DRLHET_EMU_EXPORT int drlhet_emu_weigh(const float* nodes, int64_t capacity, int
 // launches with levels of at most narrow_max_nodes nodes in one block per tree. With `tags`
 // ([trees * (capacity + 1)] words, the caller's, kept between calls: a claims table's slots,
 // then each tree's last tag; tag_table.cuh), the cluster path's batches of at most one entry
-// per thread claim in it (and with tagged_siblings sum their leaves' parents from it). The
+// per thread claim in it (and with tagged_siblings sum their leaves' parents from it); with
+// sorted_runs, the cluster path first tries the sorted runs (sorted_runs.cuh). The
 // checked update's outputs are max_out and err_out; bad_out [trees] is each tree's refusal word.
 // Returns 0, or -1 for a bad (capacity, k), -2 for a failed launch.
 DRLHET_EMU_EXPORT int drlhet_emu_update(float* nodes, int64_t capacity, int k,
@@ -191,7 +199,7 @@ DRLHET_EMU_EXPORT int drlhet_emu_update(float* nodes, int64_t capacity, int k,
                                         const float* max_in, const int32_t* err_in,
                                         float* max_out, int32_t* err_out, int32_t* bad_out,
                                         unsigned long long* tags, int64_t tagged_siblings,
-                                        int32_t cluster_blocks) {
+                                        int32_t cluster_blocks, int32_t sorted_runs) {
   drlhet::TreeLayout lay;
   if (!drlhet::MakeLayout(capacity, k, &lay) || trees < 1 || batch < 1) return -1;
   const std::lock_guard<std::mutex> lock(emu::Lock());
@@ -207,6 +215,7 @@ DRLHET_EMU_EXPORT int drlhet_emu_update(float* nodes, int64_t capacity, int k,
   a.n = trees * batch;
   a.winner = work.data();
   a.bad = a.winner + trees * capacity;
+  a.sorted_runs = sorted_runs;
   if (raw != nullptr) {
     a.max_bits = a.bad + trees;
     a.raw = raw;

@@ -23,7 +23,7 @@ TOP_OFF = os.environ.get("DRLHET_TEST_CUDA_SHARED_TOP") == "0"
 CLUSTER = pytest.param("one cluster per tree", marks=pytest.mark.cuda_cluster)
 TAGGED = pytest.param("claims in a table kept by the call", marks=pytest.mark.cuda_tagged)
 WIDE = pytest.param("clusters of 16 blocks, claims in a table", marks=pytest.mark.cuda_wide)
-SORTED = pytest.param("sorted runs or claims in a table", marks=pytest.mark.cuda_sorted)
+SORTED = pytest.param("sorted runs or claims in the workspace", marks=pytest.mark.cuda_sorted)
 
 def hang():
     time.sleep(600)
@@ -33,7 +33,7 @@ def test_weigh_and_checked_update_equal_the_buffers_code(path):
     assert path != "one cluster per tree" or {cluster_ok}
     assert path != "claims in a table kept by the call" or {tagged_ok}
     assert path != "clusters of 16 blocks, claims in a table" or {wide_ok}
-    assert path != "sorted runs or claims in a table" or {sorted_ok}
+    assert path != "sorted runs or claims in the workspace" or {sorted_ok}
 
 @pytest.mark.cuda_key_targets
 @pytest.mark.parametrize("path", ["one block per tree", CLUSTER])

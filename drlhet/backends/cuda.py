@@ -102,7 +102,7 @@ SORTED_RUNS = False
 indices, written back, are non-decreasing): each run's last thread writes the leaves and
 ancestors under its node alone, without claims and with two cluster barriers where the claims
 take four (``kernels/cuda/sorted_runs.cuh``); a batch out of order, out of range or with a run
-over 64 entries takes the claims. The same bits (emulation). Off until measured on a GPU."""
+over 64 entries is claimed in the workspace. The same bits (emulation). Off until measured."""
 
 TAGGED_CLAIMS = True
 """Whether the cluster path's update of at most one entry per thread of its cluster (4096 per tree

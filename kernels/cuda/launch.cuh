@@ -225,13 +225,20 @@ inline void LaunchUpdate(cudaStream_t stream, const UpdateArgs& a, const drlhet:
     }
     return;
   }
-  auto in_cluster = k16 ? drlhet_cuda_update_cluster_k16 : drlhet_cuda_update_cluster;
+  // with the sorted runs (sorted_runs.cuh), where the handler asks: their kernels of their own,
+  // a batch they decline claimed in the workspace (the tagged claims' kernel spilled with
+  // them, 132 bytes a thread at sm_90: not built)
+  const bool sorted = a.sorted_runs != 0;
+  auto in_cluster = sorted ? (k16 ? drlhet_cuda_update_cluster_sorted_k16
+                                  : drlhet_cuda_update_cluster_sorted)
+                           : (k16 ? drlhet_cuda_update_cluster_k16 : drlhet_cuda_update_cluster);
   auto tagged = k16 ? drlhet_cuda_update_cluster_tagged_k16 : drlhet_cuda_update_cluster_tagged;
   const int cs = ClusterBlocksFor(in_cluster, a.batch, cluster_blocks);
   if (InClusters(in_cluster, a.batch, cluster_max_batch, cs)) {
     const int threads = ClusterThreads(a.batch, cs);
-    if (const TagTable* table =
-            InTaggedClaims(tagged, tags, a.nodes, trees, a.capacity, a.batch, cs)) {
+    const TagTable* table =
+        sorted ? nullptr : InTaggedClaims(tagged, tags, a.nodes, trees, a.capacity, a.batch, cs);
+    if (table != nullptr) {
       TagTable view = *table;
       view.siblings = tagged_siblings;
       DRLHET_LAUNCH_CLUSTER(tagged, trees * cs, threads, cs, stream, a, cs, view);

@@ -60,7 +60,8 @@ struct UpdateArgs {
   const int32_t* err_in;    // [V] error word before
   float* max_out;           // [V]
   int32_t* err_out;         // [V]
-  // the cluster path first tries the sorted runs (sorted_runs.cuh: SORTED_RUNS), 0 or 1
+  // the cluster path's kernels that first try the sorted runs (sorted_runs.cuh: SORTED_RUNS),
+  // 0 or 1: read by LaunchUpdate on the host
   int32_t sorted_runs = 0;
 };
 
@@ -539,10 +540,11 @@ namespace drlhet_cuda {
 // error bits and largest kept raw priority are merged per block in shared memory and read
 // across the cluster after the claims' barrier (ClusterWords), then written to the tree's
 // words by the last block. The same writes as the per-level path, so the same bits; plain or
-// checked (a.raw). With a.sorted_runs, a batch of sorted indices is first written run by run
-// (SortedRuns, sorted_runs.cuh), which declines any other before writing. KStatic > 0: K fixed
-// at compile time (a.k must equal it; KOf).
-template <int KStatic, typename Claims>
+// checked (a.raw). With kSorted (kernels of their own, so that the others keep their registers:
+// the tagged kernel spilled with it inlined), a batch of sorted indices is first written run by
+// run (SortedRuns, sorted_runs.cuh), which declines any other before writing. KStatic > 0: K
+// fixed at compile time (a.k must equal it; KOf).
+template <int KStatic, typename Claims, bool kSorted = false>
 __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs, Claims claims) {
   __shared__ int32_t block_bad[kClusterMaxBlocks], block_most[kClusterMaxBlocks];  // by rank
   __shared__ int32_t block_slow[kClusterMaxBlocks];  // SortedRuns' vote
@@ -556,9 +558,8 @@ __device__ inline void ClusterUpdate(const UpdateArgs& a, int32_t cs, Claims cla
   c.all = static_cast<int64_t>(cs) * blockDim.x;
   c.whole = drlhet::NarrowTop(lay, a.batch, a.batch);
   c.top = drlhet::NarrowTop(lay, a.batch, blockDim.x);
-  if (a.sorted_runs != 0 &&  // the same in every thread of the cluster
-      SortedRuns<KStatic>(a, lay, c, rank, cs, block_bad, block_most, block_slow)) {
-    return;
+  if constexpr (kSorted) {
+    if (SortedRuns<KStatic>(a, lay, c, rank, cs, block_bad, block_most, block_slow)) return;
   }
   const EntryClaim first = claims.Claim(a, c, rank, block_bad + rank, block_most + rank);
   ClusterSync();
@@ -757,6 +758,15 @@ __global__ void __launch_bounds__(1024)
 __global__ void __launch_bounds__(1024)
     drlhet_cuda_update_cluster_k16(drlhet_cuda::UpdateArgs a, int32_t cs) {
   drlhet_cuda::ClusterUpdate<16>(a, cs, drlhet_cuda::WorkspaceClaims{});
+}
+// The same, trying the sorted runs first (SORTED_RUNS).
+__global__ void __launch_bounds__(1024)
+    drlhet_cuda_update_cluster_sorted(drlhet_cuda::UpdateArgs a, int32_t cs) {
+  drlhet_cuda::ClusterUpdate<0, drlhet_cuda::WorkspaceClaims, true>(a, cs, {});
+}
+__global__ void __launch_bounds__(1024)
+    drlhet_cuda_update_cluster_sorted_k16(drlhet_cuda::UpdateArgs a, int32_t cs) {
+  drlhet_cuda::ClusterUpdate<16, drlhet_cuda::WorkspaceClaims, true>(a, cs, {});
 }
 
 #undef DRLHET_PLAIN_UPDATE

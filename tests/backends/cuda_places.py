@@ -31,7 +31,7 @@ TAGGED_PATH = "claims in a table kept by the call"
 TAGGED_CLAIMS_PATH = "claims in a table and parents from the tree"
 WIDE_PATH = "16-block clusters with claims in a table"
 WIDE_WORKSPACE_PATH = "16-block clusters with claims in the workspace"
-SORTED_PATH = "sorted runs or claims in a table"
+SORTED_PATH = "sorted runs or claims in the workspace"
 PATHS = {
     "one block per tree": {"BLOCK_MAX_BATCH": 2**40},
     "one launch per level": {"BLOCK_MAX_BATCH": 0, "CLUSTER_MAX_BATCH": 0, "NARROW_MAX_NODES": 16},
@@ -64,8 +64,7 @@ PATHS = {
     SORTED_PATH: {
         "BLOCK_MAX_BATCH": 0,
         "CLUSTER_MAX_BATCH": 2**40,
-        "TAGGED_CLAIMS": True,
-        "TAGGED_SIBLINGS": False,
+        "TAGGED_CLAIMS": True,  # the sorted kernels claim a declined batch in the workspace
         "SORTED_RUNS": True,
     },
 }

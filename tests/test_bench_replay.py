@@ -259,52 +259,32 @@ def test_the_tagged_ab_traces_one_program_per_arm_with_its_switches_and_restores
     assert all(r["items_per_s"] > 0 for r in rows)
 
 
-def test_the_wide_ab_traces_its_arm_in_clusters_of_16_and_restores_the_runs_width(
+def test_the_wide_and_sorted_abs_trace_their_arms_with_their_switches_and_restore_them(
     bench, tmp_path, monkeypatch, emulated_cuda
 ):
-    """``--cuda-wide-ab``: ``drlhet-cuda-wide`` beside ``drlhet-cuda`` in one run (the host
-    emulation here), its update traced with `cuda.CLUSTER_BLOCKS` 16, ``drlhet-cuda``'s with the
-    run's 8 (``--cuda-cluster-blocks 8``, as ``gpu_checks.sh wide`` gives it), the rows saying
-    which, and the run's width back after the arm."""
+    """``--cuda-wide-ab`` and ``--cuda-sorted-ab`` in one run (the host emulation here):
+    ``drlhet-cuda-wide`` traced with `cuda.CLUSTER_BLOCKS` 16 and ``drlhet-cuda-sorted`` with
+    `cuda.SORTED_RUNS` on, beside ``drlhet-cuda`` with the run's 8 and off (as ``gpu_checks.sh
+    wide`` and ``sorted`` give them), the rows saying which, the run's settings back after."""
     cuda = emulated_cuda
-    monkeypatch.setattr(cuda, "CLUSTER_BLOCKS", cuda.CLUSTER_BLOCKS)  # put back after the test
+    for name in ("CLUSTER_BLOCKS", "SORTED_RUNS"):  # put back after the test
+        monkeypatch.setattr(cuda, name, getattr(cuda, name))
     traced = []
     paths = cuda._paths
-    monkeypatch.setattr(cuda, "_paths", lambda: traced.append(cuda.CLUSTER_BLOCKS) or paths())
+    monkeypatch.setattr(
+        cuda, "_paths", lambda: traced.append((cuda.CLUSTER_BLOCKS, cuda.SORTED_RUNS)) or paths()
+    )
     args = dataclasses.replace(
         tiny_run(bench, tmp_path), backends=("cuda",), batches=(256,), peers=False,
-        cuda_wide_ab=True, cuda_cluster_blocks=8,
+        cuda_wide_ab=True, cuda_cluster_blocks=8, cuda_sorted_ab=True, cuda_sorted_runs=False,
     )  # fmt: skip
     rows = bench.main(args)
-    assert [(r["impl"], r["cuda_cluster_blocks"]) for r in rows] == [
-        ("drlhet-cuda", 8), ("drlhet-cuda-wide", 16)
-    ]  # fmt: skip
+    want = [("drlhet-cuda", (8, 0)), ("drlhet-cuda-wide", (16, 0)), ("drlhet-cuda-sorted", (8, 1))]
+    got = [(r["impl"], (r["cuda_cluster_blocks"], r["cuda_sorted_runs"])) for r in rows]
+    assert got == want
     seen = [b for i, b in enumerate(traced) if i == 0 or traced[i - 1] != b]
-    assert seen == [8, 16] and cuda.CLUSTER_BLOCKS == 8
-    assert all(r["items_per_s"] > 0 for r in rows)
-
-
-def test_the_sorted_ab_traces_its_arm_with_the_sorted_runs_and_restores_the_runs_setting(
-    bench, tmp_path, monkeypatch, emulated_cuda
-):
-    """``--cuda-sorted-ab``: ``drlhet-cuda-sorted`` beside ``drlhet-cuda`` in one run (the host
-    emulation here), its update traced with `cuda.SORTED_RUNS` on, ``drlhet-cuda``'s off (as
-    ``gpu_checks.sh sorted`` gives it), the rows saying which, the run's setting back after."""
-    cuda = emulated_cuda
-    monkeypatch.setattr(cuda, "SORTED_RUNS", cuda.SORTED_RUNS)  # put back after the test
-    traced = []
-    paths = cuda._paths
-    monkeypatch.setattr(cuda, "_paths", lambda: traced.append(cuda.SORTED_RUNS) or paths())
-    args = dataclasses.replace(
-        tiny_run(bench, tmp_path), backends=("cuda",), batches=(256,), peers=False,
-        cuda_sorted_ab=True, cuda_sorted_runs=False,
-    )  # fmt: skip
-    rows = bench.main(args)
-    assert [(r["impl"], r["cuda_sorted_runs"]) for r in rows] == [
-        ("drlhet-cuda", 0), ("drlhet-cuda-sorted", 1)
-    ]  # fmt: skip
-    seen = [b for i, b in enumerate(traced) if i == 0 or traced[i - 1] != b]
-    assert seen == [False, True] and cuda.SORTED_RUNS is False
+    assert seen == [(8, False), (16, False), (8, True)], seen
+    assert cuda.CLUSTER_BLOCKS == 8 and cuda.SORTED_RUNS is False
     assert all(r["items_per_s"] > 0 for r in rows)
 
 

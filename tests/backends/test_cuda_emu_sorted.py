@@ -150,3 +150,36 @@ def test_a_sorted_checked_update_equals_the_buffers_update(emu, k, capacity):
         assert bits(got_max[0]) == bits(want[1]) and got_err[0] == want[2], case
         tree, max_p, err = want[0], F32(want[1]), int(want[2])
     assert ("good", 1) in paths and ("below", 0) in paths and ("nan", 1) in paths, paths
+
+
+@pytest.mark.slow
+def test_random_sorted_and_unsorted_batches_equal_the_oracle(emu):
+    """40 random (K, capacity, trees, batch, thread order): sorted batches with runs of every
+    length up to past 64 (a few leaves or all of them), some reversed, values with zeros and
+    bad ones, each update from the last one's trees. About 45 s."""
+    rng = np.random.default_rng(91)
+    for case in range(40):
+        k = int(rng.choice([2, 3, 4, 5, 8, 16, 17, 32, 64]))
+        capacity, trees = int(rng.integers(1, 20000)), int(rng.integers(1, 4))
+        emu.drlhet_emu_schedule(ctypes.c_int64(int(rng.integers(0, 1000))))
+        nodes = trees_of(capacity, k, seed=case, trees=trees)
+        for step in range(3):
+            batch = int(rng.integers(1, 1025))
+            leaves = int(rng.choice([min(capacity, 4), capacity]))
+            idx = np.sort(rng.integers(0, leaves, (trees, batch)), axis=1).astype(np.int32)
+            if rng.random() < 0.2:
+                idx = idx[:, ::-1].copy()
+            vals = (rng.random((trees, batch)) * rng.choice([0, 1, 50], (trees, batch))).astype(F32)
+            if rng.random() < 0.2:
+                vals[0, batch // 2] = -1.0  # tree 0 refused
+            keep = rng.random((trees, batch)) < 0.8
+            keep[0, batch // 2] |= vals[0, batch // 2] < 0
+            got, bad, _, _, _ = update(emu, nodes, capacity, k, idx, vals, keep)
+            for v in range(trees):
+                if bad[v]:
+                    np.testing.assert_array_equal(bits(got[v]), bits(nodes[v]), err_msg=f"{case}")
+                    continue
+                want = oracle.write(nodes[v], capacity, k, idx[v], vals[v], keep[v])
+                np.testing.assert_array_equal(bits(got[v]), bits(want), err_msg=f"{case} {v}")
+            nodes = got
+    emu.drlhet_emu_schedule(ctypes.c_int64(0))

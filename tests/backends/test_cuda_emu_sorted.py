@@ -163,7 +163,7 @@ def test_random_sorted_and_unsorted_batches_equal_the_oracle(emu):
         capacity, trees = int(rng.integers(1, 20000)), int(rng.integers(1, 4))
         emu.drlhet_emu_schedule(ctypes.c_int64(int(rng.integers(0, 1000))))
         nodes = trees_of(capacity, k, seed=case, trees=trees)
-        for step in range(3):
+        for _ in range(3):
             batch = int(rng.integers(1, 1025))
             leaves = int(rng.choice([min(capacity, 4), capacity]))
             idx = np.sort(rng.integers(0, leaves, (trees, batch)), axis=1).astype(np.int32)

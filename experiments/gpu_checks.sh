@@ -323,6 +323,25 @@ apart_tests() {  # apart_tests cluster|tagged|spread|wide|sorted: that path's GP
   return 0
 }
 
+switch_ab() {  # switch_ab NAME WHAT FLAG_RE BASE_FLAG OPS: a switch's A/B in one bench run
+  # (bench_replay --cuda-NAME-ab beside drlhet-cuda with BASE_FLAG, whatever the paths in force
+  # say: the tagged stage's reasoning), at 2^20 leaves, K 16, B ${NAME}_BATCHES (2048 4096),
+  # ${NAME}_REPEATS (7) alternating repeats, jax too; rows to $OUT/NAME.json. Skipped where the
+  # path's own GPU tests failed (TRIAGE_NO_NAME).
+  local name=$1 what=$2 re=$3 base_flag=$4 ops=$5 upper=${1^^}
+  local no="TRIAGE_NO_$upper" batches="${upper}_BATCHES" repeats="${upper}_REPEATS"
+  if [ "${!no:-0}" = 1 ]; then
+    echo "== $name: skipped, $what failed the tests stage (tests_$name.log)"
+    return 0
+  fi
+  local base
+  base="$(echo "$PATH_FLAGS" | sed -E "s/ $re//") $base_flag"
+  stage "$name" 150 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
+    --batches ${!batches:-2048 4096} --branchings 16 --backends cuda jax --ops $ops \
+    --modes fused --no-peers --no-plain --no-thread-scaling --no-limits \
+    --repeats "${!repeats:-7}" $base "--cuda-$name-ab" --out "$OUT/$name.json"
+}
+
 stage() {  # stage NAME LIMIT_S COMMAND...: runs with a time limit, logs to $OUT/NAME.log
   local name=$1 limit=$2
   shift 2
@@ -464,28 +483,11 @@ for s in "${stages[@]}"; do
         --repeats "${TAGGED_REPEATS:-7}" $base --cuda-tagged-ab ${TAGGED_ARGS:-} \
         --out "$OUT/tagged.json" ;;
     wide)  # the cluster path in clusters of 16 blocks against 8, one run
-      if [ "${TRIAGE_NO_WIDE:-0}" = 1 ]; then
-        echo "== wide: skipped, clusters of 16 failed the tests stage (tests_wide.log)"
-        continue
-      fi
-      # drlhet-cuda, the A/B's base, in clusters of 8 whatever the paths in force say (the
-      # tagged stage's reasoning)
-      base="$(echo "$PATH_FLAGS" | sed -E 's/ --cuda-cluster-blocks [0-9]+//') --cuda-cluster-blocks 8"
-      stage wide 150 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
-        --batches ${WIDE_BATCHES:-2048 4096} --branchings 16 --backends cuda jax \
-        --ops sample update step --modes fused --no-peers --no-plain --no-thread-scaling \
-        --no-limits --repeats "${WIDE_REPEATS:-7}" $base --cuda-wide-ab --out "$OUT/wide.json" ;;
+      switch_ab wide "clusters of 16" "--cuda-cluster-blocks [0-9]+" "--cuda-cluster-blocks 8" \
+        "sample update step" ;;
     sorted)  # the cluster update of a sorted batch run by run against its claims, one run
-      if [ "${TRIAGE_NO_SORTED:-0}" = 1 ]; then
-        echo "== sorted: skipped, the sorted runs failed the tests stage (tests_sorted.log)"
-        continue
-      fi
-      # drlhet-cuda, the A/B's base, by its claims whatever the paths in force say
-      base="$(echo "$PATH_FLAGS" | sed -E 's/ --cuda-sorted-runs (True|False)//') --cuda-sorted-runs False"
-      stage sorted 150 $PY experiments/bench_replay.py --device gpu --capacities 1048576 \
-        --batches ${SORTED_BATCHES:-2048 4096} --branchings 16 --backends cuda jax \
-        --ops update step --modes fused --no-peers --no-plain --no-thread-scaling \
-        --no-limits --repeats "${SORTED_REPEATS:-7}" $base --cuda-sorted-ab --out "$OUT/sorted.json" ;;
+      switch_ab sorted "the sorted runs" "--cuda-sorted-runs (True|False)" \
+        "--cuda-sorted-runs False" "update step" ;;
     targets)  # the targets drawn in the sample's kernel from the key, or by XLA before it
       for t in key xla find; do
         flag=--cuda-key-targets

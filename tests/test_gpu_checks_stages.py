@@ -54,56 +54,38 @@ def test_the_tagged_stage_is_an_ab_in_one_run_and_a_failing_case_of_it_turns_it_
     assert "--cuda-tagged-siblings" not in quick
 
 
-def test_the_wide_stage_is_an_ab_in_one_run_and_a_failing_case_of_it_keeps_clusters_of_8(
-    tmp_path,
-):
-    """`wide`: one bench_replay run with --cuda-wide-ab (the sample, update and step of cuda in
-    clusters of 16 blocks beside clusters of 8, and jax); with CUDA_CLUSTER_BLOCKS=16 the later
-    stages run with it, unless its GPU tests (tests_wide) failed: then with 8."""
-    env = {"CUDA_CLUSTER_BLOCKS": "16"}
-    out, calls = run_checks(tmp_path, ["tests", "wide", "quick", "train"], extra_env=env)
-    assert "== tests_wide: exit 0" in out
-    assert "and not cuda_wide" in next(c for c in calls if "tests.xml" in c)
-    assert "not slow and cuda_wide" in next(c for c in calls if "tests_wide.xml" in c)
-    (ab,) = [c for c in calls if "/wide.json" in c]
-    assert "--cuda-wide-ab" in ab and "--backends cuda jax" in ab
-    assert "--ops sample update step" in ab
-    # its base arm in clusters of 8, though the paths in force say 16
-    assert "--cuda-cluster-blocks 8" in ab and "--cuda-cluster-blocks 16" not in ab, ab
-    assert "--cuda-cluster-blocks 16" in next(c for c in calls if "bench_quick.json" in c)
-    train = [c for c in calls if " train " in c]
-    assert len(train) == 2 and all(" --cluster-blocks 16 --" in c for c in train)
-    again = tmp_path / "again"
-    again.mkdir()
-    out, calls = run_checks(again, ["tests", "wide", "quick"], extra_env=env, wide_ok=False)
-    assert "== tests_wide: 1; the wide path off" in out and "== wide: skipped" in out
-    assert not any("/wide.json" in c for c in calls)
-    assert "--cuda-cluster-blocks 16" not in next(c for c in calls if "bench_quick.json" in c)
+SWITCH_STAGES = {  # name: (env, the A/B's ops, its base arm's flag, the flag on, the wrapper's)
+    "wide": ({"CUDA_CLUSTER_BLOCKS": "16"}, "sample update step", "--cuda-cluster-blocks 8",
+             "--cuda-cluster-blocks 16", " --cluster-blocks 16 --"),
+    "sorted": ({"CUDA_SORTED_RUNS": "1"}, "update step", "--cuda-sorted-runs False",
+               "--cuda-sorted-runs True", " --sorted-runs --"),
+}  # fmt: skip
 
 
-def test_the_sorted_stage_is_an_ab_in_one_run_and_a_failing_case_of_it_keeps_the_claims(
-    tmp_path,
-):
-    """`sorted`: one bench_replay run with --cuda-sorted-ab (the update and step of cuda with
-    the sorted runs beside its claims, and jax); with CUDA_SORTED_RUNS=1 the later stages run
-    with them, unless their GPU tests (tests_sorted) failed."""
-    env = {"CUDA_SORTED_RUNS": "1"}
-    out, calls = run_checks(tmp_path, ["tests", "sorted", "quick", "train"], extra_env=env)
-    assert "== tests_sorted: exit 0" in out
-    assert "and not cuda_sorted" in next(c for c in calls if "tests.xml" in c)
-    assert "not slow and cuda_sorted" in next(c for c in calls if "tests_sorted.xml" in c)
-    (ab,) = [c for c in calls if "/sorted.json" in c]
-    assert "--cuda-sorted-ab" in ab and "--backends cuda jax" in ab and "--ops update step" in ab
-    # its base arm by the claims, though the paths in force have the sorted runs on
-    assert "--cuda-sorted-runs False" in ab and "--cuda-sorted-runs True" not in ab, ab
-    assert "--cuda-sorted-runs True" in next(c for c in calls if "bench_quick.json" in c)
+@pytest.mark.parametrize("name", SWITCH_STAGES)
+def test_a_switch_stage_is_an_ab_in_one_run_and_a_failing_case_of_it_keeps_it_off(tmp_path, name):
+    """`wide` and `sorted`: one bench_replay run with --cuda-NAME-ab (cuda with the switch on
+    beside its base arm, and jax); with the switch's env (CUDA_CLUSTER_BLOCKS=16,
+    CUDA_SORTED_RUNS=1) the later stages run with it, unless its GPU tests (tests_NAME) failed:
+    then without."""
+    env, ops, base, on, wrapped = SWITCH_STAGES[name]
+    out, calls = run_checks(tmp_path, ["tests", name, "quick", "train"], extra_env=env)
+    assert f"== tests_{name}: exit 0" in out
+    assert f"and not cuda_{name}" in next(c for c in calls if "tests.xml" in c)
+    assert f"not slow and cuda_{name}" in next(c for c in calls if f"tests_{name}.xml" in c)
+    (ab,) = [c for c in calls if f"/{name}.json" in c]
+    assert f"--cuda-{name}-ab" in ab and "--backends cuda jax" in ab and f"--ops {ops} " in ab
+    # its base arm without the switch, though the paths in force have it on
+    assert base in ab and on not in ab, ab
+    assert on in next(c for c in calls if "bench_quick.json" in c)
     train = [c for c in calls if " train " in c]
-    assert len(train) == 2 and all(" --sorted-runs --" in c for c in train)
+    assert len(train) == 2 and all(wrapped in c for c in train)
     again = tmp_path / "again"
     again.mkdir()
-    out, calls = run_checks(again, ["tests", "sorted", "quick"], extra_env=env, sorted_ok=False)
-    assert "== tests_sorted: 1; the sorted path off" in out and "== sorted: skipped" in out
-    assert "--cuda-sorted-runs" not in next(c for c in calls if "bench_quick.json" in c)
+    out, calls = run_checks(again, ["tests", name, "quick"], extra_env=env, **{f"{name}_ok": False})
+    assert f"== tests_{name}: 1; the {name} path off" in out and f"== {name}: skipped" in out
+    assert not any(f"/{name}.json" in c for c in calls)
+    assert on not in next(c for c in calls if "bench_quick.json" in c)
 
 
 @pytest.mark.parametrize("claims, flag, wrapped", [

@@ -203,6 +203,31 @@ def test_a_new_run_is_refused_the_folder_of_another_and_leaves_it_alone(tmp_path
         assert sorted(run.rglob("*")) == before
 
 
+def test_a_run_killed_in_its_first_chunk_leaves_its_name_free(tmp_path, monkeypatch, capsys):
+    """A run killed before its first row (a second SIGTERM: the default action, no cleanup;
+    SIGKILL) left an empty ``metrics.jsonl``, and the same --name was then refused ("remove
+    it"): the file is now made at the first row. What a kill would leave is read inside the
+    run (the runner's call); the folder left with it takes a new run of that name."""
+    from drlhet.cli.common import run_directory
+
+    left: list[str] = []
+
+    def killed(*args, on_chunk, **kwargs):
+        left.extend(sorted(p.name for p in (tmp_path / "r").iterdir()))
+        on_chunk({"backend": "jax", "eval_return": [1.0], "env_steps": 8, "wall_s": 0.1,
+                  "env_steps_per_s": 1.0, "trained_samples_per_s": 1.0})  # fmt: skip
+        row = (tmp_path / "r" / "metrics.jsonl").read_text()
+        assert json.loads(row)["env_steps"] == 8  # the first row makes it, whole
+        raise KeyboardInterrupt  # (the CLI's cleanup then removes the folder)
+
+    monkeypatch.setattr("drlhet.cli.train.run", killed)
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--out", str(tmp_path), "--name", "r", *TINY, "--no-progress"])
+    assert e.value.code == 130 and left == []  # not even metrics.jsonl
+    (tmp_path / "r").mkdir()  # the folder as the kill left it
+    assert run_directory(tmp_path, "r") == tmp_path / "r"
+
+
 def test_a_checkpoint_is_read_with_the_replay_its_mapping_placed():
     """A replay backend named only in the mapping (``replay=fpga@cpu:0``: other state leaves
     than the default backend's) is the one whose state a checkpoint is read as."""

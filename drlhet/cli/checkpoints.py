@@ -19,6 +19,7 @@ import math
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TextIO
 
 from drlhet.checkpoint import Checkpoints, Saved, checkpoint_saving, config_from_dict
 from drlhet.cli.report import report_run
@@ -34,6 +35,7 @@ __all__ = [
     "resume_run",
     "refuse_flags_with_resume",
     "finished_run",
+    "MetricsFile",
 ]
 
 CHECKPOINTS = "checkpoints"
@@ -185,6 +187,30 @@ def finished_run(config: TrainConfig, saved: Saved | None, chunks: int, run_dir:
     if written:
         report_run(config, saved.rows, {}, None, saved.rows[-1]["wall_s"], run_dir)
     return True
+
+
+class MetricsFile:
+    """A run's ``metrics.jsonl``, one JSON row a line, made at its first row: a run killed
+    before its first chunk ends (a second SIGTERM, SIGKILL, the machine gone) leaves no file
+    there, so its name is free again (`drlhet.cli.common.run_directory` refuses a folder
+    holding one). ``before`` (a resumed run's earlier rows) is written at once, as the file
+    then holds the rows up to the checkpoint it goes on from. Flushed after every row."""
+
+    def __init__(self, path: Path, before: Iterable[dict] = ()):
+        self.path = path
+        self._file: TextIO | None = None
+        if before := list(before):
+            self.write(*before)
+
+    def write(self, *rows: dict) -> None:
+        if self._file is None:
+            self._file = self.path.open("w")
+        self._file.writelines(json.dumps(r) + "\n" for r in rows)
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
 
 
 def _complete(config: TrainConfig, rows: list[dict], run_dir: Path) -> list[str]:

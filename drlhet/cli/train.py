@@ -19,6 +19,7 @@ import tyro
 from drlhet.backends import CPU, describe
 from drlhet.cli.checkpoints import (
     CHECKPOINTS,
+    MetricsFile,
     nothing_to_resume,
     peek_run,
     refuse_flags_with_resume,
@@ -347,8 +348,7 @@ def _train(
             ran = dataclasses.replace(config, backend=None if config.uniform else row["backend"])
             (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(ran), indent=1))
         rows.append(row)
-        metrics.write(json.dumps(row) + "\n")
-        metrics.flush()
+        metrics.write(row)
         mean_ret = sum(row["eval_return"]) / len(row["eval_return"])
         bar.n = min(row["env_steps"], config.steps)
         bar.set_postfix(
@@ -367,8 +367,8 @@ def _train(
         return signalled() or "env_steps" in reached
 
     t0 = time.perf_counter()
-    with (run_dir / "metrics.jsonl").open("w") as metrics:
-        metrics.writelines(json.dumps(r) + "\n" for r in before)
+    metrics = MetricsFile(run_dir / "metrics.jsonl", before)  # made at its first row
+    with contextlib.closing(metrics):
         try:
             kwargs = {"on_chunk": on_chunk, "start": start, "saving": saving, "stop_asked": asked}
             # the memory: checked with the options' names (_check_memory)

@@ -6,6 +6,7 @@ nothing but the standard library: a script may use it before jax is imported."""
 from __future__ import annotations
 
 import io
+import re
 import sys
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
@@ -40,7 +41,22 @@ def parse_error(text: str) -> str:
     message = " ".join(section) or title or "(no message)"
     if title and not title.endswith("error") and title.split()[0].lower() not in message.lower():
         message = f"{title.lower()}: {message}"
-    return message.removeprefix("Error parsing ")
+    return _one_type(message.removeprefix("Error parsing "))
+
+
+_EACH_TYPE = re.compile(r"- <class '([\w.]+)'>: ")
+
+
+def _one_type(message: str) -> str:
+    """An optional option's refusal (``int | None``: tyro tries each type and lists every
+    error, ``None``'s "does not match choices" too) as the one type's own error, with the
+    option's name: ``--steps: '2.5' is not a whole number``; any other message as it is."""
+    option, _, rest = message.partition(": no type matching ")
+    if not rest or "Got errors: " not in rest:
+        return message
+    parts = _EACH_TYPE.split(rest.partition("Got errors: ")[2])[1:]  # type, error, type, ...
+    errors = [e.strip() for t, e in zip(parts[::2], parts[1::2], strict=True) if t != "NoneType"]
+    return f"{option}: {errors[0]} (or None)" if len(errors) == 1 else message
 
 
 class HeldStderr:

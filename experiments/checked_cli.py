@@ -267,9 +267,11 @@ def run(
     `unwritable_outputs`; ``folders``: the fields that name a folder of files, as ``out`` of
     fig_delay.py), ``refuse(args)`` says why not, or ``main`` raises drlhet's `ConfigError`:
     then one line and exit status 2."""
-    from drlhet.parse_errors import parse_or_refuse  # the standard library only: no jax yet
+    from drlhet.integers import registry  # these two: the standard library and tyro, no jax yet
+    from drlhet.parse_errors import parse_or_refuse
 
-    args = parse_or_refuse(lambda: tyro.cli(args_type), _refuse)  # what tyro refuses: one line too
+    # what tyro refuses: one line too; integers as written in papers (1e6, 2^20)
+    args = parse_or_refuse(lambda: tyro.cli(args_type, registry=registry()), _refuse)
     why = refused_counts(args, least)
     why = why or empty_outputs(sys.argv[1:], (*OUTPUTS, *FOLDERS, *folders))
     why = why or unwritable_outputs(args, folders)

@@ -131,9 +131,13 @@ def main(argv: list[str]) -> None:
     command = argv[split + 1 :]
     if command[0] == "-m" and len(command) < 2:
         _refuse("-m needs a module name")
-    from drlhet.parse_errors import parse_or_refuse  # the standard library only: no jax yet
+    from drlhet.integers import registry  # these two: the standard library and tyro, no jax
+    from drlhet.parse_errors import parse_or_refuse
 
-    args = parse_or_refuse(lambda: tyro.cli(Args, args=argv[:split]), _refuse)  # one line
+    def parse() -> Args:
+        return tyro.cli(Args, args=argv[:split], registry=registry())
+
+    args = parse_or_refuse(parse, _refuse)  # one line
     try:
         values = apply(args)
     except ValueError as e:

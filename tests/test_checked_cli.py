@@ -83,7 +83,12 @@ def test_every_experiment_with_options_reads_its_command_line_through_it():
         # drlhet's own configuration check, raised inside main before anything runs
         ("bench_train", ["--buffer-size", "10"], "bench_train: error: warmup (5) must be >= "),
         # what tyro itself refuses, read back from its box
-        ("fig_delay", ["--seeds", "abc"], "fig_delay: error: --seeds: invalid literal for int()"),
+        ("fig_delay", ["--seeds", "abc"], "fig_delay: error: --seeds: 'abc' is not an integer"),
+        (
+            "fig_delay",
+            ["--seeds", "1e0", "--steps", "2.5"],
+            "fig_delay: error: --steps: '2.5' is not",
+        ),
         ("bench_replay", ["--bogus"], "bench_replay: error: Unrecognized options: --bogus"),
         ("pick_cuda_paths", [], "pick_cuda_paths: error: missing required option: --rows"),
     ],

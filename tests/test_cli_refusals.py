@@ -92,7 +92,14 @@ def test_keep_checkpoints_0_is_taken_where_no_checkpoint_is_written(tmp_path):
         ([], "missing subcommand: Expected one of {train, backends, eval, profile, dse}."),
         (["nope"], "Unrecognized options: nope"),
         (["train", "--bogus", "1"], "Unrecognized options: --bogus, 1"),
-        (["train", "--batch-size", "abc"], "--batch-size: invalid literal for int() with base 10"),
+        (["train", "--batch-size", "abc"], "--batch-size: 'abc' is not an integer"),
+        (
+            ["train", "--steps", "1.5e2", "--batch-size", "2.5"],
+            "--batch-size: '2.5' is not a whole",
+        ),
+        (["train", "--steps", "1e31"], "--steps: '1e31' has more than 30 digits"),
+        # an optional option: its type's error alone (tyro listed None's "does not match" too)
+        (["eval", "r", "--chunk", "2.5"], "--chunk: '2.5' is not a whole number (or None)"),
         (["train", "--algo", "foo"], "invalid choice 'foo' for argument '--algo'"),
         (["dse", "--devices"], "Missing value for argument '--devices'"),
     ],

@@ -23,6 +23,7 @@ from drlhet.cli.common import UsageError, command_line, empty_paths
 from drlhet.cli.dse import dse_command, profile_command
 from drlhet.cli.evaluate import eval_command
 from drlhet.cli.train import backends_command, train_command
+from drlhet.integers import registry as integer_options
 from drlhet.parse_errors import HeldStderr
 
 __all__ = ["main", "EXIT_BAD_INPUT", "EXIT_FAILED"]
@@ -129,6 +130,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"{EXIT_FAILED} failed while running, 130 / 143 a run stopped by SIGINT / "
                 f"SIGTERM (after its chunk, saved); add {DEBUG} anywhere for the traceback.",
                 args=args,
+                registry=integer_options(),  # --steps 1e6, --buffer-size 2^20
             )
         except SystemExit as e:
             why = held.refusal(e)

@@ -24,23 +24,24 @@ mistyped exponent (``1e300000000``) would build a huge number before any range c
 MAX_EXPONENT = 64
 """The largest exponent of a power written ``B^E`` or ``B**E`` (``2^20``)."""
 
-_POWER = re.compile(r"([+-]?\d+)\s*(?:\^|\*\*)\s*(\d+)")
+_POWER = re.compile(r"([+-]?)(\d+)\s*(?:\^|\*\*)\s*(\d+)")
 
 
 def parse_int(text: str) -> int:
     """The integer ``text`` writes: a Python integer literal (``-3``, ``1_000``, ``0x10``), a
     decimal or scientific number that is whole (``1e6``, ``2.5e5``, ``010``), or a power
-    ``B^E`` / ``B**E`` (``2^20``, E at most `MAX_EXPONENT`).
+    ``B^E`` / ``B**E`` (``2^20``, E at most `MAX_EXPONENT`; a sign before it is the
+    power's: ``-2^2`` is -4).
 
     Raises:
       ValueError: naming ``text``: not a number, not whole, or too large to be meant.
     """
     s = text.strip()
     if power := _POWER.fullmatch(s):
-        base, exponent = int(power[1]), int(power[2])
+        sign, base, exponent = power[1], int(power[2]), int(power[3])
         if exponent > MAX_EXPONENT:
             raise ValueError(f"{text!r}: an exponent past {MAX_EXPONENT}")
-        return base**exponent
+        return -(base**exponent) if sign == "-" else base**exponent  # -2^2 is -4
     try:
         return int(s, 0)
     except ValueError:

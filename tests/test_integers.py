@@ -16,7 +16,7 @@ from drlhet.integers import MAX_DIGITS, parse_int
         ("010", 10),  # int(_, 0) refuses a leading zero; as a decimal it is ten
         ("1e6", 10**6), ("2.5e5", 250_000), ("1E3", 1000), ("-2e3", -2000), ("3.0", 3),
         ("1e25", 10**25),  # a decimal: the float 1e25 is 10000000000000000905969664
-        ("2^20", 2**20), ("2**10", 1024), ("16 ^ 3", 4096), ("-2^3", -8),
+        ("2^20", 2**20), ("2**10", 1024), ("16 ^ 3", 4096), ("-2^3", -8), ("-2^2", -4),
     ],
 )  # fmt: skip
 def test_integers_read_as_written(text, value):

@@ -32,8 +32,9 @@ def test_it_reports_each_seed_and_writes_json(run_dir, tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"evaluating {run_dir} after chunk 1 (")
     assert out[0].endswith("7 greedy episodes per seed of DQN on CartPole-v1")
-    assert [line.split(":")[0] for line in out[1:3]] == ["seed 0", "seed 1"]
-    assert "the run's evaluation: " in out[1] and out[3].startswith("all seeds: return ")
+    assert out[1].startswith("compiled in ") and out[1].endswith(" s; playing the episodes ...")
+    assert [line.split(":")[0] for line in out[2:4]] == ["seed 0", "seed 1"]
+    assert "the run's evaluation: " in out[2] and out[4].startswith("all seeds: return ")
     written = json.loads((tmp_path / "e").read_text())
     returns = np.array(written["returns"])
     assert returns.shape == (2, 7) and np.all(returns >= 1) and np.all(returns <= 500)
@@ -41,7 +42,8 @@ def test_it_reports_each_seed_and_writes_json(run_dir, tmp_path, capsys):
     assert written["all_seeds"]["std"] == pytest.approx(returns.std())
     across = written["all_seeds"]["std_of_seed_means"]
     assert across == pytest.approx(returns.mean(axis=1).std(ddof=1))
-    assert "seeds' mean" in out[3]
+    assert "seeds' mean" in out[4] and out[4].endswith(" s with compiling)")
+    assert 0 < written["compile_s"] < written["wall_s"]
     assert written["chunk"] == 1 and written["episodes"] == 7 and written["seed"] == 0
 
 

@@ -27,7 +27,7 @@ from drlhet.dse.baselines import baselines
 from drlhet.dse.build import build_model, cpu_devices_here, replay_backends_here
 from drlhet.dse.cache import ProfileCache
 from drlhet.dse.devices import load_sheets
-from drlhet.dse.gpu_profile import load_gpu_profiles
+from drlhet.dse.gpu_profile import load_gpu_profiles, shapes_measured
 from drlhet.dse.key import ProfileKey
 from drlhet.dse.measure import measure_mapping
 from drlhet.dse.model import Prediction
@@ -141,10 +141,7 @@ def dse_command(
         eval_every=every,
     )  # fmt: skip
     if gpu_profile is not None and model.gpu is None:
-        print(
-            f"note: --gpu-profile {gpu_profile} has no rows for this shape; GPUs stay modeled "
-            "from sheets"
-        )
+        _note_other_shapes(gpu_profile, gpu_rows or [], shape)
     preds = search(model, devs, delay, present=present, backends_here=replay_backends_here(shape))
     if not any(p.note == "" for p in preds):
         why = preds[0].note if preds else "no placement has costs"
@@ -177,6 +174,16 @@ def _gpu_rows(path: Path | None) -> list[dict] | None:
         return load_gpu_profiles(path)
     except ValueError as e:  # the library names the file; the option is the command's
         raise ValueError(f"{e} (--gpu-profile)") from None
+
+
+def _note_other_shapes(path: Path, rows: list[dict], shape: ProfileKey) -> None:
+    """Says that the ``--gpu-profile`` file ``path`` has no rows of ``shape``, and which
+    options ask for the shapes it has."""
+    held = "; ".join(shapes_measured(rows, dataclasses.asdict(shape)))
+    print(
+        f"note: --gpu-profile {path} has no rows for this shape; GPUs stay modeled from sheets "
+        f"(its rows were measured at: {held})"
+    )
 
 
 def _check_outputs(top: int, out: Path, cache_dir: Path | None) -> None:

@@ -20,7 +20,14 @@ from typing import Any
 
 from drlhet.backends.base import GPU
 
-__all__ = ["sheet_for_device", "profile_row", "GpuProfiles", "load_gpu_profiles", "PRIMITIVES"]
+__all__ = [
+    "sheet_for_device",
+    "profile_row",
+    "GpuProfiles",
+    "load_gpu_profiles",
+    "shapes_measured",
+    "PRIMITIVES",
+]
 
 PRIMITIVES = ("actors", "insert", "sample", "train", "update")
 """What a row's ``compute`` times, as the model reads it (``actors``: act and env_step in one)."""
@@ -133,6 +140,48 @@ def load_gpu_profiles(path: Path) -> list[dict[str, Any]]:
         if why:
             raise ValueError(f"GPU profile {path}: row {i}'s {why}")
     return rows
+
+
+_OPTIONS = {
+    "algo": "--algo",
+    "env": "--env",
+    "hidden": "--hidden",
+    "batch": "--batch",
+    "capacity": "--capacity",
+    "branching": "--branching",
+    "num_envs": "--num-envs",
+    "sgd_steps": "--sgd-steps",
+}
+"""A row's ``shape`` fields (`drlhet.dse.key.ProfileKey`'s) and the ``drlhet dse`` options."""
+
+
+def shapes_measured(rows: list[dict], asked: dict[str, Any]) -> list[str]:
+    """The shapes ``rows`` were measured at, once each in the rows' order, as the ``drlhet
+    dse`` options that set them from the shape ``asked`` (`drlhet.dse.key.ProfileKey`'s fields
+    as a dict), e.g. ``--batch 4096 --hidden 256 256``; a row with no ``shape`` (or none of
+    those fields) by its ``key``. For a note that names what a profile holds."""
+    out: list[str] = []
+    for row in rows:
+        shape = row.get("shape")
+        if isinstance(shape, dict) and set(_OPTIONS) <= set(shape):
+            changed = [
+                f"{option} {_text(shape[f])}".rstrip()  # no widths: ``--hidden`` alone
+                for f, option in _OPTIONS.items()
+                if _text(shape[f]) != _text(asked.get(f))
+            ]
+            text = " ".join(changed) or f"this shape ({row['key']})"
+        else:
+            text = f"key {row['key']}"
+        if text not in out:
+            out.append(text)
+    return out
+
+
+def _text(value: Any) -> str:
+    """An option's value as typed: a sequence's items apart (``256 256``)."""
+    if isinstance(value, list | tuple):
+        return " ".join(map(str, value))
+    return str(value)
 
 
 def _wrong_row(row: dict) -> str:

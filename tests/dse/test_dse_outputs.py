@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 from tiny_profile_key import TINY
 
 from drlhet.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_dse_predicts_and_measures_runs_in_the_chunks_of_the_run(tmp_path, monkeypatch):
@@ -137,3 +140,48 @@ def test_a_sheets_folder_replaces_the_shipped_sheets(tmp_path, monkeypatch, caps
     result = json.loads(out.read_text())
     assert result["devices"] == ["cpu:0", "cpu:1", "gpu", "myboard"]
     assert any("learner=fpga@myboard" in p["mapping"] for p in result["predictions"])
+
+
+def test_a_gpu_profile_of_other_shapes_is_noted_with_the_options_of_its_shapes(
+    tmp_path, monkeypatch, capsys
+):
+    """A ``--gpu-profile`` with no rows for the shape asked leaves the GPU modeled; the note
+    said only that, not which ``drlhet dse`` options its measurements answer (the shipped
+    files hold two shapes, neither the default one)."""
+    from drlhet.cli import dse as dse_cli
+    from drlhet.dse.model import Model
+    from tests.dse.test_model import PROFILE, SHAPES, toy_sheets
+
+    sheets = toy_sheets() | {"h200": {**toy_sheets()["gpu"], "name": "h200"}}
+    monkeypatch.setattr(
+        dse_cli, "build_model", lambda *a, **k: Model(SHAPES, sheets, {"jax": PROFILE})
+    )
+    path = REPO / "results" / "gpu_profile_h200.json"
+    args = ["dse", "--devices", "cpu,h200", "--gpu-profile", str(path), "--batch", "256"]
+    main([*args, "--capacity", "2^20", "--cache-dir", str(tmp_path), "--out", str(tmp_path / "d")])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (
+        f"note: --gpu-profile {path} has no rows for this shape; GPUs stay modeled from sheets "
+        "(its rows were measured at: --batch 128 --capacity 50000; --hidden 256 256 --batch "
+        "4096 --num-envs 64)"
+    ), out[0]
+
+
+def test_the_shapes_a_profile_holds_are_named_by_the_options_that_differ():
+    from drlhet.dse.gpu_profile import shapes_measured
+
+    shape = dict(algo="dqn", env="E", hidden=[64, 64], batch=128, capacity=9, branching=16)
+    shape |= dict(num_envs=4, sgd_steps=2, backend=None)
+    rows = [
+        {"key": "a-jax", "shape": shape},
+        {"key": "a-cuda", "shape": shape | {"backend": "cuda"}},  # the same shape: once
+        {"key": "b-jax", "shape": shape | {"hidden": [], "algo": "ddpg", "env": "P"}},
+        {"key": "c-jax"},  # an older row without its shape: by its key
+    ]
+    asked = shape | {"batch": 256}
+    assert shapes_measured(rows, asked) == [
+        "--batch 128",
+        "--algo ddpg --env P --hidden --batch 128",
+        "key c-jax",
+    ]
+    assert shapes_measured(rows[:1], shape) == ["this shape (a-jax)"]

@@ -65,6 +65,29 @@ def test_it_is_the_runs_own_evaluation_with_more_environments(run_dir):
     assert more.shape == (3 * config.eval_envs,)
 
 
+def test_a_bar_over_the_steps_is_fed_from_inside_the_compiled_call(run_dir, tmp_path, capsys):
+    """The episodes are one compiled call: a long evaluation said nothing while it played. A
+    bar over the episodes' steps (CartPole's 500) now moves from inside it; the returns are
+    the same with the bar or without."""
+    shown = evaluated(tmp_path, str(run_dir), "--episodes", "3")
+    err = capsys.readouterr().err
+    assert "episode steps: 100%" in err and "500/500" in err, err
+    quiet = evaluated(tmp_path, str(run_dir), "--episodes", "3", "--no-progress")
+    assert "episode steps" not in capsys.readouterr().err
+    assert shown["returns"] == quiet["returns"]
+
+
+def test_the_evaluations_step_calls_come_once_a_step_whatever_the_seeds(run_dir):
+    config, _, saved = resume_run(run_dir, chunk=0)
+    keys = jax.random.split(jax.random.key(5), config.seeds)
+    calls: list[tuple[int, int]] = []
+    told = make_evaluation(config, 4, on_step=lambda t, total: calls.append((t, total)))
+    got = jax.jit(jax.vmap(told))(saved.states.agent, keys)
+    plain = jax.jit(jax.vmap(make_evaluation(config, 4)))(saved.states.agent, keys)
+    assert got.shape == (2, 4) and np.array_equal(np.asarray(got), np.asarray(plain))
+    assert sorted(calls) == [(t, 500) for t in range(500)]  # one a step for both seeds
+
+
 def test_an_older_chunk_and_the_seed_are_taken(run_dir, tmp_path, capsys):
     first = evaluated(tmp_path, str(run_dir), "--chunk", "0", "--episodes", "5")
     again = evaluated(tmp_path, str(run_dir), "--chunk", "0", "--episodes", "5")

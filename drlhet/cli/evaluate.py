@@ -42,6 +42,7 @@ def eval_command(
     chunk: int | None = None,
     seed: int = 0,
     out: Path | None = None,
+    progress: bool = True,
 ) -> dict:
     """Plays greedy episodes with a run's saved agents and reports their returns (measured).
 
@@ -51,6 +52,8 @@ def eval_command(
       chunk: the checkpoint of this chunk (default: the newest that reads back intact).
       seed: the seed of the episodes' randomness (resets, stochastic environments).
       out: also write the result to this JSON file.
+      progress: show a progress bar over the episodes' steps as they are played (one compiled
+        call: the bar is fed from inside it).
     """
     with bad_input():
         _check(run, episodes, chunk, out, seed)
@@ -60,8 +63,15 @@ def eval_command(
     from drlhet.runtime.compiling import jit
     from drlhet.runtime.trainer import make_evaluation
 
+    bars: list = []  # the bar over the steps, made at the first step played
+
+    def on_step(t: int, total: int) -> None:
+        if not bars:
+            bars.append(_bar(total))
+        bars[0].update(t + 1 - bars[0].n)
+
     with bad_input():
-        evaluate = make_evaluation(config, episodes)
+        evaluate = make_evaluation(config, episodes, on_step if progress else None)
     steps = int(np.asarray(saved.states.env_steps).reshape(-1)[0])
     print(
         f"evaluating {run} after chunk {saved.chunk} ({steps:,} env steps per seed): "
@@ -73,7 +83,11 @@ def eval_command(
     play = jit(jax.vmap(evaluate)).lower(saved.states.agent, keys).compile()
     compile_s = time.perf_counter() - t0
     print(f"compiled in {compile_s:.1f} s; playing the episodes ...", flush=True)
-    returns = np.asarray(play(saved.states.agent, keys))  # [S, episodes]
+    try:
+        returns = np.asarray(play(saved.states.agent, keys))  # [S, episodes]
+    finally:
+        for bar in bars:
+            bar.close()
     result = _summary(returns)
     result |= {"run": str(run), "chunk": saved.chunk, "env_steps": steps, "mapping": mapping}
     result |= {"episodes": episodes, "seed": seed, "wall_s": time.perf_counter() - t0}
@@ -84,6 +98,13 @@ def eval_command(
         _write(out, json.dumps(_jsonable(result), allow_nan=False) + "\n")
         print(f"written: {out}")
     return result
+
+
+def _bar(total: int):
+    """The progress bar over the episodes' ``total`` steps."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="episode steps", unit="step", dynamic_ncols=True)
 
 
 def _restore(run: Path, chunk: int | None) -> tuple:

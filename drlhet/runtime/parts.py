@@ -119,15 +119,26 @@ def _evaluate(eval_env: EnvFns, agent: AgentFns) -> Callable[..., Any]:
     return evaluate
 
 
-def episode_returns(eval_env: EnvFns, agent: AgentFns) -> Callable[..., Any]:
+def episode_returns(
+    eval_env: EnvFns, agent: AgentFns, on_step: Callable[[int, int], Any] | None = None
+) -> Callable[..., Any]:
     """``(agent_state, key) -> returns [N]``: the undiscounted return of one greedy episode in
-    each of ``eval_env``'s N environments (each run to its end or ``max_steps``)."""
+    each of ``eval_env``'s N environments (each run to its end or ``max_steps``).
+
+    ``on_step``: a host function called as each of the ``max_steps`` steps is played, with
+    ``(t, max_steps)`` (t from 0; ``jax.debug.callback``, once a step however many seeds a
+    `jax.vmap` plays, as ``t`` is not batched), for a progress bar; the returns are the same
+    with it or without. None: no call."""
 
     def returns(agent_state, key):
         k_reset, key = jax.random.split(key)
         obs, state = eval_env.reset(k_reset)
 
-        def body(carry, k):
+        def body(carry, xs):
+            k = xs
+            if on_step is not None:  # the step's index beside its key: a program of its own
+                t, k = xs
+                jax.debug.callback(lambda t: on_step(int(t), eval_env.max_steps), t)
             state, obs, ret, done = carry
             k_act, k_env = jax.random.split(k)  # the actor's and the env's own randomness
             a = agent.act(agent_state, obs.astype(jnp.float32), k_act, 0, explore=False)
@@ -137,7 +148,9 @@ def episode_returns(eval_env: EnvFns, agent: AgentFns) -> Callable[..., Any]:
 
         n = eval_env.num_envs
         init = (state, obs, jnp.zeros((n,)), jnp.zeros((n,), bool))
-        (_, _, ret, _), _ = jax.lax.scan(body, init, jax.random.split(key, eval_env.max_steps))
+        keys = jax.random.split(key, eval_env.max_steps)
+        xs = keys if on_step is None else (jnp.arange(eval_env.max_steps), keys)
+        (_, _, ret, _), _ = jax.lax.scan(body, init, xs)
         return ret
 
     return returns

@@ -173,11 +173,15 @@ def _learner_wrap(cfg: TrainConfig):
     return learner_step(cfg.learner, board) if cfg.learner is not None else None
 
 
-def make_evaluation(cfg: TrainConfig, episodes: int) -> Callable[..., Any]:
+def make_evaluation(
+    cfg: TrainConfig, episodes: int, on_step: Callable[[int, int], Any] | None = None
+) -> Callable[..., Any]:
     """``(agent_state, key) -> returns [episodes]``: the undiscounted returns of ``episodes``
     greedy episodes of ``cfg``'s agent (one seed's `TrainState.agent`), run side by side in
     ``episodes`` environments of ``cfg.env`` (the evaluation `run` makes after each chunk,
     with more environments). The learner backend plays no part: acting is the agent's own.
+    ``on_step(t, max_steps)`` is called on the host as each step is played
+    (`drlhet.runtime.parts.episode_returns`; None: never).
 
     Raises:
       ValueError: ``episodes`` below 1, or an environment the algorithm cannot act in.
@@ -189,7 +193,7 @@ def make_evaluation(cfg: TrainConfig, episodes: int) -> Callable[..., Any]:
     except ValueError as e:
         raise ConfigError("env", "env", reason=str(e)) from e
     agent, _ = _make_agent(dataclasses.replace(cfg, learner=None, learner_board=None), env)
-    return episode_returns(env, agent)
+    return episode_returns(env, agent, on_step)
 
 
 def _make_replay(cfg: TrainConfig) -> ReplayFns:

@@ -67,25 +67,57 @@ def test_it_is_the_runs_own_evaluation_with_more_environments(run_dir):
 
 def test_a_bar_over_the_steps_is_fed_from_inside_the_compiled_call(run_dir, tmp_path, capsys):
     """The episodes are one compiled call: a long evaluation said nothing while it played. A
-    bar over the episodes' steps (CartPole's 500) now moves from inside it; the returns are
-    the same with the bar or without."""
+    bar over the episodes' steps (of CartPole's 500 at most) now moves from inside it; the
+    returns are the same with the bar or without."""
     shown = evaluated(tmp_path, str(run_dir), "--episodes", "3")
     err = capsys.readouterr().err
-    assert "episode steps: 100%" in err and "500/500" in err, err
+    assert "episode steps: " in err and "/500 [" in err, err  # up to the longest episode
     quiet = evaluated(tmp_path, str(run_dir), "--episodes", "3", "--no-progress")
     assert "episode steps" not in capsys.readouterr().err
     assert shown["returns"] == quiet["returns"]
 
 
-def test_the_evaluations_step_calls_come_once_a_step_whatever_the_seeds(run_dir):
+def scan_returns(config, episodes):
+    """The evaluation as it was until 2026-12-01: a scan over all ``max_steps`` steps."""
+    from drlhet.envs import make_env
+
+    env = make_env(config.env, episodes)
+    agent = make_trainer(config).agent
+
+    def returns(agent_state, key):
+        k_reset, key = jax.random.split(key)
+        obs, state = env.reset(k_reset)
+
+        def body(carry, k):
+            state, obs, ret, done = carry
+            k_act, k_env = jax.random.split(k)
+            a = agent.act(agent_state, obs.astype(jax.numpy.float32), k_act, 0, explore=False)
+            state, st = env.step(state, a, k_env)
+            ret = ret + jax.numpy.where(done, 0.0, st.reward)
+            return (state, st.obs, ret, done | st.terminated | st.truncated), None
+
+        n = env.num_envs
+        init = (state, obs, jax.numpy.zeros((n,)), jax.numpy.zeros((n,), bool))
+        return jax.lax.scan(body, init, jax.random.split(key, env.max_steps))[0][2]
+
+    return returns
+
+
+def test_the_evaluation_stops_when_every_episode_has_ended_with_the_same_returns(run_dir):
+    """It stepped the environments through all 500 of CartPole's steps whatever the episodes
+    (a host environment's simulator too); now until the longest episode ends: the returns
+    are the scan's bit for bit, and the steps told are the longest episode's."""
     config, _, saved = resume_run(run_dir, chunk=0)
     keys = jax.random.split(jax.random.key(5), config.seeds)
     calls: list[tuple[int, int]] = []
     told = make_evaluation(config, 4, on_step=lambda t, total: calls.append((t, total)))
-    got = jax.jit(jax.vmap(told))(saved.states.agent, keys)
-    plain = jax.jit(jax.vmap(make_evaluation(config, 4)))(saved.states.agent, keys)
-    assert got.shape == (2, 4) and np.array_equal(np.asarray(got), np.asarray(plain))
-    assert sorted(calls) == [(t, 500) for t in range(500)]  # one a step for both seeds
+    got = np.asarray(jax.jit(jax.vmap(told))(saved.states.agent, keys))
+    plain = np.asarray(jax.jit(jax.vmap(make_evaluation(config, 4)))(saved.states.agent, keys))
+    scanned = np.asarray(jax.jit(jax.vmap(scan_returns(config, 4)))(saved.states.agent, keys))
+    assert got.shape == (2, 4) and np.array_equal(got, plain) and np.array_equal(got, scanned)
+    steps = {t for t, _ in calls}
+    assert {total for _, total in calls} == {500} and steps == set(range(len(steps)))
+    assert len(steps) == got.max() < 500  # CartPole's reward is 1 a step: the longest played
 
 
 def test_an_older_chunk_and_the_seed_are_taken(run_dir, tmp_path, capsys):

@@ -68,7 +68,7 @@ def eval_command(
     def on_step(t: int, total: int) -> None:
         if not bars:
             bars.append(_bar(total))
-        bars[0].update(t + 1 - bars[0].n)
+        bars[0].update(max(0, t + 1 - bars[0].n))  # a seed whose episodes ended repeats
 
     with bad_input():
         evaluate = make_evaluation(config, episodes, on_step if progress else None)

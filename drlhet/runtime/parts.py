@@ -123,34 +123,38 @@ def episode_returns(
     eval_env: EnvFns, agent: AgentFns, on_step: Callable[[int, int], Any] | None = None
 ) -> Callable[..., Any]:
     """``(agent_state, key) -> returns [N]``: the undiscounted return of one greedy episode in
-    each of ``eval_env``'s N environments (each run to its end or ``max_steps``).
+    each of ``eval_env``'s N environments (each run to its end or ``max_steps``). The steps
+    stop once every episode has ended (under `jax.vmap`, every seed's): the returns are those
+    of all ``max_steps`` steps, whose later ones would add nothing, without stepping the
+    environments through them (a host environment's simulator is the cost).
 
-    ``on_step``: a host function called as each of the ``max_steps`` steps is played, with
-    ``(t, max_steps)`` (t from 0; ``jax.debug.callback``, once a step however many seeds a
-    `jax.vmap` plays, as ``t`` is not batched), for a progress bar; the returns are the same
-    with it or without. None: no call."""
+    ``on_step``: a host function called as step t (from 0) is played, with ``(t, max_steps)``
+    (``jax.debug.callback``; under `jax.vmap` once per seed, each seed's own t, as the loop's
+    condition is per seed: a seed whose episodes are over repeats its last), for a progress
+    bar; the returns are the same with it or without. None: no call."""
+    limit = eval_env.max_steps
 
     def returns(agent_state, key):
         k_reset, key = jax.random.split(key)
         obs, state = eval_env.reset(k_reset)
+        keys = jax.random.split(key, limit)  # step t's key: as a scan over them would take
 
-        def body(carry, xs):
-            k = xs
-            if on_step is not None:  # the step's index beside its key: a program of its own
-                t, k = xs
-                jax.debug.callback(lambda t: on_step(int(t), eval_env.max_steps), t)
-            state, obs, ret, done = carry
-            k_act, k_env = jax.random.split(k)  # the actor's and the env's own randomness
+        def playing(carry):
+            t, *_, done = carry
+            return (t < limit) & ~jnp.all(done)
+
+        def body(carry):
+            t, state, obs, ret, done = carry
+            if on_step is not None:
+                jax.debug.callback(lambda t: on_step(int(t), limit), t)
+            k_act, k_env = jax.random.split(keys[t])  # the actor's and the env's own
             a = agent.act(agent_state, obs.astype(jnp.float32), k_act, 0, explore=False)
             state, st = eval_env.step(state, a, k_env)
             ret = ret + jnp.where(done, 0.0, st.reward)
-            return (state, st.obs, ret, done | st.terminated | st.truncated), None
+            return t + 1, state, st.obs, ret, done | st.terminated | st.truncated
 
         n = eval_env.num_envs
-        init = (state, obs, jnp.zeros((n,)), jnp.zeros((n,), bool))
-        keys = jax.random.split(key, eval_env.max_steps)
-        xs = keys if on_step is None else (jnp.arange(eval_env.max_steps), keys)
-        (_, _, ret, _), _ = jax.lax.scan(body, init, xs)
-        return ret
+        init = (jnp.int32(0), state, obs, jnp.zeros((n,)), jnp.zeros((n,), bool))
+        return jax.lax.while_loop(playing, body, init)[3]
 
     return returns

@@ -144,7 +144,7 @@ def build_model(
             prof = None  # profiled with one CPU device: no hop or pipeline figures to split by
         if prof is None:
             log(f"profiling {k.name()} on {cpus[0]} (measured; cached in {cache.path})")
-            prof = profile_config(k, cpus[0], cpus[1] if len(cpus) > 1 else None)
+            prof = profile_config(k, cpus[0], cpus[1] if len(cpus) > 1 else None, log=log)
             cache.put(k, prof)
         profiles[backend] = prof
     host_costs = _host_costs(key, cache, reprofile, cpus[0], log)

@@ -315,6 +315,7 @@ def profile_config(
     steps: int = 200,
     calls: int = 200,
     fill: int = 16_384,
+    log: Callable[[str], None] | None = None,
 ) -> dict:
     """Measures the primitives of ``key`` on ``device`` (default: the first CPU device).
 
@@ -328,6 +329,8 @@ def profile_config(
       fill: transitions in the buffer while profiling (capped at the capacity): as a buffer
         holds some way into training (which slots are live sets how much of the tree the
         descent touches).
+      log: told each part as it is done, with the seconds since the start (a profile takes
+        minutes on a small machine); None: nothing said.
 
     Returns:
       ``{"compute": {primitive: stats}, "call": {stage: stats}, "latency": {stage: stats},
@@ -336,10 +339,18 @@ def profile_config(
     """
     device = device or jax.devices(CPU)[0]
     fill = min(key.capacity, max(fill, key.batch))
+    t0 = time.perf_counter()
+
+    def done(part: str) -> None:
+        if log is not None:
+            log(f"  {part} ({time.perf_counter() - t0:.0f} s)")
+
     with jax.default_device(device):
         su = _setup(key, fill)
         compute = _compute(su, repeats, steps)
+        done("primitives timed in compiled scans")
         call, latency = _calls(su, repeats, calls)
+        done("host-loop stage calls timed")
     payloads = {
         "transitions": (su.transitions, su.learn_keys),
         "batch": (su.batch.data, su.batch.weights, su.k_update),
@@ -349,7 +360,9 @@ def profile_config(
     transfer, pipeline = {}, {}
     if other_device is not None:
         transfer = _transfers(payloads, device, other_device, repeats, calls)
+        done(f"transfers to {other_device} timed")
         pipeline = profile_pipeline(key, (device, other_device))
+        done("a pipelined run's host costs timed")
     return {
         "key": dataclasses.asdict(key),
         "device": str(device),

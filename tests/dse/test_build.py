@@ -65,7 +65,7 @@ def test_a_profile_cached_with_one_cpu_device_is_measured_again_with_two(monkeyp
         cache.put(dataclasses.replace(key, backend=b), one)
     asked = []
 
-    def profile(k, device, other):
+    def profile(k, device, other, log=None):
         asked.append(k.backend)
         return two if other is not None else one
 

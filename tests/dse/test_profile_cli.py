@@ -64,7 +64,12 @@ def test_cache_round_trip_and_fingerprint(tmp_path):
 
 def test_profile_measures_every_primitive_stage_and_hop():
     cpus = jax.devices("cpu")
-    prof = profile_config(TINY, cpus[0], cpus[1], repeats=2, steps=10, calls=10)
+    said: list[str] = []
+    prof = profile_config(TINY, cpus[0], cpus[1], repeats=2, steps=10, calls=10, log=said.append)
+    # each part said as it is done (a profile took 4:53 on the 2-core VM with no word inside it)
+    parts = ["primitives timed in", "stage calls timed", f"transfers to {cpus[1]}", "pipelined"]
+    assert len(said) == len(parts) and all(p in line for p, line in zip(parts, said, strict=True))
+    assert all(line.startswith("  ") and line.endswith(" s)") for line in said), said
     assert set(prof["compute"]) == {"actors", "insert", "sample", "train", "update"}
     assert set(prof["call"]) == {"actors", "replay_in", "replay_next", "apply", "learner"}
     assert set(prof["transfer"]) == {"transitions", "batch", "priorities", "params"}

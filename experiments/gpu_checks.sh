@@ -187,6 +187,12 @@
 #             graphs too (flags_carry_while); FLAGS_VARIANTS picks; rows to $OUT/flags_<v>.json
 #             (not in the default list; about 100 s)
 #   dump      XLA's optimized programs of the fused step, as $OUT/xla_dump.tgz (idem)
+#   eval      the greedy evaluation as drlhet plays it (a while loop until every episode has
+#             ended: on a GPU, its condition read back by the host each step) against the scan
+#             over all max_steps it replaced, untrained and trained agents (EVAL_TRAIN_STEPS,
+#             default 50000), EVAL_ENVS (CartPole-v1), EVAL_EPISODES (10 1000) episodes
+#             (experiments/bench_eval.py: rows to $OUT/eval_timing.json; not in the default
+#             list; about 90 s)
 # CUDA_CLUSTER_MAX_BATCH, CUDA_NARROW_MAX_NODES, CUDA_SHARED_TOP (0: off), CUDA_TAGGED_CLAIMS
 # (1: on, 0: off) and CUDA_TAGGED_SIBLINGS (1: on), set in the environment or by the pick stage, are the
 # settings (drlhet.backends.cuda's CLUSTER_MAX_BATCH, NARROW_MAX_NODES, SHARED_TOP,
@@ -429,6 +435,10 @@ for s in "${stages[@]}"; do
         --out "$OUT/bench_replay_gpu.json" ;;
     profile)
       stage profile 300 $RUN experiments/profile_gpu.py --out "$OUT/gpu_profile.json" ;;
+    eval)  # the evaluation's while loop (its condition read back each step) against a scan
+      stage eval 240 $RUN experiments/bench_eval.py --envs ${EVAL_ENVS:-CartPole-v1} \
+        --episodes ${EVAL_EPISODES:-10 1000} --train-steps ${EVAL_TRAIN_STEPS:-50000} \
+        --out "$OUT/eval_timing.json" ;;
     split)  # mappings split between the host CPU and the GPU (first run on an H200, 2026-11-29)
       for k in 0 4; do
         stage "split_k$k" 240 $RUN -m drlhet train --delay $k --stop-at-return 475 \

@@ -13,6 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = [
+    "bench_eval",
     "bench_mapping",
     "bench_ray",
     "bench_replay",

@@ -9,6 +9,7 @@ import json
 import jax
 import numpy as np
 import pytest
+from experiment_scripts import experiment as experiment  # a fixture
 
 from drlhet.cli import main
 from drlhet.cli.checkpoints import resume_run
@@ -77,36 +78,14 @@ def test_a_bar_over_the_steps_is_fed_from_inside_the_compiled_call(run_dir, tmp_
     assert shown["returns"] == quiet["returns"]
 
 
-def scan_returns(config, episodes):
-    """The evaluation as it was until 2026-12-01: a scan over all ``max_steps`` steps."""
-    from drlhet.envs import make_env
-
-    env = make_env(config.env, episodes)
-    agent = make_trainer(config).agent
-
-    def returns(agent_state, key):
-        k_reset, key = jax.random.split(key)
-        obs, state = env.reset(k_reset)
-
-        def body(carry, k):
-            state, obs, ret, done = carry
-            k_act, k_env = jax.random.split(k)
-            a = agent.act(agent_state, obs.astype(jax.numpy.float32), k_act, 0, explore=False)
-            state, st = env.step(state, a, k_env)
-            ret = ret + jax.numpy.where(done, 0.0, st.reward)
-            return (state, st.obs, ret, done | st.terminated | st.truncated), None
-
-        n = env.num_envs
-        init = (state, obs, jax.numpy.zeros((n,)), jax.numpy.zeros((n,), bool))
-        return jax.lax.scan(body, init, jax.random.split(key, env.max_steps))[0][2]
-
-    return returns
-
-
-def test_the_evaluation_stops_when_every_episode_has_ended_with_the_same_returns(run_dir):
+def test_the_evaluation_stops_when_every_episode_has_ended_with_the_same_returns(
+    run_dir, experiment
+):
     """It stepped the environments through all 500 of CartPole's steps whatever the episodes
     (a host environment's simulator too); now until the longest episode ends: the returns
-    are the scan's bit for bit, and the steps told are the longest episode's."""
+    are the scan's bit for bit (the scan as it was: experiments/bench_eval.py's, which times
+    the two), and the steps told are the longest episode's."""
+    scan_returns = experiment("bench_eval").scan_returns
     config, _, saved = resume_run(run_dir, chunk=0)
     keys = jax.random.split(jax.random.key(5), config.seeds)
     calls: list[tuple[int, int]] = []

@@ -172,6 +172,12 @@ BAD_INPUT = [
     ("fig_primitives", f"{PRIMITIVES_TINY} --modes bogus", "invalid choice 'bogus' for argument"),
     ("fig_peers", f"--target nan {PEERS_TINY}", "--target must be a number, got nan"),
     ("fig_mapping_parity", f"--target nan {PARITY}", "--target must be a number, got nan"),
+    ("bench_eval", "--agents bogus --out e.json", "--agents takes one or more of untrained, tr"),
+    ("bench_eval", "--episodes 100001 --out e.json", "--episodes must be at most 100,000, got 1"),
+    ("bench_eval", "--episodes 0 --out e.json", "--episodes must be integers >= 1, got [0]"),
+    ("bench_eval", "--envs bogus --out e.json", "--envs bogus: unknown environment 'bogus'"),
+    ("bench_eval", "--train-steps 10 --out e.json", "--train-steps 10: n_step (3) must be <= s"),
+    ("bench_eval", "--train-steps 5000 --out e.json", "--train-steps 5000: steps (5000) must"),
 ]
 
 

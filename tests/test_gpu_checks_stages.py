@@ -199,7 +199,7 @@ def test_every_command_the_stages_run_with_every_setting_parses(tmp_path, monkey
     bench = importlib.import_module("bench_replay")
     wrapper = importlib.import_module("with_cuda_paths")
     stages = ["quick", "train", "bench", "profile", "tagged", "spread", "find", "top", "probe",
-              "narrow", "cluster", "targets", "flags", "split"]  # fmt: skip
+              "narrow", "cluster", "targets", "flags", "split", "eval"]  # fmt: skip
     _, calls = run_checks(tmp_path, stages, extra_env=EVERY_PATH_SETTING)
     benches = [c.split() for c in calls if c.startswith("experiments/bench_replay.py")]
     wrapped = [c.split() for c in calls if c.startswith("experiments/with_cuda_paths.py")]
@@ -211,6 +211,7 @@ def test_every_command_the_stages_run_with_every_setting_parses(tmp_path, monkey
         assert args.cuda_tagged_claims is True and args.cuda_tagged_siblings is True
         assert args.cuda_cluster_max_batch == 2048 and args.cuda_spread_threads == 64
     profile = importlib.import_module("profile_gpu")
+    timing = importlib.import_module("bench_eval")
     ran = []
     for name in ("train_command", "backends_command", "profile_command", "dse_command"):
         real = getattr(cli, name)
@@ -223,10 +224,13 @@ def test_every_command_the_stages_run_with_every_setting_parses(tmp_path, monkey
         command = argv[split + 1 :]
         if command[:2] == ["-m", "drlhet"]:
             cli.main(command[2:])  # parsed by drlhet's own CLI; the command itself stubbed
+        elif command[0] == "experiments/bench_eval.py":
+            evaluated = tyro.cli(timing.Args, args=command[1:])
+            assert evaluated.envs == ("CartPole-v1",) and evaluated.episodes == (10, 1000)
         else:
             assert command[0] == "experiments/profile_gpu.py", command
             tyro.cli(profile.Args, args=command[1:])
-    assert len(ran) == len(wrapped) - 1  # every drlhet command (train, split) parsed and "run"
+    assert len(ran) == len(wrapped) - 2  # every drlhet command (train, split) parsed and "run"
 
 
 def test_the_own_sample_limit_reaches_the_benchmarks_and_the_wrapped_commands(tmp_path):

@@ -133,19 +133,21 @@ def _probe(name: str) -> _Probe:
     raise ValueError(f"unknown probe environment {name!r}")
 
 
-def make_env(name: str, num_envs: int = 1) -> EnvFns:
+def make_env(name: str, num_envs: int = 1, seeds: int = 1) -> EnvFns:
     """Builds ``num_envs`` copies of environment ``name``: a gymnax id, a probe, or
     ``gymnasium:<id>`` (any gymnasium environment, stepped on the host: `drlhet.envs.host`).
+    ``seeds``: how many seeds will `jax.vmap` over them (a host environment's ``seeds x
+    num_envs`` simulators must fit in this machine's memory: `drlhet.envs.host_room`).
 
     Raises:
-      ValueError: an unknown name or ``num_envs < 1``.
+      ValueError: an unknown name, ``num_envs < 1``, or more host environments than fit here.
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     if name.startswith("gymnasium:"):
         from drlhet.envs.host import make_host_env
 
-        return make_host_env(name, num_envs)
+        return make_host_env(name, num_envs, seeds)
     if name.startswith("probe-"):
         p = _probe(name)
 

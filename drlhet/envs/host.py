@@ -27,6 +27,11 @@ id and what it did; so does a continuous action that is not finite (a diverged p
 a jitted program XLA raises a `jax.errors.JaxRuntimeError` quoting it instead: `failure_in`
 finds the `HostEnvError` behind it.
 
+Size: from `MEASURE_FROM` environments (all seeds') on, what one costs in memory is measured on
+a few (`drlhet.envs.host_room`) and a count past this machine's available memory is refused,
+by `make_host_env` (as the configuration is checked) and by the pool before it makes the rest;
+a bar shows while many are made (on a terminal).
+
 Limits: the environments' simulator state is not part of the `TrainState`, so a run resumed
 from a checkpoint starts fresh episodes (`drlhet.runtime.run` resets them and cuts the episodes
 in the n-step FIFO where they stood, as truncations); host callbacks also keep the program out
@@ -42,6 +47,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from drlhet.envs.host_room import (
+    MEASURE_FROM,
+    PROBES,
+    cost_each,
+    making_bar,
+    refuse_past_room,
+    room,
+)
 
 __all__ = ["PREFIX", "HostEnvError", "HostPool", "failure_in", "make_host_env", "is_host_env"]
 
@@ -151,17 +165,32 @@ class HostPool:
         self.act_dtype = np.dtype(np.float32)
         self.lock = threading.RLock()
 
+    def _new(self):
+        try:
+            return _gymnasium().make(self.env_id)
+        except Exception as e:  # noqa: BLE001 - the environment's own code: named
+            raise _failed(self.name, f"gym.make raised {_first_line(e)}") from e
+
     def _make(self, seeds: int) -> None:
-        if len(self.envs) != seeds * self.num_envs:
-            self.close()
-            gym = _gymnasium()
-            for _ in range(seeds * self.num_envs):
-                try:
-                    self.envs.append(gym.make(self.env_id))
-                except Exception as e:  # noqa: BLE001 - the environment's own code: named
-                    raise _failed(self.name, f"gym.make raised {_first_line(e)}") from e
-            self.obs_shape = tuple(self.envs[0].observation_space.shape)
-            self.act_dtype = np.dtype(self.envs[0].action_space.dtype)
+        """Makes the ``seeds x num_envs`` environments (unless made); from `MEASURE_FROM` on,
+        refuses (`HostEnvError`, none kept) as many as this machine lacks the memory for,
+        measured on the first ones, and shows a bar while they are made."""
+        count = seeds * self.num_envs
+        if len(self.envs) == count:
+            return
+        self.close()
+        self.envs.append(self._new())
+        if count >= MEASURE_FROM:
+            why = room(count, 1 + PROBES, cost_each(self._new, self.envs))
+            if why:
+                self.close()
+                raise _failed(self.name, why)
+        with making_bar(self.name, count, len(self.envs)) as bar:
+            while len(self.envs) < count:
+                self.envs.append(self._new())
+                bar.update()
+        self.obs_shape = tuple(self.envs[0].observation_space.shape)
+        self.act_dtype = np.dtype(self.envs[0].action_space.dtype)
 
     def close(self) -> None:
         for e in self.envs:
@@ -283,11 +312,13 @@ def _batched(x: np.ndarray, ndim: int) -> np.ndarray:
     return x if x.ndim == ndim + 1 else x[None]
 
 
-def make_host_env(name: str, num_envs: int):
-    """The `drlhet.envs.EnvFns` of gymnasium id ``name`` (``"gymnasium:<id>"``).
+def make_host_env(name: str, num_envs: int, seeds: int = 1):
+    """The `drlhet.envs.EnvFns` of gymnasium id ``name`` (``"gymnasium:<id>"``), ``num_envs``
+    environments for each of the ``seeds`` that will vmap over it.
 
     Raises:
-      ValueError: gymnasium missing, an unknown id, or spaces drlhet cannot train on.
+      ValueError: gymnasium missing, an unknown id, spaces drlhet cannot train on, or (from
+        `MEASURE_FROM` environments on) more than this machine has the memory for.
       HostEnvError: ``gym.make`` raised anything else (the environment's own code).
     """
     from drlhet.envs import EnvFns, EnvStep
@@ -308,6 +339,7 @@ def make_host_env(name: str, num_envs: int):
         probe.close()
     if not max_steps:
         raise ValueError(f"{name}: no time limit (spec.max_episode_steps); register one")
+    refuse_past_room(name, seeds * num_envs, lambda: gym.make(env_id))  # before a run
     scale = not discrete and not (np.all(low == low[0]) and np.all(high == high[0]))
     pool = HostPool(env_id, num_envs, low, high, scale)
     obs_t = jax.ShapeDtypeStruct((num_envs, *obs_shape), jnp.float32)

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from drlhet.machine import size_text
 from drlhet.runtime.trainer import Trainer
 
 __all__ = ["MemoryEstimate", "estimate_memory", "nbytes", "size_text"]
@@ -104,11 +105,3 @@ def _per_eval_env(tr: Trainer, state: Any) -> int:
         if getattr(path[-1], "key", None) == "kernel"
     )
     return env + 2 * 4 * outputs
-
-
-def size_text(n: int) -> str:
-    """Bytes as text, in GiB from 1 GiB up (``"52.3 GiB"``), else MiB or KiB."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n / 2**10:.1f} KiB"

@@ -101,9 +101,13 @@ def make_trainer(cfg: TrainConfig, platform: str | None = None) -> Trainer:
     check(dataclasses.replace(cfg, backend=None) if cfg.uniform else cfg)
     cfg = with_backend(cfg, platform or jax.default_backend())
     try:
-        env, eval_env = make_env(cfg.env, cfg.num_envs), make_env(cfg.env, cfg.eval_envs)
+        env = make_env(cfg.env, cfg.num_envs, cfg.seeds)
     except ValueError as e:  # an unknown name: the field named, the environments' words after
         raise ConfigError("env", "env", reason=str(e)) from e
+    try:
+        eval_env = make_env(cfg.env, cfg.eval_envs, cfg.seeds)
+    except ValueError as e:  # more host environments than fit here: the count named
+        raise ConfigError("eval_envs", "eval_envs", reason=str(e)) from e
     agent, gamma = _make_agent(cfg, env)
     replay = _make_replay(cfg)
     nstep = make_nstep(n_step_of(cfg), gamma)

@@ -3,6 +3,8 @@ are written out here; on a GPU they come from gpu_checks.sh's `cluster` and `nar
 Rows files it refuses: test_cuda_paths_refusals.py; a command run with the thresholds
 (with_cuda_paths.py): test_with_cuda_paths.py."""
 
+import functools
+
 import pytest
 from cuda_paths_rows import experiments as experiments  # a fixture
 from cuda_paths_rows import row, write
@@ -108,13 +110,16 @@ def ab_rows(tmp_path, impl, base, arm, gain):
     return write(tmp_path, impl.removeprefix("drlhet-cuda-") + ".json", rows)
 
 
+def switch_ab(tmp_path, impl, switch, base, arm):
+    """``gain -> file``: `ab_rows` of the arm ``impl`` with the column ``switch`` at ``base``
+    in drlhet-cuda's rows and ``arm`` in its own."""
+    return functools.partial(ab_rows, tmp_path, impl, {switch: base}, {switch: arm})
+
+
 def test_the_tagged_claims_are_turned_on_only_where_they_win_by_the_margin(experiments, tmp_path):
     """pick_tagged: the `tagged` stage's one run (drlhet-cuda-tagged beside drlhet-cuda); its
     tagged rows never count for the other picks, its workspace rows do."""
-
-    def ab_file(gain):
-        switch = "cuda_tagged_claims"
-        return ab_rows(tmp_path, "drlhet-cuda-tagged", {switch: 0}, {switch: 1}, gain)
+    ab_file = switch_ab(tmp_path, "drlhet-cuda-tagged", "cuda_tagged_claims", 0, 1)
 
     files = [ab_file(1.10), *cluster_rows(tmp_path, {4096: 1e6}, {4096: 2e6})]
     result, env = pick(experiments, tmp_path, files)
@@ -134,10 +139,7 @@ def test_the_tagged_claims_are_turned_on_only_where_they_win_by_the_margin(exper
 def test_clusters_of_16_blocks_are_picked_only_where_they_win_by_the_margin(experiments, tmp_path):
     """pick_wide: the `wide` stage's one run (drlhet-cuda-wide beside drlhet-cuda in clusters
     of 8); its 16-block rows never count for the other picks, its 8-block rows do."""
-
-    def ab_file(gain):
-        switch = "cuda_cluster_blocks"
-        return ab_rows(tmp_path, "drlhet-cuda-wide", {switch: 8}, {switch: 16}, gain)
+    ab_file = switch_ab(tmp_path, "drlhet-cuda-wide", "cuda_cluster_blocks", 8, 16)
 
     files = [ab_file(1.10), *cluster_rows(tmp_path, {4096: 1e6}, {4096: 2e6})]
     result, env = pick(experiments, tmp_path, files)
@@ -160,10 +162,7 @@ def test_clusters_of_16_blocks_are_picked_only_where_they_win_by_the_margin(expe
 def test_the_sorted_runs_are_turned_on_only_where_they_win_by_the_margin(experiments, tmp_path):
     """pick_sorted: the `sorted` stage's one run (drlhet-cuda-sorted beside drlhet-cuda by its
     claims); its sorted rows never count for the other picks."""
-
-    def ab_file(gain):
-        switch = "cuda_sorted_runs"
-        return ab_rows(tmp_path, "drlhet-cuda-sorted", {switch: 0}, {switch: 1}, gain)
+    ab_file = switch_ab(tmp_path, "drlhet-cuda-sorted", "cuda_sorted_runs", 0, 1)
 
     files = [ab_file(1.10), *cluster_rows(tmp_path, {4096: 1e6}, {4096: 2e6})]
     result, env = pick(experiments, tmp_path, files)

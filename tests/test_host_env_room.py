@@ -13,11 +13,14 @@ import pytest
 
 gym = pytest.importorskip("gymnasium", reason="missing library: gymnasium")
 
+from cli_args import TINY_SHAPE, one_error_line  # noqa: E402
+
+from drlhet.cli import main  # noqa: E402
 from drlhet.envs import host_room, make_env  # noqa: E402
 from drlhet.envs.host import HostEnvError, failure_in  # noqa: E402
 from drlhet.envs.host_room import MEASURE_FROM, PROBES, room  # noqa: E402
 from drlhet.runtime.config import ConfigError, TrainConfig  # noqa: E402
-from drlhet.runtime.trainer import make_trainer  # noqa: E402
+from drlhet.runtime.trainer import make_evaluation, make_trainer  # noqa: E402
 
 CARTPOLE = "gymnasium:CartPole-v1"
 MiB = 2**20
@@ -50,15 +53,37 @@ def test_the_cost_of_one_is_measured_on_a_few_made(monkeypatch):
     assert len(made) == PROBES and each == 3 * MiB and seconds >= 0
 
 
-def test_too_many_are_refused_as_the_configuration_is_checked(monkeypatch):
-    """Every seed's: 2 seeds of 150 are 300; the trainer names the option that asked."""
+@pytest.mark.parametrize(
+    "field, cfg",
+    [
+        (
+            "num_envs",
+            TrainConfig(env=CARTPOLE, seeds=2, num_envs=150, eval_envs=2, eval_every=6000),
+        ),
+        ("eval_envs", TrainConfig(env=CARTPOLE, seeds=2, num_envs=2, eval_envs=150)),
+        ("episodes", TrainConfig(env=CARTPOLE, seeds=2)),
+    ],
+)
+def test_too_many_are_refused_as_the_configuration_is_checked(monkeypatch, field, cfg):
+    """Every seed's: 2 seeds of 150 are 300; the trainer and the evaluation name the count
+    that asked for them."""
     grows(monkeypatch, MiB, 64 * MiB)
     with pytest.raises(ValueError, match=f"^{CARTPOLE}: 300 environments .* ~300.0 MiB more"):
         make_env(CARTPOLE, 150, seeds=2)
-    cfg = TrainConfig(env=CARTPOLE, seeds=2, eval_envs=150, num_envs=2)
-    with pytest.raises(ConfigError, match="^eval_envs: gymnasium:CartPole-v1: 300 environ") as e:
-        make_trainer(cfg)
-    assert e.value.fields == ("eval_envs",)
+    with pytest.raises(ConfigError, match=f"^{field}: {CARTPOLE}: 300 environments") as e:
+        make_evaluation(cfg, 150) if field == "episodes" else make_trainer(cfg)
+    assert e.value.fields == (field,)
+
+
+def test_the_cli_refuses_them_in_one_line_naming_the_option(monkeypatch, tmp_path, capsys):
+    grows(monkeypatch, MiB, 64 * MiB)
+    run = [*TINY_SHAPE, "--env", CARTPOLE, "--eval-envs", "300", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit) as stop:
+        main(["train", *run, "--no-progress"])
+    assert stop.value.code == 2 and list(tmp_path.iterdir()) == []
+    assert one_error_line(capsys).startswith(
+        f"drlhet: error: --eval-envs: {CARTPOLE}: 300 environments (one Python simulator each"
+    )
 
 
 def test_below_the_threshold_nothing_is_measured(monkeypatch):

@@ -19,7 +19,15 @@ from typing import Any
 
 from drlhet.machine import available_memory, resident_memory, size_text
 
-__all__ = ["MEASURE_FROM", "PROBES", "cost_each", "room", "refuse_past_room", "making_bar"]
+__all__ = [
+    "MEASURE_FROM",
+    "PROBES",
+    "TooManyEnvs",
+    "cost_each",
+    "room",
+    "refuse_past_room",
+    "making_bar",
+]
 
 MEASURE_FROM = 256
 """Environments (of all seeds) from which what one costs is measured before the rest are made,
@@ -28,6 +36,11 @@ hundred of any gymnasium environment fit)."""
 PROBES = 8
 """Environments made, after the first (which may import the simulator's modules), to measure
 what one more costs in resident memory and time."""
+
+
+class TooManyEnvs(ValueError):
+    """More host environments than this machine has the memory for (`refuse_past_room`): the
+    caller names the count that asked for them (``num_envs``, ``eval_envs``, ``episodes``)."""
 
 
 def cost_each(make: Callable[[], Any], made: list) -> tuple[float, float]:
@@ -58,7 +71,7 @@ def room(count: int, made: int, each: tuple[float, float]) -> str:
 
 
 def refuse_past_room(name: str, count: int, make: Callable[[], Any]) -> None:
-    """Raises ``ValueError`` (``"<name>: ..."``, `room`'s words) when ``count`` environments
+    """Raises `TooManyEnvs` (``"<name>: ..."``, `room`'s words) when ``count`` environments
     of ``name`` would not fit, from `MEASURE_FROM` on, measured on `PROBES` that ``make``
     makes (and that are closed again)."""
     if count < MEASURE_FROM:
@@ -70,7 +83,7 @@ def refuse_past_room(name: str, count: int, make: Callable[[], Any]) -> None:
         for env in probes:
             env.close()
     if why:
-        raise ValueError(f"{name}: {why}")
+        raise TooManyEnvs(f"{name}: {why}")
 
 
 def making_bar(name: str, total: int, made: int):

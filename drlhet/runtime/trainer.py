@@ -22,6 +22,7 @@ from drlhet.agents.ddpg import make_ddpg
 from drlhet.agents.dqn import make_dqn
 from drlhet.backends import get, learner_step, names, tree_ops
 from drlhet.envs import EnvFns, make_env
+from drlhet.envs.host_room import TooManyEnvs
 from drlhet.replay.delayed import DelayedUpdates, make_delayed_updates
 from drlhet.replay.nstep import NStepFns, make_nstep
 from drlhet.replay.prioritized import ReplayFns, make_prioritized_replay
@@ -100,14 +101,8 @@ def make_trainer(cfg: TrainConfig, platform: str | None = None) -> Trainer:
     # names one for every run), not a tree's choice: `check` refuses one named by the user
     check(dataclasses.replace(cfg, backend=None) if cfg.uniform else cfg)
     cfg = with_backend(cfg, platform or jax.default_backend())
-    try:
-        env = make_env(cfg.env, cfg.num_envs, cfg.seeds)
-    except ValueError as e:  # an unknown name: the field named, the environments' words after
-        raise ConfigError("env", "env", reason=str(e)) from e
-    try:
-        eval_env = make_env(cfg.env, cfg.eval_envs, cfg.seeds)
-    except ValueError as e:  # more host environments than fit here: the count named
-        raise ConfigError("eval_envs", "eval_envs", reason=str(e)) from e
+    env = _env(cfg, cfg.num_envs, "num_envs")
+    eval_env = _env(cfg, cfg.eval_envs, "eval_envs")
     agent, gamma = _make_agent(cfg, env)
     replay = _make_replay(cfg)
     nstep = make_nstep(n_step_of(cfg), gamma)
@@ -131,6 +126,17 @@ def make_trainer(cfg: TrainConfig, platform: str | None = None) -> Trainer:
         replay,
         cfg,
     )
+
+
+def _env(cfg: TrainConfig, count: int, field: str) -> EnvFns:
+    """``count`` environments of ``cfg.env`` for each of ``cfg.seeds``; a `ConfigError` naming
+    ``env`` (an unknown name) or ``field`` (more host environments than fit here)."""
+    try:
+        return make_env(cfg.env, count, cfg.seeds)
+    except TooManyEnvs as e:
+        raise ConfigError(field, field, reason=str(e)) from e
+    except ValueError as e:  # the field named, the environments' words after
+        raise ConfigError("env", "env", reason=str(e)) from e
 
 
 def _make_agent(cfg: TrainConfig, env: EnvFns) -> tuple[AgentFns, float]:
@@ -183,19 +189,18 @@ def make_evaluation(
     """``(agent_state, key) -> returns [episodes]``: the undiscounted returns of ``episodes``
     greedy episodes of ``cfg``'s agent (one seed's `TrainState.agent`), run side by side in
     ``episodes`` environments of ``cfg.env`` (the evaluation `run` makes after each chunk,
-    with more environments). The learner backend plays no part: acting is the agent's own.
-    ``on_step(t, max_steps)`` is called on the host as each step is played
-    (`drlhet.runtime.parts.episode_returns`; None: never).
+    with more environments; `jax.vmap` it over ``cfg.seeds`` agents, whose ``seeds x
+    episodes`` host environments must fit in memory). The learner backend plays no part:
+    acting is the agent's own. ``on_step(t, max_steps)`` is called on the host as each step
+    is played (`drlhet.runtime.parts.episode_returns`; None: never).
 
     Raises:
-      ValueError: ``episodes`` below 1, or an environment the algorithm cannot act in.
+      ValueError: ``episodes`` below 1, an environment the algorithm cannot act in, or more
+        host environments than fit here (a `ConfigError` naming ``episodes``).
     """
     if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 1:
         raise ValueError(f"episodes must be an integer >= 1, got {episodes!r}")
-    try:
-        env = make_env(cfg.env, episodes)
-    except ValueError as e:
-        raise ConfigError("env", "env", reason=str(e)) from e
+    env = _env(cfg, episodes, "episodes")
     agent, _ = _make_agent(dataclasses.replace(cfg, learner=None, learner_board=None), env)
     return episode_returns(env, agent, on_step)
 

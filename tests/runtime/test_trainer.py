@@ -40,8 +40,8 @@ def keys_seen(monkeypatch):
 
     real_env, real_dqn = trainer_module.make_env, trainer_module.make_dqn
 
-    def make_env(name, n):
-        env = real_env(name, n)
+    def make_env(name, n, seeds=1):
+        env = real_env(name, n, seeds)
 
         def step(state, action, key):
             record("env", key)

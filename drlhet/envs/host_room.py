@@ -1,8 +1,9 @@
 """How many host environments this machine can take: what one more costs in resident memory
 and time, measured on a few of them (`cost_each`), and the refusal of a count that would need
 more memory than is available (`room`), before the rest are made; a progress bar while they are
-made (`making_bar`). Host side only (no JAX): `drlhet.envs.host`'s pools use it, and
-`make_host_env` refuses a count that not even one seed's pool would fit.
+made (`making_bar`). Host side only (no JAX): `make_host_env` refuses (`refuse_past_room`) a
+count, every seed's, that would not fit, as the configuration is checked, and
+`drlhet.envs.host`'s pools refuse the seeds they are called with before they make the rest.
 
 A gymnasium environment is one Python simulator, made one by one: measured on the 2-core VM
 (2026-12-01), CartPole-v1 2.6 KiB and 0.18 ms each over 10,000, MuJoCo's Hopper-v5 1.0 MiB and

@@ -112,3 +112,19 @@ def test_the_pool_refuses_the_seeds_it_is_called_with_and_stays_ready(monkeypatc
     monkeypatch.setattr(host_room, "available_memory", lambda: (2**40, "MemAvailable"))
     obs, _ = reset(keys)
     assert np.asarray(obs).shape == (2, 200, 4) and np.all(np.isfinite(np.asarray(obs)))
+
+
+def test_a_constructor_that_fails_while_they_are_measured_is_named(monkeypatch):
+    """Its first make (the spaces' probe) succeeds, a later one, among those measured, raises:
+    the line names the id and what it raised, as for a first make that raises."""
+    made = itertools.count()
+
+    def flaky():
+        if next(made) >= 3:
+            raise RuntimeError("out of licences")
+        return gym.make("CartPole-v1")
+
+    gym.register(id="Flaky-v0", entry_point=flaky, max_episode_steps=5)
+    with pytest.raises(HostEnvError) as info:
+        make_env("gymnasium:Flaky-v0", MEASURE_FROM)
+    assert str(info.value) == "gymnasium:Flaky-v0: gym.make raised RuntimeError: out of licences"

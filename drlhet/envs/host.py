@@ -147,6 +147,14 @@ def _check_spaces(name: str, env) -> tuple[tuple[int, ...], bool, int, np.ndarra
     )
 
 
+def _made(env_id: str):
+    """``gym.make(env_id)``; what it raises, as `HostEnvError` naming the id."""
+    try:
+        return _gymnasium().make(env_id)
+    except Exception as e:  # noqa: BLE001 - the environment's own code: named
+        raise _failed(PREFIX + env_id, f"gym.make raised {_first_line(e)}") from e
+
+
 class HostPool:
     """``S x N`` gymnasium environments of one id on the host (mutable; host side only).
 
@@ -165,12 +173,6 @@ class HostPool:
         self.act_dtype = np.dtype(np.float32)
         self.lock = threading.RLock()
 
-    def _new(self):
-        try:
-            return _gymnasium().make(self.env_id)
-        except Exception as e:  # noqa: BLE001 - the environment's own code: named
-            raise _failed(self.name, f"gym.make raised {_first_line(e)}") from e
-
     def _make(self, seeds: int) -> None:
         """Makes the ``seeds x num_envs`` environments (unless made); from `MEASURE_FROM` on,
         refuses (`HostEnvError`, none kept) as many as this machine lacks the memory for,
@@ -179,15 +181,15 @@ class HostPool:
         if len(self.envs) == count:
             return
         self.close()
-        self.envs.append(self._new())
+        self.envs.append(_made(self.env_id))
         if count >= MEASURE_FROM:
-            why = room(count, 1 + PROBES, cost_each(self._new, self.envs))
+            why = room(count, 1 + PROBES, cost_each(lambda: _made(self.env_id), self.envs))
             if why:
                 self.close()
                 raise _failed(self.name, why)
         with making_bar(self.name, count, len(self.envs)) as bar:
             while len(self.envs) < count:
-                self.envs.append(self._new())
+                self.envs.append(_made(self.env_id))
                 bar.update()
         self.obs_shape = tuple(self.envs[0].observation_space.shape)
         self.act_dtype = np.dtype(self.envs[0].action_space.dtype)
@@ -339,7 +341,7 @@ def make_host_env(name: str, num_envs: int, seeds: int = 1):
         probe.close()
     if not max_steps:
         raise ValueError(f"{name}: no time limit (spec.max_episode_steps); register one")
-    refuse_past_room(name, seeds * num_envs, lambda: gym.make(env_id))  # before a run
+    refuse_past_room(name, seeds * num_envs, lambda: _made(env_id))  # before a run
     scale = not discrete and not (np.all(low == low[0]) and np.all(high == high[0]))
     pool = HostPool(env_id, num_envs, low, high, scale)
     obs_t = jax.ShapeDtypeStruct((num_envs, *obs_shape), jnp.float32)

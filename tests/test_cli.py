@@ -43,11 +43,14 @@ def test_train_command_writes_a_run_directory(tmp_path, capsys):
 
 def test_a_run_of_one_chunk_says_its_throughput_includes_compilation(tmp_path, capsys):
     """With one chunk there is no chunk after the first: its rate (compilation included) was
-    printed as measured "after the first chunk"."""
-    main(["train", *TINY_SHAPE, "--steps", "400", "--out", str(tmp_path), "--no-progress"])
-    out = capsys.readouterr().out
+    printed as measured "after the first chunk". Its progress bar, in a log (no terminal),
+    draws the chunk once, then once more as it closes (the chunk was drawn twice)."""
+    main(["train", *TINY_SHAPE, "--steps", "400", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
     assert "then 1 of 1 chunks" in out
     assert "all seeds, one chunk, compilation included): " in out
+    drawn = [line for line in err.replace("\r", "\n").splitlines() if "ret=" in line]
+    assert len(drawn) == 2 and all("308/400" in line for line in drawn), drawn
 
 
 def test_help_and_what_a_command_writes_to_stderr_still_come_through(capsys, monkeypatch):

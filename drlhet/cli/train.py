@@ -355,6 +355,7 @@ def _train(
             ret=f"{mean_ret:.1f}",
             env_sps=f"{row['env_steps_per_s']:.3g}",
             trained_sps=f"{row['trained_samples_per_s']:.3g}",
+            refresh=False,  # drawn once, below: a log (no terminal) got each chunk's line twice
         )
         bar.refresh()
         if stop_at_return is not None and mean_ret >= stop_at_return and not reached:

@@ -3,11 +3,12 @@ eval`` (`drlhet.runtime.parts.episode_returns`: a while loop that stops once eve
 ended) against the scan over all of the environment's ``max_steps`` that it replaced
 (`scan_returns`), on the same agent, keys and environments, in one run.
 
-Each case (environment, agent, episodes) compiles both (compilation reported apart), checks
-that their returns are equal bit for bit (a case that differs ends the run: a wrong loop is no
-speed-up), counts the steps the loop plays (one call more, with a step counter: the longest
-episode), then times ``--repeats`` calls of each, alternated; rows give the median, min and
-max (measured, on JAX's default device, named in each row).
+Each case (environment, agent, episodes) compiles both (``compile_s``, apart), calls each once
+untimed (the warm-up), checks that their returns are equal bit for bit (a case that differs
+ends the run: a wrong loop is no speed-up), counts the steps the loop plays (one call more,
+with a step counter: the longest episode), then times ``--repeats`` calls of each,
+alternated; rows give the median, min and max (measured, on JAX's default device, named in
+each row).
 
 Agents: ``untrained`` (a fresh initialisation: short episodes, as in a run's first chunks) and
 ``trained`` (``--train-steps`` env steps of drlhet's default agent for the environment: DQN for
@@ -182,8 +183,8 @@ def one_case(args: Args, env: str, agent_state, episodes: int, key) -> dict:
     for impl, fn in fns.items():
         t = time.perf_counter()
         calls[impl] = jax.jit(jax.vmap(fn)).lower(agent_state, keys).compile()
-        returns[impl] = np.asarray(calls[impl](agent_state, keys))  # the first call: warm-up
         compile_s[impl] = time.perf_counter() - t
+        returns[impl] = np.asarray(calls[impl](agent_state, keys))  # the warm-up, untimed
     if not np.array_equal(returns["while"], returns["scan"]):
         raise RuntimeError(f"{env}, {episodes} episodes: the while loop's returns differ")
     played: list[int] = []
@@ -212,14 +213,14 @@ def rows_of(args: Args, env: str, agent: str, said: str, episodes: int, got: dic
 
     device = jax.devices()[0]
     kind = cpu_model() if device.platform == "cpu" else device.device_kind
+    limit = make_env(env, 1).max_steps
     rows = []
     for impl in IMPLS:
         ms = sorted(1e3 * s for s in got["times"][impl])
         rows.append({
             "impl": impl, "env": env, "host_env": is_host_env(env), "agent": agent,
             "agent_is": said, "episodes": episodes, "seeds": args.seeds,
-            "steps_played": got["steps"] if impl == "while" else make_env(env, 1).max_steps,
-            "max_steps": make_env(env, 1).max_steps,
+            "steps_played": got["steps"] if impl == "while" else limit, "max_steps": limit,
             "mean_return": float(np.mean(got["returns"])),
             "ms": float(np.median(ms)), "ms_min": ms[0], "ms_max": ms[-1],
             "repeats": args.repeats, "compile_s": got["compile_s"][impl],

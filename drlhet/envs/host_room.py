@@ -7,9 +7,10 @@ count, every seed's, that would not fit, as the configuration is checked, and
 
 A gymnasium environment is one Python simulator, made one by one: measured on the 2-core VM
 (2026-12-01), CartPole-v1 2.6 KiB and 0.18 ms each over 10,000, MuJoCo's Hopper-v5 1.0 MiB and
-6 ms each over 200 (so 100,000 Hoppers: ~100 GiB and 10 minutes, which ended in the kernel's
-OOM killer where nothing said no). The figure from `PROBES` environments is a lower bound when
-the simulator's memory grows after it is made (Hopper's: 0.7-1.0 MiB each measured on 8).
+6 ms each over 200 (so 100,000 Hoppers: ~100 GiB and 10 minutes, more than the VM has;
+nothing checked such a count before, and none was run to its end). The figure from `PROBES`
+environments is a lower bound when the simulator's memory grows after it is made (Hopper's:
+0.7-1.0 MiB each measured on 8).
 """
 
 from __future__ import annotations

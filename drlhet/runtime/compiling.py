@@ -20,6 +20,8 @@ measured on the 2-core VM, 2026-11-30).
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,9 +40,24 @@ def jit(fn: Callable[..., Any], **kwargs: Any) -> Any:
 
 
 def inlined(fn: Any) -> Callable[..., Any]:
-    """The function a `jit` wraps, to call inside another program: JAX takes compile options
-    at the top-level program only (a nested `jit` with them is refused)."""
-    return getattr(fn, "__wrapped__", fn)
+    """What a `jit` wraps, to call inside another program: JAX takes compile options at the
+    top-level program only (a nested `jit` with them is refused), so this is a plain
+    ``jax.jit`` of the wrapped function, one per ``fn`` (kept while ``fn`` lives). Programs
+    that call it with the same shapes share its trace: the pipeline's chunk programs (a
+    run's first, middle and last) call each stage up to three times; XLA inlines the call,
+    so the compiled program is the one the unwrapped function gave."""
+    try:
+        return _NESTED[fn]
+    except (KeyError, TypeError):  # TypeError: ``fn`` cannot be weakly referenced
+        pass
+    nested = jax.jit(getattr(fn, "__wrapped__", fn))
+    with contextlib.suppress(TypeError):
+        _NESTED[fn] = nested
+    return nested
+
+
+_NESTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""`inlined`'s nested jits, by the function they were made for."""
 
 
 def enable_compilation_cache(folder: str | Path) -> Path:

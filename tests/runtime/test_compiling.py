@@ -29,3 +29,21 @@ def test_every_program_of_a_run_takes_the_options(monkeypatch, mapping):
     monkeypatch.setattr(compiling, "OPTIONS", {"drlhet_no_such_option": 1})
     with pytest.raises(jax.errors.JaxRuntimeError, match="drlhet_no_such_option"):
         run(SMALL, mapping)
+
+
+def test_a_jitted_function_called_inside_programs_is_traced_once_and_computes_the_same():
+    traced: list[int] = []
+
+    def stage(x):
+        traced.append(1)
+        return jax.numpy.sin(x) * 3.0 + x
+
+    outer = compiling.jit(stage)
+    assert compiling.inlined(outer) is compiling.inlined(outer)  # one nested jit per function
+    x = jax.numpy.linspace(-2.0, 2.0, 7)
+    first = compiling.jit(lambda x: compiling.inlined(outer)(x) + 1.0)
+    middle = compiling.jit(lambda x: compiling.inlined(outer)(compiling.inlined(outer)(x)))
+    got = first(x), middle(x)
+    assert len(traced) == 1  # two programs, three calls: traced once
+    assert (got[0] == outer(x) + 1.0).all() and (got[1] == outer(outer(x))).all()
+    assert len(traced) == 1  # the top-level program too: JAX keys traces by the function

@@ -1,12 +1,12 @@
 """Every mapping's predicted vs measured throughput, the DSE's pick and the baseline mappings.
 
 Drawn from a committed validation of the performance model (``experiments/validate_dse.py``'s
-JSON; default ``results/dse_validation_in_program_k4.json``: DQN + PER on CartPole-v1, MLP
-64x64, delay k = 4, every runnable mapping of actors / replay / learner over this machine's two
-XLA CPU devices, predicted from profiles and measured). **By default nothing is measured
-anew**: the figure redraws the committed rows. ``--measure`` first reruns validate_dse.py at a
-small scale (``--measure-batches``, ``--measure-capacities``, one round by default) into
-``--measured-out`` and draws that instead.
+JSON; default ``results/dse_validation_in_program_k4_2026-12-02.json``: DQN + PER on
+CartPole-v1, MLP 64x64, delay k = 4, every runnable mapping of actors / replay / learner over
+this machine's two XLA CPU devices, predicted from profiles and measured). **By default
+nothing is measured anew**: the figure redraws the committed rows. ``--measure`` first reruns
+validate_dse.py at a small scale (``--measure-batches``, ``--measure-capacities``, one round
+by default) into ``--measured-out`` and draws that instead.
 
 For each (batch, capacity) configuration: the predicted and measured trained samples/s of each
 mapping, the DSE's pick and the best measured mapping marked, and the baseline mappings
@@ -44,7 +44,7 @@ CONFIG_KEYS += ("best_measured", "best_measured_value", "worst_measured")
 
 @dataclasses.dataclass
 class Args:
-    validation: Path = Path("results/dse_validation_in_program_k4.json")
+    validation: Path = Path("results/dse_validation_in_program_k4_2026-12-02.json")
     """A JSON written by experiments/validate_dse.py (used as is unless ``--measure``)."""
     measure: bool = False
     """Rerun experiments/validate_dse.py at a small scale first and draw its result."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,31 @@ def _not_mapping(value: dict, what: str) -> str:
     return ""
 
 
+def round_spread(rows: list[dict]) -> tuple[float, int, int] | None:
+    """How far one mapping's rounds disagree, the machine's noise beside the model's error:
+    ``(median over rows of half the range of its per-round errors, rows whose rounds have
+    errors of both signs, rows of two rounds or more)``; None without such rows. A median
+    |error| about the half-range is as small as the rounds can tell apart; one well above it,
+    with the rounds on one side, is the model's (docs/results.md, the k = 1 runs)."""
+    spans = [r["error_per_round"] for r in rows if len(r.get("error_per_round", [])) > 1]
+    if not spans:
+        return None
+    half = statistics.median((max(e) - min(e)) / 2 for e in spans)
+    return half, sum(min(e) < 0 < max(e) for e in spans), len(spans)
+
+
+def spread_words(rows: list[dict]) -> str:
+    """`round_spread` in words (empty without rows of two rounds)."""
+    spread = round_spread(rows)
+    if spread is None:
+        return ""
+    half, both, n = spread
+    return (
+        f"one mapping's rounds disagree by a median half-range of {half:.1%}; in {both} of "
+        f"{n} mappings the rounds' errors take both signs"
+    )
+
+
 def main(path: Path) -> str:
     data = json.loads(path.read_text())
     out = [
@@ -135,6 +161,8 @@ def main(path: Path) -> str:
         f"{len(data['rows'])} mappings{unpaired}; pick within 5% of the best measured "
         f"everywhere: {data['picks_within_5pct']}."
     )
+    if spread_words(data["rows"]):
+        out.append(f"Between rounds, {spread_words(data['rows'])}.")
     text = "\n".join(out)
     print(text)
     return text

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from _common import run_info
+from report_dse import round_spread, spread_words
 from validate_rounds import DEVICES, SPEED_BAND, TRIES
 
 from drlhet.dse.baselines import baselines
@@ -140,6 +141,7 @@ def _summary(machine: str, rows: list[dict], configs: list[dict], profiles: list
         f"{SPEED_BAND}x of the profile's (speed_probe before and after), at most {TRIES} tries",
         "retakes": sum(rec["tries"] - 1 for r in rows for rec in r["rounds"]),
         "out_of_band": sum(not rec["in_band"] for r in rows for rec in r["rounds"]),
+        "round_spread": _spread(rows),
         "configs": configs,
         "rows": rows,
         "round_profiles": profiles,
@@ -151,8 +153,18 @@ def _summary(machine: str, rows: list[dict], configs: list[dict], profiles: list
         f"DSE pick within 5% of the best measured in every config: {summary['picks_within_5pct']}"
         f"; {summary['retakes']} measurements retaken for the machine's speed, "
         f"{summary['out_of_band']} kept out of band"
+        + (f"; between rounds, {spread_words(rows)}" if spread_words(rows) else "")
     )
     return summary
+
+
+def _spread(rows: list[dict]) -> dict | None:
+    """`report_dse.round_spread` as the summary's JSON (None for a run of one round)."""
+    spread = round_spread(rows)
+    if spread is None:
+        return None
+    half, both, n = spread
+    return {"median_half_range": half, "rows_both_signs": both, "rows": n}
 
 
 def _plot(rows: list[dict], path: Path) -> None:

@@ -73,3 +73,38 @@ def test_the_script_refuses_them_in_one_line_before_printing(tmp_path):
     assert done.stderr.splitlines() == [
         f"report_dse: error: {path}: not validate_dse.py's JSON ({message})"
     ]
+
+
+def test_the_rounds_spread_is_the_median_half_range_and_the_rows_of_both_signs(report):
+    rows = [
+        ROW | {"error_per_round": [-0.2, 0.4]},  # half-range 0.3, both signs
+        ROW | {"error_per_round": [0.1, 0.3, 0.2]},  # 0.1, one side
+        ROW | {"error_per_round": [0.0, 0.5]},  # 0.25: a zero is neither sign
+        ROW | {"error_per_round": [0.7]},  # one round: no spread
+    ]
+    assert report.round_spread(rows) == pytest.approx((0.25, 1, 3))
+    no_rounds = {k: v for k, v in ROW.items() if k != "error_per_round"}
+    assert report.round_spread([ROW | {"error_per_round": [0.7]}, no_rounds]) is None
+    assert report.spread_words(rows) == (
+        "one mapping's rounds disagree by a median half-range of 25.0%; in 1 of 3 mappings "
+        "the rounds' errors take both signs"
+    )
+
+
+def test_the_tables_end_with_the_spread_only_where_rounds_were_run(report, tmp_path):
+    path = tmp_path / "v.json"
+    path.write_text(json.dumps(GOOD))  # one row of two rounds, +10% and +12%
+    assert report.main(path).endswith(
+        "Between rounds, one mapping's rounds disagree by a median half-range of 1.0%; in 0 "
+        "of 1 mappings the rounds' errors take both signs."
+    )
+    path.write_text(json.dumps(GOOD | {"rows": [ROW | {"error_per_round": [0.1]}]}))
+    assert "Between rounds" not in report.main(path)
+
+
+def test_the_validation_summary_keeps_the_spread(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))
+    summary = importlib.import_module("validate_report")._spread
+    assert summary([ROW]) == {"median_half_range": pytest.approx(0.01), "rows_both_signs": 0,
+                              "rows": 1}  # fmt: skip
+    assert summary([ROW | {"error_per_round": [0.1]}]) is None

@@ -8,7 +8,7 @@ from drlhet.backends import base
 from drlhet.backends.base import *  # noqa: F403  (the registry's API)
 from drlhet.backends.base import BackendUnavailable, get, load
 
-__all__ = [*base.__all__, "tree_ops", "learner_step"]
+__all__ = [*base.__all__, "tree_ops", "learner_step", "board_tree_ops"]
 
 
 def tree_ops(name: str):
@@ -44,3 +44,23 @@ def learner_step(name: str, board: str | None = None):
         return None
     load(name)  # BackendUnavailable names what is missing
     return b.learner()
+
+
+def board_tree_ops(name: str, where: str, capacity: int, branching: int, batch: int):
+    """The `drlhet.replay.sum_tree.TreeOps` of replay backend ``name`` with its tree on the
+    board at ``where`` (`Backend.board_replay`), for ``capacity`` leaves at K ``branching``,
+    sampling ``batch`` a command.
+
+    Raises:
+      BackendUnavailable: ``name`` is unknown, does not provide the replay, cannot load here,
+        or has no board; the board's own (no driver, no board, no bitstream).
+      ValueError: a tree or batch the board cannot take, or a bitstream built for another.
+    """
+    b = get(name)
+    if "replay" not in b.provides:
+        raise BackendUnavailable(f"backend {name!r} does not implement the replay buffer")
+    if b.board_replay is None:
+        on = [n for n in base.names() if get(n).board_replay is not None]
+        raise BackendUnavailable(f"replay {name!r} runs on no board ({', '.join(on)} do)")
+    load(name)
+    return b.board_replay(where, capacity, branching, batch)

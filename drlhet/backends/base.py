@@ -98,6 +98,10 @@ class Backend:
         ``(where) -> wrap`` (as ``learner``'s) that runs each step there: ``where`` a bitstream's
         path, or ``"sim"`` for the module's synthesized top simulated through its host protocol
         (`TrainConfig.learner_board`). None: no board.
+      board_replay: for a replay backend whose hardware module also runs on a board,
+        ``(where, capacity, branching, batch) -> TreeOps`` with the tree on the board at
+        ``where`` (a bitstream's path, or ``"sim"``), opened before a run starts
+        (`TrainConfig.replay_board`). None: no board.
       rank: preference among the backends that load (higher: faster where measured).
       host: runs in the host process outside XLA (one placement: the first CPU device).
       reference: the pure-JAX reference every other backend is tested against.
@@ -122,6 +126,7 @@ class Backend:
     loader: Callable[[], Any] | None
     learner: Callable[[], Any] | None = None
     board_learner: Callable[[str], Any] | None = None
+    board_replay: Callable[[str, int, int, int], Any] | None = None
     rank: int = 0
     host: bool = False
     reference: bool = False

@@ -195,6 +195,14 @@ def _load_board_learner(where: str) -> Callable:
     return board_wrap(where)
 
 
+def _load_board_replay(where: str, capacity: int, branching: int, batch: int) -> TreeOps:
+    """The replay module's tree on a board (`drlhet.backends.fpga_replay_board`)."""
+    _library()  # BackendUnavailable when the C-simulation was not built (`sim` serves with it)
+    from drlhet.backends.fpga_replay_board import board_tree_ops
+
+    return board_tree_ops(where, capacity, branching, batch)
+
+
 def _load() -> TreeOps:
     _library()  # BackendUnavailable when the C-simulation was not built
     holds = lambda capacity, branching, dtype: accepts(capacity, branching)  # noqa: E731
@@ -211,6 +219,7 @@ BACKEND = register(
         loader=_load,
         learner=_load_learner,
         board_learner=_load_board_learner,
+        board_replay=_load_board_replay,
         rank=-10,
         numbers="fixed",
         simulation=(CPU, ("replay", "learner")),
@@ -218,7 +227,8 @@ BACKEND = register(
         holds=f"K in {BRANCHING} and capacity <= {MAX_CAPACITY}",
         summary="HLS replay module (fixed point) and learner module (float32, DQN and "
         "DDPG/TD3): their C-simulation inside jit on a CPU device (function, not speed); the "
-        "learner on a board with --learner-board (a bitstream, or sim: its top through the "
-        "host protocol); board speed modeled by their cycle models",
+        "learner on a board with --learner-board and the replay's tree with --replay-board (a "
+        "bitstream, or sim: the module through its host protocol); board speed modeled by "
+        "their cycle models",
     )
 )

@@ -326,14 +326,15 @@ class BoardTree:
         return int(self.board.run(_cmd(WRITE, idx.size, 0), words, 1)[0])
 
     def sample(
-        self, bits: np.ndarray, stratified: bool = True
+        self, bits: np.ndarray, stratified: bool = True, refuse_empty: bool = True
     ) -> tuple[np.ndarray, np.ndarray, int]:
         """B draws from ``bits [B, 2]`` uint32 random words (high, low): ``(indices [B] int32,
-        leaf words [B] uint32, root)``; P(i) = leaf word / root.
+        leaf words [B] uint32, root)``; P(i) = leaf word / root. With ``refuse_empty`` False an
+        empty tree answers as the module does (root 0), for a caller that refuses it itself.
 
         Raises:
-          ValueError: an empty tree (root 0), bad shapes, or B past the board's buffers (a
-            stratified B past 65536).
+          ValueError: an empty tree (root 0; unless ``refuse_empty`` is False), bad shapes, or
+            B past the board's buffers (a stratified B past 65536).
         """
         words = np.asarray(bits, np.uint32)
         if words.ndim != 2 or words.shape[1] != 2:
@@ -343,7 +344,7 @@ class BoardTree:
         cmd = _cmd(SAMPLE, b, STRATIFIED if stratified else 0)
         out = self.board.run(cmd, words.reshape(-1), 2 * b + 2)
         root = (int(out[2 * b]) << 32) | int(out[2 * b + 1])
-        if root == 0:
+        if root == 0 and refuse_empty:
             raise ValueError("cannot sample from an empty replay buffer (size 0)")
         return out[:b].astype(np.int32), out[b : 2 * b].copy(), root
 

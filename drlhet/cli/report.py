@@ -102,8 +102,7 @@ def report_run(
         f"throughput (measured, this machine, all seeds, {which}): "
         f"{env_sps:,.0f} env steps/s, {trained_sps:,.0f} trained samples/s"
     )
-    for part in simulated(rows[-1]["mapping"]):
-        print(f"note: {part} is a simulation of its hardware: its speed is not that hardware's")
+    _simulation_notes(config, rows[-1]["mapping"])
     if "ray" in rows[-1]:
         print(ray_summary(rows[-1]["ray"]))
     if "stopped" in reached:
@@ -135,3 +134,15 @@ def simulated(mapping: str) -> list[str]:
         if device and get(backend).simulates(device.split(":")[0], group):
             out.append(part)
     return out
+
+
+def _simulation_notes(config: TrainConfig, mapping: str) -> None:
+    """Which parts of the run simulated their hardware, and which ran on a board (a board's
+    parts are not simulated; ``sim`` is)."""
+    boards = {"replay": config.replay_board, "learner": config.learner_board}
+    for part in simulated(mapping):
+        board = boards.get(part.partition("=")[0])
+        if board is None or board == "sim":
+            print(f"note: {part} is a simulation of its hardware: its speed is not that hardware's")
+        else:
+            print(f"note: {part} ran its module on the board of {board}, the rest on this host")

@@ -70,6 +70,12 @@ class TrainConfig:
     """Run the learner backend's module on a board instead (``fpga``): a bitstream's path
     (pyxrt or pynq), or ``sim`` for its synthesized top simulated through the board's host
     protocol; one step a host call (drlhet.backends.fpga_learner_board). None: no board."""
+    replay_board: str | None = None
+    """Keep the replay backend's sum tree on a board instead (``fpga``): a bitstream's path
+    (pyxrt or pynq), or ``sim`` for the replay module served through the board's host protocol;
+    its write and sample commands are host calls from the compiled programs
+    (drlhet.backends.fpga_replay_board). One tree a board: one seed, and no checkpoints (the
+    tree is not in the run's state). None: no board."""
     uniform: bool = False
     """Uniform replay instead of PER (the baseline)."""
     delay: int = 0

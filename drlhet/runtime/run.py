@@ -216,6 +216,12 @@ def _check_arguments(cfg, mapping, on_chunk, start, saving, stop_asked) -> None:
     for name, value in (("on_chunk", on_chunk), ("stop_asked", stop_asked)):
         if value is not None and not callable(value):
             raise TypeError(f"{name} must be callable or None, got {value!r}")
+    if cfg.replay_board is not None and (saving is not None or start is not None):
+        raise ConfigError(
+            f"replay_board {cfg.replay_board!r} keeps the sum tree on the board, and a checkpoint "
+            "cannot hold it yet: no saving, no start",
+            "replay_board",
+        )
     if start is not None:
         chunk = start.chunk
         if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < -1:

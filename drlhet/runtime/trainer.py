@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from drlhet.agents.base import AgentFns
 from drlhet.agents.ddpg import make_ddpg
 from drlhet.agents.dqn import make_dqn
-from drlhet.backends import get, learner_step, names, tree_ops
+from drlhet.backends import board_tree_ops, get, learner_step, names, tree_ops
 from drlhet.envs import EnvFns, make_env
 from drlhet.envs.host_room import TooManyEnvs
 from drlhet.replay.delayed import DelayedUpdates, make_delayed_updates
@@ -206,6 +206,13 @@ def make_evaluation(
 
 
 def _make_replay(cfg: TrainConfig) -> ReplayFns:
+    if cfg.uniform and cfg.replay_board is not None:
+        raise ConfigError(
+            f"replay_board {cfg.replay_board!r} keeps a sum tree on a board, and uniform replay "
+            "has none: drop replay_board",
+            "replay_board",
+            "uniform",
+        )
     if cfg.uniform:
         return make_uniform_replay(cfg.buffer_size, cfg.batch_size)
     assert cfg.backend is not None  # resolved by with_backend
@@ -214,8 +221,35 @@ def _make_replay(cfg: TrainConfig) -> ReplayFns:
         cfg.batch_size,
         alpha=cfg.alpha,
         branching=cfg.branching,
-        tree_ops=tree_ops(cfg.backend),
+        tree_ops=_replay_board_ops(cfg) if cfg.replay_board is not None else tree_ops(cfg.backend),
     )
+
+
+def _replay_board_ops(cfg: TrainConfig):
+    """The replay backend's tree primitives on the board ``cfg.replay_board`` names, opened now;
+    a `ConfigError` for a board it cannot have (no tree, no backend with one, several seeds)."""
+    board = cfg.replay_board
+    assert board is not None and cfg.backend is not None
+    if not board.strip():
+        raise ConfigError("replay_board is empty: a bitstream's path, or sim", "replay_board")
+    has = [n for n in names() if get(n).board_replay is not None]
+    if cfg.backend not in has:
+        raise ConfigError(
+            f"replay_board {board!r} keeps the sum tree on a board, and backend "
+            f"{cfg.backend!r} has none ({', '.join(has)} has one)",
+            "replay_board",
+            "backend",
+        )
+    if cfg.seeds != 1:
+        raise ConfigError(
+            f"replay_board {board!r} holds one tree, so one seed: seeds must be 1, got {cfg.seeds}",
+            "replay_board",
+            "seeds",
+        )
+    try:
+        return board_tree_ops(cfg.backend, board, cfg.buffer_size, cfg.branching, cfg.batch_size)
+    except ValueError as e:
+        raise ConfigError(f"replay_board {board!r}", "replay_board", reason=str(e)) from None
 
 
 def example_transition(env: EnvFns) -> dict[str, jax.Array]:

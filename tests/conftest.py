@@ -70,6 +70,7 @@ SLOW_FIRST = (
     "tests/backends/test_cuda_buffer_device.py",
     "tests/backends/test_fuzz.py",
     "tests/backends/test_fpga_learner_ddpg.py",
+    "tests/backends/test_fpga_replay_board.py",
     "tests/agents/test_agents.py",
     "tests/dse/test_profile_cli.py",
     "tests/test_checkpoint_cli.py",
@@ -84,7 +85,7 @@ SLOW_FIRST = (
 """The files with the longest tests, longest first (worker seconds in `make test-times` from a
 clean clone, 2-core VM, 2026-11-30 at 15677a8: 103, 99, 94, 60, 53, 52, 50, 45, 44, 43, 38,
 37 s; test_ray_actors.py's 77 s since split into three files, the examples' 42 s into 26 and a
-slow case; the rest 16-31 s)."""
+slow case; the rest 16-31 s; test_fpga_replay_board.py, added 2026-12-02: 58 s in one process)."""
 
 
 def pytest_collection_modifyitems(config, items):

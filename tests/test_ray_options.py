@@ -21,7 +21,6 @@ from ray_cli import refused  # noqa: E402
 
 from drlhet.cli.ray_actors import ray_config  # noqa: E402
 from drlhet.cli.train import CHECKPOINT_EVERY, KEEP_CHECKPOINTS, _saving  # noqa: E402
-from drlhet.runtime.config import TrainConfig  # noqa: E402
 from drlhet.runtime.ray_cluster import check_address, init_ray  # noqa: E402
 from drlhet.runtime.ray_learner import RayConfig, parse_actors  # noqa: E402
 
@@ -86,14 +85,10 @@ def test_ray_flags_left_out_take_the_configs_defaults():
     assert given == RayConfig(actors=2, max_failures=3)
 
 
-def test_checkpoints_default_to_every_ten_chunks_and_none_with_ray_or_a_replay_board():
-    cfg, board = TrainConfig(), TrainConfig(backend="fpga", replay_board="sim")
-    assert _saving(None, None, None, None, cfg)[:2] == (CHECKPOINT_EVERY, KEEP_CHECKPOINTS)
-    assert (CHECKPOINT_EVERY, KEEP_CHECKPOINTS) == (10, 2)
-    assert _saving(None, None, RayConfig(actors=2), None, cfg)[0] == 0
-    assert _saving(None, None, None, None, board)[0] == 0
-    assert _saving(3, None, None, None, cfg)[0] == 3
-    assert _saving(0, 5, None, None, cfg) == (0, 5, [])
+def test_checkpoints_default_to_every_ten_chunks_and_none_with_ray():
+    assert _saving(None, None, None, None)[:2] == (CHECKPOINT_EVERY, KEEP_CHECKPOINTS) == (10, 2)
+    assert _saving(None, None, RayConfig(actors=2), None)[0] == 0
+    assert _saving(3, None, None, None)[0] == 3 and _saving(0, 5, None, None) == (0, 5, [])
 
 
 @pytest.mark.parametrize(

@@ -13,11 +13,13 @@ command takes ``gen`` from the write before it and every write after a sample ta
 sample's indices (an update's own, or a delayed one's stamps through
 `drlhet.replay.delayed.after_sample`).
 
-One tree per board: a run with a replay board trains one seed. ``sim`` is `SimulatedBoard`, the
-module's own code serving its host protocol on host memory (`drlhet.backends.fpga.serve`), which
-answers as a bitstream built from ``hls/rmm`` does, bit for bit; a path is a bitstream opened
-through pyxrt or pynq (`drlhet.backends.fpga_board.open_board`). A board's speed is the cycle
-model's (`drlhet.dse.devices.rmm_cycles`), never this host's.
+One tree per board: a run with a replay board trains one seed. A checkpoint holds the tree read
+back from the board (`read_back`) and a resume writes it onto one (`load`;
+`drlhet.runtime.board_state`). ``sim`` is `SimulatedBoard`, the module's own code serving its
+host protocol on host memory (`drlhet.backends.fpga.serve`), which answers as a bitstream built
+from ``hls/rmm`` does, bit for bit; a path is a bitstream opened through pyxrt or pynq
+(`drlhet.backends.fpga_board.open_board`). A board's speed is the cycle model's
+(`drlhet.dse.devices.rmm_cycles`), never this host's.
 """
 
 from __future__ import annotations
@@ -38,7 +40,15 @@ from drlhet.replay import fixed_point as fp
 from drlhet.replay.sum_tree import TreeOps, layout
 from drlhet.replay.uint64 import U64
 
-__all__ = ["SIM", "SimulatedBoard", "BoardTreeState", "board_tree_ops", "StaleBoardState"]
+__all__ = [
+    "SIM",
+    "SimulatedBoard",
+    "BoardTreeState",
+    "board_tree_ops",
+    "StaleBoardState",
+    "read_back",
+    "load",
+]
 
 SIM = "sim"
 """`board_tree_ops`'s board for the module simulated through its host protocol."""
@@ -141,16 +151,84 @@ def _open(where: str, capacity: int, branching: int, frac_bits: int) -> int:
         return _OPEN[key]
 
 
+def _write_all(tree: BoardTree, values: np.ndarray) -> None:
+    """Writes leaves ``0..capacity - 1`` with ``values [capacity]``, ``max_batch`` a command."""
+    step = tree.board.max_batch
+    for start in range(0, tree.capacity, step):
+        idx = np.arange(start, min(start + step, tree.capacity))
+        tree.write(idx, values[idx])
+
+
 def _clear(handle: np.ndarray) -> np.int32:
     """Zeroes every leaf of the board's tree (the module sums the levels: all 0); gen 0."""
     slot = _SLOTS[int(handle)]
     with slot.lock:
-        tree, step = slot.tree, slot.tree.board.max_batch
-        for start in range(0, tree.capacity, step):
-            idx = np.arange(start, min(start + step, tree.capacity))
-            tree.write(idx, np.zeros(idx.size, np.float32))
+        _write_all(slot.tree, np.zeros(slot.tree.capacity, np.float32))
         slot.gen = 0
     return np.int32(0)
+
+
+def read_back(tree: BoardTreeState) -> fp.FixedTreeState:
+    """The board's tree as the C-simulation's state holds it (what a checkpoint saves): every
+    level read back (the module's read op), ``[S]`` as ``tree`` (one board each).
+
+    Raises:
+      StaleBoardState: the board's tree is not the one ``tree`` names (its writes differ).
+    """
+    parts = []
+    handles, gens = (np.asarray(x).reshape(-1) for x in (tree.handle, tree.gen))
+    for handle, gen in zip(handles, gens, strict=True):
+        slot = _SLOTS[int(handle)]
+        with slot.lock:
+            slot.check(gen)
+            t, lay = slot.tree, layout(tree.capacity, tree.branching)
+            leaves = t.read(t.depth, np.arange(lay.widths[-1])).astype(np.uint32)
+            inner = [t.read(level, np.arange(lay.widths[level])) for level in range(t.depth)]
+        words = np.concatenate(inner)
+        parts.append((leaves, (words >> np.uint64(32)).astype(np.uint32), words.astype(np.uint32)))
+    shape = np.shape(tree.handle)
+    out = [jnp.asarray(np.stack(x).reshape(shape + x[0].shape)) for x in zip(*parts, strict=True)]
+    return fp.FixedTreeState(
+        out[0], out[1], out[2], tree.saturated, tree.capacity, tree.branching, tree.frac_bits
+    )
+
+
+def load(tree: fp.FixedTreeState, where: str) -> BoardTreeState:
+    """``tree`` (one seed's, ``[1]`` or unbatched, as a checkpoint restores it) written onto the
+    board at ``where``: the board cleared, then each leaf written as its word over 2^F, which
+    the module quantizes back to that word (a word below 2^24 is a float32 integer, one above
+    came from a float32 value scaled by 2^F; a clamped word clamps again); every leaf read back
+    and compared. The returned state has seen no write (gen 0).
+
+    Raises:
+      ValueError: several seeds, or a board whose leaves then differ from ``tree``'s.
+    """
+    leaves = np.asarray(tree.leaves)
+    if leaves.ndim == 2 and leaves.shape[0] != 1:
+        raise ValueError(f"a board holds one tree; the state holds {leaves.shape[0]}")
+    words = leaves.reshape(-1)
+    handle = _open(where, tree.capacity, tree.branching, tree.frac_bits)
+    slot = _SLOTS[handle]
+    with slot.lock:
+        values = (words[: tree.capacity].astype(np.float64) / 2.0**tree.frac_bits).astype(
+            np.float32
+        )
+        _write_all(slot.tree, values)
+        got = slot.tree.read(slot.tree.depth, np.arange(words.size)).astype(np.uint32)
+        if not np.array_equal(got, words):
+            bad = int(np.flatnonzero(got != words)[0])
+            raise ValueError(f"the board holds leaf {bad} as {got[bad]}, the state {words[bad]}")
+        slot.gen = 0
+    shape = leaves.shape[:-1]
+    i32 = jnp.int32
+    return BoardTreeState(
+        jnp.full(shape, handle, i32),
+        jnp.zeros(shape, i32),
+        jnp.asarray(tree.saturated, i32),
+        tree.capacity,
+        tree.branching,
+        tree.frac_bits,
+    )
 
 
 def _write(handle, gen, indices, values, keep) -> tuple[np.int32, np.int32]:

@@ -57,11 +57,6 @@ def saving_for(
     goes on with unless given again; an infinite one as none)."""
     if every < 0:
         raise ValueError(f"--checkpoint-every must be >= 0 chunks, got {every}")
-    if every and config.replay_board is not None:
-        raise ValueError(
-            f"--checkpoint-every {every}: --replay-board keeps the sum tree on the board, and "
-            "a checkpoint cannot hold it yet (pass --checkpoint-every 0, or leave it out)"
-        )
     if keep < 0 or (keep == 0 and every > 0):
         raise ValueError(
             f"--keep-checkpoints must be >= 1 (0 only with --checkpoint-every 0), got {keep}"

@@ -123,7 +123,7 @@ def train_command(
                          resume, checkpoint_every, max_failures, keep_checkpoints)  # fmt: skip
         config, mapping, saved = _resume(config, resume, mapping, cpu_devices, out, name)
         stop_at_return = resumed_stop(stop_at_return, saved)
-        every, keep, before = _saving(checkpoint_every, keep_checkpoints, remote, saved, config)
+        every, keep, before = _saving(checkpoint_every, keep_checkpoints, remote, saved)
         run_dir = resume or _new_run_dir(config, out, name)  # before auto
         placed, tr = _prepare(config, mapping, cpu_devices, memory_check, every > 0)
         saving = saving_for(run_dir, config, str(placed), every, keep, before, stop_at_return)
@@ -159,15 +159,13 @@ def _new_run_dir(config: TrainConfig, out: Path, name: str | None) -> Path:
     return run_directory(out, stamp if name is None else name)
 
 
-def _saving(every: int | None, keep: int | None, remote, saved, config) -> tuple[int, int, list]:
+def _saving(every: int | None, keep: int | None, remote, saved) -> tuple[int, int, list]:
     """Chunks between checkpoints and checkpoints kept: as given; else, resuming, as the run
     saved them (``saved``'s metadata; checkpoints before 2026-11-30 do not say); else none for
-    a Ray run or a replay board, else `CHECKPOINT_EVERY`, and `KEEP_CHECKPOINTS`; and the rows
-    saved before."""
+    a Ray run, else `CHECKPOINT_EVERY`, and `KEEP_CHECKPOINTS`; and the rows saved before."""
     meta = {} if saved is None else saved.meta
     if every is None:
-        none = remote is not None or config.replay_board is not None
-        every = meta.get("checkpoint_every", 0 if none else CHECKPOINT_EVERY)
+        every = meta.get("checkpoint_every", 0 if remote is not None else CHECKPOINT_EVERY)
     keep = meta.get("keep_checkpoints", KEEP_CHECKPOINTS) if keep is None else keep
     return every, keep, [] if saved is None else saved.rows
 

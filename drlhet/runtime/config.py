@@ -74,8 +74,8 @@ class TrainConfig:
     """Keep the replay backend's sum tree on a board instead (``fpga``): a bitstream's path
     (pyxrt or pynq), or ``sim`` for the replay module served through the board's host protocol;
     its write and sample commands are host calls from the compiled programs
-    (drlhet.backends.fpga_replay_board). One tree a board: one seed, and no checkpoints (the
-    tree is not in the run's state). None: no board."""
+    (drlhet.backends.fpga_replay_board). One tree a board: one seed. Checkpoints hold the tree
+    read back from the board (drlhet.runtime.board_state). None: no board."""
     uniform: bool = False
     """Uniform replay instead of PER (the baseline)."""
     delay: int = 0

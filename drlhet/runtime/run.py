@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from drlhet.envs.host import failure_in, is_host_env
 from drlhet.replay.nstep import cut
+from drlhet.runtime.board_state import onto_board
 from drlhet.runtime.compiling import jit
 from drlhet.runtime.config import (
     ConfigError,
@@ -79,7 +80,7 @@ class Start(NamedTuple):
         return cls(saved.states, saved.chunk, config, float(wall))
 
 
-RESUMABLE = ("backend", "learner", "learner_board")
+RESUMABLE = ("backend", "learner", "learner_board", "replay_board")
 """`TrainConfig` fields a resume may change: the mapping places the replay and the learner,
 on a board or not (``drlhet train --resume`` takes every other field from the checkpoint)."""
 
@@ -165,8 +166,9 @@ def _start_and_run(tr, cfg, start, devices, extra, t0, saving, on_chunk, stop_as
     else:
         if start.chunk + 1 >= tr.chunks:  # resumed after its last chunk: nothing left to run
             return start.states, []
-        _check_start_states(start.states, _example(tr, cfg))
-        states = _fresh_episodes(tr, start.states) if is_host_env(cfg.env) else start.states
+        states = onto_board(start.states, cfg)  # a tree saved from (or for) a board: loaded
+        _check_start_states(states, _example(tr, cfg))
+        states = _fresh_episodes(tr, states) if is_host_env(cfg.env) else states
     first = 0 if start is None else start.chunk + 1
     hook = ChunkHook(tr.chunks, saving, on_chunk, stop_asked)
     if len(extra["segments"]) == 1:
@@ -216,12 +218,6 @@ def _check_arguments(cfg, mapping, on_chunk, start, saving, stop_asked) -> None:
     for name, value in (("on_chunk", on_chunk), ("stop_asked", stop_asked)):
         if value is not None and not callable(value):
             raise TypeError(f"{name} must be callable or None, got {value!r}")
-    if cfg.replay_board is not None and (saving is not None or start is not None):
-        raise ConfigError(
-            f"replay_board {cfg.replay_board!r} keeps the sum tree on the board, and a checkpoint "
-            "cannot hold it yet: no saving, no start",
-            "replay_board",
-        )
     if start is not None:
         chunk = start.chunk
         if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < -1:
@@ -290,8 +286,9 @@ def _pipeline_segments(tr: Trainer, states, devices, t0, hook: ChunkHook, extra,
 
 def initial_example(cfg: TrainConfig) -> Any:
     """The shapes and dtypes of a run's state (``[S]`` seeds), as `jax.eval_shape` gives them:
-    what a checkpoint of ``cfg`` must hold."""
-    return _example(make_trainer(cfg), cfg)
+    what a checkpoint of ``cfg`` must hold (a tree on a board as the C-simulation holds it:
+    `drlhet.runtime.board_state`)."""
+    return _example(make_trainer(dataclasses.replace(cfg, replay_board=None)), cfg)
 
 
 def _example(tr: Trainer, cfg: TrainConfig) -> Any:

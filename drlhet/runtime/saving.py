@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from drlhet.runtime.board_state import saved_form
+
 __all__ = ["Saving", "ChunkHook", "Stopped"]
 
 
@@ -152,4 +154,4 @@ class ChunkHook:
 
     def _write(self, chunk: int, states: Any) -> None:
         assert self.saving is not None
-        self.saving.write(chunk, states, list(self.rows))
+        self.saving.write(chunk, saved_form(states), list(self.rows))

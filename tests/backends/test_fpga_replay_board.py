@@ -2,9 +2,10 @@
 (`drlhet.backends.fpga_replay_board`, ``TrainConfig.replay_board``): on the simulated board
 (the module's own code behind its host protocol) the buffer samples what the C-simulation's FFI
 samples and ends with the same tree, in a jitted scan and in whole runs (fused and split, k = 0
-and 2); a stale state is refused; what the board cannot take (several seeds, checkpoints, a
-backend without a board, uniform replay, a bitstream built for another tree) is refused before
-the run, in one line from the CLI."""
+and 2); its checkpoints are the FFI run's, and a resume goes on bit for bit on the board or off
+it; a stale state is refused; what the board cannot take (several seeds, a backend without a
+board, uniform replay, a bitstream built for another tree) is refused before the run, in one
+line from the CLI."""
 
 from __future__ import annotations
 
@@ -21,13 +22,18 @@ from drlhet.cli import main
 from drlhet.replay.checks import ERR_EMPTY
 from drlhet.replay.prioritized import make_prioritized_replay
 from drlhet.runtime.config import ConfigError
-from drlhet.runtime.run import Start, run
+from drlhet.runtime.run import Start, initial_example, run
 from tests.cli_args import TINY, one_error_line
 from tests.runtime.test_run import SMALL as RUN_SMALL
+from tests.test_checkpoint import CHUNKED as RUN_CHUNKED
+from tests.test_checkpoint import same_rows, saving_to
 
 SMALL = dataclasses.replace(RUN_SMALL, backend="fpga", seeds=1)
 """tests/runtime/test_run.py's small run, one seed, its replay the FPGA module's."""
+CHUNKED = dataclasses.replace(RUN_CHUNKED, backend="fpga", seeds=1)
+"""tests/test_checkpoint.py's run of 4 chunks, one seed, its replay the FPGA module's."""
 EXAMPLE = {"x": jnp.zeros(3)}
+slow = pytest.mark.slow
 
 
 def _steps(ops, capacity: int, branching: int, batch: int, steps: int = 40):
@@ -105,8 +111,9 @@ def host(tree):
 SPLIT = "actors=cpu:0,replay=fpga@cpu:1,learner=cpu:1"
 
 
-# fused, the strict host loop (k < S = 2) and the pipeline with in-program channels (k >= S)
-@pytest.mark.parametrize("mapping, delay", [(None, 0), (SPLIT, 0), (SPLIT, 2)])
+# the strict host loop (k < S = 2) and the pipeline with in-program channels (k >= S); the
+# fused loop: the checkpoint test below (every chunk's state the FFI run's)
+@pytest.mark.parametrize("mapping, delay", [(SPLIT, 0), (SPLIT, 2)])
 def test_a_run_on_the_simulated_board_equals_the_ffi_run(mapping, delay):
     cfg = dataclasses.replace(SMALL, delay=delay)
     ffi, ffi_rows = run(cfg, mapping)
@@ -141,14 +148,42 @@ def test_a_board_the_run_cannot_use_is_refused(change, said, fields):
     assert said in str(e.value) and e.value.fields == fields
 
 
-def test_no_checkpoint_of_a_board_is_saved_or_started_from(tmp_path):
-    from drlhet.checkpoint import Checkpoints, checkpoint_saving
+def _same(a, b) -> bool:
+    return all(jax.tree.leaves(jax.tree.map(np.array_equal, host(a), host(b))))
 
-    cfg = dataclasses.replace(SMALL, replay_board="sim")
-    saving = checkpoint_saving(Checkpoints(tmp_path / "c", 1), cfg, "", 1, [])
-    for kw in ({"saving": saving}, {"start": Start(None, 0)}):
-        with pytest.raises(ConfigError, match="a checkpoint cannot hold it yet"):
-            run(cfg, **kw)
+
+@pytest.mark.parametrize(
+    "mapping, delay",
+    [(None, 0), pytest.param("actors=cpu:0,replay=fpga@cpu:0,learner=cpu:1", 4, marks=slow)],
+)  # fused; the pipeline with in-program channels
+def test_a_board_run_saves_the_ffi_run_s_checkpoints_and_resumes_on_or_off_the_board(
+    tmp_path, mapping, delay
+):
+    ffi_cfg = dataclasses.replace(CHUNKED, delay=delay)
+    cfg = dataclasses.replace(ffi_cfg, replay_board="sim")
+    ffi_store, ffi_saving = saving_to(tmp_path / "ffi")
+    ffi, ffi_rows = run(ffi_cfg, mapping, saving=ffi_saving)
+    store, saving = saving_to(tmp_path / "board")
+    full, rows = run(cfg, mapping, saving=saving)
+    assert store.chunks() == ffi_store.chunks() == [0, 1, 2, 3]
+    for c in store.chunks():  # the tree read back from the board: the FFI's, bit for bit
+        assert _same(store.restore(initial_example(cfg), c).states,
+                     ffi_store.restore(initial_example(ffi_cfg), c).states)  # fmt: skip
+    for into, store_from in ((cfg, store), (cfg, ffi_store), (ffi_cfg, store)):
+        saved = store_from.restore(initial_example(into), chunk=1)
+        resumed, more = run(into, mapping, start=Start(saved.states, saved.chunk))
+        same_rows(rows, saved.rows + more)
+        assert _same(resumed.agent, full.agent)
+
+
+def test_a_save_of_a_state_the_board_has_moved_past_is_refused():
+    r = make_prioritized_replay(64, 8, branching=16, tree_ops=board_tree_ops(
+        "fpga", frb.SIM, 64, 16, 8))  # fmt: skip
+    old = jax.jit(r.init)(EXAMPLE)
+    new = jax.jit(r.add)(old, {"x": jnp.ones((4, 3))})
+    assert int(frb.read_back(new.tree).leaves[:4].astype(bool).sum()) == 4
+    with pytest.raises(frb.StaleBoardState, match="has seen 0 writes"):
+        frb.read_back(old.tree)
 
 
 class _OtherBuild(frb.SimulatedBoard):
@@ -176,8 +211,6 @@ def test_a_bitstream_built_for_another_tree_or_batch_is_refused(monkeypatch):
                                     "--backend 'native' has none (fpga has one)"),
         (["--backend", "fpga", "--replay-board", "{tmp}/none.xclbin"],
          "no pyxrt: the FPGA board driver needs it"),
-        (["--backend", "fpga", "--replay-board", "sim", "--checkpoint-every", "2"],
-         "--checkpoint-every 2: --replay-board keeps the sum tree on the board"),
         (["--backend", "fpga", "--replay-board", "sim", "--seeds", "2"],
          "--seeds must be 1, got 2"),
     ],
@@ -192,13 +225,15 @@ def test_the_cli_refuses_a_board_it_cannot_use_in_one_line(tmp_path, capsys, arg
     assert not (tmp_path / "runs").exists()
 
 
-def test_the_cli_trains_on_the_simulated_board_without_checkpoints(tmp_path, capsys):
+def test_the_cli_trains_on_the_simulated_board_and_evaluates_its_checkpoint(tmp_path, capsys):
     main(["train", *TINY, "--backend", "fpga", "--replay-board", "sim", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert "final evaluation return per seed" in out
     assert "note: replay=fpga@cpu:0 is a simulation of its hardware" in out
     (run_dir,) = tmp_path.iterdir()
-    assert (run_dir / "metrics.jsonl").exists() and not (run_dir / "checkpoints").exists()
+    assert any((run_dir / "checkpoints").iterdir())
+    main(["eval", str(run_dir), "--episodes", "2"])
+    assert "seed 0" in capsys.readouterr().out
 
 
 def test_the_report_says_which_part_ran_on_a_board(capsys):

@@ -136,6 +136,8 @@ BAD_INPUT = [
     ("report_replay", "numbers.json", "(item 0 is a number, not an object)"),
     ("bench_train", "--env Bogus-v0 --out t.json", "--env: unknown environment 'Bogus-v0'"),
     ("probe_regimes", "--processes 0 --out r.json", "--processes must be >= 1, got 0"),
+    ("bench_board_callback", "--commands 0 --out b.json", "--commands must be >= 1, got 0"),
+    ("bench_board_callback", "--branching 3 --out b.json", "the FPGA replay module supports K"),
     (
         "probe_regimes",
         "--batch 0 --capacities 64 --settings default --processes 1 --out r.json",

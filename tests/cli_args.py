@@ -27,3 +27,17 @@ def one_error_line(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     return err[0]
+
+
+def refused_before_the_run(main, tmp_path, capsys, args: list[str], message: str) -> None:
+    """``drlhet train`` on a tiny run with ``args`` exits with status 2 and one error line that
+    holds ``message``, before its run folder is made (``{tmp}`` in ``args``: ``tmp_path``)."""
+    import pytest
+
+    args = [a.format(tmp=tmp_path) for a in args]
+    with pytest.raises(SystemExit) as stop:
+        main(["train", *TINY, *args, "--out", str(tmp_path / "runs")])
+    assert stop.value.code == 2
+    line = one_error_line(capsys)
+    assert line.startswith("drlhet: error: ") and message in line, line
+    assert not (tmp_path / "runs").exists()

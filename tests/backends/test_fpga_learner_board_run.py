@@ -17,8 +17,9 @@ from drlhet.backends import BackendUnavailable, learner_step
 from drlhet.cli import main
 from drlhet.runtime.config import ConfigError
 from drlhet.runtime.run import _check_resumed, run
+from tests.cli_args import refused_before_the_run
 from tests.runtime.test_run import SMALL as RUN_SMALL
-from tests.test_cli import TINY, one_error_line
+from tests.test_cli import TINY
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to build the top")
 
@@ -69,13 +70,7 @@ def test_a_board_needs_a_learner_backend_that_has_one():
     ],
 )  # fmt: skip
 def test_the_cli_refuses_a_board_it_cannot_use_in_one_line(tmp_path, capsys, args, message):
-    args = [a.format(tmp=tmp_path) for a in args]
-    with pytest.raises(SystemExit) as stop:
-        main(["train", *TINY, *args, "--out", str(tmp_path / "runs")])
-    assert stop.value.code == 2
-    line = one_error_line(capsys)
-    assert line.startswith("drlhet: error: ") and message in line, line
-    assert not (tmp_path / "runs").exists()
+    refused_before_the_run(main, tmp_path, capsys, args, message)
 
 
 @needs_gxx

@@ -2,8 +2,8 @@
 (`drlhet.backends.fpga_replay_board`, ``TrainConfig.replay_board``): on the simulated board
 (the module's own code behind its host protocol) the buffer samples what the C-simulation's FFI
 samples and ends with the same tree, in a jitted scan and in whole runs (fused and split, k = 0
-and 2); its checkpoints are the FFI run's, and a resume goes on bit for bit on the board or off
-it; a stale state is refused; what the board cannot take (several seeds, a backend without a
+and 2); its checkpoints are the FFI run's, and a resume from one goes on bit for bit on the
+board; a stale state is refused; what the board cannot take (several seeds, a backend without a
 board, uniform replay, a bitstream built for another tree) is refused before the run, in one
 line from the CLI."""
 
@@ -23,7 +23,8 @@ from drlhet.replay.checks import ERR_EMPTY
 from drlhet.replay.prioritized import make_prioritized_replay
 from drlhet.runtime.config import ConfigError
 from drlhet.runtime.run import Start, initial_example, run
-from tests.cli_args import TINY, one_error_line
+from tests.backends.test_fpga_learner_board_run import host
+from tests.cli_args import TINY, refused_before_the_run
 from tests.runtime.test_run import SMALL as RUN_SMALL
 from tests.test_checkpoint import CHUNKED as RUN_CHUNKED
 from tests.test_checkpoint import same_rows, saving_to
@@ -100,14 +101,6 @@ def test_a_state_used_twice_is_refused():
     assert "has seen 0 writes of the board's tree and the board 1" in str(e.value)
 
 
-def host(tree):
-    def one(x):
-        is_key = jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
-        return np.asarray(jax.random.key_data(x) if is_key else x)
-
-    return jax.tree.map(one, tree)
-
-
 SPLIT = "actors=cpu:0,replay=fpga@cpu:1,learner=cpu:1"
 
 
@@ -156,9 +149,11 @@ def _same(a, b) -> bool:
     "mapping, delay",
     [(None, 0), pytest.param("actors=cpu:0,replay=fpga@cpu:0,learner=cpu:1", 4, marks=slow)],
 )  # fused; the pipeline with in-program channels
-def test_a_board_run_saves_the_ffi_run_s_checkpoints_and_resumes_on_or_off_the_board(
+def test_a_board_run_saves_the_ffi_run_s_checkpoints_and_resumes_from_them(
     tmp_path, mapping, delay
 ):
+    """Every checkpoint of the board's run is the FFI run's, so a resume onto the board from
+    either is the one below, and one off the board is an FFI resume (tests/test_checkpoint.py)."""
     ffi_cfg = dataclasses.replace(CHUNKED, delay=delay)
     cfg = dataclasses.replace(ffi_cfg, replay_board="sim")
     ffi_store, ffi_saving = saving_to(tmp_path / "ffi")
@@ -169,11 +164,11 @@ def test_a_board_run_saves_the_ffi_run_s_checkpoints_and_resumes_on_or_off_the_b
     for c in store.chunks():  # the tree read back from the board: the FFI's, bit for bit
         assert _same(store.restore(initial_example(cfg), c).states,
                      ffi_store.restore(initial_example(ffi_cfg), c).states)  # fmt: skip
-    for into, store_from in ((cfg, store), (cfg, ffi_store), (ffi_cfg, store)):
-        saved = store_from.restore(initial_example(into), chunk=1)
-        resumed, more = run(into, mapping, start=Start(saved.states, saved.chunk))
-        same_rows(rows, saved.rows + more)
-        assert _same(resumed.agent, full.agent)
+    saved = store.restore(initial_example(cfg), chunk=1)
+    resumed, more = run(cfg, mapping, start=Start(saved.states, saved.chunk))
+    same_rows(rows, saved.rows + more)
+    assert _same(resumed.agent, full.agent) and _same(full.agent, ffi.agent)
+    same_rows(rows, ffi_rows)
 
 
 def test_a_save_of_a_state_the_board_has_moved_past_is_refused():
@@ -216,13 +211,7 @@ def test_a_bitstream_built_for_another_tree_or_batch_is_refused(monkeypatch):
     ],
 )  # fmt: skip
 def test_the_cli_refuses_a_board_it_cannot_use_in_one_line(tmp_path, capsys, args, message):
-    args = [a.format(tmp=tmp_path) for a in args]
-    with pytest.raises(SystemExit) as stop:
-        main(["train", *TINY, *args, "--out", str(tmp_path / "runs")])
-    assert stop.value.code == 2
-    line = one_error_line(capsys)
-    assert line.startswith("drlhet: error: ") and message in line, line
-    assert not (tmp_path / "runs").exists()
+    refused_before_the_run(main, tmp_path, capsys, args, message)
 
 
 def test_the_cli_trains_on_the_simulated_board_and_evaluates_its_checkpoint(tmp_path, capsys):
